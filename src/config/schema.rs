@@ -1,0 +1,427 @@
+//! The `patter.toml` schema: plain serde structs with defaults, one per section. Key names are
+//! the user-facing contract of `design/config.md`; every struct denies unknown keys so a typo is
+//! an error (with a suggestion) rather than a silently ignored setting.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A secret value (API key, auth token). Never printed: `Debug` and `Serialize` show `***`
+/// (or an empty string when unset, so `check` still shows what is unconfigured).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+    /// The secret's value, for the one place that needs it (a request header, an HMAC key).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.trim().is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            f.write_str("\"\"")
+        } else {
+            f.write_str("\"***\"")
+        }
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if self.is_empty() { "" } else { "***" })
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Secret)
+    }
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub log: LogConfig,
+    pub llm: BTreeMap<String, LlmConfig>,
+    pub stt: BTreeMap<String, SttConfig>,
+    pub tts: BTreeMap<String, TtsConfig>,
+    pub carriers: BTreeMap<String, CarrierConfig>,
+    pub agents: BTreeMap<String, AgentConfig>,
+    pub numbers: Vec<NumberConfig>,
+}
+
+/// `[server]`: the listener and daemon-wide limits.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address the one HTTP listener binds (webhooks, media, API, MCP, metrics).
+    pub listen: String,
+    /// How carriers reach us (scheme + host, optional path prefix); used to build media
+    /// stream URLs and to verify webhook signatures.
+    pub public_url: String,
+    /// Bearer token for `/v1/*` and `/mcp`; required unless `listen` is a loopback address.
+    pub api_token: Secret,
+    /// Where the SQLite database and recordings live.
+    pub data_dir: PathBuf,
+    /// On SIGTERM, how long live calls may run on before the daemon exits anyway.
+    pub drain_timeout_s: u64,
+    /// Concurrent calls; beyond this a new call is refused politely (busy).
+    pub max_calls: usize,
+    /// Concurrent TCP connections (calls use one media socket each, plus webhooks).
+    pub max_connections: usize,
+    /// A client must send its request headers within this time.
+    pub header_timeout_s: u64,
+    /// Largest webhook / API request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// Optional TLS; otherwise run behind a reverse proxy that terminates it.
+    pub tls: Option<TlsConfig>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            public_url: "http://127.0.0.1:8080".into(),
+            api_token: Secret::default(),
+            data_dir: PathBuf::from("/var/lib/patterd"),
+            drain_timeout_s: 300,
+            max_calls: 500,
+            max_connections: 4096,
+            header_timeout_s: 10,
+            max_body_bytes: 64 * 1024,
+            tls: None,
+        }
+    }
+}
+
+/// `[server.tls]`: PEM files for the listener.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A level (`info`) or a tracing filter (`patterd=debug,hyper=warn`).
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Pretty,
+            level: "info".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+/// `[llm.NAME]`: a brain an agent can use.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    pub kind: LlmKind,
+    /// Base URL up to and including `/v1`; `/chat/completions` is appended.
+    #[serde(default = "default_hermes_base")]
+    pub base_url: String,
+    #[serde(default)]
+    pub api_key: Secret,
+    #[serde(default = "default_model")]
+    pub model: String,
+    /// Whole-turn budget; defaults to 120 s for Hermes (tools run) and 60 s otherwise.
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+    /// Budget for the first streamed token; past it the turn fails.
+    #[serde(default = "default_first_token_timeout")]
+    pub first_token_timeout_s: u64,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_s: u64,
+    /// Hermes memory scope: `caller_hash` derives `X-Hermes-Session-Key` from the caller's
+    /// number. Mutually exclusive with `session_key`.
+    #[serde(default)]
+    pub session_key_from: Option<SessionKeyFrom>,
+    /// A fixed `X-Hermes-Session-Key`.
+    #[serde(default)]
+    pub session_key: Option<String>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+}
+
+impl LlmConfig {
+    pub fn effective_timeout_s(&self) -> u64 {
+        self.timeout_s.unwrap_or(match self.kind {
+            LlmKind::Hermes => 120,
+            _ => 60,
+        })
+    }
+}
+
+fn default_hermes_base() -> String {
+    "http://127.0.0.1:8642/v1".into()
+}
+fn default_model() -> String {
+    "hermes-agent".into()
+}
+fn default_first_token_timeout() -> u64 {
+    60
+}
+fn default_connect_timeout() -> u64 {
+    10
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LlmKind {
+    Hermes,
+    OpenaiCompatible,
+    Openclaw,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionKeyFrom {
+    CallerHash,
+}
+
+/// `[stt.NAME]`: a speech-to-text service.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SttConfig {
+    pub kind: SttKind,
+    #[serde(default)]
+    pub api_key: Secret,
+    #[serde(default = "default_stt_model")]
+    pub model: String,
+    #[serde(default = "default_language")]
+    pub language: String,
+    #[serde(default = "default_deepgram_base")]
+    pub base_url: String,
+    /// Silence (ms) after which Deepgram marks `speech_final`.
+    #[serde(default = "default_endpointing")]
+    pub endpointing_ms: u32,
+    /// Word-gap (ms) for Deepgram's `UtteranceEnd`; 0 disables it.
+    #[serde(default = "default_utterance_end")]
+    pub utterance_end_ms: u32,
+    #[serde(default = "default_true")]
+    pub smart_format: bool,
+    /// Nova-3 key terms to boost (names, products).
+    #[serde(default)]
+    pub keyterms: Vec<String>,
+}
+
+fn default_stt_model() -> String {
+    "nova-3".into()
+}
+fn default_language() -> String {
+    "en".into()
+}
+fn default_deepgram_base() -> String {
+    "wss://api.deepgram.com".into()
+}
+fn default_endpointing() -> u32 {
+    300
+}
+fn default_utterance_end() -> u32 {
+    1000
+}
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SttKind {
+    Deepgram,
+}
+
+/// `[tts.NAME]`: a text-to-speech service.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TtsConfig {
+    pub kind: TtsKind,
+    #[serde(default)]
+    pub api_key: Secret,
+    #[serde(default = "default_voice")]
+    pub voice_id: String,
+    #[serde(default = "default_tts_model")]
+    pub model: String,
+    #[serde(default = "default_elevenlabs_base")]
+    pub base_url: String,
+    /// ElevenLabs `optimize_streaming_latency` (0–4).
+    #[serde(default)]
+    pub optimize_streaming_latency: Option<u8>,
+    #[serde(default)]
+    pub speed: Option<f32>,
+}
+
+fn default_voice() -> String {
+    "EXAVITQu4vr4xnSDxMaL".into()
+}
+fn default_tts_model() -> String {
+    "eleven_flash_v2_5".into()
+}
+fn default_elevenlabs_base() -> String {
+    "https://api.elevenlabs.io".into()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TtsKind {
+    Elevenlabs,
+}
+
+/// `[carriers.NAME]`: credentials for one carrier account. Which keys matter depends on
+/// `kind`; a carrier whose credentials are empty is *unconfigured* and its routes answer 503.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CarrierConfig {
+    pub kind: crate::carrier::CarrierKind,
+    /// Twilio.
+    #[serde(default)]
+    pub account_sid: Secret,
+    /// Twilio and Plivo.
+    #[serde(default)]
+    pub auth_token: Secret,
+    /// Telnyx.
+    #[serde(default)]
+    pub api_key: Secret,
+    /// Telnyx: base64 Ed25519 public key for webhook signatures.
+    #[serde(default)]
+    pub public_key: String,
+    /// Telnyx.
+    #[serde(default)]
+    pub connection_id: String,
+    /// Plivo.
+    #[serde(default)]
+    pub auth_id: Secret,
+    /// The carrier's REST API root (proxies, regions, tests).
+    #[serde(default)]
+    pub api_base_url: Option<String>,
+}
+
+impl CarrierConfig {
+    /// The REST API root, or the carrier's public default.
+    pub fn api_base(&self) -> &str {
+        if let Some(u) = &self.api_base_url {
+            return u.trim_end_matches('/');
+        }
+        match self.kind {
+            crate::carrier::CarrierKind::Twilio => "https://api.twilio.com",
+            crate::carrier::CarrierKind::Telnyx => "https://api.telnyx.com",
+            crate::carrier::CarrierKind::Plivo => "https://api.plivo.com",
+        }
+    }
+
+    /// Names of the credentials this carrier still lacks (empty when configured).
+    pub fn missing_credentials(&self) -> Vec<&'static str> {
+        use crate::carrier::CarrierKind::*;
+        let mut missing = Vec::new();
+        match self.kind {
+            Twilio => {
+                if self.account_sid.is_empty() {
+                    missing.push("account_sid");
+                }
+                if self.auth_token.is_empty() {
+                    missing.push("auth_token");
+                }
+            }
+            Telnyx => {
+                if self.api_key.is_empty() {
+                    missing.push("api_key");
+                }
+                if self.public_key.trim().is_empty() {
+                    missing.push("public_key");
+                }
+            }
+            Plivo => {
+                if self.auth_id.is_empty() {
+                    missing.push("auth_id");
+                }
+                if self.auth_token.is_empty() {
+                    missing.push("auth_token");
+                }
+            }
+        }
+        missing
+    }
+}
+
+/// `[agents.NAME]`: a persona: which brain, ears and voice, and what it says when.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    #[serde(default)]
+    pub system_prompt: String,
+    /// Spoken as soon as the media stream starts (synthesised while the phone rings).
+    #[serde(default)]
+    pub first_message: String,
+    pub llm: String,
+    pub stt: String,
+    pub tts: String,
+    /// Filler spoken once per turn when the brain is slow.
+    #[serde(default = "default_long_turn_message")]
+    pub long_turn_message: String,
+    #[serde(default = "default_long_turn_after")]
+    pub long_turn_message_after_s: f64,
+    /// Spoken when the brain fails before any reply audio of the turn.
+    #[serde(default = "default_llm_error_message")]
+    pub llm_error_message: String,
+    /// Longest a call may last before the agent hangs up.
+    #[serde(default = "default_max_duration")]
+    pub max_duration_s: u64,
+}
+
+fn default_long_turn_message() -> String {
+    "One moment, let me check that.".into()
+}
+fn default_long_turn_after() -> f64 {
+    4.0
+}
+fn default_llm_error_message() -> String {
+    "Sorry, I'm having trouble right now. Please try again in a moment.".into()
+}
+fn default_max_duration() -> u64 {
+    3600
+}
+
+/// `[[numbers]]`: a phone number we answer, and who answers it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumberConfig {
+    /// E.164, e.g. `+15550001234`.
+    pub number: String,
+    pub carrier: String,
+    pub agent: String,
+    /// Callers allowed to reach this number (E.164); empty means everyone.
+    #[serde(default)]
+    pub allowed_callers: Vec<String>,
+    /// Destinations this number may call out to (E.164 numbers or prefixes); empty means
+    /// outbound calls are refused.
+    #[serde(default)]
+    pub allowed_destinations: Vec<String>,
+}

@@ -1,0 +1,58 @@
+//! Security primitives shared by every carrier and the control plane: phone-number masking for
+//! logs, constant-time comparison, and (in submodules) webhook signature checks and per-call
+//! media tokens. Nothing here knows about sockets or call state.
+
+pub mod token;
+
+/// Masks a phone number for logs: keeps a leading `+`, the first four characters after it and
+/// the last four digits, e.g. `+15550001234` → `+1555***1234`. Short or odd inputs are masked
+/// entirely except their last four characters, so a number never reaches a log whole.
+pub fn mask_number(number: &str) -> String {
+    let chars: Vec<char> = number.chars().collect();
+    let (plus, rest) = match chars.first() {
+        Some('+') => ("+", &chars[1..]),
+        _ => ("", &chars[..]),
+    };
+    if rest.len() <= 4 {
+        return format!("{plus}***");
+    }
+    let last4: String = rest[rest.len() - 4..].iter().collect();
+    if rest.len() >= 10 {
+        let head: String = rest[..4].iter().collect();
+        format!("{plus}{head}***{last4}")
+    } else {
+        format!("{plus}***{last4}")
+    }
+}
+
+/// Compares two byte strings in constant time (for signatures and tokens).
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    ring::constant_time::verify_slices_are_equal(a, b).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_e164_to_last_four() {
+        assert_eq!(mask_number("+15550001234"), "+1555***1234");
+        assert_eq!(mask_number("+447700900123"), "+4477***0123");
+    }
+
+    #[test]
+    fn masks_short_and_odd_inputs() {
+        assert_eq!(mask_number("5551234"), "***1234");
+        assert_eq!(mask_number("123"), "***");
+        assert_eq!(mask_number(""), "***");
+        assert_eq!(mask_number("client:alice"), "clie***lice");
+        assert!(!mask_number("+15550001234").contains("0001"));
+    }
+
+    #[test]
+    fn constant_time_compare() {
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abc", b"abd"));
+        assert!(!ct_eq(b"abc", b"ab"));
+    }
+}
