@@ -10,6 +10,7 @@ pub mod carrier;
 pub mod cli;
 pub mod config;
 pub mod logging;
+pub mod net;
 pub mod provider;
 pub mod security;
 pub mod server;

@@ -1,0 +1,141 @@
+//! A WebSocket client on fastwebsockets + hyper's HTTP/1 upgrade, over plain TCP (`ws://`) or
+//! rustls with the Mozilla root store (`wss://`). Used to reach Deepgram and by the carrier
+//! simulators to open media streams.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fastwebsockets::WebSocket;
+use http_body_util::Empty;
+use hyper::body::Bytes;
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// An open client WebSocket.
+pub type ClientSocket = WebSocket<TokioIo<Upgraded>>;
+
+/// Why a WebSocket could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum WsConnectError {
+    #[error("invalid WebSocket URL `{0}`: {1}")]
+    BadUrl(String, String),
+    #[error("could not connect to {0}: {1}")]
+    Connect(String, std::io::Error),
+    #[error("TLS handshake with {0} failed: {1}")]
+    Tls(String, std::io::Error),
+    #[error("WebSocket handshake with {host} failed: {message}")]
+    Handshake { host: String, message: String },
+    #[error("timed out after {0:?} opening {1}")]
+    Timeout(Duration, String),
+}
+
+struct SpawnExecutor;
+
+impl<F> hyper::rt::Executor<F> for SpawnExecutor
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        tokio::spawn(fut);
+    }
+}
+
+/// Opens `url` (`ws://` or `wss://`; `http(s)://` are accepted and mapped), sending the extra
+/// request `headers`, within `timeout`. Returns the socket and the handshake response headers.
+pub async fn connect(
+    url: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<(ClientSocket, hyper::HeaderMap), WsConnectError> {
+    match tokio::time::timeout(timeout, connect_inner(url, headers)).await {
+        Ok(r) => r,
+        Err(_) => Err(WsConnectError::Timeout(timeout, url.to_string())),
+    }
+}
+
+async fn connect_inner(
+    url: &str,
+    headers: &[(&str, &str)],
+) -> Result<(ClientSocket, hyper::HeaderMap), WsConnectError> {
+    let parsed =
+        url::Url::parse(url).map_err(|e| WsConnectError::BadUrl(url.into(), e.to_string()))?;
+    let tls = match parsed.scheme() {
+        "ws" | "http" => false,
+        "wss" | "https" => true,
+        s => {
+            return Err(WsConnectError::BadUrl(
+                url.into(),
+                format!("scheme `{s}` is not ws, wss, http or https"),
+            ));
+        }
+    };
+    let host = parsed
+        .host_str()
+        .ok_or_else(|| WsConnectError::BadUrl(url.into(), "no host".into()))?
+        .to_string();
+    let port = parsed
+        .port_or_known_default()
+        .unwrap_or(if tls { 443 } else { 80 });
+    let mut path = parsed.path().to_string();
+    if let Some(q) = parsed.query() {
+        path.push('?');
+        path.push_str(q);
+    }
+    let host_header = match parsed.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.clone(),
+    };
+    let connect_host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let tcp = TcpStream::connect((connect_host.as_str(), port))
+        .await
+        .map_err(|e| WsConnectError::Connect(host_header.clone(), e))?;
+    let _ = tcp.set_nodelay(true);
+
+    let mut req = hyper::Request::builder()
+        .method("GET")
+        .uri(path)
+        .header("Host", &host_header)
+        .header("Upgrade", "websocket")
+        .header("Connection", "upgrade")
+        .header(
+            "Sec-WebSocket-Key",
+            fastwebsockets::handshake::generate_key(),
+        )
+        .header("Sec-WebSocket-Version", "13");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| WsConnectError::BadUrl(url.into(), e.to_string()))?;
+
+    let hs = |e: fastwebsockets::WebSocketError| WsConnectError::Handshake {
+        host: host_header.clone(),
+        message: e.to_string(),
+    };
+    let (ws, resp) = if tls {
+        crate::util::init_tls();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let name = rustls::pki_types::ServerName::try_from(connect_host.clone())
+            .map_err(|e| WsConnectError::BadUrl(url.into(), e.to_string()))?;
+        let stream = connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| WsConnectError::Tls(host_header.clone(), e))?;
+        fastwebsockets::handshake::client(&SpawnExecutor, req, stream)
+            .await
+            .map_err(hs)?
+    } else {
+        fastwebsockets::handshake::client(&SpawnExecutor, req, tcp)
+            .await
+            .map_err(hs)?
+    };
+    Ok((ws, resp.headers().clone()))
+}
