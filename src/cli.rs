@@ -1,1 +1,56 @@
-//! TODO
+//! The command line (clap): `patterd --config FILE` (same as `patterd run --config FILE`) runs
+//! the daemon; `patterd check --config FILE` validates the configuration and prints it with
+//! secrets redacted. The `--help` text is the short manual.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+const ABOUT: &str = "patterd gives an AI agent a phone line.";
+
+const LONG_ABOUT: &str = "\
+patterd gives an AI agent a phone line.
+
+It answers carrier webhooks (Twilio today; Telnyx and Plivo to follow), terminates their media
+WebSockets, and runs one actor per call that streams the caller's audio to speech-to-text, sends
+each finished turn to the agent's brain (a Hermes Agent or any OpenAI-compatible server) and
+speaks the streamed reply through text-to-speech.
+
+Everything is configured in one TOML file. Start from the documented example:
+
+    patterd check --config config/patter.toml     # validate, print with secrets as ***
+    patterd --config config/patter.toml           # run the daemon
+
+Values may reference the environment: ${VAR} (required) or ${VAR:-default} (optional), and any
+key can be overridden with PATTERD_<SECTION>__<KEY>, e.g. PATTERD_SERVER__LISTEN=0.0.0.0:8080.
+
+Signals: SIGTERM or SIGINT drains (readiness goes 503, new calls are refused as busy, live calls
+run on for up to server.drain_timeout_s) and exits 0; a second signal exits at once.
+
+Documentation: README.md and docs/ in the source tree.";
+
+#[derive(Debug, Parser)]
+#[command(name = "patterd", version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Cli {
+    /// The configuration file (TOML).
+    #[arg(long, short, global = true, env = "PATTERD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon (the default when no command is given).
+    Run,
+    /// Validate the configuration and print the effective configuration, secrets as ***.
+    ///
+    /// Exits 0 when the configuration is valid (warnings, such as a carrier without
+    /// credentials, are printed to stderr), 1 when it is not.
+    Check {
+        /// Treat warnings (unconfigured carriers or providers) as errors.
+        #[arg(long)]
+        strict: bool,
+    },
+}

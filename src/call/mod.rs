@@ -1,1 +1,128 @@
-//! TODO
+//! Calls: one actor per call ([`actor`]) owning all of the call's state, a cheap cloneable
+//! [`CallHandle`] to talk to it, and the [`CallRegistry`] of live calls keyed by the carrier's
+//! call id. The actor sees only carrier-neutral media events and provider traits, so it does not
+//! know which carrier or vendor it talks to.
+
+pub mod actor;
+pub mod registry;
+pub mod speech;
+pub mod transcript;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::carrier::{CarrierKind, MediaCommand, MediaEvent, StreamStart};
+use crate::config::AgentConfig;
+use crate::provider::AgentProviders;
+
+pub use registry::CallRegistry;
+pub use transcript::{CallEvent, CallRecord, Speaker, TranscriptEntry};
+
+/// Everything an actor needs to know about its call when it is created (at webhook time).
+#[derive(Clone)]
+pub struct CallSetup {
+    pub call_id: String,
+    pub carrier: CarrierKind,
+    /// Name of the `[carriers.NAME]` account the call came through.
+    pub carrier_account: String,
+    /// Caller's number (inbound) as the carrier gave it; only ever logged masked.
+    pub from: String,
+    /// The number that was dialled.
+    pub to: String,
+    pub agent_name: String,
+    pub agent: Arc<AgentConfig>,
+    pub providers: AgentProviders,
+    /// How long to wait for the carrier's media stream before giving up on the call.
+    pub attach_timeout: Duration,
+    /// A call with no media at all for this long is ended.
+    pub media_timeout: Duration,
+}
+
+/// The media stream the carrier opened for this call, handed to the actor.
+pub struct MediaAttach {
+    pub start: StreamStart,
+    /// Carrier events for the actor.
+    pub events: mpsc::Receiver<MediaEvent>,
+    /// Commands for the carrier (audio, marks, clear, hang-up).
+    pub commands: mpsc::Sender<MediaCommand>,
+}
+
+/// Messages a [`CallHandle`] sends to its actor.
+pub enum CallMsg {
+    Attach(MediaAttach),
+    /// End the call (agent, operator or shutdown); the carrier is told to hang up.
+    HangUp { reason: String },
+    /// Speak this text now (queued after what is already being said).
+    Say(String),
+    /// A copy of the call's record so far.
+    Snapshot(oneshot::Sender<CallRecord>),
+}
+
+/// Why a message could not reach a call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("the call has ended")]
+    Ended,
+    #[error("the call is busy; try again")]
+    Busy,
+}
+
+/// A cheap, cloneable way to reach a call's actor.
+#[derive(Clone)]
+pub struct CallHandle {
+    pub call_id: Arc<str>,
+    /// The `[carriers.NAME]` account the call belongs to (for REST hang-up).
+    pub carrier_account: Arc<str>,
+    tx: mpsc::Sender<CallMsg>,
+}
+
+impl CallHandle {
+    pub(crate) fn new(call_id: &str, carrier_account: &str, tx: mpsc::Sender<CallMsg>) -> Self {
+        Self {
+            call_id: call_id.into(),
+            carrier_account: carrier_account.into(),
+            tx,
+        }
+    }
+
+    fn send(&self, msg: CallMsg) -> Result<(), CallError> {
+        self.tx.try_send(msg).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => CallError::Busy,
+            mpsc::error::TrySendError::Closed(_) => CallError::Ended,
+        })
+    }
+
+    /// Hands the carrier's media stream to the call.
+    pub fn attach(&self, media: MediaAttach) -> Result<(), CallError> {
+        self.send(CallMsg::Attach(media))
+    }
+
+    /// Ends the call.
+    pub fn hang_up(&self, reason: &str) -> Result<(), CallError> {
+        self.send(CallMsg::HangUp {
+            reason: reason.to_string(),
+        })
+    }
+
+    /// Speaks `text` to the caller.
+    pub fn say(&self, text: &str) -> Result<(), CallError> {
+        self.send(CallMsg::Say(text.to_string()))
+    }
+
+    /// The call's transcript and timeline so far.
+    pub async fn snapshot(&self) -> Result<CallRecord, CallError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(CallMsg::Snapshot(tx))
+            .await
+            .map_err(|_| CallError::Ended)?;
+        rx.await.map_err(|_| CallError::Ended)
+    }
+
+    /// True once the actor has gone.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}

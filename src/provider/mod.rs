@@ -3,6 +3,8 @@
 //! (a streamed chat turn). One file per vendor; the call actor only sees these traits and the
 //! events they produce. A stream is cancelled by dropping it.
 
+pub mod chunker;
+
 use std::sync::Arc;
 
 use bytes::Bytes;

@@ -1,0 +1,120 @@
+//! The registry of live calls, keyed by the carrier's call id, plus a bounded list of recently
+//! finished calls' records. It is the only state calls share; its lock is held for a map lookup
+//! at a time and never across an `.await`. Drain waits on its count reaching zero.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use tokio::sync::watch;
+
+use super::{CallHandle, CallRecord};
+
+/// How many finished calls' records are kept in memory (storage arrives in a later issue).
+const RECENT_LIMIT: usize = 256;
+
+pub struct CallRegistry {
+    live: Mutex<HashMap<String, CallHandle>>,
+    recent: Mutex<VecDeque<CallRecord>>,
+    count: watch::Sender<usize>,
+}
+
+impl Default for CallRegistry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CallRegistry {
+    pub fn new() -> Self {
+        Self {
+            live: Mutex::new(HashMap::new()),
+            recent: Mutex::new(VecDeque::new()),
+            count: watch::channel(0).0,
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, CallHandle>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a call unless one with the same id exists or `max` calls are live.
+    pub fn insert(&self, handle: CallHandle, max: usize) -> Result<(), InsertError> {
+        let mut live = self.live();
+        if live.contains_key(&*handle.call_id) {
+            return Err(InsertError::Duplicate);
+        }
+        if live.len() >= max {
+            return Err(InsertError::Full);
+        }
+        live.insert(handle.call_id.to_string(), handle);
+        self.count.send_replace(live.len());
+        Ok(())
+    }
+
+    pub fn get(&self, call_id: &str) -> Option<CallHandle> {
+        self.live().get(call_id).cloned()
+    }
+
+    /// Called by an actor as it ends, with its final record.
+    pub fn finish(&self, record: CallRecord) {
+        {
+            let mut live = self.live();
+            live.remove(&record.call_id);
+            self.count.send_replace(live.len());
+        }
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() >= RECENT_LIMIT {
+            recent.pop_front();
+        }
+        recent.push_back(record);
+    }
+
+    pub fn len(&self) -> usize {
+        *self.count.borrow()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Handles of every live call (for shutdown and operators).
+    pub fn handles(&self) -> Vec<CallHandle> {
+        self.live().values().cloned().collect()
+    }
+
+    /// The record of a finished call, if still in memory.
+    pub fn finished(&self, call_id: &str) -> Option<CallRecord> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.iter().rev().find(|r| r.call_id == call_id).cloned()
+    }
+
+    /// Resolves when no call is live.
+    pub async fn wait_empty(&self) {
+        let mut rx = self.count.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// Resolves when the call has finished (immediately if unknown and not live).
+    pub async fn wait_finished(&self, call_id: &str) -> Option<CallRecord> {
+        let mut rx = self.count.subscribe();
+        loop {
+            if let Some(r) = self.finished(call_id) {
+                return Some(r);
+            }
+            if self.get(call_id).is_none() {
+                return self.finished(call_id);
+            }
+            if rx.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InsertError {
+    #[error("a call with this id is already live")]
+    Duplicate,
+    #[error("the daemon is at max_calls")]
+    Full,
+}

@@ -1,0 +1,318 @@
+//! The agent's mouth: a queue of utterances (greeting, reply sentences, fillers) each with its
+//! TTS stream and buffered μ-law audio, and the pacer that feeds the carrier 20 ms frames no more
+//! than [`LEAD`] ahead of real time, with a mark after each utterance so the actor knows exactly
+//! what the caller has heard. Pure state: the actor drives it and sends what it returns.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::time::Instant;
+
+use crate::carrier::{FRAME_BYTES, FRAME_MS, MediaCommand};
+use crate::provider::{TtsEvent, TtsStream};
+
+/// How far ahead of real time the pacer may queue audio at the carrier.
+pub const LEAD: Duration = Duration::from_millis(1000);
+/// TTS requests in flight at once for one call (later sentences wait their turn).
+const MAX_TTS_IN_FLIGHT: usize = 3;
+const SILENCE: u8 = 0xFF;
+
+/// Why an utterance is being spoken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UttKind {
+    Greeting,
+    /// A sentence of the reply to caller turn `turn`.
+    Reply { turn: u64 },
+    Filler { turn: u64 },
+    Error { turn: u64 },
+    Say,
+}
+
+/// One piece of text on its way to the caller.
+pub struct Utterance {
+    pub id: u64,
+    pub kind: UttKind,
+    pub text: String,
+    /// Index of the transcript entry this utterance belongs to.
+    pub entry: usize,
+    tts: Option<TtsStream>,
+    started: bool,
+    buf: BytesMut,
+    synth_done: bool,
+    pub failed: bool,
+    sent_bytes: usize,
+}
+
+/// An utterance whose audio is all at the carrier, waiting for its mark to come back.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub id: u64,
+    pub kind: UttKind,
+    pub text: String,
+    pub entry: usize,
+    pub mark: String,
+    /// Number of `clear`s sent before this mark was sent.
+    pub epoch: u64,
+}
+
+/// What the pacer did on a pump.
+#[derive(Default)]
+pub struct Pumped {
+    pub commands: Vec<MediaCommand>,
+    /// Utterances that started sending audio on this pump.
+    pub started: Vec<(u64, UttKind)>,
+}
+
+pub struct Speech {
+    queue: VecDeque<Utterance>,
+    awaiting_mark: VecDeque<Sent>,
+    next_id: u64,
+    /// When the carrier will have played everything sent so far.
+    play_until: Option<Instant>,
+    clears: u64,
+}
+
+impl Default for Speech {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Speech {
+    pub fn new() -> Self {
+        Self {
+            queue: VecDeque::new(),
+            awaiting_mark: VecDeque::new(),
+            next_id: 1,
+            play_until: None,
+            clears: 0,
+        }
+    }
+
+    /// Queues `text` with its TTS stream (or `None` to start the synthesis later, see
+    /// [`Speech::wants_tts`]). Returns the utterance id.
+    pub fn push(&mut self, kind: UttKind, text: String, entry: usize, tts: Option<TtsStream>) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.push_back(Utterance {
+            id,
+            kind,
+            text,
+            entry,
+            started: tts.is_some(),
+            tts,
+            buf: BytesMut::new(),
+            synth_done: false,
+            failed: false,
+            sent_bytes: 0,
+        });
+        id
+    }
+
+    /// Like [`Speech::push`] but before everything that has not started playing yet.
+    pub fn push_front_unstarted(&mut self, kind: UttKind, text: String, entry: usize, tts: Option<TtsStream>) -> u64 {
+        let id = self.push(kind, text, entry, tts);
+        if let Some(u) = self.queue.pop_back() {
+            let pos = self
+                .queue
+                .iter()
+                .position(|q| q.sent_bytes == 0)
+                .unwrap_or(self.queue.len());
+            self.queue.insert(pos, u);
+        }
+        id
+    }
+
+    /// Texts of queued utterances whose synthesis should start now (bounded concurrency); the
+    /// caller starts each and hands the stream back with [`Speech::set_tts`].
+    pub fn wants_tts(&self) -> Vec<(u64, String)> {
+        let in_flight = self
+            .queue
+            .iter()
+            .filter(|u| u.started && !u.synth_done)
+            .count();
+        self.queue
+            .iter()
+            .filter(|u| !u.started)
+            .take(MAX_TTS_IN_FLIGHT.saturating_sub(in_flight))
+            .map(|u| (u.id, u.text.clone()))
+            .collect()
+    }
+
+    pub fn set_tts(&mut self, id: u64, tts: TtsStream) {
+        if let Some(u) = self.queue.iter_mut().find(|u| u.id == id) {
+            u.tts = Some(tts);
+            u.started = true;
+        }
+    }
+
+    /// The next event from any in-flight synthesis. Pending forever when none is in flight.
+    pub async fn next_tts(&mut self) -> (u64, Option<TtsEvent>) {
+        poll_fn(|cx| {
+            for u in self.queue.iter_mut() {
+                if let Some(tts) = u.tts.as_mut() {
+                    if let Poll::Ready(ev) = tts.events.poll_recv(cx) {
+                        return Poll::Ready((u.id, ev));
+                    }
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Applies a synthesis event. Returns the utterance if its synthesis failed.
+    pub fn on_tts(&mut self, id: u64, ev: Option<TtsEvent>) -> Option<(UttKind, String)> {
+        let u = self.queue.iter_mut().find(|u| u.id == id)?;
+        match ev {
+            Some(TtsEvent::Audio(b)) => {
+                u.buf.extend_from_slice(&b);
+                None
+            }
+            Some(TtsEvent::Done) => {
+                u.synth_done = true;
+                u.tts = None;
+                None
+            }
+            Some(TtsEvent::Error(e)) => {
+                u.synth_done = true;
+                u.failed = true;
+                u.tts = None;
+                Some((u.kind, e))
+            }
+            None => {
+                // The stream ended without Done: treat what we have as all there is.
+                u.synth_done = true;
+                u.failed = u.buf.is_empty() && u.sent_bytes == 0;
+                u.tts = None;
+                if u.failed {
+                    Some((u.kind, "synthesis ended without audio".into()))
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    /// Sends as many frames as the lead allows. Call on every tick and after every TTS event.
+    pub fn pump(&mut self, now: Instant) -> Pumped {
+        let mut out = Pumped::default();
+        loop {
+            let Some(front) = self.queue.front_mut() else {
+                break;
+            };
+            let play_until = self.play_until.filter(|t| *t > now).unwrap_or(now);
+            if front.buf.len() >= FRAME_BYTES
+                || (front.synth_done && !front.buf.is_empty())
+            {
+                if play_until.duration_since(now) >= LEAD {
+                    break;
+                }
+                let mut frame = front.buf.split_to(front.buf.len().min(FRAME_BYTES));
+                if frame.len() < FRAME_BYTES {
+                    frame.resize(FRAME_BYTES, SILENCE);
+                }
+                if front.sent_bytes == 0 {
+                    out.started.push((front.id, front.kind));
+                }
+                front.sent_bytes += frame.len();
+                out.commands.push(MediaCommand::Audio(Bytes::from(frame)));
+                self.play_until = Some(play_until + Duration::from_millis(FRAME_MS));
+                continue;
+            }
+            if front.synth_done {
+                // Everything of this utterance is at the carrier: mark it and move on.
+                let Some(u) = self.queue.pop_front() else {
+                    break;
+                };
+                if u.sent_bytes > 0 {
+                    let mark = format!("u{}", u.id);
+                    out.commands.push(MediaCommand::Mark(mark.clone()));
+                    self.awaiting_mark.push_back(Sent {
+                        id: u.id,
+                        kind: u.kind,
+                        text: u.text,
+                        entry: u.entry,
+                        mark,
+                        epoch: self.clears,
+                    });
+                }
+                continue;
+            }
+            break;
+        }
+        out
+    }
+
+    /// When the pacer next needs to run (`None`: only a TTS event can make progress).
+    pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        let front = self.queue.front()?;
+        if front.buf.len() >= FRAME_BYTES || (front.synth_done && !front.buf.is_empty()) {
+            let play_until = self.play_until.filter(|t| *t > now).unwrap_or(now);
+            let at = play_until.checked_sub(LEAD).unwrap_or(now);
+            return Some(at.max(now) + Duration::from_millis(1));
+        }
+        if front.synth_done {
+            return Some(now);
+        }
+        None
+    }
+
+    /// A mark came back. Returns the utterance it closed and whether it was actually heard
+    /// (false when a `clear` was sent after the mark, so its audio may have been dropped).
+    pub fn on_mark(&mut self, name: &str) -> Option<(Sent, bool)> {
+        let pos = self.awaiting_mark.iter().position(|s| s.mark == name)?;
+        // Marks come back in order: anything before this one is settled too.
+        let sent = self.awaiting_mark.remove(pos)?;
+        let heard = sent.epoch == self.clears;
+        Some((sent, heard))
+    }
+
+    /// Stops speaking: drops every queued utterance (cancelling their synthesis) and forgets
+    /// the pacing clock. Returns the utterances dropped and whether a carrier `clear` is needed.
+    pub fn clear(&mut self) -> (Vec<Utterance>, bool) {
+        let had_audio_out = !self.awaiting_mark.is_empty()
+            || self.queue.iter().any(|u| u.sent_bytes > 0)
+            || self.play_until.is_some_and(|t| t > Instant::now());
+        let dropped: Vec<Utterance> = self.queue.drain(..).collect();
+        if had_audio_out {
+            self.clears += 1;
+        }
+        self.play_until = None;
+        (dropped, had_audio_out)
+    }
+
+    /// Drops queued utterances matching `pred` that have not started playing.
+    pub fn drop_unstarted(&mut self, pred: impl Fn(UttKind) -> bool) {
+        self.queue.retain(|u| u.sent_bytes > 0 || !pred(u.kind));
+    }
+
+    /// True while anything is queued, being sent, or not yet confirmed played.
+    pub fn is_speaking(&self) -> bool {
+        !self.queue.is_empty() || !self.awaiting_mark.is_empty()
+    }
+
+    /// True when any utterance of `kind` has started playing or is awaiting its mark.
+    pub fn any_audio_for(&self, pred: impl Fn(UttKind) -> bool) -> bool {
+        self.queue.iter().any(|u| u.sent_bytes > 0 && pred(u.kind))
+            || self.awaiting_mark.iter().any(|s| pred(s.kind))
+    }
+
+    /// Utterances still awaiting their mark (sent, not confirmed).
+    pub fn awaiting(&self) -> impl Iterator<Item = &Sent> {
+        self.awaiting_mark.iter()
+    }
+
+    pub fn queued(&self) -> impl Iterator<Item = &Utterance> {
+        self.queue.iter()
+    }
+}
+
+impl Utterance {
+    pub fn sent_bytes(&self) -> usize {
+        self.sent_bytes
+    }
+}

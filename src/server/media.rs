@@ -1,0 +1,304 @@
+//! The carrier-neutral media socket pump. A carrier handler upgrades the WebSocket and hands it
+//! here with its [`MediaCodec`]: we wait for the stream's `start`, check the per-call media
+//! token before anything else, attach the socket to the call's actor, then shuttle decoded
+//! [`MediaEvent`]s to the actor and encoded [`MediaCommand`]s back. Malformed frames are
+//! counted and logged; a flood of them ends that call only.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fastwebsockets::{Frame, OpCode, Payload, WebSocket, WebSocketError};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio::sync::mpsc;
+use tracing::{Instrument, info, info_span, warn};
+
+use super::App;
+use super::metrics::Metrics;
+use crate::call::MediaAttach;
+use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
+
+pub type ServerSocket = WebSocket<TokioIo<Upgraded>>;
+
+/// Largest media frame accepted as a frame (larger ones are counted as bad and dropped).
+pub const MAX_FRAME: usize = 64 * 1024;
+/// Beyond this a frame cannot be skipped safely and the socket is closed.
+const MAX_WIRE_FRAME: usize = 1024 * 1024;
+/// How long a carrier has to send `start` after connecting.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bad frames tolerated in a row / in total before the call is ended.
+const MAX_BAD_IN_A_ROW: u32 = 50;
+const MAX_BAD_TOTAL: u32 = 500;
+
+/// Ends a carrier call through its REST API (hang-up when the agent or an operator ends it).
+pub trait CarrierControl: Send + Sync {
+    fn hang_up(
+        &self,
+        call_id: String,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
+}
+
+/// WebSocket close codes we use.
+const CLOSE_NORMAL: u16 = 1000;
+const CLOSE_POLICY: u16 = 1008;
+
+/// How the media token reaches us: in the URL (Telnyx, Plivo) or as a stream parameter named
+/// `token` in `start` (Twilio).
+pub enum TokenSource {
+    Url(Option<String>),
+    StartParameter,
+}
+
+/// Runs one media socket to its end.
+pub async fn serve<C: MediaCodec + Clone + 'static>(
+    app: Arc<App>,
+    mut ws: ServerSocket,
+    mut codec: C,
+    token: TokenSource,
+) {
+    ws.set_auto_close(true);
+    ws.set_auto_pong(true);
+    ws.set_max_message_size(MAX_WIRE_FRAME);
+    let (read, mut write) = ws.split(tokio::io::split);
+    let mut read = fastwebsockets::FragmentCollectorRead::new(read);
+    let (obligated_tx, mut obligated_rx) = mpsc::channel::<Frame<'static>>(8);
+    let mut bad = BadFrames::default();
+
+    // 1. Wait for `start`.
+    let start = tokio::time::timeout(START_TIMEOUT, async {
+        loop {
+            let frame = read
+                .read_frame(&mut |f: Frame<'_>| {
+                    let tx = obligated_tx.clone();
+                    let owned = own(f);
+                    async move { tx.send(owned).await.map_err(|_| "writer gone") }
+                })
+                .await;
+            match frame {
+                Err(_) => return None,
+                Ok(f) => match decode(&mut codec, f) {
+                    Decoded::Event(MediaEvent::Start(s)) => return Some(s),
+                    Decoded::Event(MediaEvent::Stop) | Decoded::Closed => return None,
+                    Decoded::Event(_) | Decoded::Nothing => {}
+                    Decoded::Bad(e) => {
+                        Metrics::inc(&app.metrics.media_frames_bad);
+                        if bad.record(&e) {
+                            return None;
+                        }
+                    }
+                },
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten();
+    // Any control frame the reader owed (pong, close echo) goes out now.
+    while let Ok(f) = obligated_rx.try_recv() {
+        let _ = write.write_frame(f).await;
+    }
+    let Some(start) = start else {
+        Metrics::inc(&app.metrics.media_rejected);
+        warn!("media socket closed before a valid start frame");
+        let _ = write
+            .write_frame(Frame::close(CLOSE_POLICY, b"expected start"))
+            .await;
+        return;
+    };
+
+    // 2. The token must be valid for this call, and the call must be ours, before anything
+    //    else happens.
+    let token_value = match &token {
+        TokenSource::Url(t) => t.clone(),
+        TokenSource::StartParameter => start.custom_parameters.get("token").cloned(),
+    };
+    let call_id = start.call_id.clone();
+    let span = info_span!("call", call_id = %call_id);
+    if let Err(e) = app.tokens.redeem(&call_id, token_value.as_deref()) {
+        Metrics::inc(&app.metrics.media_rejected);
+        warn!(parent: &span, error = %e, "media socket refused");
+        let _ = write
+            .write_frame(Frame::close(CLOSE_POLICY, b"invalid media token"))
+            .await;
+        return;
+    }
+    let Some(handle) = app.calls.get(&call_id) else {
+        Metrics::inc(&app.metrics.media_rejected);
+        warn!(parent: &span, "media socket for a call that is not live");
+        let _ = write
+            .write_frame(Frame::close(CLOSE_POLICY, b"unknown call"))
+            .await;
+        return;
+    };
+
+    let control = app.carrier_control(&handle.carrier_account);
+
+    // 3. Attach to the actor and pump.
+    let (ev_tx, ev_rx) = mpsc::channel::<MediaEvent>(64);
+    let (cmd_tx, mut cmd_rx) = mpsc::channel::<MediaCommand>(512);
+    let attach = MediaAttach {
+        start: StreamStart { ..start },
+        events: ev_rx,
+        commands: cmd_tx,
+    };
+    if handle.attach(attach).is_err() {
+        let _ = write
+            .write_frame(Frame::close(CLOSE_POLICY, b"call ended"))
+            .await;
+        return;
+    }
+
+    // The encoder is a copy of the codec as it stands after `start` (it knows the stream id);
+    // the original moves into the reader.
+    let mut encoder = codec.clone();
+    let reader_app = app.clone();
+    let reader = tokio::spawn(
+        async move {
+            loop {
+                let frame = read
+                    .read_frame(&mut |f: Frame<'_>| {
+                        let tx = obligated_tx.clone();
+                        let owned = own(f);
+                        async move { tx.send(owned).await.map_err(|_| "writer gone") }
+                    })
+                    .await;
+                let frame = match frame {
+                    Ok(f) => f,
+                    Err(WebSocketError::ConnectionClosed) => return,
+                    Err(e) => {
+                        warn!(error = %e, "media socket read failed");
+                        return;
+                    }
+                };
+                match decode(&mut codec, frame) {
+                    Decoded::Event(ev) => {
+                        bad.ok();
+                        let stop = ev == MediaEvent::Stop;
+                        if ev_tx.send(ev).await.is_err() || stop {
+                            return;
+                        }
+                    }
+                    Decoded::Nothing => bad.ok(),
+                    Decoded::Closed => return,
+                    Decoded::Bad(e) => {
+                        Metrics::inc(&reader_app.metrics.media_frames_bad);
+                        if bad.record(&e) {
+                            warn!(
+                                bad_total = bad.total,
+                                "too many malformed media frames; ending this call"
+                            );
+                            let _ = obligated_tx
+                                .send(Frame::close(CLOSE_POLICY, b"malformed frames"))
+                                .await;
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        .instrument(span.clone()),
+    );
+
+    async move {
+        let mut hung_up = false;
+        loop {
+            tokio::select! {
+                cmd = cmd_rx.recv() => match cmd {
+                    None => break,
+                    Some(MediaCommand::HangUp) => {
+                        hung_up = true;
+                        if let Some(c) = &control {
+                            let c = c.clone();
+                            let id = call_id.clone();
+                            // The REST call must not hold up closing the socket.
+                            tokio::spawn(async move {
+                                if let Err(e) = c.hang_up(id).await {
+                                    warn!(error = %e, "carrier hang-up request failed");
+                                }
+                            }.in_current_span());
+                        }
+                        break;
+                    }
+                    Some(cmd) => {
+                        if let Some(text) = encoder.encode(&cmd) {
+                            if write.write_frame(Frame::text(Payload::Owned(text.into_bytes()))).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                },
+                f = obligated_rx.recv() => match f {
+                    Some(f) => {
+                        let close = f.opcode == OpCode::Close;
+                        let _ = write.write_frame(f).await;
+                        if close { break; }
+                    }
+                    None => break,
+                },
+            }
+        }
+        if !write.is_closed() {
+            let _ = write
+                .write_frame(Frame::close(CLOSE_NORMAL, if hung_up { b"call ended" } else { b"" }))
+                .await;
+        }
+        reader.abort();
+        info!("media socket closed");
+    }
+    .instrument(span)
+    .await;
+}
+
+enum Decoded {
+    Event(MediaEvent),
+    Nothing,
+    Closed,
+    Bad(CodecError),
+}
+
+fn decode<C: MediaCodec>(codec: &mut C, frame: Frame<'_>) -> Decoded {
+    match frame.opcode {
+        OpCode::Text => {
+            if frame.payload.len() > MAX_FRAME {
+                return Decoded::Bad(CodecError::TooLarge(frame.payload.len()));
+            }
+            match std::str::from_utf8(&frame.payload) {
+                Ok(s) => match codec.decode(s) {
+                    Ok(Some(ev)) => Decoded::Event(ev),
+                    Ok(None) => Decoded::Nothing,
+                    Err(e) => Decoded::Bad(e),
+                },
+                Err(_) => Decoded::Bad(CodecError::BadJson("not UTF-8".into())),
+            }
+        }
+        OpCode::Binary => Decoded::Bad(CodecError::Binary),
+        OpCode::Close => Decoded::Closed,
+        _ => Decoded::Nothing,
+    }
+}
+
+fn own(f: Frame<'_>) -> Frame<'static> {
+    Frame::new(true, f.opcode, None, Payload::Owned(f.payload.to_vec()))
+}
+
+#[derive(Default)]
+struct BadFrames {
+    in_a_row: u32,
+    total: u32,
+}
+
+impl BadFrames {
+    fn ok(&mut self) {
+        self.in_a_row = 0;
+    }
+
+    /// Counts a bad frame; true when the socket should be closed.
+    fn record(&mut self, e: &CodecError) -> bool {
+        self.in_a_row += 1;
+        self.total += 1;
+        if self.total <= 5 || self.total.is_power_of_two() {
+            warn!(error = %e, total = self.total, "malformed media frame");
+        }
+        self.in_a_row >= MAX_BAD_IN_A_ROW || self.total >= MAX_BAD_TOTAL
+    }
+}

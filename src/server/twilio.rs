@@ -1,0 +1,273 @@
+//! Twilio's routes: `POST /twilio/voice` (signed incoming-call webhook → TwiML with a tokenized
+//! `<Connect><Stream>`), `POST /twilio/status` (signed status callbacks) and `WS /twilio/media`
+//! (Media Streams, handed to the carrier-neutral pump). The wire details — signatures, TwiML,
+//! frames, REST — live in [`crate::carrier::twilio`]; this file only decides.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use tracing::{info, warn};
+
+use super::http::{Body, empty, read_body, text, xml};
+use super::media::{self, CarrierControl, TokenSource};
+use super::metrics::Metrics;
+use super::App;
+use crate::call::{CallSetup, actor};
+use crate::carrier::CarrierKind;
+use crate::carrier::twilio::{self as tw, TwilioCodec, TwilioRest};
+use crate::config::{Config, Secret};
+use crate::security::mask_number;
+
+/// A configured Twilio account (`[carriers.NAME]` with `kind = "twilio"` and credentials).
+pub struct TwilioAccount {
+    pub name: String,
+    auth_token: Secret,
+    pub rest: Arc<TwilioRest>,
+}
+
+/// Every configured Twilio account. Empty means Twilio's routes answer 503.
+#[derive(Default)]
+pub struct TwilioCarriers {
+    pub accounts: Vec<TwilioAccount>,
+}
+
+impl TwilioCarriers {
+    pub fn from_config(config: &Config) -> Self {
+        let accounts = config
+            .carriers
+            .iter()
+            .filter(|(_, c)| c.kind == CarrierKind::Twilio && c.missing_credentials().is_empty())
+            .map(|(name, c)| TwilioAccount {
+                name: name.clone(),
+                auth_token: c.auth_token.clone(),
+                rest: Arc::new(TwilioRest::new(
+                    c.api_base(),
+                    c.account_sid.expose(),
+                    c.auth_token.expose(),
+                )),
+            })
+            .collect();
+        Self { accounts }
+    }
+
+    pub fn account(&self, name: &str) -> Option<&TwilioAccount> {
+        self.accounts.iter().find(|a| a.name == name)
+    }
+}
+
+impl CarrierControl for TwilioRest {
+    fn hang_up(
+        &self,
+        call_id: String,
+    ) -> Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {
+        let rest = self.clone();
+        Box::pin(async move { rest.hang_up(&call_id).await.map_err(|e| e.to_string()) })
+    }
+}
+
+fn not_configured() -> Response<Body> {
+    text(
+        503,
+        "twilio is not configured: set account_sid and auth_token in [carriers.<name>]\n",
+    )
+}
+
+/// Reads and authenticates a Twilio webhook. `Err` is the response to send.
+async fn signed_form(
+    app: &App,
+    req: Request<Incoming>,
+) -> Result<(&TwilioAccount, Vec<(String, String)>), Response<Body>> {
+    if app.twilio.accounts.is_empty() {
+        return Err(not_configured());
+    }
+    let (parts, body) = req.into_parts();
+    let body = read_body(body, app.config.server.max_body_bytes)
+        .await
+        .map_err(|e| e.response())?;
+    let params: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
+    let url = tw::request_url(
+        &app.config.server.public_url,
+        parts.uri.path(),
+        parts.uri.query(),
+    );
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let signature = header("X-Twilio-Signature").unwrap_or_default();
+    let settings = header("X-Twilio-Webhooks-Signature-Settings");
+    let account = app.twilio.accounts.iter().find(|a| {
+        !signature.is_empty()
+            && tw::validate_signature(
+                a.auth_token.expose(),
+                &url,
+                &params,
+                &signature,
+                settings.as_deref(),
+            )
+    });
+    match account {
+        Some(a) => Ok((a, params)),
+        None => {
+            Metrics::inc(&app.metrics.webhooks_forbidden);
+            let get = |k: &str| {
+                params
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, v)| v.as_str())
+                    .unwrap_or("")
+            };
+            warn!(
+                path = parts.uri.path(),
+                call_sid = get("CallSid"),
+                from = %mask_number(get("From")),
+                to = %mask_number(get("To")),
+                signature_present = !signature.is_empty(),
+                "twilio webhook refused: bad or missing X-Twilio-Signature (check auth_token and server.public_url)"
+            );
+            Err(empty(403))
+        }
+    }
+}
+
+/// `POST /twilio/voice`: an incoming call.
+pub async fn voice(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    let (account, params) = match signed_form(&app, req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let hook = match tw::VoiceWebhook::from_params(&params) {
+        Ok(h) => h,
+        Err(e) => {
+            warn!(error = %e, "twilio voice webhook without the fields a call needs");
+            return text(400, "missing CallSid, From or To\n");
+        }
+    };
+    let from = mask_number(&hook.from);
+    let to = mask_number(&hook.to);
+    if app.is_draining() {
+        Metrics::inc(&app.metrics.calls_rejected_busy);
+        info!(call_sid = %hook.call_sid, %from, %to, "call refused: draining");
+        return xml(tw::twiml_reject(Some("busy")));
+    }
+    let Some(number) = app
+        .config
+        .numbers
+        .iter()
+        .find(|n| n.number == hook.to && n.carrier == account.name)
+    else {
+        Metrics::inc(&app.metrics.calls_rejected_unknown_number);
+        info!(call_sid = %hook.call_sid, %from, %to, "call refused: number not in [[numbers]]");
+        return xml(tw::twiml_reject(None));
+    };
+    if !number.allowed_callers.is_empty() && !number.allowed_callers.contains(&hook.from) {
+        Metrics::inc(&app.metrics.calls_rejected_caller);
+        info!(call_sid = %hook.call_sid, %from, %to, "call refused: caller not in allowed_callers");
+        return xml(tw::twiml_reject(Some("rejected")));
+    }
+    let (Some(agent), Some(providers)) = (
+        app.config.agents.get(&number.agent),
+        app.config
+            .agents
+            .get(&number.agent)
+            .and_then(|a| app.providers.for_agent(a)),
+    ) else {
+        warn!(agent = %number.agent, "call refused: the agent's providers are not available");
+        return xml(tw::twiml_reject(None));
+    };
+    let setup = CallSetup {
+        call_id: hook.call_sid.clone(),
+        carrier: CarrierKind::Twilio,
+        carrier_account: account.name.clone(),
+        from: hook.from.clone(),
+        to: hook.to.clone(),
+        agent_name: number.agent.clone(),
+        agent: Arc::new(agent.clone()),
+        providers,
+        attach_timeout: super::MEDIA_TOKEN_TTL,
+        media_timeout: Duration::from_secs(30),
+    };
+    match actor::start(setup, app.calls.clone(), app.config.server.max_calls) {
+        Ok(_) => {}
+        Err(crate::call::registry::InsertError::Full) => {
+            Metrics::inc(&app.metrics.calls_rejected_busy);
+            info!(call_sid = %hook.call_sid, %from, %to, "call refused: max_calls reached");
+            return xml(tw::twiml_reject(Some("busy")));
+        }
+        Err(crate::call::registry::InsertError::Duplicate) => {
+            info!(call_sid = %hook.call_sid, "repeated webhook for a live call");
+        }
+    }
+    Metrics::inc(&app.metrics.calls_accepted);
+    let token = app.tokens.mint(&hook.call_sid);
+    let stream_url = format!("{}/twilio/media", ws_base(&app.config.server.public_url));
+    info!(call_sid = %hook.call_sid, %from, %to, agent = %number.agent, "call accepted");
+    xml(tw::twiml_connect_stream(&stream_url, &[("token", &token)], None))
+}
+
+/// `public_url` with its scheme turned into the WebSocket one.
+pub fn ws_base(public_url: &str) -> String {
+    let u = public_url.trim_end_matches('/');
+    if let Some(rest) = u.strip_prefix("https://") {
+        format!("wss://{rest}")
+    } else if let Some(rest) = u.strip_prefix("http://") {
+        format!("ws://{rest}")
+    } else {
+        u.to_string()
+    }
+}
+
+/// `POST /twilio/status`: how a call ended (or progressed).
+pub async fn status(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    let (_account, params) = match signed_form(&app, req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let get = |k: &str| {
+        params
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("")
+    };
+    let call_sid = get("CallSid");
+    let status = get("CallStatus");
+    info!(call_sid, status, duration_s = get("CallDuration"), "twilio call status");
+    if matches!(status, "completed" | "busy" | "failed" | "no-answer" | "canceled") {
+        if let Some(h) = app.calls.get(call_sid) {
+            let _ = h.hang_up(&format!("carrier reported {status}"));
+        }
+    }
+    empty(204)
+}
+
+/// `WS /twilio/media`: Twilio's Media Streams socket.
+pub async fn media(app: Arc<App>, mut req: Request<Incoming>) -> Response<Body> {
+    if app.twilio.accounts.is_empty() {
+        return not_configured();
+    }
+    if !fastwebsockets::upgrade::is_upgrade_request(&req) {
+        return text(400, "expected a WebSocket upgrade\n");
+    }
+    let (resp, fut) = match fastwebsockets::upgrade::upgrade(&mut req) {
+        Ok(x) => x,
+        Err(e) => {
+            warn!(error = %e, "bad WebSocket upgrade on /twilio/media");
+            return text(400, "bad WebSocket upgrade\n");
+        }
+    };
+    tokio::spawn(async move {
+        match fut.await {
+            Ok(ws) => media::serve(app, ws, TwilioCodec::new(), TokenSource::StartParameter).await,
+            Err(e) => warn!(error = %e, "WebSocket upgrade on /twilio/media failed"),
+        }
+    });
+    let (parts, _) = resp.into_parts();
+    Response::from_parts(parts, Body::default())
+}
