@@ -171,6 +171,8 @@ fn expected_in_words(expected: &str) -> String {
         "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number".into(),
         "f32" | "f64" => "a number".into(),
         "a boolean" | "bool" => "true or false".into(),
+        "a sequence" => "an array".into(),
+        "a map" => "a table".into(),
         other => other.to_string(),
     }
 }
@@ -207,7 +209,10 @@ pub fn from_figment(error: &figment::Error, locator: &Locator) -> Problem {
             m
         }
         Kind::MissingField(field) => {
-            format!("{} is missing the required key `{field}`", describe_table(path))
+            format!(
+                "{} is missing the required key `{field}`",
+                describe_table(path)
+            )
         }
         Kind::InvalidType(actual, expected) => format!(
             "{key}: expected {}, found {actual}",
@@ -238,7 +243,10 @@ mod tests {
     #[test]
     fn describes_keys_in_toml_terms() {
         assert_eq!(describe_key(&p(&["server", "listen"])), "[server] listen");
-        assert_eq!(describe_key(&p(&["server", "tls", "key"])), "[server.tls] key");
+        assert_eq!(
+            describe_key(&p(&["server", "tls", "key"])),
+            "[server.tls] key"
+        );
         assert_eq!(
             describe_key(&p(&["llm", "hermes", "api_key"])),
             "[llm.hermes] api_key"

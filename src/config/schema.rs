@@ -429,10 +429,13 @@ pub struct NumberConfig {
 impl Config {
     /// The `[[numbers]]` entry for `number` (E.164; other spellings are normalized first).
     pub fn number(&self, number: &str) -> Option<&NumberConfig> {
-        self.numbers.iter().find(|n| n.number == number).or_else(|| {
-            let normalized = super::validate::normalize_e164(number)?;
-            self.numbers.iter().find(|n| n.number == normalized)
-        })
+        self.numbers
+            .iter()
+            .find(|n| n.number == number)
+            .or_else(|| {
+                let normalized = super::validate::normalize_e164(number)?;
+                self.numbers.iter().find(|n| n.number == normalized)
+            })
     }
 
     /// The agent called `name`.
@@ -455,7 +458,7 @@ impl NumberConfig {
         let Some(caller) = super::validate::normalize_e164(caller) else {
             return false;
         };
-        self.allowed_callers.iter().any(|c| *c == caller)
+        self.allowed_callers.contains(&caller)
     }
 
     /// Whether this number may call `destination`: only destinations matching an

@@ -421,7 +421,10 @@ mod tests {
                 SubstError::Missing("B".into())
             ])
         );
-        assert_eq!(substitute("${SET", &env), Err(vec![SubstError::Unterminated]));
+        assert_eq!(
+            substitute("${SET", &env),
+            Err(vec![SubstError::Unterminated])
+        );
         assert_eq!(
             substitute("${1X}", &env),
             Err(vec![SubstError::BadName("1X".into())])
@@ -442,7 +445,10 @@ mod tests {
     fn env_overrides_nest_and_skip_unqualified() {
         let mut loc = Locator::default();
         let vars = vec![
-            ("PATTERD_SERVER__LISTEN".to_string(), "0.0.0.0:9000".to_string()),
+            (
+                "PATTERD_SERVER__LISTEN".to_string(),
+                "0.0.0.0:9000".to_string(),
+            ),
             ("PATTERD_API_TOKEN".to_string(), "x".to_string()),
             ("HOME".to_string(), "/root".to_string()),
         ];

@@ -58,7 +58,8 @@ struct Check<'a> {
 impl Check<'_> {
     fn fail(&mut self, parts: &[&str], message: String) {
         let p = path(parts);
-        self.problems.push(Problem::new(self.loc.locate(&p), message));
+        self.problems
+            .push(Problem::new(self.loc.locate(&p), message));
     }
 
     fn url(&mut self, parts: &[&str], value: &str, schemes: &[&str], example: &str) {
@@ -84,7 +85,13 @@ impl Check<'_> {
         }
     }
 
-    fn reference<T>(&mut self, parts: &[&str], section: &str, name: &str, defined: &BTreeMap<String, T>) {
+    fn reference<T>(
+        &mut self,
+        parts: &[&str],
+        section: &str,
+        name: &str,
+        defined: &BTreeMap<String, T>,
+    ) {
         if defined.contains_key(name) {
             return;
         }
@@ -168,7 +175,10 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         );
     }
     c.at_least_one(&["server", "max_calls"], server.max_calls as u64);
-    c.at_least_one(&["server", "max_connections"], server.max_connections as u64);
+    c.at_least_one(
+        &["server", "max_connections"],
+        server.max_connections as u64,
+    );
     c.at_least_one(&["server", "max_body_bytes"], server.max_body_bytes as u64);
     c.at_least_one(&["server", "header_timeout_s"], server.header_timeout_s);
     if let Some(tls) = &server.tls {
@@ -208,7 +218,10 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         if let Some(t) = llm.timeout_s {
             c.at_least_one(&["llm", name, "timeout_s"], t);
         }
-        c.at_least_one(&["llm", name, "first_token_timeout_s"], llm.first_token_timeout_s);
+        c.at_least_one(
+            &["llm", name, "first_token_timeout_s"],
+            llm.first_token_timeout_s,
+        );
         c.at_least_one(&["llm", name, "connect_timeout_s"], llm.connect_timeout_s);
     }
     for (name, stt) in &config.stt {
@@ -254,7 +267,9 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         if !after.is_finite() || after < 0.0 {
             c.fail(
                 &["agents", name, "long_turn_message_after_s"],
-                format!("[agents.{name}] long_turn_message_after_s = {after} must be 0 or more seconds"),
+                format!(
+                    "[agents.{name}] long_turn_message_after_s = {after} must be 0 or more seconds"
+                ),
             );
         }
         c.at_least_one(&["agents", name, "max_duration_s"], agent.max_duration_s);
@@ -392,8 +407,14 @@ mod tests {
             normalize_e164("+1 (555) 000-1234").as_deref(),
             Some("+15550001234")
         );
-        assert_eq!(normalize_e164("15550001234").as_deref(), Some("+15550001234"));
-        assert_eq!(normalize_e164("0044207123456").as_deref(), Some("+44207123456"));
+        assert_eq!(
+            normalize_e164("15550001234").as_deref(),
+            Some("+15550001234")
+        );
+        assert_eq!(
+            normalize_e164("0044207123456").as_deref(),
+            Some("+44207123456")
+        );
         assert_eq!(normalize_e164("555-1234"), None);
         assert_eq!(normalize_e164("anonymous"), None);
     }
