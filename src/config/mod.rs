@@ -1,12 +1,25 @@
-//! Configuration: the `patter.toml` schema ([`schema`]), loading it (file, `${VAR}`
-//! substitution, `PATTERD_<SECTION>__<KEY>` environment overrides via figment) and validating it
-//! into errors a user can act on, each naming the file, the line and what to do.
+//! Configuration: the `patter.toml` schema ([`schema`]), loading it and checking it. Loading
+//! reads the TOML file, replaces `${VAR}` / `${VAR:-default}` inside string values, applies
+//! `PATTERD_<SECTION>__<KEY>` environment overrides (figment), deserializes, then validates
+//! cross-references and values. Every error names the file and line (or the environment
+//! variable) and says what to do; unconfigured carriers and providers are warnings.
 
+mod error;
 pub mod schema;
+mod source;
+pub mod validate;
 
+pub use error::{ConfigError, Problem};
 pub use schema::*;
+pub use source::{ENV_PREFIX, ENV_SEPARATOR, SubstError, substitute};
+pub use validate::{is_e164, is_e164_prefix, normalize_e164};
 
 use std::path::Path;
+
+use figment::value::{Dict, Map};
+use figment::{Figment, Metadata, Profile, Provider};
+
+use source::Locator;
 
 /// A configuration that loaded, with the warnings it produced (unconfigured carriers and
 /// providers). `check --strict` turns warnings into errors.
@@ -16,32 +29,130 @@ pub struct LoadedConfig {
     pub warnings: Vec<String>,
 }
 
-/// Why a configuration could not be loaded. The message is meant for the user.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
-
-/// Loads and validates the configuration file at `path`, reading the process environment.
+/// Loads and validates the configuration file at `path`, reading the process environment
+/// for `${VAR}` references and `PATTERD_<SECTION>__<KEY>` overrides.
 pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError(format!("{}: cannot read: {e}", path.display())))?;
-    load_str(&text, &path.display().to_string(), &|k| std::env::var(k).ok())
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let vars: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    load_str_with_env_overrides(
+        &text,
+        &path.display().to_string(),
+        &|k| std::env::var(k).ok(),
+        &vars,
+    )
 }
 
-/// Loads and validates configuration text. `origin` names it in errors; `env` looks up
-/// environment variables (tests pass their own).
+/// Loads and validates configuration text without environment overrides. `origin` names it
+/// in messages (usually the file name); `env` looks up `${VAR}` references.
 pub fn load_str(
     text: &str,
     origin: &str,
-    _env: &dyn Fn(&str) -> Option<String>,
+    env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<LoadedConfig, ConfigError> {
-    use figment::Figment;
-    use figment::providers::{Format, Toml};
-    let config: Config = Figment::from(Toml::string(text))
-        .extract()
-        .map_err(|e| ConfigError(format!("{origin}: {e}")))?;
-    Ok(LoadedConfig {
-        config,
-        warnings: Vec::new(),
-    })
+    load_str_with_env_overrides(text, origin, env, &[])
+}
+
+/// As [`load_str`], with one explicit environment (name, value pairs) used both for `${VAR}`
+/// references and for `PATTERD_<SECTION>__<KEY>` overrides. Tests use this instead of
+/// touching the process environment.
+pub fn load_str_with_vars(
+    text: &str,
+    origin: &str,
+    vars: &[(&str, &str)],
+) -> Result<LoadedConfig, ConfigError> {
+    let owned: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let lookup = |k: &str| {
+        vars.iter()
+            .find(|(name, _)| *name == k)
+            .map(|(_, v)| v.to_string())
+    };
+    load_str_with_env_overrides(text, origin, &lookup, &owned)
+}
+
+/// The full loader: `text` (named `origin` in messages), `${VAR}` looked up through `env`,
+/// then the overrides among `overrides` (all environment variables may be passed; only
+/// `PATTERD_<SECTION>__<KEY>` ones are used) merged over the file.
+pub fn load_str_with_env_overrides(
+    text: &str,
+    origin: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    overrides: &[(String, String)],
+) -> Result<LoadedConfig, ConfigError> {
+    let file = source::parse_file(text, origin, env)?;
+    let mut locator = file.locator;
+    let env_dict = source::env_overrides(overrides, &mut locator);
+
+    let figment = Figment::new()
+        .merge(DictProvider {
+            name: origin.to_string(),
+            dict: file.dict,
+        })
+        .merge(DictProvider {
+            name: format!("`{ENV_PREFIX}` environment variables"),
+            dict: env_dict,
+        });
+    let config: Config = figment.extract_lossy().map_err(|e| {
+        ConfigError::Invalid(
+            e.into_iter()
+                .map(|e| error::from_figment(&e, &locator))
+                .collect(),
+        )
+    })?;
+
+    let problems = validate::validate(&config, &locator);
+    if !problems.is_empty() {
+        return Err(ConfigError::Invalid(problems));
+    }
+    let warnings = validate::warnings(&config);
+    Ok(LoadedConfig { config, warnings })
+}
+
+/// Validates a configuration built in code (no file, so no line numbers).
+pub fn validate_config(config: &Config) -> Result<(), ConfigError> {
+    let problems = validate::validate(config, &Locator::default());
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(problems))
+    }
+}
+
+/// The warnings [`load`] would report for `config` (unconfigured carriers and providers).
+pub fn unconfigured_warnings(config: &Config) -> Vec<String> {
+    validate::warnings(config)
+}
+
+/// The effective configuration as TOML, for `patterd check`: defaults filled in, overrides
+/// applied, every secret shown as `***` (or `""` when unset).
+pub fn render_effective(config: &Config) -> String {
+    match toml::to_string_pretty(config) {
+        Ok(body) => format!(
+            "# Effective patterd configuration (defaults applied, secrets shown as \"***\")\n\n{body}"
+        ),
+        Err(e) => format!("# cannot render the effective configuration: {e}\n"),
+    }
+}
+
+/// A figment provider over an already-built dictionary, named for figment's metadata.
+struct DictProvider {
+    name: String,
+    dict: Dict,
+}
+
+impl Provider for DictProvider {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(self.name.clone())
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(Profile::Default.collect(self.dict.clone()))
+    }
 }

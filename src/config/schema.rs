@@ -425,3 +425,50 @@ pub struct NumberConfig {
     #[serde(default)]
     pub allowed_destinations: Vec<String>,
 }
+
+impl Config {
+    /// The `[[numbers]]` entry for `number` (E.164; other spellings are normalized first).
+    pub fn number(&self, number: &str) -> Option<&NumberConfig> {
+        self.numbers
+            .iter()
+            .find(|n| n.number == number)
+            .or_else(|| {
+                let normalized = super::validate::normalize_e164(number)?;
+                self.numbers.iter().find(|n| n.number == normalized)
+            })
+    }
+
+    /// The agent called `name`.
+    pub fn agent(&self, name: &str) -> Option<&AgentConfig> {
+        self.agents.get(name)
+    }
+
+    /// The carrier account called `name`.
+    pub fn carrier(&self, name: &str) -> Option<&CarrierConfig> {
+        self.carriers.get(name)
+    }
+}
+
+impl NumberConfig {
+    /// Whether `caller` may call this number: everyone when `allowed_callers` is empty.
+    pub fn allows_caller(&self, caller: &str) -> bool {
+        if self.allowed_callers.is_empty() {
+            return true;
+        }
+        let Some(caller) = super::validate::normalize_e164(caller) else {
+            return false;
+        };
+        self.allowed_callers.contains(&caller)
+    }
+
+    /// Whether this number may call `destination`: only destinations matching an
+    /// `allowed_destinations` entry (a number or a prefix); none when the list is empty.
+    pub fn allows_destination(&self, destination: &str) -> bool {
+        let Some(destination) = super::validate::normalize_e164(destination) else {
+            return false;
+        };
+        self.allowed_destinations
+            .iter()
+            .any(|prefix| destination.starts_with(prefix.as_str()))
+    }
+}

@@ -1,0 +1,432 @@
+//! Checks a configuration that deserialized cleanly but may still be wrong: cross-references
+//! (agents → llm/stt/tts, numbers → carriers/agents), E.164 numbers, the listener and its API
+//! token, URLs and limits. Every problem is collected, not just the first. Also the warnings
+//! for unconfigured carriers and providers, and the E.164 helpers the rest of the daemon uses.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+
+use super::error::{Problem, describe_key, suggest};
+use super::schema::Config;
+use super::source::Locator;
+
+/// True when `s` is an E.164 number: `+`, then 8 to 15 digits, the first not `0`.
+pub fn is_e164(s: &str) -> bool {
+    let Some(digits) = s.strip_prefix('+') else {
+        return false;
+    };
+    (8..=15).contains(&digits.len())
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && !digits.starts_with('0')
+}
+
+/// True when `s` is an E.164 prefix (for `allowed_destinations`): `+` then 1 to 15 digits.
+pub fn is_e164_prefix(s: &str) -> bool {
+    let Some(digits) = s.strip_prefix('+') else {
+        return false;
+    };
+    (1..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Normalizes a number as carriers and people write it (`+1 (555) 000-1234`, `0044…`,
+/// Plivo's `15550001234`) to E.164, or `None` when it cannot be one.
+pub fn normalize_e164(s: &str) -> Option<String> {
+    let cleaned: String = s
+        .trim()
+        .chars()
+        .filter(|c| !matches!(c, ' ' | '-' | '.' | '(' | ')' | '\t'))
+        .collect();
+    let candidate = if let Some(rest) = cleaned.strip_prefix("00") {
+        format!("+{rest}")
+    } else if cleaned.starts_with('+') {
+        cleaned
+    } else {
+        format!("+{cleaned}")
+    };
+    is_e164(&candidate).then_some(candidate)
+}
+
+fn path(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+struct Check<'a> {
+    loc: &'a Locator,
+    problems: Vec<Problem>,
+}
+
+impl Check<'_> {
+    fn fail(&mut self, parts: &[&str], message: String) {
+        let p = path(parts);
+        self.problems
+            .push(Problem::new(self.loc.locate(&p), message));
+    }
+
+    fn url(&mut self, parts: &[&str], value: &str, schemes: &[&str], example: &str) {
+        let ok = url::Url::parse(value)
+            .map(|u| schemes.contains(&u.scheme()) && u.host_str().is_some_and(|h| !h.is_empty()))
+            .unwrap_or(false);
+        if !ok {
+            let key = describe_key(&path(parts));
+            self.fail(
+                parts,
+                format!(
+                    "{key} = {value:?} is not an absolute {} URL (e.g. {example})",
+                    schemes.join("/")
+                ),
+            );
+        }
+    }
+
+    fn at_least_one(&mut self, parts: &[&str], value: u64) {
+        if value == 0 {
+            let key = describe_key(&path(parts));
+            self.fail(parts, format!("{key} must be at least 1"));
+        }
+    }
+
+    fn reference<T>(
+        &mut self,
+        parts: &[&str],
+        section: &str,
+        name: &str,
+        defined: &BTreeMap<String, T>,
+    ) {
+        if defined.contains_key(name) {
+            return;
+        }
+        let key = describe_key(&path(parts));
+        let mut m = format!("{key} = {name:?} names no [{section}.{name}] section; ");
+        if defined.is_empty() {
+            m.push_str(&format!("no [{section}.*] section is defined"));
+        } else {
+            let names: Vec<&str> = defined.keys().map(String::as_str).collect();
+            m.push_str(&format!("defined {section}: {}", names.join(", ")));
+            if let Some(s) = suggest(name, names.iter().copied()) {
+                m.push_str(&format!("; did you mean `{s}`?"));
+            }
+        }
+        self.fail(parts, m);
+    }
+}
+
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks `log.level`: a level, or a tracing filter with directives.
+fn check_log_level(level: &str) -> Result<(), String> {
+    let trimmed = level.trim();
+    if trimmed.is_empty() {
+        return Err("is empty".into());
+    }
+    let plain_word = trimmed
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if plain_word && !LEVELS.contains(&trimmed.to_ascii_lowercase().as_str()) {
+        let mut m = format!("is not a level ({})", LEVELS.join(", "));
+        if let Some(s) = suggest(&trimmed.to_ascii_lowercase(), LEVELS) {
+            m.push_str(&format!("; did you mean `{s}`?"));
+        }
+        return Err(m);
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(trimmed)
+        .map(|_| ())
+        .map_err(|e| format!("is not a valid tracing filter ({e})"))
+}
+
+/// Every problem with `config`, located through `loc`.
+pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
+    let mut c = Check {
+        loc,
+        problems: Vec::new(),
+    };
+    let server = &config.server;
+
+    match server.listen.trim().parse::<SocketAddr>() {
+        Err(_) => c.fail(
+            &["server", "listen"],
+            format!(
+                "[server] listen = {:?} is not a socket address; write IP:port, e.g. \
+                 127.0.0.1:8080 or [::1]:8080",
+                server.listen
+            ),
+        ),
+        Ok(addr) if !addr.ip().is_loopback() && server.api_token.is_empty() => c.fail(
+            &["server", "listen"],
+            format!(
+                "[server] listen = {:?} is reachable from the network but [server] api_token \
+                 is empty, which would leave /v1 and /mcp open; set api_token = \
+                 \"${{PATTERD_API_TOKEN}}\" or listen on 127.0.0.1",
+                server.listen
+            ),
+        ),
+        Ok(_) => {}
+    }
+    c.url(
+        &["server", "public_url"],
+        &server.public_url,
+        &["http", "https"],
+        "https://voice.example.com",
+    );
+    if server.data_dir.as_os_str().is_empty() {
+        c.fail(
+            &["server", "data_dir"],
+            "[server] data_dir is empty; give a writable directory".into(),
+        );
+    }
+    c.at_least_one(&["server", "max_calls"], server.max_calls as u64);
+    c.at_least_one(
+        &["server", "max_connections"],
+        server.max_connections as u64,
+    );
+    c.at_least_one(&["server", "max_body_bytes"], server.max_body_bytes as u64);
+    c.at_least_one(&["server", "header_timeout_s"], server.header_timeout_s);
+    if let Some(tls) = &server.tls {
+        for (key, value) in [("cert", &tls.cert), ("key", &tls.key)] {
+            if value.as_os_str().is_empty() {
+                c.fail(
+                    &["server", "tls", key],
+                    format!("[server.tls] {key} is empty; give the path of a PEM file"),
+                );
+            }
+        }
+    }
+
+    if let Err(why) = check_log_level(&config.log.level) {
+        c.fail(
+            &["log", "level"],
+            format!("[log] level = {:?} {why}", config.log.level),
+        );
+    }
+
+    for (name, llm) in &config.llm {
+        c.url(
+            &["llm", name, "base_url"],
+            &llm.base_url,
+            &["http", "https"],
+            "http://127.0.0.1:8642/v1",
+        );
+        if llm.session_key.is_some() && llm.session_key_from.is_some() {
+            c.fail(
+                &["llm", name, "session_key"],
+                format!(
+                    "[llm.{name}] sets both session_key and session_key_from; keep one \
+                     (a fixed key, or one derived from the caller)"
+                ),
+            );
+        }
+        if let Some(t) = llm.timeout_s {
+            c.at_least_one(&["llm", name, "timeout_s"], t);
+        }
+        c.at_least_one(
+            &["llm", name, "first_token_timeout_s"],
+            llm.first_token_timeout_s,
+        );
+        c.at_least_one(&["llm", name, "connect_timeout_s"], llm.connect_timeout_s);
+    }
+    for (name, stt) in &config.stt {
+        c.url(
+            &["stt", name, "base_url"],
+            &stt.base_url,
+            &["http", "https", "ws", "wss"],
+            "wss://api.deepgram.com",
+        );
+    }
+    for (name, tts) in &config.tts {
+        c.url(
+            &["tts", name, "base_url"],
+            &tts.base_url,
+            &["http", "https", "ws", "wss"],
+            "https://api.elevenlabs.io",
+        );
+        if let Some(l) = tts.optimize_streaming_latency
+            && l > 4
+        {
+            c.fail(
+                &["tts", name, "optimize_streaming_latency"],
+                format!("[tts.{name}] optimize_streaming_latency = {l} is out of range 0 to 4"),
+            );
+        }
+    }
+    for (name, carrier) in &config.carriers {
+        if let Some(u) = &carrier.api_base_url {
+            c.url(
+                &["carriers", name, "api_base_url"],
+                u,
+                &["http", "https"],
+                carrier.api_base(),
+            );
+        }
+    }
+
+    for (name, agent) in &config.agents {
+        c.reference(&["agents", name, "llm"], "llm", &agent.llm, &config.llm);
+        c.reference(&["agents", name, "stt"], "stt", &agent.stt, &config.stt);
+        c.reference(&["agents", name, "tts"], "tts", &agent.tts, &config.tts);
+        let after = agent.long_turn_message_after_s;
+        if !after.is_finite() || after < 0.0 {
+            c.fail(
+                &["agents", name, "long_turn_message_after_s"],
+                format!(
+                    "[agents.{name}] long_turn_message_after_s = {after} must be 0 or more seconds"
+                ),
+            );
+        }
+        c.at_least_one(&["agents", name, "max_duration_s"], agent.max_duration_s);
+    }
+
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, number) in config.numbers.iter().enumerate() {
+        let idx = i.to_string();
+        let entry = format!("[[numbers]] entry {}", i + 1);
+        if !is_e164(&number.number) {
+            c.fail(
+                &["numbers", &idx, "number"],
+                format!(
+                    "{entry} number = {:?} is not E.164: write + then the country code and \
+                     number, 8 to 15 digits, e.g. +15550001234",
+                    number.number
+                ),
+            );
+        } else if let Some(first) = seen.insert(&number.number, i) {
+            let first_at = loc
+                .exact_line(&path(&["numbers", &first.to_string(), "number"]))
+                .map(|l| format!(" (line {l})"))
+                .unwrap_or_default();
+            c.fail(
+                &["numbers", &idx, "number"],
+                format!(
+                    "{entry} number {} is already configured by [[numbers]] entry {}{first_at}; \
+                     each number may appear once",
+                    number.number,
+                    first + 1
+                ),
+            );
+            // Keep pointing later duplicates at the first entry.
+            seen.insert(&number.number, first);
+        }
+        c.reference(
+            &["numbers", &idx, "carrier"],
+            "carriers",
+            &number.carrier,
+            &config.carriers,
+        );
+        c.reference(
+            &["numbers", &idx, "agent"],
+            "agents",
+            &number.agent,
+            &config.agents,
+        );
+        for (j, caller) in number.allowed_callers.iter().enumerate() {
+            if !is_e164(caller) {
+                c.fail(
+                    &["numbers", &idx, "allowed_callers", &j.to_string()],
+                    format!(
+                        "{entry} allowed_callers contains {caller:?}, which is not an E.164 \
+                         number (e.g. +15550001234)"
+                    ),
+                );
+            }
+        }
+        for (j, dest) in number.allowed_destinations.iter().enumerate() {
+            if !is_e164_prefix(dest) {
+                c.fail(
+                    &["numbers", &idx, "allowed_destinations", &j.to_string()],
+                    format!(
+                        "{entry} allowed_destinations contains {dest:?}, which is not an E.164 \
+                         number or prefix (+ then 1 to 15 digits, e.g. +1555 or +15550001234)"
+                    ),
+                );
+            }
+        }
+    }
+    c.problems
+}
+
+/// One line per carrier or provider that is present but lacks its credentials.
+pub(crate) fn warnings(config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, carrier) in &config.carriers {
+        let missing = carrier.missing_credentials();
+        if !missing.is_empty() {
+            out.push(format!(
+                "carriers.{name} is unconfigured ({} empty): its routes answer 503 until configured",
+                missing.join(", ")
+            ));
+        }
+    }
+    for (name, llm) in &config.llm {
+        if llm.api_key.is_empty() {
+            out.push(format!(
+                "llm.{name} is unconfigured (api_key empty): requests to {} carry no bearer \
+                 token and will be refused if the server requires one",
+                llm.base_url
+            ));
+        }
+    }
+    for (name, stt) in &config.stt {
+        if stt.api_key.is_empty() {
+            out.push(format!(
+                "stt.{name} is unconfigured (api_key empty): calls to agents using it fail until configured"
+            ));
+        }
+    }
+    for (name, tts) in &config.tts {
+        if tts.api_key.is_empty() {
+            out.push(format!(
+                "tts.{name} is unconfigured (api_key empty): calls to agents using it fail until configured"
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e164() {
+        assert!(is_e164("+15550001234"));
+        assert!(is_e164("+44207123456"));
+        assert!(!is_e164("15550001234"));
+        assert!(!is_e164("555-1234"));
+        assert!(!is_e164("+0555000123"));
+        assert!(!is_e164("+1234567"));
+        assert!(!is_e164("+1234567890123456"));
+        assert!(!is_e164("+1555000123a"));
+        assert!(is_e164_prefix("+1"));
+        assert!(is_e164_prefix("+1555"));
+        assert!(!is_e164_prefix("+"));
+        assert!(!is_e164_prefix("1555"));
+    }
+
+    #[test]
+    fn normalizes() {
+        assert_eq!(
+            normalize_e164("+1 (555) 000-1234").as_deref(),
+            Some("+15550001234")
+        );
+        assert_eq!(
+            normalize_e164("15550001234").as_deref(),
+            Some("+15550001234")
+        );
+        assert_eq!(
+            normalize_e164("0044207123456").as_deref(),
+            Some("+44207123456")
+        );
+        assert_eq!(normalize_e164("555-1234"), None);
+        assert_eq!(normalize_e164("anonymous"), None);
+    }
+
+    #[test]
+    fn log_levels() {
+        assert!(check_log_level("info").is_ok());
+        assert!(check_log_level("DEBUG").is_ok());
+        assert!(check_log_level("patterd=debug,hyper=warn").is_ok());
+        assert!(check_log_level("").is_err());
+        let e = check_log_level("infoo").unwrap_err();
+        assert!(e.contains("did you mean `info`"), "{e}");
+        assert!(check_log_level("patterd=loud").is_err());
+    }
+}

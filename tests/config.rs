@@ -1,0 +1,580 @@
+//! Integration tests for configuration loading: every error message is checked for what the
+//! user needs (file, line, key, suggestion, variable name); environments are injected, never
+//! taken from the process.
+
+use patterd::config::{self, ConfigError, LoadedConfig};
+
+const ORIGIN: &str = "patter.toml";
+
+/// A small valid configuration; tests append to it or replace parts.
+const BASE: &str = r#"[server]
+listen = "127.0.0.1:8080"
+public_url = "https://voice.example.com"
+
+[llm.hermes]
+kind = "hermes"
+api_key = "k"
+
+[stt.deepgram]
+kind = "deepgram"
+api_key = "k"
+
+[tts.elevenlabs]
+kind = "elevenlabs"
+api_key = "k"
+
+[carriers.twilio]
+kind = "twilio"
+account_sid = "AC123"
+auth_token = "tok"
+
+[agents.front-desk]
+llm = "hermes"
+stt = "deepgram"
+tts = "elevenlabs"
+
+[[numbers]]
+number = "+15550001234"
+carrier = "twilio"
+agent = "front-desk"
+"#;
+
+fn load(text: &str) -> Result<LoadedConfig, ConfigError> {
+    config::load_str_with_vars(text, ORIGIN, &[])
+}
+
+fn load_err(text: &str) -> String {
+    match load(text) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn load_err_env(text: &str, vars: &[(&str, &str)]) -> String {
+    match config::load_str_with_vars(text, ORIGIN, vars) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The 1-based line of the first line of `text` containing `needle`.
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .map(|i| i + 1)
+        .unwrap_or_else(|| panic!("{needle:?} not in text"))
+}
+
+#[test]
+fn base_loads_without_warnings() {
+    let loaded = load(BASE).expect("base config loads");
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    assert!(loaded.config.number("+15550001234").is_some());
+    assert!(loaded.config.agent("front-desk").is_some());
+}
+
+#[test]
+fn unknown_key_suggests_nearest_with_line() {
+    let text = "[server]\nlisen = \"127.0.0.1:8080\"\n";
+    let err = load_err(text);
+    assert_eq!(
+        err,
+        "patter.toml:2: unknown key `lisen` in [server]; did you mean `listen`?"
+    );
+}
+
+#[test]
+fn unknown_key_in_agent_table() {
+    let text = BASE.replace(
+        "tts = \"elevenlabs\"\n",
+        "tts = \"elevenlabs\"\nfirst_mesage = \"hi\"\n",
+    );
+    let err = load_err(&text);
+    let line = line_of(&text, "first_mesage");
+    assert!(
+        err.contains(&format!(
+            "patter.toml:{line}: unknown key `first_mesage` in [agents.front-desk]"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `first_message`?"), "{err}");
+}
+
+#[test]
+fn unknown_key_in_numbers_entry() {
+    let text = format!(
+        "{BASE}\n[[numbers]]\nnumber = \"+15550009999\"\ncarrier = \"twilio\"\nagnet = \"front-desk\"\n"
+    );
+    let err = load_err(&text);
+    let line = line_of(&text, "agnet");
+    assert!(
+        err.contains(&format!(
+            "patter.toml:{line}: unknown key `agnet` in [[numbers]] entry 2"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `agent`?"), "{err}");
+}
+
+#[test]
+fn unknown_key_in_nested_tls_table() {
+    let text = BASE.replace(
+        "[llm.hermes]",
+        "[server.tls]\ncert = \"c.pem\"\nkye = \"k.pem\"\n\n[llm.hermes]",
+    );
+    let err = load_err(&text);
+    let line = line_of(&text, "kye");
+    assert!(
+        err.contains(&format!(
+            "patter.toml:{line}: unknown key `kye` in [server.tls]; did you mean `key`?"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_section_at_top_level() {
+    let text = format!("{BASE}\n[sever]\nx = 1\n");
+    let err = load_err(&text);
+    let line = line_of(&text, "[sever]");
+    assert!(
+        err.contains(&format!(
+            "patter.toml:{line}: unknown key `sever` at the top level; did you mean `server`?"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn invalid_enum_value_lists_allowed_values() {
+    let text = BASE.replace("kind = \"hermes\"", "kind = \"hermez\"");
+    let err = load_err(&text);
+    let line = line_of(&text, "hermez");
+    assert!(
+        err.starts_with(&format!("patter.toml:{line}: [llm.hermes] kind")),
+        "{err}"
+    );
+    assert!(err.contains("`openai_compatible`"), "{err}");
+    assert!(err.contains("did you mean `hermes`?"), "{err}");
+}
+
+#[test]
+fn wrong_type_names_key_and_line() {
+    let text = BASE.replace(
+        "public_url = \"https://voice.example.com\"",
+        "public_url = \"https://voice.example.com\"\nmax_calls = \"lots\"",
+    );
+    let err = load_err(&text);
+    let line = line_of(&text, "max_calls");
+    assert!(
+        err.starts_with(&format!("patter.toml:{line}: [server] max_calls: expected")),
+        "{err}"
+    );
+    assert!(err.contains("\"lots\""), "{err}");
+}
+
+#[test]
+fn missing_required_key_points_at_table_header() {
+    let text = BASE.replace("stt = \"deepgram\"\n", "");
+    let err = load_err(&text);
+    let line = line_of(&text, "[agents.front-desk]");
+    assert_eq!(
+        err,
+        format!("patter.toml:{line}: [agents.front-desk] is missing the required key `stt`")
+    );
+}
+
+#[test]
+fn syntax_error_has_line_and_column() {
+    let text = "[server]\nlisten = \"127.0.0.1:8080\n";
+    let err = load_err(text);
+    assert!(err.starts_with("patter.toml:2:"), "{err}");
+    assert!(err.contains("TOML syntax error"), "{err}");
+}
+
+#[test]
+fn missing_variable_names_variable_key_and_line() {
+    let text = BASE.replace(
+        "api_key = \"k\"\n\n[stt",
+        "api_key = \"${API_SERVER_KEY}\"\n\n[stt",
+    );
+    let err = load_err(&text);
+    let line = line_of(&text, "API_SERVER_KEY");
+    assert_eq!(
+        err,
+        format!(
+            "patter.toml:{line}: [llm.hermes] api_key needs environment variable \
+             API_SERVER_KEY, which is not set (use ${{API_SERVER_KEY:-}} to make it optional)"
+        )
+    );
+}
+
+#[test]
+fn variable_default_is_used_when_unset() {
+    let text = BASE.replace(
+        "public_url = \"https://voice.example.com\"",
+        "public_url = \"${PUBLIC:-https://default.example.com}\"\ndata_dir = \"${DIR:-}x\"",
+    );
+    let loaded = load(&text).expect("loads");
+    assert_eq!(
+        loaded.config.server.public_url,
+        "https://default.example.com"
+    );
+    assert_eq!(loaded.config.server.data_dir.to_str(), Some("x"));
+}
+
+#[test]
+fn variable_present_is_substituted() {
+    let text = BASE
+        .replace(
+            "api_key = \"k\"\n\n[stt",
+            "api_key = \"${API_SERVER_KEY}\"\n\n[stt",
+        )
+        .replace(
+            "public_url = \"https://voice.example.com\"",
+            "public_url = \"https://${HOST:-nowhere.example}/voice\"",
+        );
+    let loaded = config::load_str_with_vars(
+        &text,
+        ORIGIN,
+        &[("API_SERVER_KEY", "s3cret"), ("HOST", "v.example.org")],
+    )
+    .expect("loads");
+    assert_eq!(loaded.config.llm["hermes"].api_key.expose(), "s3cret");
+    assert_eq!(
+        loaded.config.server.public_url,
+        "https://v.example.org/voice"
+    );
+}
+
+#[test]
+fn substitution_only_through_injected_lookup() {
+    let text = BASE.replace(
+        "api_key = \"k\"\n\n[stt",
+        "api_key = \"${ONLY_HERE}\"\n\n[stt",
+    );
+    let env = |k: &str| (k == "ONLY_HERE").then(|| "v".to_string());
+    let loaded = config::load_str(&text, ORIGIN, &env).expect("loads");
+    assert_eq!(loaded.config.llm["hermes"].api_key.expose(), "v");
+}
+
+#[test]
+fn env_override_applies_and_wins_over_file() {
+    let text = BASE.replace(
+        "listen = \"127.0.0.1:8080\"",
+        "listen = \"127.0.0.1:8080\"\napi_token = \"t\"",
+    );
+    let loaded = config::load_str_with_vars(
+        &text,
+        ORIGIN,
+        &[
+            ("PATTERD_SERVER__LISTEN", "0.0.0.0:9000"),
+            ("PATTERD_LOG__LEVEL", "debug"),
+            ("PATTERD_SERVER__MAX_CALLS", "7"),
+            ("PATTERD_LLM__HERMES__MODEL", "other"),
+            ("PATTERD_API_TOKEN", "not-an-override"),
+        ],
+    )
+    .expect("loads");
+    assert_eq!(loaded.config.server.listen, "0.0.0.0:9000");
+    assert_eq!(loaded.config.log.level, "debug");
+    assert_eq!(loaded.config.server.max_calls, 7);
+    assert_eq!(loaded.config.llm["hermes"].model, "other");
+}
+
+#[test]
+fn env_override_error_names_the_variable() {
+    let err = load_err_env(BASE, &[("PATTERD_SERVER__MAX_CALLS", "lots")]);
+    assert!(
+        err.starts_with("environment variable PATTERD_SERVER__MAX_CALLS: [server] max_calls"),
+        "{err}"
+    );
+    let err = load_err_env(BASE, &[("PATTERD_SERVER__MAX_CALLS", "0")]);
+    assert!(
+        err.contains("PATTERD_SERVER__MAX_CALLS") && err.contains("at least 1"),
+        "{err}"
+    );
+    let err = load_err_env(BASE, &[("PATTERD_SERVER__LISEN", "x")]);
+    assert!(
+        err.contains("PATTERD_SERVER__LISEN") && err.contains("did you mean `listen`?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn agent_naming_undefined_stt_is_reported() {
+    let text = BASE.replace("stt = \"deepgram\"", "stt = \"whisper\"");
+    let err = load_err(&text);
+    let line = line_of(&text, "whisper");
+    assert!(
+        err.starts_with(&format!(
+            "patter.toml:{line}: [agents.front-desk] stt = \"whisper\""
+        )),
+        "{err}"
+    );
+    assert!(err.contains("defined stt: deepgram"), "{err}");
+}
+
+#[test]
+fn number_not_e164_is_named() {
+    let text = BASE.replace("\"+15550001234\"", "\"555-1234\"");
+    let err = load_err(&text);
+    let line = line_of(&text, "555-1234");
+    assert!(
+        err.starts_with(&format!(
+            "patter.toml:{line}: [[numbers]] entry 1 number = \"555-1234\" is not E.164"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn allowed_callers_and_destinations_are_validated() {
+    let text = BASE.replace(
+        "agent = \"front-desk\"\n",
+        "agent = \"front-desk\"\nallowed_callers = [\"+15550002222\", \"5550003333\"]\nallowed_destinations = [\"+1555\", \"1800\"]\n",
+    );
+    let err = load_err(&text);
+    let callers = line_of(&text, "allowed_callers");
+    let dests = line_of(&text, "allowed_destinations");
+    assert!(
+        err.contains(&format!(
+            "patter.toml:{callers}: [[numbers]] entry 1 allowed_callers contains \"5550003333\""
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "patter.toml:{dests}: [[numbers]] entry 1 allowed_destinations contains \"1800\""
+        )),
+        "{err}"
+    );
+    assert!(
+        !err.contains("+1555\""),
+        "a prefix is a valid destination: {err}"
+    );
+}
+
+#[test]
+fn duplicate_numbers_are_reported() {
+    let text = format!(
+        "{BASE}\n[[numbers]]\nnumber = \"+15550001234\"\ncarrier = \"twilio\"\nagent = \"front-desk\"\n"
+    );
+    let err = load_err(&text);
+    let first = line_of(&text, "+15550001234");
+    let second = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("+15550001234"))
+        .map(|(i, _)| i + 1)
+        .nth(1)
+        .expect("two lines");
+    assert!(err.starts_with(&format!("patter.toml:{second}: [[numbers]] entry 2 number +15550001234 is already configured by [[numbers]] entry 1 (line {first})")), "{err}");
+}
+
+#[test]
+fn number_naming_undefined_carrier() {
+    let text = BASE.replace("carrier = \"twilio\"", "carrier = \"telnyx\"");
+    let err = load_err(&text);
+    let line = line_of(&text, "carrier = \"telnyx\"");
+    assert!(err.starts_with(&format!("patter.toml:{line}: [[numbers]] entry 1 carrier = \"telnyx\" names no [carriers.telnyx] section")), "{err}");
+    assert!(err.contains("defined carriers: twilio"), "{err}");
+}
+
+#[test]
+fn non_loopback_listen_needs_api_token() {
+    let text = BASE.replace("127.0.0.1:8080", "0.0.0.0:8080");
+    let err = load_err(&text);
+    assert!(
+        err.starts_with("patter.toml:2: [server] listen = \"0.0.0.0:8080\""),
+        "{err}"
+    );
+    assert!(err.contains("api_token"), "{err}");
+    // With a token it loads.
+    let ok = text.replace(
+        "listen = \"0.0.0.0:8080\"",
+        "listen = \"0.0.0.0:8080\"\napi_token = \"${TOKEN}\"",
+    );
+    config::load_str_with_vars(&ok, ORIGIN, &[("TOKEN", "abc")]).expect("loads with a token");
+}
+
+#[test]
+fn listen_must_be_a_socket_address() {
+    let text = BASE.replace("127.0.0.1:8080", "localhost");
+    let err = load_err(&text);
+    assert!(
+        err.starts_with("patter.toml:2: [server] listen = \"localhost\" is not a socket address"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_public_url_is_reported() {
+    let text = BASE.replace("https://voice.example.com", "voice.example.com");
+    let err = load_err(&text);
+    assert!(err.starts_with("patter.toml:3: [server] public_url = \"voice.example.com\" is not an absolute http/https URL"), "{err}");
+    let text = BASE.replace("https://voice.example.com", "ftp://voice.example.com");
+    assert!(load_err(&text).contains("public_url"));
+}
+
+#[test]
+fn several_errors_are_reported_together() {
+    let text = BASE
+        .replace("127.0.0.1:8080", "0.0.0.0:8080")
+        .replace("https://voice.example.com", "nope")
+        .replace("stt = \"deepgram\"", "stt = \"whisper\"")
+        .replace("\"+15550001234\"", "\"555-1234\"")
+        .replace(
+            "api_key = \"k\"\n\n[stt",
+            "api_key = \"k\"\nsession_key = \"a\"\nsession_key_from = \"caller_hash\"\n\n[stt",
+        )
+        + "\n[log]\nlevel = \"loud\"\n";
+    let err = load_err(&text);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 6, "{err}");
+    for needle in [
+        "listen",
+        "public_url",
+        "whisper",
+        "555-1234",
+        "session_key",
+        "[log] level",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.contains(needle)),
+            "{needle} missing in {err}"
+        );
+    }
+    assert!(lines.iter().all(|l| l.starts_with("patter.toml:")), "{err}");
+    let log_line = line_of(&text, "loud");
+    assert!(
+        err.contains(&format!("patter.toml:{log_line}: [log] level = \"loud\"")),
+        "{err}"
+    );
+}
+
+#[test]
+fn max_calls_zero_is_an_error() {
+    let text = BASE.replace(
+        "public_url = \"https://voice.example.com\"",
+        "public_url = \"https://voice.example.com\"\nmax_calls = 0",
+    );
+    let err = load_err(&text);
+    assert_eq!(err, "patter.toml:4: [server] max_calls must be at least 1");
+}
+
+#[test]
+fn unconfigured_carrier_is_a_warning() {
+    let text = BASE.replace(
+        "account_sid = \"AC123\"\nauth_token = \"tok\"\n",
+        "account_sid = \"${SID:-}\"\n",
+    );
+    let loaded = load(&text).expect("loads");
+    assert_eq!(
+        loaded.warnings,
+        vec![
+            "carriers.twilio is unconfigured (account_sid, auth_token empty): its routes answer 503 until configured"
+                .to_string()
+        ]
+    );
+}
+
+#[test]
+fn empty_provider_keys_warn() {
+    let text = BASE.replace("api_key = \"k\"\n", "");
+    let loaded = load(&text).expect("loads");
+    assert_eq!(loaded.warnings.len(), 3, "{:?}", loaded.warnings);
+    for prefix in ["llm.hermes", "stt.deepgram", "tts.elevenlabs"] {
+        assert!(
+            loaded
+                .warnings
+                .iter()
+                .any(|w| w.starts_with(prefix) && w.contains("api_key")),
+            "{prefix}: {:?}",
+            loaded.warnings
+        );
+    }
+}
+
+#[test]
+fn render_effective_redacts_secrets() {
+    let secrets = [
+        ("API_KEY", "sk-live-9f8e7d6c5b4a3210"),
+        ("SID", "AC0123456789abcdef0123456789abcdef"),
+        ("TOKEN", "b6d1f0e3c2a94758aa11bb22cc33dd44"),
+        ("API_TOKEN", "ptd_4f5e6d7c8b9a"),
+    ];
+    let text = BASE
+        .replace("api_key = \"k\"", "api_key = \"${API_KEY}\"")
+        .replace("account_sid = \"AC123\"", "account_sid = \"${SID}\"")
+        .replace("auth_token = \"tok\"", "auth_token = \"${TOKEN}\"")
+        .replace(
+            "listen = \"127.0.0.1:8080\"",
+            "listen = \"127.0.0.1:8080\"\napi_token = \"${API_TOKEN}\"",
+        );
+    let loaded = config::load_str_with_vars(&text, ORIGIN, &secrets).expect("loads");
+    assert_eq!(loaded.config.server.api_token.expose(), "ptd_4f5e6d7c8b9a");
+    let out = config::render_effective(&loaded.config);
+    for (_, secret) in secrets {
+        assert!(!out.contains(secret), "secret {secret} leaked:\n{out}");
+    }
+    assert!(out.contains("api_key = \"***\""), "{out}");
+    assert!(out.contains("api_token = \"***\""), "{out}");
+    assert!(out.contains("listen = \"127.0.0.1:8080\""), "{out}");
+    // The rendering is itself a loadable configuration (with redacted secrets).
+    let reloaded = load(&out).expect("rendered config loads");
+    assert_eq!(reloaded.config.numbers.len(), 1);
+}
+
+#[test]
+fn shipped_example_loads_with_empty_environment() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/patter.toml");
+    let text = std::fs::read_to_string(path).expect("config/patter.toml exists");
+    let loaded = config::load_str_with_vars(&text, "config/patter.toml", &[])
+        .unwrap_or_else(|e| panic!("example must load:\n{e}"));
+    let c = &loaded.config;
+    assert_eq!(c.server.listen, "127.0.0.1:8080");
+    assert!(c.llm.contains_key("hermes"));
+    assert!(c.stt.contains_key("deepgram"));
+    assert!(c.tts.contains_key("elevenlabs"));
+    for carrier in ["twilio", "telnyx", "plivo"] {
+        assert!(c.carriers.contains_key(carrier), "{carrier}");
+        assert!(
+            loaded
+                .warnings
+                .iter()
+                .any(|w| w.starts_with(&format!("carriers.{carrier} is unconfigured"))),
+            "{:?}",
+            loaded.warnings
+        );
+    }
+    assert!(c.agent("front-desk").is_some());
+    assert_eq!(c.numbers.len(), 1);
+    assert_eq!(c.numbers[0].carrier, "twilio");
+    assert_eq!(c.server.data_dir.to_str(), Some("./data"));
+    // Only warnings: 3 carriers + llm + stt + tts.
+    assert_eq!(loaded.warnings.len(), 6, "{:?}", loaded.warnings);
+}
+
+#[test]
+fn number_lookup_normalizes() {
+    let loaded = load(BASE).expect("loads");
+    assert!(loaded.config.number("+1 555 000 1234").is_some());
+    assert!(loaded.config.number("15550001234").is_some());
+    assert!(loaded.config.number("+15550009999").is_none());
+    let n = loaded.config.number("+15550001234").expect("number");
+    assert!(n.allows_caller("+14155550100"));
+    assert!(!n.allows_destination("+14155550100"));
+}
+
+#[test]
+fn read_error_names_the_file() {
+    let err = config::load(std::path::Path::new("/nonexistent/patter.toml"))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.starts_with("/nonexistent/patter.toml: cannot read"),
+        "{err}"
+    );
+}
