@@ -1,0 +1,104 @@
+//! Runs the real `patterd` binary as a child process for tests: writes a config, starts it,
+//! waits for its "serving" log line (JSON logs) and reads the bound address from it.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub struct Daemon {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub lines: mpsc::Receiver<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Starts `patterd --config <file with config_text>`; `config_text` must use
+    /// `listen = "127.0.0.1:0"` and `[log] format = "json"`.
+    pub fn start(config_text: &str) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path: PathBuf = dir.path().join("patter.toml");
+        std::fs::write(&path, config_text).expect("write config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_patterd"))
+            .arg("--config")
+            .arg(&path)
+            .env_remove("RUST_LOG")
+            .env("PATTERD_DATA_DIR", dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn patterd");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let addr = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("patterd did not report that it is serving");
+            if line.contains("patterd is serving") {
+                let v: serde_json::Value = serde_json::from_str(&line).expect("json log line");
+                let listen = v["listen"].as_str().expect("listen field").to_string();
+                break listen.parse().expect("listen address");
+            }
+        };
+        Daemon {
+            child,
+            addr,
+            lines: rx,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        let rc = unsafe { libc::kill(self.child.id() as i32, sig) };
+        assert_eq!(rc, 0, "kill failed");
+    }
+
+    /// Waits for the process to exit, up to `timeout`; returns its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for a log line containing `needle`.
+    pub fn wait_line(&self, needle: &str, timeout: Duration) -> Option<String> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(needle) => return Some(l),
+                Ok(_) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
