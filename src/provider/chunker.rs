@@ -62,11 +62,7 @@ impl SentenceChunker {
         let chars: Vec<(usize, char)> = s.char_indices().collect();
         for (k, &(i, c)) in chars.iter().enumerate() {
             match c {
-                '\n' => {
-                    if !s[..i].trim().is_empty() {
-                        return Some(i + 1);
-                    }
-                }
+                '\n' if !s[..i].trim().is_empty() => return Some(i + 1),
                 '.' | '!' | '?' => {
                     // Runs of punctuation ("?!", "...") are judged at their last character.
                     if let Some(&(_, n)) = chars.get(k + 1)
@@ -94,9 +90,7 @@ impl SentenceChunker {
                     return Some(ws_at);
                 }
                 ',' | ';' | ':' if self.emitted == 0 => {
-                    let Some(&(_, next)) = chars.get(k + 1) else {
-                        return None;
-                    };
+                    let &(_, next) = chars.get(k + 1)?;
                     if next.is_whitespace() && s[..i].split_whitespace().count() >= 3 {
                         return Some(i + 1);
                     }

@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -145,7 +144,7 @@ async fn run(
         match chunk {
             Some(c) if c.is_empty() => {}
             Some(c) => tx
-                .send(TtsEvent::Audio(Bytes::from(c)))
+                .send(TtsEvent::Audio(c))
                 .await
                 .map_err(|_| "synthesis abandoned".to_string())?,
             None => return Ok(()),
