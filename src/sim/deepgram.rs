@@ -138,6 +138,12 @@ pub struct FakeDeepgram {
     _server: TaskGuard,
 }
 
+impl Drop for FakeDeepgram {
+    fn drop(&mut self) {
+        self.shared.tasks.abort_all();
+    }
+}
+
 impl FakeDeepgram {
     /// Starts a fake accepting `api_key`, with default settings.
     pub async fn start(api_key: &str) -> std::io::Result<Self> {

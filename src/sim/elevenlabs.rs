@@ -92,6 +92,12 @@ pub struct FakeElevenLabs {
     _server: TaskGuard,
 }
 
+impl Drop for FakeElevenLabs {
+    fn drop(&mut self) {
+        self.shared.tasks.abort_all();
+    }
+}
+
 impl FakeElevenLabs {
     pub async fn start(api_key: &str) -> std::io::Result<Self> {
         Self::start_with(FakeElevenLabsConfig {

@@ -163,6 +163,12 @@ pub struct FakeHermes {
     _server: TaskGuard,
 }
 
+impl Drop for FakeHermes {
+    fn drop(&mut self) {
+        self.shared.tasks.abort_all();
+    }
+}
+
 impl FakeHermes {
     pub async fn start(api_key: &str) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {

@@ -116,13 +116,21 @@ impl Tasks {
     }
 }
 
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        if let Ok(v) = self.0.lock() {
-            for h in v.iter() {
+impl Tasks {
+    /// Aborts every task (the fakes call this when dropped: their tasks hold the shared
+    /// state, so waiting for the state's own drop would never end them).
+    pub fn abort_all(&self) {
+        if let Ok(mut v) = self.0.lock() {
+            for h in v.drain(..) {
                 h.abort();
             }
         }
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        self.abort_all();
     }
 }
 
