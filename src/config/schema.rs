@@ -232,6 +232,13 @@ pub struct SttConfig {
     /// Nova-3 key terms to boost (names, products).
     #[serde(default)]
     pub keyterms: Vec<String>,
+    /// A `KeepAlive` is sent after this long without audio (Deepgram closes after 10 s).
+    #[serde(default = "default_keepalive_ms")]
+    pub keepalive_ms: u64,
+}
+
+fn default_keepalive_ms() -> u64 {
+    3000
 }
 
 fn default_stt_model() -> String {

@@ -1,30 +1,404 @@
-//! Placeholder sentence chunker (replaced by the providers branch).
+//! Cuts a streamed LLM reply into pieces worth sending to text-to-speech one at a time. The
+//! first speakable clause goes out as soon as it exists (it may end at a comma, semicolon or
+//! colon once it has about three words), so the caller hears something quickly; later pieces
+//! end at sentence boundaries (`.`, `!`, `?` followed by whitespace) or newlines, which keeps
+//! the voice's prosody natural. Abbreviations (`Mr.`, `e.g.`, `a.m.` …), decimals (`3.5`),
+//! times (`10:30`), URLs, e-mail addresses, ellipses and list numbers never cause a cut.
+//! [`speakable`] then removes what a voice must not read out: markdown, link targets, emoji.
 
-#[derive(Default)]
+/// Words after which a `.` does not end a sentence (compared lower-case, without the dot).
+const ABBREVIATIONS: &[&str] = &[
+    "mr", "mrs", "ms", "dr", "st", "sr", "jr", "prof", "vs", "etc", "e.g", "i.e", "a.m", "p.m",
+    "approx", "dept", "inc", "ltd", "mt",
+];
+
+/// Characters that may close a sentence after its punctuation (`He said "no."`).
+fn is_closer(c: char) -> bool {
+    matches!(c, '"' | '\'' | ')' | ']' | '”' | '’' | '»')
+}
+
+/// Streams text in, sentences out.
+#[derive(Debug, Default)]
 pub struct SentenceChunker {
     buf: String,
+    emitted: usize,
 }
 
 impl SentenceChunker {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// Adds a delta and returns the pieces that are now complete (trimmed, non-empty).
     pub fn push(&mut self, delta: &str) -> Vec<String> {
         self.buf.push_str(delta);
         let mut out = Vec::new();
-        while let Some(i) = self.buf.find(". ") {
-            let s: String = self.buf.drain(..=i).collect();
-            out.push(s.trim().to_string());
+        while let Some(end) = self.find_cut() {
+            let piece = self.buf[..end].trim().to_string();
+            self.buf.replace_range(..end, "");
+            if !piece.is_empty() {
+                out.push(piece);
+                self.emitted += 1;
+            }
         }
         out
     }
+
+    /// Ends the reply: whatever is left, if anything.
     pub fn finish(&mut self) -> Option<String> {
-        let s = std::mem::take(&mut self.buf);
-        let s = s.trim();
-        (!s.is_empty()).then(|| s.to_string())
+        let rest = std::mem::take(&mut self.buf);
+        let rest = rest.trim();
+        if rest.is_empty() {
+            None
+        } else {
+            self.emitted += 1;
+            Some(rest.to_string())
+        }
+    }
+
+    /// The byte index just past the first cut point in the buffer, if there is one yet.
+    fn find_cut(&self) -> Option<usize> {
+        let s = &self.buf;
+        let chars: Vec<(usize, char)> = s.char_indices().collect();
+        for (k, &(i, c)) in chars.iter().enumerate() {
+            match c {
+                '\n' if !s[..i].trim().is_empty() => return Some(i + 1),
+                '.' | '!' | '?' => {
+                    // Runs of punctuation ("?!", "...") are judged at their last character.
+                    if let Some(&(_, n)) = chars.get(k + 1)
+                        && matches!(n, '.' | '!' | '?')
+                    {
+                        continue;
+                    }
+                    if c == '.' && k > 0 && chars[k - 1].1 == '.' {
+                        continue; // ellipsis
+                    }
+                    // Skip closing quotes/brackets, then require whitespace.
+                    let mut j = k + 1;
+                    while j < chars.len() && is_closer(chars[j].1) {
+                        j += 1;
+                    }
+                    let Some(&(ws_at, next)) = chars.get(j) else {
+                        return None; // can't tell yet ("3." may become "3.5")
+                    };
+                    if !next.is_whitespace() {
+                        continue; // decimals, URLs, e-mail addresses, "e.g"
+                    }
+                    if c == '.' && self.dot_is_not_an_end(&s[..i]) {
+                        continue;
+                    }
+                    return Some(ws_at);
+                }
+                ',' | ';' | ':' if self.emitted == 0 => {
+                    let &(_, next) = chars.get(k + 1)?;
+                    if next.is_whitespace() && s[..i].split_whitespace().count() >= 3 {
+                        return Some(i + 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// `before` is the text up to (not including) a `.` followed by whitespace.
+    fn dot_is_not_an_end(&self, before: &str) -> bool {
+        let word = before
+            .rsplit(|c: char| c.is_whitespace() || c == '(' || c == '"')
+            .next()
+            .unwrap_or("");
+        let lower = word.to_lowercase();
+        if ABBREVIATIONS.contains(&lower.as_str()) {
+            return true;
+        }
+        // A single initial ("J. Smith").
+        let mut cs = word.chars();
+        if let (Some(c), None) = (cs.next(), cs.next())
+            && c.is_alphabetic()
+        {
+            return true;
+        }
+        // A list number at the start of a line ("1. Bring your ID").
+        let line = before.rsplit('\n').next().unwrap_or("");
+        let line = line.trim();
+        !line.is_empty() && line.len() <= 3 && line.chars().all(|c| c.is_ascii_digit())
     }
 }
 
+/// Text a voice can read: markdown markers, list bullets and heading marks removed, links
+/// replaced by their text, emoji dropped, whitespace collapsed to single spaces.
 pub fn speakable(text: &str) -> String {
-    text.trim().to_string()
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        let mut l = line.trim_start();
+        loop {
+            let before = l;
+            for p in ["- ", "* ", "+ ", "• ", "> "] {
+                if let Some(rest) = l.strip_prefix(p) {
+                    l = rest.trim_start();
+                }
+            }
+            if l.starts_with('#') {
+                let rest = l.trim_start_matches('#');
+                if rest.starts_with(' ') || rest.is_empty() {
+                    l = rest.trim_start();
+                }
+            }
+            if l == before {
+                break;
+            }
+        }
+        lines.push(l);
+    }
+    let joined = lines.join("\n");
+    let delinked = strip_links(&joined);
+
+    let chars: Vec<char> = delinked.chars().collect();
+    let mut out = String::with_capacity(delinked.len());
+    for (k, &c) in chars.iter().enumerate() {
+        match c {
+            '*' | '`' | '#' => continue,
+            '_' => {
+                let prev_word = k > 0 && chars[k - 1].is_alphanumeric();
+                let next_word = chars.get(k + 1).is_some_and(|n| n.is_alphanumeric());
+                if prev_word && next_word {
+                    out.push('_'); // snake_case, user_name@example.com
+                }
+            }
+            c if is_emoji(c) => {}
+            c => out.push(c),
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `[text](target)` → `text`; bare `http(s)://` prefixes dropped.
+fn strip_links(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        if let Some(close) = after.find(']')
+            && after[close + 1..].starts_with('(')
+            && let Some(paren) = after[close + 1..].find(')')
+        {
+            out.push_str(&rest[..open]);
+            out.push_str(&after[..close]);
+            rest = &after[close + 1 + paren + 1..];
+            continue;
+        }
+        out.push_str(&rest[..open + 1]);
+        rest = after;
+    }
+    out.push_str(rest);
+    out.replace("https://", "").replace("http://", "")
+}
+
+fn is_emoji(c: char) -> bool {
+    matches!(c as u32,
+        0x1F000..=0x1FAFF   // pictographs, emoticons, transport, flags, skin tones
+        | 0x2600..=0x27BF   // misc symbols, dingbats (☀ ✓ ✨)
+        | 0x2B00..=0x2BFF   // arrows and stars (⭐)
+        | 0x2300..=0x23FF   // ⌚ ⏰
+        | 0xFE00..=0xFE0F   // variation selectors
+        | 0x200D            // zero-width joiner
+        | 0x20E3            // keycap
+        | 0xE0020..=0xE007F // tag characters
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(deltas: &[&str]) -> Vec<String> {
+        let mut c = SentenceChunker::new();
+        let mut out = Vec::new();
+        for d in deltas {
+            out.extend(c.push(d));
+        }
+        out.extend(c.finish());
+        out
+    }
+
+    fn chars(s: &str) -> Vec<String> {
+        // Feed one character at a time: the worst case for a streaming splitter.
+        let parts: Vec<String> = s.chars().map(String::from).collect();
+        let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+        run(&refs)
+    }
+
+    #[test]
+    fn sentences_split_at_terminators() {
+        assert_eq!(
+            chars("Hello there. How are you? Great!"),
+            vec!["Hello there.", "How are you?", "Great!"]
+        );
+    }
+
+    #[test]
+    fn first_chunk_may_end_at_a_comma_after_three_words() {
+        assert_eq!(
+            chars("Sure thing, I can help with that, really. Then more, and more."),
+            vec![
+                "Sure thing, I can help with that,",
+                "really.",
+                "Then more, and more."
+            ]
+        );
+        assert_eq!(
+            chars("Well, let me see about that: it is fine."),
+            vec!["Well, let me see about that:", "it is fine."]
+        );
+        assert_eq!(
+            chars("Okay then; we are done here."),
+            vec!["Okay then; we are done here."]
+        );
+        assert_eq!(
+            chars("One two three; four."),
+            vec!["One two three;", "four."]
+        );
+    }
+
+    #[test]
+    fn first_chunk_is_released_before_the_reply_ends() {
+        let mut c = SentenceChunker::new();
+        assert!(c.push("Let me check").is_empty());
+        assert_eq!(
+            c.push(" that for you, ok"),
+            vec!["Let me check that for you,"]
+        );
+        assert!(c.push(" and then").is_empty());
+        assert_eq!(c.push(" call back. Bye"), vec!["ok and then call back."]);
+        assert_eq!(c.finish(), Some("Bye".into()));
+        assert_eq!(c.finish(), None);
+    }
+
+    #[test]
+    fn waits_for_the_character_after_the_dot() {
+        let mut c = SentenceChunker::new();
+        assert!(c.push("It costs 3.").is_empty());
+        assert!(c.push("5 dollars").is_empty());
+        assert_eq!(c.push(". Ok"), vec!["It costs 3.5 dollars."]);
+    }
+
+    #[test]
+    fn abbreviations_do_not_split() {
+        assert_eq!(
+            chars("Mr. Smith and Dr. Jones met Mrs. Lee and Ms. Park on Main St. today. Next."),
+            vec![
+                "Mr. Smith and Dr. Jones met Mrs. Lee and Ms. Park on Main St. today.",
+                "Next."
+            ]
+        );
+        assert_eq!(
+            chars("Bring things, e.g. an ID, i.e. a passport, etc. and more. Done."),
+            vec![
+                "Bring things, e.g. an ID,",
+                "i.e. a passport, etc. and more.",
+                "Done."
+            ]
+        );
+        assert_eq!(
+            chars("Open from 9 a.m. to 5 p.m. on weekdays. Thanks."),
+            vec!["Open from 9 a.m. to 5 p.m. on weekdays.", "Thanks."]
+        );
+        assert_eq!(
+            chars("Cats vs. dogs is a debate. Yes."),
+            vec!["Cats vs. dogs is a debate.", "Yes."]
+        );
+        assert_eq!(
+            chars("Ask J. Smith now. Ok."),
+            vec!["Ask J. Smith now.", "Ok."]
+        );
+    }
+
+    #[test]
+    fn decimals_times_urls_emails_do_not_split() {
+        assert_eq!(
+            chars(
+                "The rate is 3.5 percent at 10:30 today. Visit www.example.com/a.b or mail a.b@example.co.uk now. Bye."
+            ),
+            vec![
+                "The rate is 3.5 percent at 10:30 today.",
+                "Visit www.example.com/a.b or mail a.b@example.co.uk now.",
+                "Bye."
+            ]
+        );
+        assert_eq!(
+            chars("See https://x.io/path?q=1. Then go."),
+            vec!["See https://x.io/path?q=1.", "Then go."]
+        );
+    }
+
+    #[test]
+    fn ellipses_do_not_split() {
+        assert_eq!(
+            chars("Well... I think so. And … maybe. Hmm?! Yes."),
+            vec!["Well... I think so.", "And … maybe.", "Hmm?!", "Yes."]
+        );
+    }
+
+    #[test]
+    fn newlines_split_and_list_numbers_do_not() {
+        assert_eq!(
+            chars("Options:\n1. First one\n2. Second one\n\nDone"),
+            vec!["Options:", "1. First one", "2. Second one", "Done"]
+        );
+    }
+
+    #[test]
+    fn closing_quotes_stay_with_their_sentence() {
+        assert_eq!(
+            chars("He said \"no.\" Then left. (Really.) Ok."),
+            vec!["He said \"no.\"", "Then left.", "(Really.)", "Ok."]
+        );
+    }
+
+    #[test]
+    fn whole_deltas_and_whitespace() {
+        assert_eq!(
+            run(&["  \n\n", "Hi. ", "  ", "There."]),
+            vec!["Hi.", "There."]
+        );
+        assert_eq!(run(&[]), Vec::<String>::new());
+        assert_eq!(run(&["   "]), Vec::<String>::new());
+    }
+
+    #[test]
+    fn speakable_strips_markdown() {
+        assert_eq!(
+            speakable("**Bold** and *it* and `code`"),
+            "Bold and it and code"
+        );
+        assert_eq!(speakable("# Title\n## Sub"), "Title Sub");
+        assert_eq!(
+            speakable("- one\n* two\n+ three\n• four"),
+            "one two three four"
+        );
+        assert_eq!(speakable("> quoted"), "quoted");
+        assert_eq!(
+            speakable("__under__ _it_ snake_case"),
+            "under it snake_case"
+        );
+        assert_eq!(
+            speakable("See [our site](https://example.com/x) now"),
+            "See our site now"
+        );
+        assert_eq!(speakable("a [b] c (d)"), "a [b] c (d)");
+        assert_eq!(speakable("Go to https://example.com"), "Go to example.com");
+        assert_eq!(speakable("C# is #1"), "C is 1");
+    }
+
+    #[test]
+    fn speakable_strips_emoji_and_collapses_whitespace() {
+        assert_eq!(speakable("Great 😀 job ✅ ⭐️ 👍🏽"), "Great job");
+        assert_eq!(speakable("👨‍👩‍👧 family 🇺🇸"), "family");
+        assert_eq!(speakable("  a \n\t b  "), "a b");
+        assert_eq!(
+            speakable("Café – naïve, 10:30, 3.5%"),
+            "Café – naïve, 10:30, 3.5%"
+        );
+        assert_eq!(speakable(""), "");
+    }
 }

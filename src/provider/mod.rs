@@ -1,15 +1,22 @@
 //! Speech and language providers behind one small trait each: [`SttProvider`] (a streaming
 //! speech-to-text session), [`TtsProvider`] (text to μ-law 8 kHz audio) and [`LlmProvider`]
 //! (a streamed chat turn). One file per vendor; the call actor only sees these traits and the
-//! events they produce. A stream is cancelled by dropping it.
+//! events they produce. A stream is cancelled by dropping it. [`build_providers`] turns the
+//! `[stt.*]`, `[tts.*]` and `[llm.*]` tables into shared provider objects.
 
 pub mod chunker;
+pub mod deepgram;
+pub mod elevenlabs;
+pub mod openai;
+pub mod sse;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use crate::config::schema::{AgentConfig, Config, LlmKind, SttKind, TtsKind};
 use crate::util::TaskGuard;
 
 // ---------------------------------------------------------------- speech to text
@@ -149,4 +156,54 @@ pub struct AgentProviders {
     pub stt: Arc<dyn SttProvider>,
     pub tts: Arc<dyn TtsProvider>,
     pub llm: Arc<dyn LlmProvider>,
+}
+
+/// Every configured provider, by its table name.
+#[derive(Clone, Default)]
+pub struct Providers {
+    pub stt: BTreeMap<String, Arc<dyn SttProvider>>,
+    pub tts: BTreeMap<String, Arc<dyn TtsProvider>>,
+    pub llm: BTreeMap<String, Arc<dyn LlmProvider>>,
+}
+
+impl Providers {
+    /// The providers an agent names, if all three exist.
+    pub fn for_agent(&self, agent: &AgentConfig) -> Option<AgentProviders> {
+        Some(AgentProviders {
+            stt: self.stt.get(&agent.stt)?.clone(),
+            tts: self.tts.get(&agent.tts)?.clone(),
+            llm: self.llm.get(&agent.llm)?.clone(),
+        })
+    }
+}
+
+/// Builds every `[stt.*]`, `[tts.*]` and `[llm.*]` entry. LLM kind `openclaw` is served by the
+/// OpenAI-compatible client for now (OpenClaw's gateway speaks Chat Completions).
+pub fn build_providers(config: &Config) -> Result<Providers, String> {
+    let mut p = Providers::default();
+    for (name, c) in &config.stt {
+        let s: Arc<dyn SttProvider> = match c.kind {
+            SttKind::Deepgram => {
+                Arc::new(deepgram::DeepgramStt::new(c).map_err(|e| format!("[stt.{name}]: {e}"))?)
+            }
+        };
+        p.stt.insert(name.clone(), s);
+    }
+    for (name, c) in &config.tts {
+        let t: Arc<dyn TtsProvider> = match c.kind {
+            TtsKind::Elevenlabs => Arc::new(
+                elevenlabs::ElevenLabsTts::new(c).map_err(|e| format!("[tts.{name}]: {e}"))?,
+            ),
+        };
+        p.tts.insert(name.clone(), t);
+    }
+    for (name, c) in &config.llm {
+        let l: Arc<dyn LlmProvider> = match c.kind {
+            LlmKind::Hermes | LlmKind::OpenaiCompatible | LlmKind::Openclaw => {
+                Arc::new(openai::OpenAiChat::new(c).map_err(|e| format!("[llm.{name}]: {e}"))?)
+            }
+        };
+        p.llm.insert(name.clone(), l);
+    }
+    Ok(p)
 }

@@ -1,0 +1,153 @@
+//! ElevenLabs text-to-speech over HTTP streaming (providers.md §3.1): one
+//! `POST /v1/text-to-speech/{voice_id}/stream?output_format=ulaw_8000` per text piece, whose
+//! chunked body is raw μ-law 8 kHz that goes to the carrier untouched.
+//!
+//! Why per-utterance HTTP streams rather than the multi-context WebSocket: cancelling on
+//! barge-in is just dropping the request (no context bookkeeping, no late audio of a cancelled
+//! context to filter out, no socket keep-alive), a failed request affects one sentence only,
+//! and for sentence-sized text the time to first audio is comparable because the connection
+//! pool keeps the TLS connection warm. The sentence chunker already supplies text in pieces.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::openai::{describe_reqwest, error_text};
+use super::{TtsEvent, TtsProvider, TtsStream};
+use crate::config::schema::TtsConfig;
+use crate::util::TaskGuard;
+
+/// Default longest wait for the response head or the next body chunk.
+const DEFAULT_STALL: Duration = Duration::from_secs(10);
+
+pub struct ElevenLabsTts {
+    cfg: TtsConfig,
+    client: reqwest::Client,
+    url: String,
+    stall: Duration,
+}
+
+impl ElevenLabsTts {
+    pub fn new(cfg: &TtsConfig) -> Result<Self, String> {
+        crate::util::init_tls();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| format!("could not build the HTTP client: {e}"))?;
+        let mut url = format!(
+            "{}/v1/text-to-speech/{}/stream?output_format=ulaw_8000",
+            cfg.base_url.trim_end_matches('/'),
+            url_escape(&cfg.voice_id)
+        );
+        if let Some(n) = cfg.optimize_streaming_latency {
+            url.push_str(&format!("&optimize_streaming_latency={}", n.min(4)));
+        }
+        Ok(Self {
+            cfg: cfg.clone(),
+            client,
+            url,
+            stall: DEFAULT_STALL,
+        })
+    }
+
+    /// Overrides the read-stall timeout (response head, then each body chunk).
+    pub fn with_stall_timeout(mut self, stall: Duration) -> Self {
+        self.stall = stall;
+        self
+    }
+}
+
+fn url_escape(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+impl TtsProvider for ElevenLabsTts {
+    fn synthesize(&self, text: &str) -> TtsStream {
+        let (tx, rx) = mpsc::channel(64);
+        let mut body = json!({ "text": text, "model_id": self.cfg.model });
+        if let Some(speed) = self.cfg.speed {
+            body["voice_settings"] = json!({ "speed": speed });
+        }
+        let req = self
+            .client
+            .post(&self.url)
+            .header("xi-api-key", self.cfg.api_key.expose())
+            .header("Accept", "audio/basic")
+            .json(&body);
+        let stall = self.stall;
+        let task = tokio::spawn(async move {
+            let last = match run(req, stall, &tx).await {
+                Ok(()) => TtsEvent::Done,
+                Err(e) => {
+                    tracing::warn!(error = %e, "speech synthesis failed");
+                    TtsEvent::Error(e)
+                }
+            };
+            let _ = tx.send(last).await;
+        });
+        TtsStream {
+            events: rx,
+            guard: TaskGuard::new(task),
+        }
+    }
+}
+
+async fn run(
+    req: reqwest::RequestBuilder,
+    stall: Duration,
+    tx: &mpsc::Sender<TtsEvent>,
+) -> Result<(), String> {
+    let mut resp = tokio::time::timeout(stall, req.send())
+        .await
+        .map_err(|_| format!("ElevenLabs did not answer within {stall:?}"))?
+        .map_err(|e| format!("ElevenLabs request failed: {}", describe_reqwest(&e)))?;
+    let status = resp.status();
+    let ctype = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if status != reqwest::StatusCode::OK || !ctype.starts_with("audio/") {
+        let mut body = Vec::new();
+        while body.len() < 16 * 1024 {
+            match tokio::time::timeout(Duration::from_secs(5), resp.chunk()).await {
+                Ok(Ok(Some(c))) => body.extend_from_slice(&c),
+                _ => break,
+            }
+        }
+        let hint = match status.as_u16() {
+            401 => " (check [tts] api_key)",
+            402 => " (payment required: plan or voice not available)",
+            404 => " (check [tts] voice_id)",
+            429 => " (too many concurrent requests)",
+            _ => "",
+        };
+        return Err(format!(
+            "ElevenLabs HTTP {} ({}): {}{hint}",
+            status.as_u16(),
+            if ctype.is_empty() {
+                "no content type"
+            } else {
+                &ctype
+            },
+            error_text(&body)
+        ));
+    }
+    loop {
+        let chunk = tokio::time::timeout(stall, resp.chunk())
+            .await
+            .map_err(|_| format!("ElevenLabs audio stalled for {stall:?}"))?
+            .map_err(|e| format!("ElevenLabs stream failed: {}", describe_reqwest(&e)))?;
+        match chunk {
+            Some(c) if c.is_empty() => {}
+            Some(c) => tx
+                .send(TtsEvent::Audio(c))
+                .await
+                .map_err(|_| "synthesis abandoned".to_string())?,
+            None => return Ok(()),
+        }
+    }
+}

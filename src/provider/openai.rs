@@ -1,0 +1,489 @@
+//! The brain: a streamed OpenAI Chat Completions client (providers.md §7) that also speaks the
+//! Hermes Agent dialect (hermes.md §1). For kind `openai_compatible` every turn carries the
+//! system prompt and the whole history. For kind `hermes` the server keeps the transcript per
+//! `X-Hermes-Session-Id` (`patter-call-<call id>`), so a turn carries only the system prompt
+//! (ephemeral in Hermes, resent each turn) and the newest user message, plus an optional
+//! `X-Hermes-Session-Key` memory scope (fixed, or `patter-caller-<16 hex of SHA-256(caller)>`).
+//! The stream is decoded by [`super::sse`]: `: keepalive` comments are skipped, named
+//! `hermes.tool.progress` events become [`LlmEvent::ToolProgress`], other named events are
+//! ignored; `delta.content` becomes [`LlmEvent::Delta`] with inline `<think>…</think>` removed,
+//! never `reasoning_content`; whitespace at the start of a text segment (Hermes emits `\n\n`
+//! after a tool round) is dropped. `finish_reason:"error"`, an `error` object or a failed
+//! `hermes` object end the turn with [`LlmEvent::Error`] and their text is never a delta.
+//! Deadlines: connect, first token (a delta or tool progress) and the whole turn.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::sse::{SseEvent, SseParser};
+use super::{ChatMessage, ChatTurn, LlmEvent, LlmProvider, LlmStream, Role};
+use crate::config::schema::{LlmConfig, LlmKind, SessionKeyFrom};
+use crate::util::TaskGuard;
+
+/// Longest error body read from a failed response.
+const MAX_ERROR_BODY: usize = 16 * 1024;
+
+/// A chat-completions brain (OpenAI-compatible, Hermes, or OpenClaw treated as compatible).
+pub struct OpenAiChat {
+    cfg: LlmConfig,
+    client: reqwest::Client,
+    url: String,
+}
+
+impl OpenAiChat {
+    pub fn new(cfg: &LlmConfig) -> Result<Self, String> {
+        crate::util::init_tls();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(cfg.connect_timeout_s.max(1)))
+            .build()
+            .map_err(|e| format!("could not build the HTTP client: {e}"))?;
+        let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
+        Ok(Self {
+            cfg: cfg.clone(),
+            client,
+            url,
+        })
+    }
+
+    fn is_hermes(&self) -> bool {
+        self.cfg.kind == LlmKind::Hermes
+    }
+
+    /// The request headers and body for one turn.
+    pub fn build_request(&self, turn: &ChatTurn) -> (Vec<(String, String)>, Value) {
+        let mut headers = vec![
+            (
+                "Authorization".to_string(),
+                format!("Bearer {}", self.cfg.api_key.expose()),
+            ),
+            ("Accept".to_string(), "text/event-stream".to_string()),
+        ];
+        let mut messages: Vec<&ChatMessage> = Vec::new();
+        let system = ChatMessage {
+            role: Role::System,
+            content: turn.system_prompt.clone(),
+        };
+        if !turn.system_prompt.trim().is_empty() {
+            messages.push(&system);
+        }
+        let mut body = json!({ "model": self.cfg.model, "stream": true });
+        if self.is_hermes() {
+            let session = session_id(&turn.call_id);
+            headers.push(("X-Hermes-Session-Id".into(), session.clone()));
+            let key = match (&self.cfg.session_key, self.cfg.session_key_from) {
+                (Some(k), _) if !k.trim().is_empty() => Some(k.clone()),
+                (_, Some(SessionKeyFrom::CallerHash)) => turn.caller.as_deref().map(caller_key),
+                _ => None,
+            };
+            if let Some(k) = key {
+                headers.push(("X-Hermes-Session-Key".into(), k));
+            }
+            body["user"] = Value::String(session);
+            let last = turn
+                .history
+                .iter()
+                .rev()
+                .find(|m| m.role == Role::User)
+                .or(turn.history.last());
+            messages.extend(last);
+        } else {
+            messages.extend(turn.history.iter());
+        }
+        body["messages"] = json!(messages);
+        if let Some(t) = self.cfg.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(m) = self.cfg.max_tokens {
+            body["max_tokens"] = json!(m);
+        }
+        (headers, body)
+    }
+}
+
+/// `patter-call-<call id>`, restricted to Hermes' safe charset `[A-Za-z0-9._-]`, ≤ 256 chars.
+pub fn session_id(call_id: &str) -> String {
+    let mut s = String::from("patter-call-");
+    s.extend(call_id.chars().map(|c| {
+        if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+            c
+        } else {
+            '-'
+        }
+    }));
+    s = s.replace("..", "-.");
+    s.truncate(256);
+    s
+}
+
+/// `patter-caller-<first 16 hex chars of SHA-256(E.164)>`.
+pub fn caller_key(e164: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, e164.trim().as_bytes());
+    let h = hex::encode(d.as_ref());
+    format!("patter-caller-{}", &h[..16])
+}
+
+impl LlmProvider for OpenAiChat {
+    fn stream(&self, turn: ChatTurn) -> LlmStream {
+        let (tx, rx) = mpsc::channel(64);
+        let (headers, body) = self.build_request(&turn);
+        let req = headers
+            .iter()
+            .fold(self.client.post(&self.url).json(&body), |r, (k, v)| {
+                r.header(k, v)
+            });
+        let first = Duration::from_secs(self.cfg.first_token_timeout_s.max(1));
+        let total = Duration::from_secs(self.cfg.effective_timeout_s().max(1));
+        let task = tokio::spawn(async move {
+            let result = tokio::time::timeout(total, run(req, first, &tx)).await;
+            let last = match result {
+                Ok(Ok(())) => LlmEvent::Done,
+                Ok(Err(e)) => LlmEvent::Error(e),
+                Err(_) => LlmEvent::Error(format!("no complete reply within {total:?}")),
+            };
+            if let LlmEvent::Error(e) = &last {
+                tracing::warn!(error = %e, "chat turn failed");
+            }
+            let _ = tx.send(last).await;
+        });
+        LlmStream {
+            events: rx,
+            guard: TaskGuard::new(task),
+        }
+    }
+}
+
+/// Runs one turn, sending deltas and tool progress; `Ok` means a complete reply.
+async fn run(
+    req: reqwest::RequestBuilder,
+    first_token: Duration,
+    tx: &mpsc::Sender<LlmEvent>,
+) -> Result<(), String> {
+    let first_deadline = Instant::now() + first_token;
+    let mut resp = tokio::time::timeout_at(first_deadline, req.send())
+        .await
+        .map_err(|_| format!("no first token within {first_token:?}"))?
+        .map_err(|e| format!("request failed: {}", describe_reqwest(&e)))?;
+    let status = resp.status();
+    if !status.is_success() {
+        let mut body = Vec::new();
+        while body.len() < MAX_ERROR_BODY {
+            match tokio::time::timeout(Duration::from_secs(5), resp.chunk()).await {
+                Ok(Ok(Some(c))) => body.extend_from_slice(&c),
+                _ => break,
+            }
+        }
+        return Err(format!("HTTP {}: {}", status.as_u16(), error_text(&body)));
+    }
+    let mut parser = SseParser::new();
+    let mut state = TurnState::default();
+    loop {
+        let next = if state.got_first {
+            resp.chunk().await
+        } else {
+            match tokio::time::timeout_at(first_deadline, resp.chunk()).await {
+                Ok(r) => r,
+                Err(_) => return Err(format!("no first token within {first_token:?}")),
+            }
+        };
+        let chunk = next.map_err(|e| format!("stream failed: {}", describe_reqwest(&e)))?;
+        let events = match &chunk {
+            Some(c) => parser.push(c),
+            None => parser.finish().into_iter().collect(),
+        };
+        for ev in events {
+            if state.handle(ev, tx).await? {
+                return Ok(());
+            }
+        }
+        if chunk.is_none() {
+            return if state.finished {
+                Ok(())
+            } else {
+                Err("truncated: the stream ended before a finish_reason".into())
+            };
+        }
+    }
+}
+
+#[derive(Default)]
+struct TurnState {
+    got_first: bool,
+    finished: bool,
+    /// No text spoken yet in this segment (start of reply, or after a tool round).
+    segment_start: bool,
+    think: ThinkFilter,
+    started: bool,
+}
+
+impl TurnState {
+    /// Handles one SSE event; `Ok(true)` ends the turn successfully.
+    async fn handle(&mut self, ev: SseEvent, tx: &mpsc::Sender<LlmEvent>) -> Result<bool, String> {
+        if !self.started {
+            self.started = true;
+            self.segment_start = true;
+        }
+        match ev.event.as_deref() {
+            None | Some("message") | Some("") => {}
+            Some("hermes.tool.progress") => {
+                let v: Value = serde_json::from_str(&ev.data).unwrap_or(Value::Null);
+                let status = v.get("status").and_then(Value::as_str).unwrap_or("running");
+                self.got_first = true;
+                self.segment_start = true;
+                if status != "completed" {
+                    let label = ["label", "tool", "name"]
+                        .iter()
+                        .find_map(|k| v.get(*k).and_then(Value::as_str))
+                        .unwrap_or("working")
+                        .to_string();
+                    send(tx, LlmEvent::ToolProgress(label)).await?;
+                }
+                return Ok(false);
+            }
+            Some(other) => {
+                tracing::debug!(event = other, "ignoring unknown SSE event");
+                return Ok(false);
+            }
+        }
+        if ev.is_done() {
+            if !self.finished {
+                // `[DONE]` without a finish_reason: accepted (some local servers), flush.
+                self.finished = true;
+            }
+            self.flush(tx).await?;
+            return Ok(true);
+        }
+        let v: Value = match serde_json::from_str(&ev.data) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(error = %e, "ignoring a data line that is not JSON");
+                return Ok(false);
+            }
+        };
+        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+            return Err(format!(
+                "the brain reported an error: {}",
+                error_message(err)
+            ));
+        }
+        if let Some(h) = v.get("hermes")
+            && h.get("failed").and_then(Value::as_bool) == Some(true)
+        {
+            let msg = h.get("error").map(error_message).unwrap_or_default();
+            return Err(format!("Hermes run failed: {msg}"));
+        }
+        let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
+            return Ok(false); // usage-only chunk
+        };
+        let finish = choice.get("finish_reason").and_then(Value::as_str);
+        if finish == Some("error") {
+            return Err("the brain finished with an error".into());
+        }
+        if let Some(text) = choice
+            .get("delta")
+            .and_then(|d| d.get("content"))
+            .and_then(Value::as_str)
+        {
+            let text = self.think.push(text);
+            self.emit(text, tx).await?;
+        }
+        if finish.is_some() {
+            self.finished = true;
+            self.flush(tx).await?;
+        }
+        Ok(false)
+    }
+
+    async fn emit(&mut self, text: String, tx: &mpsc::Sender<LlmEvent>) -> Result<(), String> {
+        let text = if self.segment_start {
+            let t = text.trim_start();
+            if t.is_empty() {
+                return Ok(());
+            }
+            self.segment_start = false;
+            t.to_string()
+        } else {
+            text
+        };
+        if text.is_empty() {
+            return Ok(());
+        }
+        self.got_first = true;
+        send(tx, LlmEvent::Delta(text)).await
+    }
+
+    async fn flush(&mut self, tx: &mpsc::Sender<LlmEvent>) -> Result<(), String> {
+        let rest = self.think.finish();
+        self.emit(rest, tx).await
+    }
+}
+
+async fn send(tx: &mpsc::Sender<LlmEvent>, ev: LlmEvent) -> Result<(), String> {
+    tx.send(ev)
+        .await
+        .map_err(|_| "the turn was abandoned".to_string())
+}
+
+/// Removes `<think>…</think>` spans from streamed text, tags possibly split across deltas.
+#[derive(Debug, Default)]
+pub struct ThinkFilter {
+    in_think: bool,
+    pending: String,
+}
+
+const OPEN: &str = "<think>";
+const CLOSE: &str = "</think>";
+
+impl ThinkFilter {
+    pub fn push(&mut self, text: &str) -> String {
+        self.pending.push_str(text);
+        let mut out = String::new();
+        loop {
+            let tag = if self.in_think { CLOSE } else { OPEN };
+            if let Some(i) = self.pending.find(tag) {
+                if !self.in_think {
+                    out.push_str(&self.pending[..i]);
+                }
+                self.pending.replace_range(..i + tag.len(), "");
+                self.in_think = !self.in_think;
+                continue;
+            }
+            // Keep a suffix that could be the start of the tag.
+            let keep = (1..tag.len())
+                .rev()
+                .find(|&n| self.pending.ends_with(&tag[..n]))
+                .unwrap_or(0);
+            let cut = self.pending.len() - keep;
+            if !self.in_think {
+                out.push_str(&self.pending[..cut]);
+            }
+            self.pending.replace_range(..cut, "");
+            return out;
+        }
+    }
+
+    pub fn finish(&mut self) -> String {
+        let rest = std::mem::take(&mut self.pending);
+        if self.in_think { String::new() } else { rest }
+    }
+}
+
+/// The message of an error object (`{"message": …}`), or the value itself if it is a string.
+fn error_message(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => o
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string()),
+        other => other.to_string(),
+    }
+}
+
+/// A readable message from an error response body (OpenAI envelope, FastAPI `detail`, text).
+pub(crate) fn error_text(body: &[u8]) -> String {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        for key in ["error", "detail", "message"] {
+            if let Some(e) = v.get(key) {
+                return match e {
+                    Value::Object(o) if o.contains_key("message") => error_message(e),
+                    Value::Object(o) if o.contains_key("msg") => o
+                        .get("msg")
+                        .map(error_message)
+                        .unwrap_or_else(|| e.to_string()),
+                    Value::Array(a) => a
+                        .iter()
+                        .map(|d| {
+                            d.get("msg")
+                                .and_then(Value::as_str)
+                                .map(str::to_string)
+                                .unwrap_or_else(|| d.to_string())
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    _ => error_message(e),
+                };
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() {
+        "(empty body)".into()
+    } else {
+        text.chars().take(300).collect()
+    }
+}
+
+/// A reqwest error with its cause chain (the top level alone says little).
+pub(crate) fn describe_reqwest(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    if e.is_connect() {
+        s.push_str(" (is the server running, and is base_url right?)");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filt(parts: &[&str]) -> String {
+        let mut f = ThinkFilter::default();
+        let mut s: String = parts.iter().map(|p| f.push(p)).collect();
+        s.push_str(&f.finish());
+        s
+    }
+
+    #[test]
+    fn think_spans_removed_even_when_split() {
+        assert_eq!(filt(&["a<think>x</think>b"]), "ab");
+        assert_eq!(filt(&["a<th", "ink>x</thi", "nk>b"]), "ab");
+        assert_eq!(filt(&["<think>", "never", " closed"]), "");
+        assert_eq!(filt(&["a < b", " <t", "ea>"]), "a < b <tea>");
+        assert_eq!(filt(&["x<", "/think>y"]), "x</think>y");
+    }
+
+    #[test]
+    fn caller_key_is_stable() {
+        let k = caller_key("+15551234567");
+        assert!(k.starts_with("patter-caller-"));
+        assert_eq!(k.len(), "patter-caller-".len() + 16);
+        assert_eq!(k, caller_key("+15551234567"));
+        assert_ne!(k, caller_key("+15551234568"));
+    }
+
+    #[test]
+    fn session_id_is_safe() {
+        assert_eq!(session_id("CA123"), "patter-call-CA123");
+        assert_eq!(session_id("a/b:c..d"), "patter-call-a-b-c-.d");
+        assert!(session_id(&"x".repeat(400)).len() <= 256);
+    }
+
+    #[test]
+    fn error_bodies() {
+        assert_eq!(
+            error_text(br#"{"error":{"message":"Invalid API key","type":"x"}}"#),
+            "Invalid API key"
+        );
+        assert_eq!(
+            error_text(br#"{"detail":{"status":"bad","message":"nope"}}"#),
+            "nope"
+        );
+        assert_eq!(
+            error_text(br#"{"detail":[{"msg":"field required"}]}"#),
+            "field required"
+        );
+        assert_eq!(error_text(b"oops"), "oops");
+        assert_eq!(error_text(b""), "(empty body)");
+    }
+}
