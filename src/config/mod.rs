@@ -25,7 +25,9 @@ pub struct ConfigError(pub String);
 pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError(format!("{}: cannot read: {e}", path.display())))?;
-    load_str(&text, &path.display().to_string(), &|k| std::env::var(k).ok())
+    load_str(&text, &path.display().to_string(), &|k| {
+        std::env::var(k).ok()
+    })
 }
 
 /// Loads and validates configuration text. `origin` names it in errors; `env` looks up

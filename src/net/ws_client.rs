@@ -87,7 +87,10 @@ async fn connect_inner(
         Some(p) => format!("{host}:{p}"),
         None => host.clone(),
     };
-    let connect_host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let connect_host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
     let tcp = TcpStream::connect((connect_host.as_str(), port))
         .await
         .map_err(|e| WsConnectError::Connect(host_header.clone(), e))?;
