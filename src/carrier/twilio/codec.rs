@@ -245,7 +245,7 @@ mod tests {
             Err(CodecError::InvalidField("digit"))
         );
         assert_eq!(
-            c.decode(r#"{"event":"dtmf","dtmf":{"digit":"#"}}"#),
+            c.decode(r##"{"event":"dtmf","dtmf":{"digit":"#"}}"##),
             Ok(Some(MediaEvent::Dtmf('#')))
         );
         assert_eq!(
