@@ -87,6 +87,49 @@ pub enum CodecError {
     TooLarge(usize),
     #[error("binary frames are not part of this protocol")]
     Binary,
+    #[error("field `{0}` has an invalid value")]
+    InvalidField(&'static str),
+    #[error("unsupported media format: {0}")]
+    UnsupportedFormat(String),
+}
+
+/// A carrier REST call that failed. Messages say what to check, since they end up in logs and
+/// `patterd doctor` output.
+#[derive(Debug, thiserror::Error)]
+pub enum CarrierError {
+    #[error(
+        "{carrier} rejected our credentials (HTTP {status}); check the carrier's account_sid / \
+         auth_token (or api_key) in the config"
+    )]
+    Unauthorized { carrier: &'static str, status: u16 },
+    #[error("{carrier} does not know {what} (HTTP 404); the call may already have ended")]
+    NotFound { carrier: &'static str, what: String },
+    #[error("{carrier} answered HTTP {status}: {message}")]
+    Http {
+        carrier: &'static str,
+        status: u16,
+        message: String,
+    },
+    #[error(
+        "{carrier} did not answer within {seconds} s; check network access to {url} or the \
+         api_base_url setting"
+    )]
+    Timeout {
+        carrier: &'static str,
+        seconds: u64,
+        url: String,
+    },
+    #[error("could not reach {carrier} at {url}: {message}; check network access or api_base_url")]
+    Network {
+        carrier: &'static str,
+        url: String,
+        message: String,
+    },
+    #[error("{carrier} is not configured correctly: {message}")]
+    Config {
+        carrier: &'static str,
+        message: String,
+    },
 }
 
 /// Translates one carrier's media WebSocket text frames to and from the neutral types.

@@ -40,14 +40,16 @@ impl TwilioCarriers {
             .carriers
             .iter()
             .filter(|(_, c)| c.kind == CarrierKind::Twilio && c.missing_credentials().is_empty())
-            .map(|(name, c)| TwilioAccount {
-                name: name.clone(),
-                auth_token: c.auth_token.clone(),
-                rest: Arc::new(TwilioRest::new(
-                    c.api_base(),
-                    c.account_sid.expose(),
-                    c.auth_token.expose(),
-                )),
+            .filter_map(|(name, c)| match TwilioRest::from_config(c) {
+                Ok(rest) => Some(TwilioAccount {
+                    name: name.clone(),
+                    auth_token: c.auth_token.clone(),
+                    rest: Arc::new(rest),
+                }),
+                Err(e) => {
+                    tracing::error!(carrier = %name, error = %e, "twilio account unusable");
+                    None
+                }
             })
             .collect();
         Self { accounts }
@@ -88,7 +90,7 @@ async fn signed_form(
         .await
         .map_err(|e| e.response())?;
     let params: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
-    let url = tw::request_url(
+    let url = tw::public_request_url(
         &app.config.server.public_url,
         parts.uri.path(),
         parts.uri.query(),
@@ -206,21 +208,9 @@ pub async fn voice(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     }
     Metrics::inc(&app.metrics.calls_accepted);
     let token = app.tokens.mint(&hook.call_sid);
-    let stream_url = format!("{}/twilio/media", ws_base(&app.config.server.public_url));
+    let stream_url = tw::public_ws_url(&app.config.server.public_url, "/twilio/media");
     info!(call_sid = %hook.call_sid, %from, %to, agent = %number.agent, "call accepted");
     xml(tw::twiml_connect_stream(&stream_url, &[("token", &token)], None))
-}
-
-/// `public_url` with its scheme turned into the WebSocket one.
-pub fn ws_base(public_url: &str) -> String {
-    let u = public_url.trim_end_matches('/');
-    if let Some(rest) = u.strip_prefix("https://") {
-        format!("wss://{rest}")
-    } else if let Some(rest) = u.strip_prefix("http://") {
-        format!("ws://{rest}")
-    } else {
-        u.to_string()
-    }
 }
 
 /// `POST /twilio/status`: how a call ended (or progressed).

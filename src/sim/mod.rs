@@ -7,3 +7,4 @@ pub mod elevenlabs;
 pub mod hermes;
 pub mod http;
 pub mod tone;
+pub mod twilio;

@@ -1,0 +1,256 @@
+//! The Twilio Media Streams codec: turns Twilio's JSON text frames (`connected`, `start`,
+//! `media`, `dtmf`, `mark`, `stop`) into [`MediaEvent`]s and [`MediaCommand`]s into `media` /
+//! `mark` / `clear` frames stamped with the stream's `streamSid` (carriers.md §1.4).
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
+
+/// Largest text frame (and decoded media payload) accepted.
+pub const MAX_FRAME_BYTES: usize = 64 * 1024;
+
+/// Per-socket Twilio codec. Remembers the `streamSid` from `start` for outgoing frames.
+#[derive(Debug, Default, Clone)]
+pub struct TwilioCodec {
+    stream_sid: Option<String>,
+}
+
+fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecError> {
+    v.get(name)
+        .ok_or(CodecError::MissingField(name))?
+        .as_str()
+        .ok_or(CodecError::InvalidField(name))
+}
+
+impl TwilioCodec {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The `streamSid` learned from `start`, if any.
+    pub fn stream_sid(&self) -> Option<&str> {
+        self.stream_sid.as_deref()
+    }
+
+    fn decode_start(&mut self, msg: &Value) -> Result<MediaEvent, CodecError> {
+        let start = msg.get("start").ok_or(CodecError::MissingField("start"))?;
+        if !start.is_object() {
+            return Err(CodecError::InvalidField("start"));
+        }
+        let call_id = str_field(start, "callSid")?.to_string();
+        let stream_id = match start.get("streamSid") {
+            Some(_) => str_field(start, "streamSid")?,
+            None => str_field(msg, "streamSid")?,
+        }
+        .to_string();
+        if call_id.is_empty() {
+            return Err(CodecError::InvalidField("callSid"));
+        }
+        if stream_id.is_empty() {
+            return Err(CodecError::InvalidField("streamSid"));
+        }
+        if let Some(fmt) = start.get("mediaFormat") {
+            let encoding = fmt.get("encoding").and_then(Value::as_str).unwrap_or("");
+            let rate = fmt.get("sampleRate").and_then(Value::as_u64).unwrap_or(0);
+            let channels = fmt.get("channels").and_then(Value::as_u64).unwrap_or(1);
+            if encoding != "audio/x-mulaw" || rate != 8000 || channels != 1 {
+                return Err(CodecError::UnsupportedFormat(format!(
+                    "{encoding} {rate} Hz x{channels} (expected audio/x-mulaw 8000 Hz mono)"
+                )));
+            }
+        }
+        let mut custom_parameters = std::collections::BTreeMap::new();
+        match start.get("customParameters") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(map)) => {
+                for (k, v) in map {
+                    let v = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    custom_parameters.insert(k.clone(), v);
+                }
+            }
+            Some(_) => return Err(CodecError::InvalidField("customParameters")),
+        }
+        self.stream_sid = Some(stream_id.clone());
+        Ok(MediaEvent::Start(StreamStart {
+            call_id,
+            stream_id,
+            custom_parameters,
+        }))
+    }
+
+    fn sid_for_encode(&self) -> Option<&str> {
+        self.stream_sid.as_deref()
+    }
+}
+
+fn decode_media(msg: &Value) -> Result<Option<MediaEvent>, CodecError> {
+    let media = msg.get("media").ok_or(CodecError::MissingField("media"))?;
+    match media.get("track") {
+        None => {}
+        Some(Value::String(t)) if t == "inbound" || t == "inbound_track" => {}
+        // Outbound-track echoes (only with track="both_tracks") are not caller audio.
+        Some(Value::String(_)) => return Ok(None),
+        Some(_) => return Err(CodecError::InvalidField("track")),
+    }
+    let payload = str_field(media, "payload")?;
+    // Base64 is 4/3 of the data; check before decoding so a huge payload costs nothing.
+    if payload.len() / 4 * 3 > MAX_FRAME_BYTES {
+        return Err(CodecError::TooLarge(payload.len() / 4 * 3));
+    }
+    let audio = STANDARD
+        .decode(payload)
+        .map_err(|_| CodecError::BadBase64)?;
+    Ok(Some(MediaEvent::Audio(Bytes::from(audio))))
+}
+
+fn decode_dtmf(msg: &Value) -> Result<MediaEvent, CodecError> {
+    let dtmf = msg.get("dtmf").ok_or(CodecError::MissingField("dtmf"))?;
+    let digit = str_field(dtmf, "digit")?;
+    let mut chars = digit.chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) if c.is_ascii_digit() || matches!(c, '*' | '#' | 'A'..='D') => {
+            Ok(MediaEvent::Dtmf(c))
+        }
+        _ => Err(CodecError::InvalidField("digit")),
+    }
+}
+
+impl MediaCodec for TwilioCodec {
+    fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
+        if frame.len() > MAX_FRAME_BYTES * 2 {
+            return Err(CodecError::TooLarge(frame.len()));
+        }
+        let msg: Value =
+            serde_json::from_str(frame).map_err(|e| CodecError::BadJson(e.to_string()))?;
+        if !msg.is_object() {
+            return Err(CodecError::BadJson("expected a JSON object".into()));
+        }
+        let event = str_field(&msg, "event")?;
+        match event {
+            "connected" => Ok(None),
+            "start" => self.decode_start(&msg).map(Some),
+            "media" => decode_media(&msg),
+            "dtmf" => decode_dtmf(&msg).map(Some),
+            "mark" => {
+                let mark = msg.get("mark").ok_or(CodecError::MissingField("mark"))?;
+                Ok(Some(MediaEvent::MarkPlayed(
+                    str_field(mark, "name")?.to_string(),
+                )))
+            }
+            "stop" => Ok(Some(MediaEvent::Stop)),
+            other => {
+                let mut name: String = other.chars().take(64).collect();
+                if name.len() < other.len() {
+                    name.push('…');
+                }
+                Err(CodecError::UnknownEvent(name))
+            }
+        }
+    }
+
+    /// Encodes a command. Returns `None` for [`MediaCommand::HangUp`] (a REST call) and for any
+    /// command before `start` was decoded (there is no `streamSid` to address yet).
+    fn encode(&mut self, cmd: &MediaCommand) -> Option<String> {
+        let sid = self.sid_for_encode()?;
+        let v = match cmd {
+            MediaCommand::Audio(audio) => json!({
+                "event": "media",
+                "streamSid": sid,
+                "media": {"payload": STANDARD.encode(audio)},
+            }),
+            MediaCommand::Mark(name) => json!({
+                "event": "mark",
+                "streamSid": sid,
+                "mark": {"name": name},
+            }),
+            MediaCommand::Clear => json!({"event": "clear", "streamSid": sid}),
+            MediaCommand::HangUp => return None,
+        };
+        Some(v.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start_frame(fmt: &str) -> String {
+        format!(
+            r#"{{"event":"start","sequenceNumber":"1","start":{{"accountSid":"AC1","streamSid":"MZ1","callSid":"CA1","tracks":["inbound"],"mediaFormat":{fmt},"customParameters":{{"t":"x"}}}},"streamSid":"MZ1"}}"#
+        )
+    }
+
+    #[test]
+    fn start_then_encode() {
+        let mut c = TwilioCodec::new();
+        assert_eq!(c.encode(&MediaCommand::Clear), None);
+        let ev = c
+            .decode(&start_frame(
+                r#"{"encoding":"audio/x-mulaw","sampleRate":8000,"channels":1}"#,
+            ))
+            .expect("start decodes");
+        let Some(MediaEvent::Start(s)) = ev else {
+            panic!("expected start, got {ev:?}");
+        };
+        assert_eq!((s.call_id.as_str(), s.stream_id.as_str()), ("CA1", "MZ1"));
+        assert_eq!(s.custom_parameters.get("t").map(String::as_str), Some("x"));
+        assert_eq!(
+            c.encode(&MediaCommand::Clear).as_deref(),
+            Some(r#"{"event":"clear","streamSid":"MZ1"}"#)
+        );
+        assert_eq!(c.encode(&MediaCommand::HangUp), None);
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let mut c = TwilioCodec::new();
+        assert!(matches!(
+            c.decode(&start_frame(
+                r#"{"encoding":"audio/x-l16","sampleRate":16000,"channels":1}"#
+            )),
+            Err(CodecError::UnsupportedFormat(_))
+        ));
+        assert!(matches!(c.decode("{"), Err(CodecError::BadJson(_))));
+        assert!(matches!(c.decode("[1]"), Err(CodecError::BadJson(_))));
+        assert_eq!(c.decode("{}"), Err(CodecError::MissingField("event")));
+        assert_eq!(
+            c.decode(r#"{"event":5}"#),
+            Err(CodecError::InvalidField("event"))
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"bogus"}"#),
+            Err(CodecError::UnknownEvent("bogus".into()))
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"media","media":{"track":"inbound","payload":"@@@"}}"#),
+            Err(CodecError::BadBase64)
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"media","media":{"track":"outbound","payload":"/w=="}}"#),
+            Ok(None)
+        );
+        let big = format!(
+            r#"{{"event":"media","media":{{"payload":"{}"}}}}"#,
+            "A".repeat(100_000)
+        );
+        assert!(matches!(c.decode(&big), Err(CodecError::TooLarge(_))));
+        assert_eq!(
+            c.decode(r#"{"event":"dtmf","dtmf":{"digit":"12"}}"#),
+            Err(CodecError::InvalidField("digit"))
+        );
+        assert_eq!(
+            c.decode(r##"{"event":"dtmf","dtmf":{"digit":"#"}}"##),
+            Ok(Some(MediaEvent::Dtmf('#')))
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"mark","mark":{}}"#),
+            Err(CodecError::MissingField("name"))
+        );
+    }
+}

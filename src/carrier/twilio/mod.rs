@@ -1,0 +1,24 @@
+//! Twilio: everything patterd needs to speak to Twilio Programmable Voice. Webhook signature
+//! checks ([`signature`]), webhook form parsing and public-URL reconstruction ([`webhook`]),
+//! TwiML answer documents ([`twiml`]), the Media Streams codec ([`codec`]) and the REST client
+//! used to hang up calls ([`rest`]). The protocol reference is carriers.md §1.
+
+pub mod codec;
+pub mod rest;
+pub mod signature;
+pub mod twiml;
+pub mod webhook;
+
+pub use codec::TwilioCodec;
+pub use rest::TwilioRest;
+pub use signature::{
+    SignatureAlgorithm, compute_signature, string_to_sign, validate_signature,
+    validate_signature_json,
+};
+pub use twiml::{twiml_connect_stream, twiml_hangup, twiml_reject, twiml_say_hangup};
+pub use webhook::{VoiceWebhook, WebhookError, parse_form, public_request_url, public_ws_url};
+
+/// Header carrying the webhook signature.
+pub const SIGNATURE_HEADER: &str = "X-Twilio-Signature";
+/// Header announcing the shared-key HMAC-SHA256 variant (carriers.md §1.5.5).
+pub const SIGNATURE_SETTINGS_HEADER: &str = "X-Twilio-Webhooks-Signature-Settings";

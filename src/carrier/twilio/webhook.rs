@@ -1,0 +1,203 @@
+//! Twilio webhook requests: parsing the form body into raw pairs (kept whole for signature
+//! checks) and into a typed [`VoiceWebhook`], and rebuilding the public URL Twilio signed from
+//! `server.public_url` plus the request path and raw query (carriers.md §1.1, §1.5.3).
+
+/// Parses an `application/x-www-form-urlencoded` body into ordered pairs, keeping repeated and
+/// empty fields (every field counts for the signature).
+pub fn parse_form(body: &[u8]) -> Vec<(String, String)> {
+    form_urlencoded::parse(body)
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+/// Splits a public base URL into `scheme://authority` and a path prefix without trailing `/`.
+fn split_base(public_url: &str) -> (&str, &str) {
+    let base = public_url.trim_end_matches('/');
+    let after_scheme = base.find("://").map_or(0, |i| i + 3);
+    match base[after_scheme..].find('/') {
+        Some(i) => base.split_at(after_scheme + i),
+        None => (base, ""),
+    }
+}
+
+/// Rebuilds the URL Twilio requested (and signed): `public_url` (scheme, host, optional port and
+/// path prefix) + the request `path` + `?raw_query` exactly as received. A prefix in
+/// `public_url` is added unless `path` already starts with it (a proxy that does not strip
+/// it). Slashes are never doubled.
+pub fn public_request_url(public_url: &str, path: &str, raw_query: Option<&str>) -> String {
+    let (origin, prefix) = split_base(public_url);
+    let path = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    };
+    let has_prefix =
+        !prefix.is_empty() && (path == prefix || path.starts_with(&format!("{prefix}/")));
+    let mut url = String::with_capacity(origin.len() + prefix.len() + path.len() + 16);
+    url.push_str(origin);
+    if !has_prefix {
+        url.push_str(prefix);
+    }
+    url.push_str(&path);
+    if let Some(q) = raw_query.filter(|q| !q.is_empty()) {
+        url.push('?');
+        url.push_str(q);
+    }
+    url
+}
+
+/// The WebSocket URL for `path` under `public_url`: `https` → `wss`, `http` → `ws`.
+pub fn public_ws_url(public_url: &str, path: &str) -> String {
+    let url = public_request_url(public_url, path, None);
+    if let Some(rest) = url.strip_prefix("https://") {
+        format!("wss://{rest}")
+    } else if let Some(rest) = url.strip_prefix("http://") {
+        format!("ws://{rest}")
+    } else {
+        url
+    }
+}
+
+/// Why a webhook body could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookError {
+    #[error(
+        "Twilio webhook is missing `{0}`; is this URL configured as a Twilio Voice webhook \
+         (form POST)?"
+    )]
+    MissingField(&'static str),
+}
+
+/// The fields of a Twilio voice webhook (incoming call, outbound call answer, or status
+/// callback) that patterd uses. `params` keeps every field as received.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VoiceWebhook {
+    pub call_sid: String,
+    pub account_sid: String,
+    pub from: String,
+    pub to: String,
+    /// `inbound`, `outbound-api`, `outbound-dial`.
+    pub direction: String,
+    /// `ringing`, `in-progress`, `completed`, ...
+    pub call_status: String,
+    pub api_version: Option<String>,
+    pub caller_name: Option<String>,
+    pub forwarded_from: Option<String>,
+    pub parent_call_sid: Option<String>,
+    /// Answering-machine detection result, when AMD ran.
+    pub answered_by: Option<String>,
+    /// Seconds, on status callbacks for completed calls.
+    pub call_duration: Option<u64>,
+    pub stir_verstat: Option<String>,
+    pub params: Vec<(String, String)>,
+}
+
+impl VoiceWebhook {
+    /// Builds the typed view. `CallSid` and `To` are required (non-empty); everything else
+    /// defaults to empty / `None`.
+    pub fn from_params(params: &[(String, String)]) -> Result<Self, WebhookError> {
+        let get = |name: &str| {
+            params
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let call_sid = get("CallSid").ok_or(WebhookError::MissingField("CallSid"))?;
+        let to = get("To").ok_or(WebhookError::MissingField("To"))?;
+        Ok(Self {
+            call_sid,
+            account_sid: get("AccountSid").unwrap_or_default(),
+            from: get("From").unwrap_or_default(),
+            to,
+            direction: get("Direction").unwrap_or_default(),
+            call_status: get("CallStatus").unwrap_or_default(),
+            api_version: get("ApiVersion"),
+            caller_name: get("CallerName"),
+            forwarded_from: get("ForwardedFrom"),
+            parent_call_sid: get("ParentCallSid"),
+            answered_by: get("AnsweredBy"),
+            call_duration: get("CallDuration").and_then(|d| d.parse().ok()),
+            stir_verstat: get("StirVerstat"),
+            params: params.to_vec(),
+        })
+    }
+
+    /// Parses a form body straight into the typed view.
+    pub fn from_form(body: &[u8]) -> Result<Self, WebhookError> {
+        Self::from_params(&parse_form(body))
+    }
+
+    /// A raw field by name (first occurrence).
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rebuilds_public_urls() {
+        let f = public_request_url;
+        assert_eq!(
+            f("https://gw.example.com", "/twilio/voice", None),
+            "https://gw.example.com/twilio/voice"
+        );
+        assert_eq!(
+            f("https://gw.example.com/", "/twilio/voice", Some("")),
+            "https://gw.example.com/twilio/voice"
+        );
+        assert_eq!(
+            f(
+                "https://gw.example.com/pd/",
+                "/twilio/voice",
+                Some("a=1&b=2")
+            ),
+            "https://gw.example.com/pd/twilio/voice?a=1&b=2"
+        );
+        assert_eq!(
+            f("https://gw.example.com/pd", "/pd/twilio/voice", None),
+            "https://gw.example.com/pd/twilio/voice"
+        );
+        assert_eq!(
+            f("https://gw.example.com/pd", "/pdx/voice", None),
+            "https://gw.example.com/pd/pdx/voice"
+        );
+        assert_eq!(f("http://h:8080", "x", None), "http://h:8080/x");
+        assert_eq!(
+            public_ws_url("https://gw.example.com/pd", "/twilio/media"),
+            "wss://gw.example.com/pd/twilio/media"
+        );
+        assert_eq!(
+            public_ws_url("http://127.0.0.1:9", "/m"),
+            "ws://127.0.0.1:9/m"
+        );
+    }
+
+    #[test]
+    fn parses_webhook() {
+        let body = b"CallSid=CA1&AccountSid=AC1&From=%2B14155550199&To=%2B14155550100&Direction=inbound&CallStatus=ringing&CallerName=&CallDuration=42";
+        let w = VoiceWebhook::from_form(body).expect("valid");
+        assert_eq!(w.call_sid, "CA1");
+        assert_eq!(w.from, "+14155550199");
+        assert_eq!(w.to, "+14155550100");
+        assert_eq!(w.caller_name, None);
+        assert_eq!(w.call_duration, Some(42));
+        assert_eq!(w.param("CallerName"), Some(""));
+        assert_eq!(w.params.len(), 8);
+        assert_eq!(
+            VoiceWebhook::from_form(b"To=%2B1"),
+            Err(WebhookError::MissingField("CallSid"))
+        );
+        assert_eq!(
+            VoiceWebhook::from_form(b"CallSid=CA1&To="),
+            Err(WebhookError::MissingField("To"))
+        );
+        assert!(VoiceWebhook::from_form(b"\xff\xfe=%%%").is_err());
+    }
+}

@@ -1,0 +1,312 @@
+//! A fake of Twilio's REST API on 127.0.0.1 ([`FakeTwilioRest`]): accepts call updates
+//! (`POST /2010-04-01/Accounts/{sid}/Calls/{CallSid}.json`) and call creation
+//! (`POST .../Calls.json`), checks HTTP Basic auth against the configured account, answers with
+//! Twilio-shaped JSON (401 / 404 errors included), and records every request for assertions.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::util::TaskGuard;
+
+/// One request the fake received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRequest {
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// Header names lower-cased, in arrival order.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// What the fake answered.
+    pub status: u16,
+}
+
+impl RecordedRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The form body as pairs.
+    pub fn form(&self) -> Vec<(String, String)> {
+        crate::carrier::twilio::parse_form(&self.body)
+    }
+
+    /// The `CallSid` in a `.../Calls/{CallSid}.json` path.
+    pub fn call_sid(&self) -> Option<&str> {
+        let rest = self.path.split('?').next()?;
+        let (_, tail) = rest.rsplit_once("/Calls/")?;
+        tail.strip_suffix(".json")
+    }
+}
+
+struct Inner {
+    account_sid: String,
+    auth_token: String,
+    fail_with: Option<u16>,
+    delay: Duration,
+    requests: Vec<RecordedRequest>,
+}
+
+/// The fake REST server. Dropping it stops the server.
+pub struct FakeTwilioRest {
+    pub addr: SocketAddr,
+    /// `http://127.0.0.1:port`: use as the carrier's `api_base_url`.
+    pub base_url: String,
+    inner: Arc<Mutex<Inner>>,
+    count: watch::Receiver<usize>,
+    _server: TaskGuard,
+}
+
+impl FakeTwilioRest {
+    /// Starts on an ephemeral port, accepting `account_sid:auth_token`.
+    pub async fn start(account_sid: &str, auth_token: &str) -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let inner = Arc::new(Mutex::new(Inner {
+            account_sid: account_sid.to_string(),
+            auth_token: auth_token.to_string(),
+            fail_with: None,
+            delay: Duration::ZERO,
+            requests: Vec::new(),
+        }));
+        let (count_tx, count_rx) = watch::channel(0usize);
+        let count_tx = Arc::new(count_tx);
+        let server_inner = inner.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let inner = server_inner.clone();
+                let count_tx = count_tx.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let inner = inner.clone();
+                        let count_tx = count_tx.clone();
+                        async move {
+                            Ok::<_, std::convert::Infallible>(handle(req, inner, count_tx).await)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Ok(Self {
+            addr,
+            base_url: format!("http://{addr}"),
+            inner,
+            count: count_rx,
+            _server: TaskGuard::new(task),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.lock().requests.clone()
+    }
+
+    /// `CallSid`s that were hung up (`Status=completed`, answered 200).
+    pub fn hung_up(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter(|r| r.status == 200)
+            .filter(|r| {
+                r.form()
+                    .iter()
+                    .any(|(k, v)| k == "Status" && v == "completed")
+            })
+            .filter_map(|r| r.call_sid().map(str::to_string))
+            .collect()
+    }
+
+    /// Answer every following request with this HTTP status (`None` → normal behaviour).
+    pub fn fail_with(&self, status: Option<u16>) {
+        self.lock().fail_with = status;
+    }
+
+    /// Delay every answer (timeout tests).
+    pub fn set_delay(&self, delay: Duration) {
+        self.lock().delay = delay;
+    }
+
+    /// Waits until at least `n` requests have arrived; returns them.
+    pub async fn wait_for_requests(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<RecordedRequest>, Vec<RecordedRequest>> {
+        let mut rx = self.count.clone();
+        match tokio::time::timeout(timeout, rx.wait_for(|c| *c >= n)).await {
+            Ok(Ok(_)) => Ok(self.requests()),
+            _ => Err(self.requests()),
+        }
+    }
+}
+
+fn json_response(status: u16, v: serde_json::Value) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(v.to_string())));
+    *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::OK);
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn twilio_error(status: u16, code: u32, message: &str) -> Response<Full<Bytes>> {
+    json_response(
+        status,
+        json!({
+            "code": code,
+            "message": message,
+            "more_info": format!("https://www.twilio.com/docs/errors/{code}"),
+            "status": status,
+        }),
+    )
+}
+
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    inner: Arc<Mutex<Inner>>,
+    count: Arc<watch::Sender<usize>>,
+) -> Response<Full<Bytes>> {
+    let method = req.method().to_string();
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string());
+    let headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_ascii_lowercase(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let body = match Limited::new(req.into_body(), 1 << 20).collect().await {
+        Ok(b) => b.to_bytes().to_vec(),
+        Err(_) => Vec::new(),
+    };
+    let (account_sid, auth_token, fail_with, delay) = {
+        let g = inner.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            g.account_sid.clone(),
+            g.auth_token.clone(),
+            g.fail_with,
+            g.delay,
+        )
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+
+    let expected_auth = format!(
+        "Basic {}",
+        STANDARD.encode(format!("{account_sid}:{auth_token}"))
+    );
+    let auth_ok = headers.iter().any(|(k, v)| {
+        k == "authorization" && crate::security::ct_eq(v.as_bytes(), expected_auth.as_bytes())
+    });
+    let form = crate::carrier::twilio::parse_form(&body);
+    let prefix = format!("/2010-04-01/Accounts/{account_sid}/Calls");
+    let route_path = path.split('?').next().unwrap_or("").to_string();
+
+    let resp = if let Some(status) = fail_with {
+        twilio_error(status, 20500, "Injected failure")
+    } else if !auth_ok {
+        let mut r = twilio_error(401, 20003, "Authenticate");
+        r.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Basic realm=\"Twilio API\""),
+        );
+        r
+    } else if method != "POST" {
+        twilio_error(405, 20004, "Method not allowed")
+    } else if route_path == format!("{prefix}.json") {
+        let sid = super::new_sid("CA");
+        let field = |n: &str| {
+            form.iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        json_response(
+            201,
+            json!({
+                "sid": sid,
+                "account_sid": account_sid,
+                "to": field("To"),
+                "from": field("From"),
+                "status": "queued",
+                "direction": "outbound-api",
+                "api_version": "2010-04-01",
+            }),
+        )
+    } else if let Some(call_sid) = route_path
+        .strip_prefix(&format!("{prefix}/"))
+        .and_then(|t| t.strip_suffix(".json"))
+        .filter(|s| {
+            s.starts_with("CA") && s.len() == 34 && s.bytes().all(|b| b.is_ascii_alphanumeric())
+        })
+    {
+        let status = form
+            .iter()
+            .find(|(k, _)| k == "Status")
+            .map_or("in-progress", |(_, v)| v.as_str());
+        json_response(
+            200,
+            json!({
+                "sid": call_sid,
+                "account_sid": account_sid,
+                "status": status,
+                "api_version": "2010-04-01",
+                "uri": format!("{prefix}/{call_sid}.json"),
+            }),
+        )
+    } else {
+        twilio_error(
+            404,
+            20404,
+            &format!("The requested resource {route_path} was not found"),
+        )
+    };
+
+    let status = resp.status().as_u16();
+    let n = {
+        let mut g = inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.requests.push(RecordedRequest {
+            method,
+            path,
+            headers,
+            body,
+            status,
+        });
+        g.requests.len()
+    };
+    count.send_replace(n);
+    resp
+}
