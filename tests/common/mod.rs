@@ -1,0 +1,232 @@
+//! Shared test harness: a whole patterd stack on 127.0.0.1 — fake Deepgram, ElevenLabs,
+//! Hermes and Twilio REST, patterd bound in-process on port 0, and a Twilio simulator that
+//! signs webhooks and opens media streams.
+#![allow(dead_code)]
+
+pub mod daemon;
+
+use std::time::Duration;
+
+use patterd::call::CallRecord;
+use patterd::sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
+use patterd::sim::elevenlabs::FakeElevenLabs;
+use patterd::sim::hermes::FakeHermes;
+use patterd::sim::twilio::call::{SimCall, SimCallConfig};
+use patterd::sim::twilio::rest::FakeTwilioRest;
+use patterd::sim::twilio::xml::{TwimlAnswer, parse_twiml};
+use patterd::sim::twilio::{SimTwilio, WebhookResponse};
+
+pub const ACCOUNT_SID: &str = "AC00000000000000000000000000000001";
+pub const AUTH_TOKEN: &str = "twilio-test-auth-token";
+pub const PUBLIC_URL: &str = "https://voice.example.test";
+pub const OUR_NUMBER: &str = "+15550001234";
+pub const CALLER: &str = "+15557654321";
+pub const HERMES_KEY: &str = "hermes-test-key";
+pub const DG_KEY: &str = "dg-test-key";
+pub const EL_KEY: &str = "el-test-key";
+pub const GREETING: &str = "Hello, thanks for calling.";
+pub const FILLER: &str = "One moment please.";
+pub const LLM_ERROR: &str = "Sorry, something went wrong on my side.";
+pub const SYSTEM_PROMPT: &str = "You are a test agent.";
+pub const WAIT: Duration = Duration::from_secs(15);
+
+/// Knobs for a stack.
+pub struct Opts {
+    pub first_message: String,
+    pub long_turn_after_s: f64,
+    pub max_calls: usize,
+    pub allowed_callers: Vec<String>,
+    pub transcripts: Vec<String>,
+    /// Overrides `[llm.hermes] base_url` (e.g. a closed port).
+    pub llm_base_url: Option<String>,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Self {
+            first_message: GREETING.into(),
+            long_turn_after_s: 4.0,
+            max_calls: 50,
+            allowed_callers: Vec::new(),
+            transcripts: Vec::new(),
+            llm_base_url: None,
+        }
+    }
+}
+
+pub struct Stack {
+    pub dg: FakeDeepgram,
+    pub el: FakeElevenLabs,
+    pub hermes: FakeHermes,
+    pub rest: FakeTwilioRest,
+    pub server: patterd::server::Running,
+    pub twilio: SimTwilio,
+    pub base: String,
+}
+
+pub fn config_text(
+    opts: &Opts,
+    dg: &str,
+    el: &str,
+    hermes: &str,
+    rest: &str,
+    extra_numbers: &str,
+) -> String {
+    let callers = opts
+        .allowed_callers
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+public_url = "{PUBLIC_URL}"
+max_calls = {max_calls}
+drain_timeout_s = 30
+
+[log]
+format = "json"
+level = "info"
+
+[llm.hermes]
+kind = "hermes"
+base_url = "{hermes}"
+api_key = "{HERMES_KEY}"
+model = "hermes-agent"
+session_key_from = "caller_hash"
+first_token_timeout_s = 20
+
+[stt.deepgram]
+kind = "deepgram"
+api_key = "{DG_KEY}"
+base_url = "{dg}"
+
+[tts.elevenlabs]
+kind = "elevenlabs"
+api_key = "{EL_KEY}"
+voice_id = "voice123"
+base_url = "{el}"
+
+[carriers.twilio]
+kind = "twilio"
+account_sid = "{ACCOUNT_SID}"
+auth_token = "{AUTH_TOKEN}"
+api_base_url = "{rest}"
+
+[agents.front-desk]
+system_prompt = "{SYSTEM_PROMPT}"
+first_message = "{first}"
+llm = "hermes"
+stt = "deepgram"
+tts = "elevenlabs"
+long_turn_message = "{FILLER}"
+long_turn_message_after_s = {after}
+llm_error_message = "{LLM_ERROR}"
+
+[[numbers]]
+number = "{OUR_NUMBER}"
+carrier = "twilio"
+agent = "front-desk"
+allowed_callers = [{callers}]
+{extra_numbers}
+"#,
+        max_calls = opts.max_calls,
+        first = opts.first_message,
+        after = opts.long_turn_after_s,
+    )
+}
+
+impl Stack {
+    pub async fn start(opts: Opts) -> Stack {
+        let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
+            api_key: DG_KEY.into(),
+            transcripts: opts.transcripts.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("fake deepgram");
+        let el = FakeElevenLabs::start(EL_KEY).await.expect("fake elevenlabs");
+        let hermes = FakeHermes::start(HERMES_KEY).await.expect("fake hermes");
+        let rest = FakeTwilioRest::start(ACCOUNT_SID, AUTH_TOKEN)
+            .await
+            .expect("fake twilio rest");
+        let hermes_url = opts
+            .llm_base_url
+            .clone()
+            .unwrap_or_else(|| hermes.base_url());
+        let text = config_text(
+            &opts,
+            &dg.base_url(),
+            &el.base_url(),
+            &hermes_url,
+            &rest.base_url,
+            "",
+        );
+        let loaded = patterd::config::load_str_with_vars(&text, "test.toml", &[])
+            .expect("test config loads");
+        let server = patterd::server::bind(loaded.config)
+            .await
+            .expect("patterd binds");
+        let base = format!("http://{}", server.local_addr);
+        let twilio = SimTwilio::new(&base, PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN);
+        Stack {
+            dg,
+            el,
+            hermes,
+            rest,
+            server,
+            twilio,
+            base,
+        }
+    }
+
+    pub fn ws_base(&self) -> String {
+        format!("ws://{}", self.server.local_addr)
+    }
+
+    /// Posts a signed voice webhook for a new call from `from`.
+    pub async fn ring_from(&self, from: &str) -> (String, WebhookResponse) {
+        self.twilio
+            .incoming_call("/twilio/voice", from, OUR_NUMBER)
+            .await
+            .expect("webhook request")
+    }
+
+    /// A whole inbound call: webhook, TwiML, media stream opened.
+    pub async fn call(&self) -> (String, SimCall) {
+        let (call_sid, resp) = self.ring_from(CALLER).await;
+        assert_eq!(resp.status, 200, "webhook answered {resp:?}");
+        let answer = parse_twiml(&resp.body).expect("TwiML parses");
+        let sim = self.open(&call_sid, &answer).await;
+        (call_sid, sim)
+    }
+
+    pub async fn open(&self, call_sid: &str, answer: &TwimlAnswer) -> SimCall {
+        SimCall::from_answer(
+            answer,
+            SimCallConfig::new(&self.ws_base(), ACCOUNT_SID, call_sid),
+        )
+        .await
+        .expect("media stream opens")
+    }
+
+    /// Waits for a call to finish and returns its record.
+    pub async fn finished(&self, call_sid: &str) -> CallRecord {
+        tokio::time::timeout(WAIT, self.server.app.calls.wait_finished(call_sid))
+            .await
+            .expect("call finishes in time")
+            .expect("call record")
+    }
+
+    /// Texts patterd asked ElevenLabs to speak.
+    pub fn spoken(&self) -> Vec<String> {
+        self.el.record().texts()
+    }
+}
+
+/// Caller speech: a 440 Hz tone for `ms` (the fake Deepgram hears it as speech).
+pub fn speak(sim: &SimCall, ms: u64) {
+    sim.push_tone(440.0, ms, 8000);
+}
