@@ -33,7 +33,13 @@ Documentation: README.md and docs/ in the source tree.";
 #[command(name = "patterd", version, about = ABOUT, long_about = LONG_ABOUT)]
 pub struct Cli {
     /// The configuration file (TOML).
-    #[arg(long, short, global = true, env = "PATTERD_CONFIG", value_name = "FILE")]
+    #[arg(
+        long,
+        short,
+        global = true,
+        env = "PATTERD_CONFIG",
+        value_name = "FILE"
+    )]
     pub config: Option<PathBuf>,
 
     #[command(subcommand)]

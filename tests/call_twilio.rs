@@ -14,8 +14,12 @@ async fn greeting_then_two_turns_with_one_hermes_session() {
         ..Opts::default()
     })
     .await;
-    stack.hermes.push(HermesReply::text("Sure. What day works for you?"));
-    stack.hermes.push(HermesReply::text("Great, two people it is."));
+    stack
+        .hermes
+        .push(HermesReply::text("Sure. What day works for you?"));
+    stack
+        .hermes
+        .push(HermesReply::text("Great, two people it is."));
 
     let (call_sid, sim) = stack.call().await;
 
@@ -82,10 +86,20 @@ async fn greeting_then_two_turns_with_one_hermes_session() {
 
     let spoken = stack.spoken();
     assert!(spoken.contains(&"Sure.".to_string()), "{spoken:?}");
-    assert!(spoken.contains(&"What day works for you?".to_string()), "{spoken:?}");
-    assert!(spoken.contains(&"Great, two people it is.".to_string()), "{spoken:?}");
+    assert!(
+        spoken.contains(&"What day works for you?".to_string()),
+        "{spoken:?}"
+    );
+    assert!(
+        spoken.contains(&"Great, two people it is.".to_string()),
+        "{spoken:?}"
+    );
     let el = stack.el.record();
-    assert!(el.requests.iter().all(|r| r.query.iter().any(|(k, v)| k == "output_format" && v == "ulaw_8000")));
+    assert!(el.requests.iter().all(|r| {
+        r.query
+            .iter()
+            .any(|(k, v)| k == "output_format" && v == "ulaw_8000")
+    }));
 
     // Deepgram got μ-law 8 kHz straight through.
     let dg = stack.dg.record();
@@ -119,7 +133,9 @@ async fn greeting_then_two_turns_with_one_hermes_session() {
     stack
         .dg
         .wait_until("deepgram closed", |r| {
-            r.connections.iter().all(|c| c.close_streams > 0 || c.closed.is_some())
+            r.connections
+                .iter()
+                .all(|c| c.close_streams > 0 || c.closed.is_some())
         })
         .await;
     let first_frame_us: u64 = record
@@ -129,7 +145,10 @@ async fn greeting_then_two_turns_with_one_hermes_session() {
         .detail
         .parse()
         .expect("micros");
-    assert!(first_frame_us < 1_000_000, "greeting took {first_frame_us} µs");
+    assert!(
+        first_frame_us < 1_000_000,
+        "greeting took {first_frame_us} µs"
+    );
     let _ = HermesStep::KeepAlive;
 }
 
@@ -201,7 +220,11 @@ async fn forged_missing_and_wrong_key_signatures_get_403_and_nothing_else() {
     assert!(stack.el.record().requests.is_empty());
     assert!(stack.hermes.record().requests.is_empty());
     // And a correctly signed one goes through.
-    let r = stack.twilio.post_form("/twilio/voice", &params).await.unwrap();
+    let r = stack
+        .twilio
+        .post_form("/twilio/voice", &params)
+        .await
+        .unwrap();
     assert_eq!(r.status, 200);
     assert!(r.body.contains("<Connect><Stream"), "{}", r.body);
 }
@@ -211,7 +234,7 @@ async fn media_socket_with_bad_token_is_closed_before_any_provider() {
     use patterd::sim::twilio::call::{ClosedBy, SimCall, SimCallConfig};
     use std::collections::BTreeMap;
     let stack = Stack::start(Opts::default()).await;
-    let url = format!("wss://voice.example.test/twilio/media");
+    let url = "wss://voice.example.test/twilio/media".to_string();
     let open = |call_sid: &str, token: Option<String>| {
         let mut params = BTreeMap::new();
         if let Some(t) = token {
@@ -219,14 +242,30 @@ async fn media_socket_with_bad_token_is_closed_before_any_provider() {
         }
         let cfg = SimCallConfig::new(&stack.ws_base(), ACCOUNT_SID, call_sid);
         let url = url.clone();
-        async move { SimCall::connect(&url, &params, cfg).await.expect("socket opens") }
+        async move {
+            SimCall::connect(&url, &params, cfg)
+                .await
+                .expect("socket opens")
+        }
     };
     let tokens = &stack.server.app.tokens;
     let cases = vec![
         ("missing", None),
-        ("forged", Some("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".to_string())),
-        ("other call", Some(tokens.mint("CA99999999999999999999999999999999"))),
-        ("expired", Some(tokens.mint_with_expiry("CA22222222222222222222222222222222", 1))),
+        (
+            "forged",
+            Some(
+                "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+                    .to_string(),
+            ),
+        ),
+        (
+            "other call",
+            Some(tokens.mint("CA99999999999999999999999999999999")),
+        ),
+        (
+            "expired",
+            Some(tokens.mint_with_expiry("CA22222222222222222222222222222222", 1)),
+        ),
     ];
     for (what, token) in cases {
         let sim = open("CA22222222222222222222222222222222", token).await;
@@ -247,7 +286,11 @@ async fn media_socket_with_bad_token_is_closed_before_any_provider() {
     let again = stack.open(&call_sid, &answer).await;
     let close = again.wait_closed(WAIT).await.expect("reused token closed");
     assert_eq!(close.code, Some(1008));
-    assert_eq!(stack.dg.record().connections.len(), 1, "only the real call's STT");
+    assert_eq!(
+        stack.dg.record().connections.len(),
+        1,
+        "only the real call's STT"
+    );
     // The real call is unaffected.
     assert!(!sim.state().is_closed());
 }
@@ -271,13 +314,19 @@ async fn slow_hermes_gets_one_filler_then_the_reply() {
         .await
         .unwrap();
     speak(&sim, 600);
-    sim.wait_for("filler and reply marks", WAIT, |s| s.marks_echoed.len() >= 3)
-        .await
-        .unwrap();
+    sim.wait_for("filler and reply marks", WAIT, |s| {
+        s.marks_echoed.len() >= 3
+    })
+    .await
+    .unwrap();
     let spoken = stack.spoken();
     assert_eq!(
         spoken,
-        vec![GREETING.to_string(), FILLER.to_string(), "Here is your answer.".to_string()]
+        vec![
+            GREETING.to_string(),
+            FILLER.to_string(),
+            "Here is your answer.".to_string()
+        ]
     );
     sim.hang_up().await;
     let rec = stack.finished(&call_sid).await;
@@ -317,7 +366,11 @@ async fn tool_progress_triggers_the_filler_early_and_only_once() {
         .unwrap();
     assert_eq!(
         stack.spoken(),
-        vec![GREETING.to_string(), FILLER.to_string(), "You are booked.".to_string()]
+        vec![
+            GREETING.to_string(),
+            FILLER.to_string(),
+            "You are booked.".to_string()
+        ]
     );
     sim.hang_up().await;
     stack.finished(&call_sid).await;
@@ -352,7 +405,11 @@ async fn brain_failure_is_apologised_for(reply: Option<HermesReply>, llm_base_ur
         sim.wait_for("second reply", WAIT, |s| s.marks_echoed.len() >= 3)
             .await
             .unwrap();
-        assert!(stack.spoken()[2].starts_with("You said"), "{:?}", stack.spoken());
+        assert!(
+            stack.spoken()[2].starts_with("You said"),
+            "{:?}",
+            stack.spoken()
+        );
     }
     sim.hang_up().await;
     let rec = stack.finished(&call_sid).await;
@@ -361,7 +418,8 @@ async fn brain_failure_is_apologised_for(reply: Option<HermesReply>, llm_base_ur
 
 #[tokio::test]
 async fn hermes_500_speaks_the_error_message() {
-    brain_failure_is_apologised_for(Some(HermesReply::http(500, "boom: internal error")), None).await;
+    brain_failure_is_apologised_for(Some(HermesReply::http(500, "boom: internal error")), None)
+        .await;
 }
 
 #[tokio::test]
@@ -378,7 +436,9 @@ async fn hermes_error_finish_speaks_the_error_message_not_the_error() {
 #[tokio::test]
 async fn hermes_in_stream_error_speaks_the_error_message() {
     brain_failure_is_apologised_for(
-        Some(HermesReply::Stream(vec![HermesStep::StreamError("boom".into())])),
+        Some(HermesReply::Stream(vec![HermesStep::StreamError(
+            "boom".into(),
+        )])),
         None,
     )
     .await;
@@ -410,7 +470,9 @@ async fn caller_hanging_up_mid_reply_cancels_everything() {
     stack
         .el
         .wait_until("reply synthesis", |r| {
-            r.requests.iter().any(|q| q.text == "This is a long answer.")
+            r.requests
+                .iter()
+                .any(|q| q.text == "This is a long answer.")
         })
         .await;
     sim.hang_up().await;
@@ -444,7 +506,10 @@ async fn malformed_frames_do_not_end_the_call() {
     sim.send_raw(r#"{"event":"media","streamSid":"MZ1","media":{"payload":"!!!not base64"}}"#);
     sim.send_raw(r#"{"event":"surprise","streamSid":"MZ1"}"#);
     sim.send_raw(r#"{"event":"media"}"#);
-    sim.send_raw(&format!(r#"{{"event":"media","media":{{"payload":"{}"}}}}"#, "A".repeat(70_000)));
+    sim.send_raw(&format!(
+        r#"{{"event":"media","media":{{"payload":"{}"}}}}"#,
+        "A".repeat(70_000)
+    ));
     speak(&sim, 600);
     sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
         .await
@@ -452,7 +517,12 @@ async fn malformed_frames_do_not_end_the_call() {
     assert!(!sim.state().is_closed());
     sim.hang_up().await;
     stack.finished(&call_sid).await;
-    let m = stack.server.app.metrics.media_frames_bad.load(std::sync::atomic::Ordering::Relaxed);
+    let m = stack
+        .server
+        .app
+        .metrics
+        .media_frames_bad
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(m, 5);
 }
 
@@ -516,7 +586,11 @@ async fn agent_hang_up_ends_the_call_through_the_rest_api() {
         .await
         .expect("REST hang-up");
     assert_eq!(reqs[0].call_sid(), Some(call_sid.as_str()));
-    assert!(reqs[0].form().contains(&("Status".to_string(), "completed".to_string())));
+    assert!(
+        reqs[0]
+            .form()
+            .contains(&("Status".to_string(), "completed".to_string()))
+    );
     let rec = stack.finished(&call_sid).await;
     assert_eq!(rec.ended_reason, "hung up: operator");
 }
@@ -536,10 +610,18 @@ async fn routing_rejects_unknown_numbers_disallowed_callers_and_busy() {
         .await
         .unwrap();
     assert_eq!(r.status, 200);
-    assert!(r.body.contains("<Reject/>") || r.body.contains("<Reject />"), "{}", r.body);
+    assert!(
+        r.body.contains("<Reject/>") || r.body.contains("<Reject />"),
+        "{}",
+        r.body
+    );
     // Caller not allowed.
     let (_, r) = stack.ring_from("+15551112222").await;
-    assert!(r.body.contains(r#"<Reject reason="rejected""#), "{}", r.body);
+    assert!(
+        r.body.contains(r#"<Reject reason="rejected""#),
+        "{}",
+        r.body
+    );
     assert!(stack.dg.record().connections.is_empty());
     // One call fills max_calls; the next is busy.
     let (_sid, _sim) = stack.call().await;
@@ -547,7 +629,9 @@ async fn routing_rejects_unknown_numbers_disallowed_callers_and_busy() {
     assert!(r.body.contains(r#"<Reject reason="busy""#), "{}", r.body);
     // Draining: busy as well, and /readyz goes 503.
     stack.server.app.start_drain();
-    let ready = reqwest::get(format!("{}/readyz", stack.base)).await.unwrap();
+    let ready = reqwest::get(format!("{}/readyz", stack.base))
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 503);
     let (_, r) = stack.ring_from(CALLER).await;
     assert!(r.body.contains(r#"<Reject reason="busy""#), "{}", r.body);
@@ -567,7 +651,11 @@ async fn twiml_answer_carries_a_tokenized_stream() {
     let token = answer.parameters.get("token").expect("token parameter");
     // The token is bound to this call: it does not redeem for another one, but does for this.
     let tokens = &stack.server.app.tokens;
-    assert!(tokens.redeem("CA00000000000000000000000000000000", Some(token)).is_err());
+    assert!(
+        tokens
+            .redeem("CA00000000000000000000000000000000", Some(token))
+            .is_err()
+    );
     assert!(tokens.redeem(&call_sid, Some(token)).is_ok());
     // The STT socket was opened while the phone rang.
     stack
@@ -580,7 +668,11 @@ async fn twiml_answer_carries_a_tokenized_stream() {
         ("AccountSid".to_string(), ACCOUNT_SID.to_string()),
         ("CallStatus".to_string(), "canceled".to_string()),
     ];
-    let r = stack.twilio.post_form("/twilio/status", &params).await.unwrap();
+    let r = stack
+        .twilio
+        .post_form("/twilio/status", &params)
+        .await
+        .unwrap();
     assert!(r.status < 300);
     stack.finished(&call_sid).await;
 }

@@ -87,12 +87,10 @@ struct Actor {
 }
 
 /// Receives from an optional channel; pending forever when there is none.
-fn recv_opt<T>(rx: Option<&mut mpsc::Receiver<T>>) -> impl Future<Output = Option<T>> + '_ {
-    async move {
-        match rx {
-            Some(rx) => rx.recv().await,
-            None => std::future::pending().await,
-        }
+async fn recv_opt<T>(rx: Option<&mut mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -242,8 +240,7 @@ impl Actor {
 
     fn filler_deadline(&self) -> Option<Instant> {
         let turn = self.turn.as_ref()?;
-        if turn.filler_done || turn.audio_started || self.setup.agent.long_turn_message.is_empty()
-        {
+        if turn.filler_done || turn.audio_started || self.setup.agent.long_turn_message.is_empty() {
             return None;
         }
         if self.llm.is_none() && !self.speech.is_speaking() {
@@ -254,10 +251,10 @@ impl Actor {
     }
 
     fn send(&mut self, cmd: MediaCommand) {
-        if let Some(tx) = &self.media_tx {
-            if tx.try_send(cmd).is_err() {
-                self.frames_dropped += 1;
-            }
+        if let Some(tx) = &self.media_tx
+            && tx.try_send(cmd).is_err()
+        {
+            self.frames_dropped += 1;
         }
     }
 
@@ -299,10 +296,10 @@ impl Actor {
         match ev {
             MediaEvent::Start(_) => {}
             MediaEvent::Audio(frame) => {
-                if let Some(stt) = &self.stt {
-                    if stt.input.try_send(SttInput::Audio(frame)).is_err() {
-                        self.stt_frames_dropped += 1;
-                    }
+                if let Some(stt) = &self.stt
+                    && stt.input.try_send(SttInput::Audio(frame)).is_err()
+                {
+                    self.stt_frames_dropped += 1;
                 }
             }
             MediaEvent::Dtmf(d) => {
@@ -647,17 +644,17 @@ impl Actor {
                 UttKind::Reply { turn } | UttKind::Filler { turn } | UttKind::Error { turn } => {
                     let turn_id = *turn;
                     let is_reply = matches!(kind, UttKind::Reply { .. });
-                    if let Some(t) = self.turn.as_mut().filter(|t| t.id == turn_id) {
-                        if !t.audio_started {
-                            t.audio_started = true;
-                            let us = now.saturating_duration_since(t.ended_at).as_micros();
-                            let kind = if is_reply {
-                                "reply_first_frame"
-                            } else {
-                                "first_frame_of_turn"
-                            };
-                            self.event(kind, us.to_string());
-                        }
+                    if let Some(t) = self.turn.as_mut().filter(|t| t.id == turn_id)
+                        && !t.audio_started
+                    {
+                        t.audio_started = true;
+                        let us = now.saturating_duration_since(t.ended_at).as_micros();
+                        let kind = if is_reply {
+                            "reply_first_frame"
+                        } else {
+                            "first_frame_of_turn"
+                        };
+                        self.event(kind, us.to_string());
                     }
                 }
                 _ => {}

@@ -53,7 +53,9 @@ pub struct MediaAttach {
 pub enum CallMsg {
     Attach(MediaAttach),
     /// End the call (agent, operator or shutdown); the carrier is told to hang up.
-    HangUp { reason: String },
+    HangUp {
+        reason: String,
+    },
     /// Speak this text now (queued after what is already being said).
     Say(String),
     /// A copy of the call's record so far.

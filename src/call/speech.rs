@@ -25,9 +25,15 @@ const SILENCE: u8 = 0xFF;
 pub enum UttKind {
     Greeting,
     /// A sentence of the reply to caller turn `turn`.
-    Reply { turn: u64 },
-    Filler { turn: u64 },
-    Error { turn: u64 },
+    Reply {
+        turn: u64,
+    },
+    Filler {
+        turn: u64,
+    },
+    Error {
+        turn: u64,
+    },
     Say,
 }
 
@@ -94,7 +100,13 @@ impl Speech {
 
     /// Queues `text` with its TTS stream (or `None` to start the synthesis later, see
     /// [`Speech::wants_tts`]). Returns the utterance id.
-    pub fn push(&mut self, kind: UttKind, text: String, entry: usize, tts: Option<TtsStream>) -> u64 {
+    pub fn push(
+        &mut self,
+        kind: UttKind,
+        text: String,
+        entry: usize,
+        tts: Option<TtsStream>,
+    ) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.queue.push_back(Utterance {
@@ -113,7 +125,13 @@ impl Speech {
     }
 
     /// Like [`Speech::push`] but before everything that has not started playing yet.
-    pub fn push_front_unstarted(&mut self, kind: UttKind, text: String, entry: usize, tts: Option<TtsStream>) -> u64 {
+    pub fn push_front_unstarted(
+        &mut self,
+        kind: UttKind,
+        text: String,
+        entry: usize,
+        tts: Option<TtsStream>,
+    ) -> u64 {
         let id = self.push(kind, text, entry, tts);
         if let Some(u) = self.queue.pop_back() {
             let pos = self
@@ -153,10 +171,10 @@ impl Speech {
     pub async fn next_tts(&mut self) -> (u64, Option<TtsEvent>) {
         poll_fn(|cx| {
             for u in self.queue.iter_mut() {
-                if let Some(tts) = u.tts.as_mut() {
-                    if let Poll::Ready(ev) = tts.events.poll_recv(cx) {
-                        return Poll::Ready((u.id, ev));
-                    }
+                if let Some(tts) = u.tts.as_mut()
+                    && let Poll::Ready(ev) = tts.events.poll_recv(cx)
+                {
+                    return Poll::Ready((u.id, ev));
                 }
             }
             Poll::Pending
@@ -200,14 +218,9 @@ impl Speech {
     /// Sends as many frames as the lead allows. Call on every tick and after every TTS event.
     pub fn pump(&mut self, now: Instant) -> Pumped {
         let mut out = Pumped::default();
-        loop {
-            let Some(front) = self.queue.front_mut() else {
-                break;
-            };
+        while let Some(front) = self.queue.front_mut() {
             let play_until = self.play_until.filter(|t| *t > now).unwrap_or(now);
-            if front.buf.len() >= FRAME_BYTES
-                || (front.synth_done && !front.buf.is_empty())
-            {
+            if front.buf.len() >= FRAME_BYTES || (front.synth_done && !front.buf.is_empty()) {
                 if play_until.duration_since(now) >= LEAD {
                     break;
                 }

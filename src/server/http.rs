@@ -14,7 +14,11 @@ pub type Body = Full<Bytes>;
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn text(status: u16, body: &'static str) -> Response<Body> {
-    respond(status, "text/plain; charset=utf-8", Bytes::from_static(body.as_bytes()))
+    respond(
+        status,
+        "text/plain; charset=utf-8",
+        Bytes::from_static(body.as_bytes()),
+    )
 }
 
 pub fn empty(status: u16) -> Response<Body> {
@@ -65,7 +69,9 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, BodyError>
     match tokio::time::timeout(BODY_TIMEOUT, fut).await {
         Err(_) => Err(BodyError::Timeout(BODY_TIMEOUT)),
         Ok(Err(e)) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 Err(BodyError::TooLarge(limit))
             } else {
                 Err(BodyError::Read(e.to_string()))

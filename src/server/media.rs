@@ -220,10 +220,10 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
                         break;
                     }
                     Some(cmd) => {
-                        if let Some(text) = encoder.encode(&cmd) {
-                            if write.write_frame(Frame::text(Payload::Owned(text.into_bytes()))).await.is_err() {
-                                break;
-                            }
+                        if let Some(text) = encoder.encode(&cmd)
+                            && write.write_frame(Frame::text(Payload::Owned(text.into_bytes()))).await.is_err()
+                        {
+                            break;
                         }
                     }
                 },

@@ -31,8 +31,18 @@ impl Metrics {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         };
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        put("patterd_calls_active", "Calls live now.", "gauge", app.calls.len() as u64);
-        put("patterd_calls_accepted_total", "Calls answered.", "counter", g(&self.calls_accepted));
+        put(
+            "patterd_calls_active",
+            "Calls live now.",
+            "gauge",
+            app.calls.len() as u64,
+        );
+        put(
+            "patterd_calls_accepted_total",
+            "Calls answered.",
+            "counter",
+            g(&self.calls_accepted),
+        );
         put(
             "patterd_calls_rejected_unknown_number_total",
             "Calls to a number not in [[numbers]].",

@@ -119,10 +119,12 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
         .listen
         .parse()
         .map_err(|_| ServerError::BadListen(config.server.listen.clone()))?;
-    let listener = TcpListener::bind(addr).await.map_err(|e| ServerError::Bind {
-        addr: addr.to_string(),
-        source: e,
-    })?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServerError::Bind {
+            addr: addr.to_string(),
+            source: e,
+        })?;
     let local_addr = listener.local_addr().map_err(|e| ServerError::Bind {
         addr: addr.to_string(),
         source: e,

@@ -11,10 +11,10 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use tracing::{info, warn};
 
+use super::App;
 use super::http::{Body, empty, read_body, text, xml};
 use super::media::{self, CarrierControl, TokenSource};
 use super::metrics::Metrics;
-use super::App;
 use crate::call::{CallSetup, actor};
 use crate::carrier::CarrierKind;
 use crate::carrier::twilio::{self as tw, TwilioCodec, TwilioRest};
@@ -210,7 +210,11 @@ pub async fn voice(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let token = app.tokens.mint(&hook.call_sid);
     let stream_url = tw::public_ws_url(&app.config.server.public_url, "/twilio/media");
     info!(call_sid = %hook.call_sid, %from, %to, agent = %number.agent, "call accepted");
-    xml(tw::twiml_connect_stream(&stream_url, &[("token", &token)], None))
+    xml(tw::twiml_connect_stream(
+        &stream_url,
+        &[("token", &token)],
+        None,
+    ))
 }
 
 /// `POST /twilio/status`: how a call ended (or progressed).
@@ -228,11 +232,18 @@ pub async fn status(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     };
     let call_sid = get("CallSid");
     let status = get("CallStatus");
-    info!(call_sid, status, duration_s = get("CallDuration"), "twilio call status");
-    if matches!(status, "completed" | "busy" | "failed" | "no-answer" | "canceled") {
-        if let Some(h) = app.calls.get(call_sid) {
-            let _ = h.hang_up(&format!("carrier reported {status}"));
-        }
+    info!(
+        call_sid,
+        status,
+        duration_s = get("CallDuration"),
+        "twilio call status"
+    );
+    if matches!(
+        status,
+        "completed" | "busy" | "failed" | "no-answer" | "canceled"
+    ) && let Some(h) = app.calls.get(call_sid)
+    {
+        let _ = h.hang_up(&format!("carrier reported {status}"));
     }
     empty(204)
 }

@@ -147,7 +147,9 @@ impl Stack {
         })
         .await
         .expect("fake deepgram");
-        let el = FakeElevenLabs::start(EL_KEY).await.expect("fake elevenlabs");
+        let el = FakeElevenLabs::start(EL_KEY)
+            .await
+            .expect("fake elevenlabs");
         let hermes = FakeHermes::start(HERMES_KEY).await.expect("fake hermes");
         let rest = FakeTwilioRest::start(ACCOUNT_SID, AUTH_TOKEN)
             .await

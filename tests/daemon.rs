@@ -1,0 +1,212 @@
+//! The daemon as a child process: health, cold start, `check`, and drain on SIGTERM.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::daemon::Daemon;
+use common::*;
+
+fn minimal_config() -> String {
+    r#"
+[server]
+listen = "127.0.0.1:0"
+drain_timeout_s = 30
+[log]
+format = "json"
+"#
+    .to_string()
+}
+
+#[test]
+fn healthz_answers_and_sigterm_with_no_calls_exits_zero_quickly() {
+    patterd::util::init_tls();
+    let started = Instant::now();
+    let mut d = Daemon::start(&minimal_config());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (h, r, m) = rt.block_on(async {
+        let h = reqwest::get(d.url("/healthz")).await.unwrap();
+        let r = reqwest::get(d.url("/readyz")).await.unwrap();
+        let m = reqwest::get(d.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        (h.status().as_u16(), r.status().as_u16(), m)
+    });
+    assert_eq!((h, r), (200, 200));
+    assert!(m.contains("patterd_calls_active 0"), "{m}");
+    let healthy_after = started.elapsed();
+    eprintln!("cold start to /healthz 200: {healthy_after:?}");
+    d.signal(libc::SIGTERM);
+    let code = d.wait_exit(Duration::from_secs(10));
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn check_prints_redacted_config_and_fails_on_errors() {
+    let exe = env!("CARGO_BIN_EXE_patterd");
+    let root = env!("CARGO_MANIFEST_DIR");
+    let ok = Command::new(exe)
+        .args(["check", "--config"])
+        .arg(format!("{root}/config/patter.toml"))
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let out = String::from_utf8_lossy(&ok.stdout);
+    assert!(out.contains("[server]"), "{out}");
+    let err = String::from_utf8_lossy(&ok.stderr);
+    assert!(err.contains("unconfigured"), "{err}");
+    // --strict turns the unconfigured warnings into a failure.
+    let strict = Command::new(exe)
+        .args(["check", "--strict", "--config"])
+        .arg(format!("{root}/config/patter.toml"))
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(strict.status.code(), Some(1));
+
+    // Secrets are shown as ***.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.toml");
+    std::fs::write(
+        &path,
+        "[llm.hermes]\nkind = \"hermes\"\napi_key = \"${HERMES_SECRET}\"\n",
+    )
+    .unwrap();
+    let out = Command::new(exe)
+        .args(["check", "--config"])
+        .arg(&path)
+        .env_clear()
+        .env("HERMES_SECRET", "sk-very-secret-value")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("sk-very-secret-value"));
+    assert!(stdout.contains("\"***\""), "{stdout}");
+
+    // A typo fails with the line and the suggestion.
+    std::fs::write(&path, "[server]\nlisen = \"127.0.0.1:8080\"\n").unwrap();
+    let out = Command::new(exe)
+        .args(["check", "--config"])
+        .arg(&path)
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(":2") && err.contains("listen"), "{err}");
+
+    // Running with a broken config fails before binding anything.
+    let out = Command::new(exe)
+        .arg("--config")
+        .arg(&path)
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn sigterm_waits_for_a_live_call_then_exits_zero() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        use patterd::sim::deepgram::FakeDeepgram;
+        use patterd::sim::elevenlabs::FakeElevenLabs;
+        use patterd::sim::hermes::FakeHermes;
+        use patterd::sim::twilio::SimTwilio;
+        use patterd::sim::twilio::rest::FakeTwilioRest;
+        use patterd::sim::twilio::xml::parse_twiml;
+        let dg = FakeDeepgram::start(DG_KEY).await.unwrap();
+        let el = FakeElevenLabs::start(EL_KEY).await.unwrap();
+        let hermes = FakeHermes::start(HERMES_KEY).await.unwrap();
+        let rest = FakeTwilioRest::start(ACCOUNT_SID, AUTH_TOKEN)
+            .await
+            .unwrap();
+        let text = config_text(
+            &Opts::default(),
+            &dg.base_url(),
+            &el.base_url(),
+            &hermes.base_url(),
+            &rest.base_url,
+            "",
+        );
+        let mut d = Daemon::start(&text);
+        let base = format!("http://{}", d.addr);
+        let twilio = SimTwilio::new(&base, PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN);
+        let (call_sid, resp) = twilio
+            .incoming_call("/twilio/voice", CALLER, OUR_NUMBER)
+            .await
+            .unwrap();
+        let answer = parse_twiml(&resp.body).unwrap();
+        let sim = patterd::sim::twilio::call::SimCall::from_answer(
+            &answer,
+            patterd::sim::twilio::call::SimCallConfig::new(
+                &format!("ws://{}", d.addr),
+                ACCOUNT_SID,
+                &call_sid,
+            ),
+        )
+        .await
+        .unwrap();
+        sim.wait_for("greeting", WAIT, |s| s.agent_audio_bytes > 0)
+            .await
+            .unwrap();
+
+        d.signal(libc::SIGTERM);
+        let line = tokio::task::spawn_blocking({
+            let lines = std::mem::replace(&mut d.lines, std::sync::mpsc::channel().1);
+            move || {
+                let deadline = Instant::now() + WAIT;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match lines.recv_timeout(left) {
+                        Ok(l) if l.contains("draining") => return (Some(l), lines),
+                        Ok(_) => continue,
+                        Err(_) => return (None, lines),
+                    }
+                }
+            }
+        })
+        .await
+        .unwrap();
+        d.lines = line.1;
+        assert!(line.0.is_some(), "no draining log line");
+        // Draining: not ready, new calls refused as busy, the live call goes on.
+        let ready = reqwest::get(format!("{base}/readyz")).await.unwrap();
+        assert_eq!(ready.status(), 503);
+        let (_, busy) = twilio
+            .incoming_call("/twilio/voice", CALLER, OUR_NUMBER)
+            .await
+            .unwrap();
+        assert!(busy.body.contains(r#"reason="busy""#), "{}", busy.body);
+        assert!(
+            d.child.try_wait().unwrap().is_none(),
+            "exited with a live call"
+        );
+        common::speak(&sim, 600);
+        sim.wait_for("reply during drain", WAIT, |s| s.marks_echoed.len() >= 2)
+            .await
+            .unwrap();
+        assert!(d.child.try_wait().unwrap().is_none());
+
+        // The caller hangs up: the daemon exits 0.
+        sim.hang_up().await;
+        let code = tokio::task::spawn_blocking(move || d.wait_exit(WAIT))
+            .await
+            .unwrap();
+        assert_eq!(code, Some(0));
+    });
+}
