@@ -316,20 +316,18 @@ impl Actor {
     }
 
     fn on_mark(&mut self, name: &str) {
-        let Some((sent, heard)) = self.speech.on_mark(name) else {
+        let Some(sent) = self.speech.on_mark(name) else {
             return;
         };
         let end = self.answered_ms(Instant::now());
         if let Some(e) = self.transcript.get_mut(sent.entry) {
-            if heard {
-                if !e.heard_text.is_empty() {
-                    e.heard_text.push(' ');
-                }
-                e.heard_text.push_str(&sent.text);
+            if !e.heard_text.is_empty() {
+                e.heard_text.push(' ');
             }
+            e.heard_text.push_str(&sent.text);
             e.end_ms = end;
         }
-        self.event(if heard { "mark_played" } else { "mark_cleared" }, name);
+        self.event("mark_played", name);
     }
 
     fn on_stt(&mut self, ev: Option<SttEvent>) {
@@ -450,9 +448,13 @@ impl Actor {
     /// Stops the agent: clear the carrier's queue, cancel the brain and the synthesis.
     fn interrupt(&mut self) {
         self.llm = None;
-        let (_dropped, need_clear) = self.speech.clear();
+        let cleared = self.speech.clear();
+        let need_clear = cleared.need_clear;
         if need_clear {
             self.send(MediaCommand::Clear);
+        }
+        for sent in cleared.unheard {
+            self.event("mark_cleared", sent.mark);
         }
         if let Some(turn) = self.turn.take() {
             if let Some(e) = turn.entry.and_then(|i| self.transcript.get_mut(i)) {

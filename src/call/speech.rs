@@ -60,8 +60,16 @@ pub struct Sent {
     pub text: String,
     pub entry: usize,
     pub mark: String,
-    /// Number of `clear`s sent before this mark was sent.
-    pub epoch: u64,
+}
+
+/// What [`Speech::clear`] dropped.
+pub struct Cleared {
+    /// Utterances that had not finished going out (their synthesis is cancelled).
+    pub dropped: Vec<Utterance>,
+    /// Utterances fully sent whose mark had not come back: the caller may not have heard them.
+    pub unheard: Vec<Sent>,
+    /// Audio may be queued at the carrier: send it a `clear`.
+    pub need_clear: bool,
 }
 
 /// What the pacer did on a pump.
@@ -78,7 +86,6 @@ pub struct Speech {
     next_id: u64,
     /// When the carrier will have played everything sent so far.
     play_until: Option<Instant>,
-    clears: u64,
 }
 
 impl Default for Speech {
@@ -94,7 +101,6 @@ impl Speech {
             awaiting_mark: VecDeque::new(),
             next_id: 1,
             play_until: None,
-            clears: 0,
         }
     }
 
@@ -250,7 +256,6 @@ impl Speech {
                         text: u.text,
                         entry: u.entry,
                         mark,
-                        epoch: self.clears,
                     });
                 }
                 continue;
@@ -274,28 +279,28 @@ impl Speech {
         None
     }
 
-    /// A mark came back. Returns the utterance it closed and whether it was actually heard
-    /// (false when a `clear` was sent after the mark, so its audio may have been dropped).
-    pub fn on_mark(&mut self, name: &str) -> Option<(Sent, bool)> {
+    /// A mark came back: the caller heard that utterance. Marks of cleared utterances (which
+    /// some carriers echo after a `clear`) are unknown here and return `None`.
+    pub fn on_mark(&mut self, name: &str) -> Option<Sent> {
         let pos = self.awaiting_mark.iter().position(|s| s.mark == name)?;
-        // Marks come back in order: anything before this one is settled too.
-        let sent = self.awaiting_mark.remove(pos)?;
-        let heard = sent.epoch == self.clears;
-        Some((sent, heard))
+        self.awaiting_mark.remove(pos)
     }
 
-    /// Stops speaking: drops every queued utterance (cancelling their synthesis) and forgets
-    /// the pacing clock. Returns the utterances dropped and whether a carrier `clear` is needed.
-    pub fn clear(&mut self) -> (Vec<Utterance>, bool) {
-        let had_audio_out = !self.awaiting_mark.is_empty()
+    /// Stops speaking: drops every queued utterance (cancelling their synthesis), settles every
+    /// utterance still awaiting its mark as not heard (some carriers never acknowledge a mark
+    /// whose audio was cleared, so nothing may wait on one), and forgets the pacing clock.
+    pub fn clear(&mut self) -> Cleared {
+        let need_clear = !self.awaiting_mark.is_empty()
             || self.queue.iter().any(|u| u.sent_bytes > 0)
             || self.play_until.is_some_and(|t| t > Instant::now());
         let dropped: Vec<Utterance> = self.queue.drain(..).collect();
-        if had_audio_out {
-            self.clears += 1;
-        }
+        let unheard: Vec<Sent> = self.awaiting_mark.drain(..).collect();
         self.play_until = None;
-        (dropped, had_audio_out)
+        Cleared {
+            dropped,
+            unheard,
+            need_clear,
+        }
     }
 
     /// Drops queued utterances matching `pred` that have not started playing.
@@ -327,5 +332,125 @@ impl Speech {
 impl Utterance {
     pub fn sent_bytes(&self) -> usize {
         self.sent_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::TaskGuard;
+    use tokio::sync::mpsc;
+
+    fn stream(audio: &[usize], done: bool) -> TtsStream {
+        let (tx, rx) = mpsc::channel(16);
+        for n in audio {
+            tx.try_send(TtsEvent::Audio(Bytes::from(vec![0x55u8; *n])))
+                .unwrap();
+        }
+        if done {
+            tx.try_send(TtsEvent::Done).unwrap();
+        }
+        TtsStream {
+            events: rx,
+            guard: TaskGuard::empty(),
+        }
+    }
+
+    async fn drain(s: &mut Speech) {
+        while s
+            .queue
+            .iter()
+            .any(|u| u.tts.as_ref().is_some_and(|t| !t.events.is_empty()))
+        {
+            let (id, ev) = s.next_tts().await;
+            s.on_tts(id, ev);
+        }
+    }
+
+    fn audio_frames(p: &Pumped) -> usize {
+        p.commands
+            .iter()
+            .filter(|c| matches!(c, MediaCommand::Audio(b) if b.len() == FRAME_BYTES))
+            .count()
+    }
+
+    #[tokio::test]
+    async fn pacer_stays_one_second_ahead_and_marks_each_utterance() {
+        let mut s = Speech::new();
+        // 3 s of audio in one utterance, then a short one.
+        s.push(
+            UttKind::Greeting,
+            "a".into(),
+            0,
+            Some(stream(&[24_000], true)),
+        );
+        s.push(UttKind::Say, "b".into(), 1, Some(stream(&[100], true)));
+        drain(&mut s).await;
+        let t0 = Instant::now();
+        let first = s.pump(t0);
+        // 1 s of lead = 50 frames, no more.
+        assert_eq!(audio_frames(&first), 50);
+        assert_eq!(first.started, vec![(1, UttKind::Greeting)]);
+        // Nothing more until real time moves on.
+        assert_eq!(audio_frames(&s.pump(t0)), 0);
+        let next = s.next_deadline(t0).expect("deadline");
+        assert!(next > t0);
+        // Each second of real time lets one more second of audio out.
+        assert_eq!(audio_frames(&s.pump(t0 + Duration::from_secs(1))), 50);
+        let later = s.pump(t0 + Duration::from_secs(2));
+        assert_eq!(
+            audio_frames(&later),
+            50,
+            "the greeting's last second, then its mark"
+        );
+        // The short utterance (padded to one frame) waits for lead, then gets its mark.
+        let last = s.pump(t0 + Duration::from_secs(3));
+        assert_eq!(audio_frames(&last), 1);
+        let marks: Vec<_> = later
+            .commands
+            .iter()
+            .chain(last.commands.iter())
+            .filter_map(|c| match c {
+                MediaCommand::Mark(m) => Some(m.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(marks, vec!["u1".to_string(), "u2".to_string()]);
+        assert!(s.is_speaking());
+        assert_eq!(s.on_mark("u1").map(|x| x.text), Some("a".to_string()));
+        assert_eq!(s.on_mark("u2").map(|x| x.entry), Some(1));
+        assert!(!s.is_speaking());
+        assert!(s.on_mark("u2").is_none());
+    }
+
+    #[tokio::test]
+    async fn clear_settles_unacknowledged_marks_as_unheard() {
+        let mut s = Speech::new();
+        s.push(UttKind::Say, "one".into(), 0, Some(stream(&[160], true)));
+        s.push(UttKind::Say, "two".into(), 1, Some(stream(&[320], false)));
+        drain(&mut s).await;
+        let t0 = Instant::now();
+        let p = s.pump(t0);
+        assert_eq!(audio_frames(&p), 3);
+        let cleared = s.clear();
+        assert!(cleared.need_clear);
+        assert_eq!(cleared.unheard.len(), 1);
+        assert_eq!(cleared.unheard[0].text, "one");
+        assert_eq!(cleared.dropped.len(), 1);
+        assert_eq!(cleared.dropped[0].text, "two");
+        assert!(!s.is_speaking());
+        // A late echo of the cleared mark is ignored.
+        assert!(s.on_mark("u1").is_none());
+    }
+
+    #[tokio::test]
+    async fn filler_goes_before_unstarted_replies() {
+        let mut s = Speech::new();
+        s.push(UttKind::Reply { turn: 1 }, "reply".into(), 0, None);
+        s.push_front_unstarted(UttKind::Filler { turn: 1 }, "wait".into(), 1, None);
+        let order: Vec<_> = s.queued().map(|u| u.text.clone()).collect();
+        assert_eq!(order, vec!["wait".to_string(), "reply".to_string()]);
+        let wants: Vec<_> = s.wants_tts().into_iter().map(|(_, t)| t).collect();
+        assert_eq!(wants, vec!["wait".to_string(), "reply".to_string()]);
     }
 }
