@@ -90,6 +90,8 @@ pub enum ServerError {
     BadListen(String),
     #[error("providers: {0}")]
     Providers(String),
+    #[error("[server.tls]: {0}")]
+    Tls(String),
 }
 
 /// A bound, serving daemon.
@@ -129,8 +131,12 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
         addr: addr.to_string(),
         source: e,
     })?;
+    let tls = match &config.server.tls {
+        Some(t) => Some(tls_acceptor(&t.cert, &t.key)?),
+        None => None,
+    };
     let app = App::new(config)?;
-    let accept = tokio::spawn(accept_loop(listener, app.clone()));
+    let accept = tokio::spawn(accept_loop(listener, app.clone(), tls));
     Ok(Running {
         local_addr,
         app,
@@ -138,7 +144,34 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
     })
 }
 
-async fn accept_loop(listener: TcpListener, app: Arc<App>) {
+/// Builds the TLS acceptor from PEM files.
+fn tls_acceptor(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<tokio_rustls::TlsAcceptor, ServerError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    crate::util::init_tls();
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| ServerError::Tls(format!("cannot read cert {}: {e}", cert.display())))?;
+    if certs.is_empty() {
+        return Err(ServerError::Tls(format!(
+            "no certificate found in {}",
+            cert.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| ServerError::Tls(format!("cannot read key {}: {e}", key.display())))?;
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| ServerError::Tls(format!("certificate and key do not fit: {e}")))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+async fn accept_loop(listener: TcpListener, app: Arc<App>, tls: Option<tokio_rustls::TlsAcceptor>) {
     let limit = Arc::new(Semaphore::new(app.config.server.max_connections.max(1)));
     let header_timeout = Duration::from_secs(app.config.server.header_timeout_s.max(1));
     loop {
@@ -156,22 +189,39 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>) {
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let svc = service_fn(move |req| {
-                let app = app.clone();
-                async move { Ok::<_, Infallible>(route(app, peer, req).await) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .max_buf_size(64 * 1024)
-                .serve_connection(TokioIo::new(stream), svc)
-                .with_upgrades();
-            if let Err(e) = conn.await {
-                debug!(%peer, error = %e, "connection ended with an error");
+            match tls {
+                None => serve_connection(stream, app, peer, header_timeout).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => serve_connection(s, app, peer, header_timeout).await,
+                        Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => debug!(%peer, "TLS handshake timed out"),
+                    }
+                }
             }
             drop(permit);
         });
+    }
+}
+
+async fn serve_connection<I>(io: I, app: Arc<App>, peer: SocketAddr, header_timeout: Duration)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req| {
+        let app = app.clone();
+        async move { Ok::<_, Infallible>(route(app, peer, req).await) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .max_buf_size(64 * 1024)
+        .serve_connection(TokioIo::new(io), svc)
+        .with_upgrades();
+    if let Err(e) = conn.await {
+        debug!(%peer, error = %e, "connection ended with an error");
     }
 }
 
