@@ -149,7 +149,15 @@ async fn greeting_then_two_turns_with_one_hermes_session() {
         first_frame_us < 1_000_000,
         "greeting took {first_frame_us} µs"
     );
-    let _ = HermesStep::KeepAlive;
+    // Reported, not asserted: `cargo test --release --test call_twilio greeting -- --nocapture`.
+    let replies: Vec<&str> = record
+        .events_of("reply_first_frame")
+        .map(|e| e.detail.as_str())
+        .collect();
+    assert_eq!(replies.len(), 2, "one first reply frame per turn");
+    eprintln!(
+        "start → greeting first frame: {first_frame_us} µs; STT final → first reply frame: {replies:?} µs"
+    );
 }
 
 #[tokio::test]
