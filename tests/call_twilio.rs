@@ -684,3 +684,23 @@ async fn twiml_answer_carries_a_tokenized_stream() {
     assert!(r.status < 300);
     stack.finished(&call_sid).await;
 }
+
+#[tokio::test]
+async fn a_call_ends_at_its_maximum_duration() {
+    let stack = Stack::start(Opts {
+        max_duration_s: 1,
+        ..Opts::default()
+    })
+    .await;
+    let (call_sid, sim) = stack.call().await;
+    let close = sim.wait_closed(WAIT).await.expect("closed by patterd");
+    assert_eq!(close.code, Some(1000));
+    let rec = stack.finished(&call_sid).await;
+    assert_eq!(rec.ended_reason, "maximum call duration reached");
+    let reqs = stack
+        .rest
+        .wait_for_requests(1, WAIT)
+        .await
+        .expect("REST hang-up");
+    assert_eq!(reqs[0].call_sid(), Some(call_sid.as_str()));
+}

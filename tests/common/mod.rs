@@ -39,6 +39,7 @@ pub struct Opts {
     pub transcripts: Vec<String>,
     /// Overrides `[llm.hermes] base_url` (e.g. a closed port).
     pub llm_base_url: Option<String>,
+    pub max_duration_s: u64,
 }
 
 impl Default for Opts {
@@ -50,6 +51,7 @@ impl Default for Opts {
             allowed_callers: Vec::new(),
             transcripts: Vec::new(),
             llm_base_url: None,
+            max_duration_s: 3600,
         }
     }
 }
@@ -124,6 +126,7 @@ tts = "elevenlabs"
 long_turn_message = "{FILLER}"
 long_turn_message_after_s = {after}
 llm_error_message = "{LLM_ERROR}"
+max_duration_s = {max_duration}
 
 [[numbers]]
 number = "{OUR_NUMBER}"
@@ -135,6 +138,7 @@ allowed_callers = [{callers}]
         max_calls = opts.max_calls,
         first = opts.first_message,
         after = opts.long_turn_after_s,
+        max_duration = opts.max_duration_s,
     )
 }
 
