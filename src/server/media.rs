@@ -179,7 +179,14 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
                         }
                     }
                     Decoded::Nothing => bad.ok(),
-                    Decoded::Closed => return,
+                    Decoded::Closed => {
+                        // Carriers that end streams by closing the socket (Plivo): that close
+                        // is the caller hanging up.
+                        if codec.stop_on_close() {
+                            let _ = ev_tx.send(MediaEvent::Stop).await;
+                        }
+                        return;
+                    }
                     Decoded::Bad(e) => {
                         Metrics::inc(&reader_app.metrics.media_frames_bad);
                         if bad.record(&e) {
