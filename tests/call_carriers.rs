@@ -143,6 +143,7 @@ carrier_tests!(
     media_socket_with_bad_token_is_closed_before_any_provider,
     routing_rejects_with_the_carriers_own_refusal,
     agent_hang_up_goes_through_the_carriers_rest_api,
+    malformed_frames_do_not_end_the_call,
 );
 
 async fn agent_hang_up_goes_through_the_carriers_rest_api(c: Carrier) {
@@ -695,4 +696,61 @@ async fn routing_rejects_with_the_carriers_own_refusal(c: Carrier) {
     assert_eq!(refusal(&stack, c, CALLER, c.number()).await, expect("busy"));
     stack.server.app.start_drain();
     assert_eq!(refusal(&stack, c, CALLER, c.number()).await, expect("busy"));
+}
+
+async fn malformed_frames_do_not_end_the_call(c: Carrier) {
+    let stack = Stack::start(Opts::default()).await;
+    let (call_id, sim) = stack.call_via(c).await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .unwrap();
+    sim.send_raw("this is not json");
+    sim.send_raw(r#"{"event":"media","media":{"payload":"!!!not base64"}}"#);
+    sim.send_raw(r#"{"event":"surprise"}"#);
+    sim.send_raw(r#"{"event":"dtmf","dtmf":{"digit":"xyz"}}"#);
+    sim.send_raw(r#"{"event":"start","start":7}"#);
+    speak(&sim, 600);
+    sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .unwrap();
+    assert!(!sim.state().is_closed(), "{c:?}");
+    sim.hang_up().await;
+    stack.finished(&call_id).await;
+    let bad = stack
+        .server
+        .app
+        .metrics
+        .media_frames_bad
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(bad, 5, "{c:?}");
+}
+
+#[tokio::test]
+async fn unconfigured_telnyx_and_plivo_answer_503() {
+    let text = config_text(
+        &Opts::default(),
+        "ws://127.0.0.1:9",
+        "http://127.0.0.1:9",
+        "http://127.0.0.1:9/v1",
+        "http://127.0.0.1:9",
+        "",
+    );
+    let loaded = patterd::config::load_str_with_vars(&text, "test.toml", &[]).expect("loads");
+    let server = patterd::server::bind(loaded.config).await.expect("binds");
+    let base = format!("http://{}", server.local_addr);
+    let client = reqwest::Client::new();
+    for (method, path) in [
+        ("POST", "/telnyx/webhook"),
+        ("GET", "/telnyx/media/abc"),
+        ("POST", "/plivo/answer"),
+        ("POST", "/plivo/hangup"),
+        ("GET", "/plivo/media/abc?t=x"),
+    ] {
+        let req = match method {
+            "POST" => client.post(format!("{base}{path}")).body("{}"),
+            _ => client.get(format!("{base}{path}")),
+        };
+        let r = req.send().await.expect("request");
+        assert_eq!(r.status().as_u16(), 503, "{method} {path}");
+    }
 }
