@@ -754,3 +754,22 @@ async fn unconfigured_telnyx_and_plivo_answer_503() {
         assert_eq!(r.status().as_u16(), 503, "{method} {path}");
     }
 }
+
+#[tokio::test]
+async fn a_replayed_telnyx_webhook_is_handled_once() {
+    let stack = Stack::start(Opts::default()).await;
+    let body = stack
+        .telnyx
+        .initiated("v3:replayed-call", CALLER, TELNYX_NUMBER);
+    for _ in 0..3 {
+        let r = stack.telnyx.post(&body).await.expect("post");
+        assert_eq!(r.status, 200);
+    }
+    stack
+        .telnyx_rest
+        .wait_until("answer", |r| !r.ok("answer").is_empty())
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(stack.telnyx_rest.record().commands.len(), 1);
+    assert_eq!(stack.server.app.calls.len(), 1);
+}

@@ -30,10 +30,18 @@ pub struct TelnyxAccount {
     pub rest: Arc<TelnyxRest>,
 }
 
+/// How long a webhook's `data.id` is remembered for de-duplication (retries, replays within
+/// the 300 s signature window).
+const SEEN_TTL_S: u64 = 600;
+/// Most event ids remembered.
+const SEEN_MAX: usize = 100_000;
+
 /// Every configured Telnyx account. Empty means Telnyx's routes answer 503.
 #[derive(Default)]
 pub struct TelnyxCarriers {
     pub accounts: Vec<TelnyxAccount>,
+    /// Event ids already handled, with when.
+    seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl TelnyxCarriers {
@@ -60,7 +68,25 @@ impl TelnyxCarriers {
                 }
             })
             .collect();
-        Self { accounts }
+        Self {
+            accounts,
+            seen: Default::default(),
+        }
+    }
+
+    /// Records an event id; false if it was already handled recently (a retry or a replay).
+    fn first_time(&self, id: &str, now: u64) -> bool {
+        if id.is_empty() {
+            return true;
+        }
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() >= SEEN_MAX {
+            seen.retain(|_, t| now.saturating_sub(*t) <= SEEN_TTL_S);
+            if seen.len() >= SEEN_MAX {
+                seen.clear();
+            }
+        }
+        seen.insert(id.to_string(), now).is_none()
     }
 
     pub fn account(&self, name: &str) -> Option<&TelnyxAccount> {
@@ -144,6 +170,10 @@ pub async fn webhook(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         }
     };
     let id = event.call.call_control_id.clone();
+    if !app.telnyx.first_time(&event.id, now) {
+        debug!(call_id = %id, event_id = %event.id, "telnyx webhook already handled");
+        return empty(200);
+    }
     match event.event_type.as_str() {
         "call.initiated" => on_initiated(&app, account, &event),
         "call.answered" => on_answered(&app, account, &id),
