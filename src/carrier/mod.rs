@@ -3,7 +3,12 @@
 //! out. Adding a carrier means one new submodule implementing [`MediaCodec`] and the webhook
 //! handlers; the call actor does not change.
 
+pub mod plivo;
+pub mod rest_client;
+pub mod telnyx;
 pub mod twilio;
+
+pub use twilio::webhook::{public_request_url, public_ws_url};
 
 use std::collections::BTreeMap;
 
@@ -140,4 +145,9 @@ pub trait MediaCodec: Send {
     /// Encodes one command as a text frame; `None` for commands that are not frames
     /// (hang-up goes through the carrier's REST API).
     fn encode(&mut self, cmd: &MediaCommand) -> Option<String>;
+    /// True when the carrier ends a stream by closing the socket without a `stop` (Plivo): a
+    /// clean close then counts as [`MediaEvent::Stop`].
+    fn stop_on_close(&self) -> bool {
+        false
+    }
 }

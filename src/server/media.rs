@@ -49,6 +49,52 @@ pub enum TokenSource {
     StartParameter,
 }
 
+/// Upgrades a carrier's media WebSocket request and serves it with `codec` in the background.
+/// `subprotocol`, when the client offers it in `Sec-WebSocket-Protocol`, is selected in the
+/// response (Plivo's `audio.drachtio.org`). Answers 400 to anything that is not an upgrade.
+pub fn accept<C: MediaCodec + Clone + 'static>(
+    app: Arc<App>,
+    mut req: hyper::Request<hyper::body::Incoming>,
+    codec: C,
+    token: TokenSource,
+    subprotocol: Option<&'static str>,
+) -> hyper::Response<super::http::Body> {
+    use super::http::text;
+    let path = req.uri().path().to_string();
+    if !fastwebsockets::upgrade::is_upgrade_request(&req) {
+        return text(400, "expected a WebSocket upgrade\n");
+    }
+    let offered = subprotocol.filter(|want| {
+        req.headers()
+            .get_all(hyper::header::SEC_WEBSOCKET_PROTOCOL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|p| p.trim().eq_ignore_ascii_case(want))
+    });
+    let (resp, fut) = match fastwebsockets::upgrade::upgrade(&mut req) {
+        Ok(x) => x,
+        Err(e) => {
+            warn!(%path, error = %e, "bad WebSocket upgrade");
+            return text(400, "bad WebSocket upgrade\n");
+        }
+    };
+    tokio::spawn(async move {
+        match fut.await {
+            Ok(ws) => serve(app, ws, codec, token).await,
+            Err(e) => warn!(%path, error = %e, "WebSocket upgrade failed"),
+        }
+    });
+    let (mut parts, _) = resp.into_parts();
+    if let Some(p) = offered {
+        parts.headers.insert(
+            hyper::header::SEC_WEBSOCKET_PROTOCOL,
+            hyper::header::HeaderValue::from_static(p),
+        );
+    }
+    hyper::Response::from_parts(parts, super::http::Body::default())
+}
+
 /// Runs one media socket to its end.
 pub async fn serve<C: MediaCodec + Clone + 'static>(
     app: Arc<App>,
@@ -179,7 +225,14 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
                         }
                     }
                     Decoded::Nothing => bad.ok(),
-                    Decoded::Closed => return,
+                    Decoded::Closed => {
+                        // Carriers that end streams by closing the socket (Plivo): that close
+                        // is the caller hanging up.
+                        if codec.stop_on_close() {
+                            let _ = ev_tx.send(MediaEvent::Stop).await;
+                        }
+                        return;
+                    }
                     Decoded::Bad(e) => {
                         Metrics::inc(&reader_app.metrics.media_frames_bad);
                         if bad.record(&e) {

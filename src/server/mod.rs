@@ -1,11 +1,15 @@
 //! The HTTP server: one hyper listener serving carrier webhooks, carrier media WebSockets,
 //! health and metrics; limits on connections, header size and time, and body size; and the
 //! graceful drain on SIGTERM. It knows routes and limits, not any carrier's wire format: the
-//! carrier glue lives in [`twilio`] and the carrier-neutral media socket pump in [`media`].
+//! carrier glue lives in [`twilio`], [`telnyx`] and [`plivo`] (with the shared call admission in
+//! [`admission`]) and the carrier-neutral media socket pump in [`media`].
 
+pub mod admission;
 pub mod http;
 pub mod media;
 pub mod metrics;
+pub mod plivo;
+pub mod telnyx;
 pub mod twilio;
 
 use std::convert::Infallible;
@@ -40,6 +44,8 @@ pub struct App {
     pub calls: Arc<CallRegistry>,
     pub metrics: metrics::Metrics,
     pub twilio: twilio::TwilioCarriers,
+    pub telnyx: telnyx::TelnyxCarriers,
+    pub plivo: plivo::PlivoCarriers,
     draining: watch::Sender<bool>,
     pub started: Instant,
 }
@@ -50,6 +56,8 @@ impl App {
         let providers =
             crate::provider::build_providers(&config).map_err(ServerError::Providers)?;
         let twilio = twilio::TwilioCarriers::from_config(&config);
+        let telnyx = telnyx::TelnyxCarriers::from_config(&config);
+        let plivo = plivo::PlivoCarriers::from_config(&config);
         Ok(Arc::new(Self {
             config: Arc::new(config),
             providers,
@@ -57,6 +65,8 @@ impl App {
             calls: Arc::new(CallRegistry::new()),
             metrics: metrics::Metrics::default(),
             twilio,
+            telnyx,
+            plivo,
             draining: watch::channel(false).0,
             started: Instant::now(),
         }))
@@ -69,7 +79,13 @@ impl App {
 
     /// The REST control of the `[carriers.NAME]` account, for hanging calls up.
     pub fn carrier_control(&self, account: &str) -> Option<Arc<dyn media::CarrierControl>> {
-        self.twilio
+        if let Some(a) = self.twilio.account(account) {
+            return Some(a.rest.clone() as Arc<dyn media::CarrierControl>);
+        }
+        if let Some(a) = self.telnyx.account(account) {
+            return Some(a.rest.clone() as Arc<dyn media::CarrierControl>);
+        }
+        self.plivo
             .account(account)
             .map(|a| a.rest.clone() as Arc<dyn media::CarrierControl>)
     }
@@ -241,9 +257,16 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
         (Method::POST, "/twilio/voice") => twilio::voice(app, req).await,
         (Method::POST, "/twilio/status") => twilio::status(app, req).await,
         (Method::GET, "/twilio/media") => twilio::media(app, req).await,
-        (_, "/healthz" | "/readyz" | "/metrics" | "/twilio/voice" | "/twilio/status") => {
-            text(405, "method not allowed\n")
-        }
+        (Method::POST, "/telnyx/webhook") => telnyx::webhook(app, req).await,
+        (Method::GET, p) if p.starts_with("/telnyx/media/") => telnyx::media(app, req).await,
+        (Method::POST | Method::GET, "/plivo/answer") => plivo::answer(app, req).await,
+        (Method::POST | Method::GET, "/plivo/hangup") => plivo::hangup(app, req).await,
+        (Method::GET, p) if p.starts_with("/plivo/media/") => plivo::media(app, req).await,
+        (
+            _,
+            "/healthz" | "/readyz" | "/metrics" | "/twilio/voice" | "/twilio/status"
+            | "/telnyx/webhook" | "/plivo/answer" | "/plivo/hangup",
+        ) => text(405, "method not allowed\n"),
         _ => text(404, "not found\n"),
     };
     debug!(%peer, %method, %path, status = resp.status().as_u16(), "request");

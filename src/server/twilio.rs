@@ -5,17 +5,16 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use tracing::{info, warn};
 
 use super::App;
+use super::admission::{self, Inbound, Refusal};
 use super::http::{Body, empty, read_body, text, xml};
 use super::media::{self, CarrierControl, TokenSource};
 use super::metrics::Metrics;
-use crate::call::{CallSetup, actor};
 use crate::carrier::CarrierKind;
 use crate::carrier::twilio::{self as tw, TwilioCodec, TwilioRest};
 use crate::config::{Config, Secret};
@@ -151,65 +150,21 @@ pub async fn voice(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
             return text(400, "missing CallSid, From or To\n");
         }
     };
-    let from = mask_number(&hook.from);
-    let to = mask_number(&hook.to);
-    if app.is_draining() {
-        Metrics::inc(&app.metrics.calls_rejected_busy);
-        info!(call_sid = %hook.call_sid, %from, %to, "call refused: draining");
-        return xml(tw::twiml_reject(Some("busy")));
-    }
-    let Some(number) = app
-        .config
-        .numbers
-        .iter()
-        .find(|n| n.number == hook.to && n.carrier == account.name)
-    else {
-        Metrics::inc(&app.metrics.calls_rejected_unknown_number);
-        info!(call_sid = %hook.call_sid, %from, %to, "call refused: number not in [[numbers]]");
-        return xml(tw::twiml_reject(None));
-    };
-    if !number.allowed_callers.is_empty() && !number.allowed_callers.contains(&hook.from) {
-        Metrics::inc(&app.metrics.calls_rejected_caller);
-        info!(call_sid = %hook.call_sid, %from, %to, "call refused: caller not in allowed_callers");
-        return xml(tw::twiml_reject(Some("rejected")));
-    }
-    let (Some(agent), Some(providers)) = (
-        app.config.agents.get(&number.agent),
-        app.config
-            .agents
-            .get(&number.agent)
-            .and_then(|a| app.providers.for_agent(a)),
-    ) else {
-        warn!(agent = %number.agent, "call refused: the agent's providers are not available");
-        return xml(tw::twiml_reject(None));
-    };
-    let setup = CallSetup {
-        call_id: hook.call_sid.clone(),
+    let inbound = Inbound {
         carrier: CarrierKind::Twilio,
-        carrier_account: account.name.clone(),
-        from: hook.from.clone(),
-        to: hook.to.clone(),
-        agent_name: number.agent.clone(),
-        agent: Arc::new(agent.clone()),
-        providers,
-        attach_timeout: super::MEDIA_TOKEN_TTL,
-        media_timeout: Duration::from_secs(30),
+        account: &account.name,
+        call_id: &hook.call_sid,
+        from: &hook.from,
+        to: &hook.to,
     };
-    match actor::start(setup, app.calls.clone(), app.config.server.max_calls) {
+    match admission::admit(&app, inbound) {
         Ok(_) => {}
-        Err(crate::call::registry::InsertError::Full) => {
-            Metrics::inc(&app.metrics.calls_rejected_busy);
-            info!(call_sid = %hook.call_sid, %from, %to, "call refused: max_calls reached");
-            return xml(tw::twiml_reject(Some("busy")));
-        }
-        Err(crate::call::registry::InsertError::Duplicate) => {
-            info!(call_sid = %hook.call_sid, "repeated webhook for a live call");
-        }
+        Err(r) if r.is_busy() => return xml(tw::twiml_reject(Some("busy"))),
+        Err(Refusal::CallerNotAllowed) => return xml(tw::twiml_reject(Some("rejected"))),
+        Err(_) => return xml(tw::twiml_reject(None)),
     }
-    Metrics::inc(&app.metrics.calls_accepted);
     let token = app.tokens.mint(&hook.call_sid);
     let stream_url = tw::public_ws_url(&app.config.server.public_url, "/twilio/media");
-    info!(call_sid = %hook.call_sid, %from, %to, agent = %number.agent, "call accepted");
     xml(tw::twiml_connect_stream(
         &stream_url,
         &[("token", &token)],
@@ -249,26 +204,15 @@ pub async fn status(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
 }
 
 /// `WS /twilio/media`: Twilio's Media Streams socket.
-pub async fn media(app: Arc<App>, mut req: Request<Incoming>) -> Response<Body> {
+pub async fn media(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     if app.twilio.accounts.is_empty() {
         return not_configured();
     }
-    if !fastwebsockets::upgrade::is_upgrade_request(&req) {
-        return text(400, "expected a WebSocket upgrade\n");
-    }
-    let (resp, fut) = match fastwebsockets::upgrade::upgrade(&mut req) {
-        Ok(x) => x,
-        Err(e) => {
-            warn!(error = %e, "bad WebSocket upgrade on /twilio/media");
-            return text(400, "bad WebSocket upgrade\n");
-        }
-    };
-    tokio::spawn(async move {
-        match fut.await {
-            Ok(ws) => media::serve(app, ws, TwilioCodec::new(), TokenSource::StartParameter).await,
-            Err(e) => warn!(error = %e, "WebSocket upgrade on /twilio/media failed"),
-        }
-    });
-    let (parts, _) = resp.into_parts();
-    Response::from_parts(parts, Body::default())
+    media::accept(
+        app,
+        req,
+        TwilioCodec::new(),
+        TokenSource::StartParameter,
+        None,
+    )
 }

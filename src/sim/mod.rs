@@ -6,5 +6,8 @@ pub mod deepgram;
 pub mod elevenlabs;
 pub mod hermes;
 pub mod http;
+pub mod plivo;
+pub mod stream;
+pub mod telnyx;
 pub mod tone;
 pub mod twilio;

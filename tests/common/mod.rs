@@ -1,6 +1,7 @@
 //! Shared test harness: a whole patterd stack on 127.0.0.1 — fake Deepgram, ElevenLabs,
-//! Hermes and Twilio REST, patterd bound in-process on port 0, and a Twilio simulator that
-//! signs webhooks and opens media streams.
+//! Hermes and the Twilio, Telnyx and Plivo REST APIs, patterd bound in-process on port 0 with
+//! one number per carrier, and the three carrier simulators that sign webhooks and open media
+//! streams.
 #![allow(dead_code)]
 
 pub mod daemon;
@@ -11,6 +12,8 @@ use patterd::call::CallRecord;
 use patterd::sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
 use patterd::sim::elevenlabs::FakeElevenLabs;
 use patterd::sim::hermes::FakeHermes;
+use patterd::sim::plivo::{FakePlivoRest, SimPlivo};
+use patterd::sim::telnyx::{FakeTelnyxRest, SimTelnyx};
 use patterd::sim::twilio::call::{SimCall, SimCallConfig};
 use patterd::sim::twilio::rest::FakeTwilioRest;
 use patterd::sim::twilio::xml::{TwimlAnswer, parse_twiml};
@@ -20,6 +23,15 @@ pub const ACCOUNT_SID: &str = "AC00000000000000000000000000000001";
 pub const AUTH_TOKEN: &str = "twilio-test-auth-token";
 pub const PUBLIC_URL: &str = "https://voice.example.test";
 pub const OUR_NUMBER: &str = "+15550001234";
+pub const TELNYX_NUMBER: &str = "+15550002000";
+pub const PLIVO_NUMBER: &str = "+15550003000";
+pub const TELNYX_API_KEY: &str = "KEY0123456789ABCDEF_fake";
+/// The Ed25519 seed of the vectors (`telnyx_ed25519.json`) and its public key.
+pub const TELNYX_SEED_HEX: &str =
+    "35e4d55fb5c09b8ed4291b65a005a3e7b327da3961eb0be8c887252e5fed7ed0";
+pub const TELNYX_PUBLIC_KEY: &str = "9oVA42nmp6zkNZrZB8wuF6s6NkF0KtvUNRePpkjadWY=";
+pub const PLIVO_AUTH_ID: &str = "MA0000000000000000AB";
+pub const PLIVO_AUTH_TOKEN: &str = "plivo-test-auth-token";
 pub const CALLER: &str = "+15557654321";
 pub const HERMES_KEY: &str = "hermes-test-key";
 pub const DG_KEY: &str = "dg-test-key";
@@ -61,9 +73,59 @@ pub struct Stack {
     pub el: FakeElevenLabs,
     pub hermes: FakeHermes,
     pub rest: FakeTwilioRest,
+    pub telnyx_rest: FakeTelnyxRest,
+    pub plivo_rest: FakePlivoRest,
     pub server: patterd::server::Running,
     pub twilio: SimTwilio,
+    pub telnyx: SimTelnyx,
+    pub plivo: SimPlivo,
     pub base: String,
+}
+
+pub fn telnyx_seed() -> [u8; 32] {
+    hex::decode(TELNYX_SEED_HEX)
+        .expect("hex")
+        .try_into()
+        .expect("32 bytes")
+}
+
+/// `[carriers.telnyx]`, `[carriers.plivo]` and one number each, for [`config_text`]'s
+/// `extra_numbers`.
+pub fn other_carriers(opts: &Opts, telnyx_rest: &str, plivo_rest: &str) -> String {
+    let callers = opts
+        .allowed_callers
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"
+[carriers.telnyx]
+kind = "telnyx"
+api_key = "{TELNYX_API_KEY}"
+public_key = "{TELNYX_PUBLIC_KEY}"
+connection_id = "1684641123236054244"
+api_base_url = "{telnyx_rest}"
+
+[carriers.plivo]
+kind = "plivo"
+auth_id = "{PLIVO_AUTH_ID}"
+auth_token = "{PLIVO_AUTH_TOKEN}"
+api_base_url = "{plivo_rest}"
+
+[[numbers]]
+number = "{TELNYX_NUMBER}"
+carrier = "telnyx"
+agent = "front-desk"
+allowed_callers = [{callers}]
+
+[[numbers]]
+number = "{PLIVO_NUMBER}"
+carrier = "plivo"
+agent = "front-desk"
+allowed_callers = [{callers}]
+"#
+    )
 }
 
 pub fn config_text(
@@ -158,6 +220,12 @@ impl Stack {
         let rest = FakeTwilioRest::start(ACCOUNT_SID, AUTH_TOKEN)
             .await
             .expect("fake twilio rest");
+        let telnyx_rest = FakeTelnyxRest::start(TELNYX_API_KEY)
+            .await
+            .expect("fake telnyx rest");
+        let plivo_rest = FakePlivoRest::start(PLIVO_AUTH_ID, PLIVO_AUTH_TOKEN)
+            .await
+            .expect("fake plivo rest");
         let hermes_url = opts
             .llm_base_url
             .clone()
@@ -168,7 +236,7 @@ impl Stack {
             &el.base_url(),
             &hermes_url,
             &rest.base_url,
-            "",
+            &other_carriers(&opts, &telnyx_rest.base_url, &plivo_rest.base_url),
         );
         let loaded = patterd::config::load_str_with_vars(&text, "test.toml", &[])
             .expect("test config loads");
@@ -177,13 +245,19 @@ impl Stack {
             .expect("patterd binds");
         let base = format!("http://{}", server.local_addr);
         let twilio = SimTwilio::new(&base, PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN);
+        let telnyx = SimTelnyx::new(&base, PUBLIC_URL, telnyx_seed());
+        let plivo = SimPlivo::new(&base, PUBLIC_URL, PLIVO_AUTH_TOKEN);
         Stack {
             dg,
             el,
             hermes,
             rest,
+            telnyx_rest,
+            plivo_rest,
             server,
             twilio,
+            telnyx,
+            plivo,
             base,
         }
     }

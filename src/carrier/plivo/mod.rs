@@ -1,0 +1,20 @@
+//! Plivo: everything patterd needs to speak to Plivo Voice. `X-Plivo-Signature-V3` (and the
+//! legacy V2) webhook signatures ([`signature`]), answer XML with a bidirectional `<Stream>`
+//! ([`xml`]), the audio stream codec including L16 ⇄ μ-law ([`codec`]) and the REST hang-up
+//! ([`rest`]). The protocol reference is carriers.md §3.
+
+pub mod codec;
+pub mod rest;
+pub mod signature;
+pub mod xml;
+
+pub use codec::PlivoCodec;
+pub use rest::PlivoRest;
+pub use signature::{string_to_sign_v3, validate_request, validate_v2, validate_v3};
+pub use xml::{hangup_xml, speak_hangup_xml, stream_xml};
+
+/// The WebSocket subprotocol Plivo's media client asks for; the handshake fails unless we
+/// select it.
+pub const SUBPROTOCOL: &str = "audio.drachtio.org";
+/// Content type patterd asks Plivo to stream in (μ-law passes straight through to STT).
+pub const CONTENT_TYPE: &str = "audio/x-mulaw;rate=8000";

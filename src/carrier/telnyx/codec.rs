@@ -1,0 +1,335 @@
+//! The Telnyx media streaming codec (carriers.md §2.5): `connected`, `start`, `media`, `dtmf`,
+//! `mark`, `stop` and `error` frames in; `media`, `mark` and `clear` out (RTP mode, PCMU 8 kHz,
+//! no `stream_id` needed on outgoing frames). Telnyx does not guarantee frame order, so inbound
+//! audio goes through a small jitter buffer keyed on `media.chunk`: a frame that arrives early is
+//! held until the gap before it fills (and released together with it), or released anyway once
+//! [`MAX_HELD`] frames are waiting; frames older than what was already delivered are dropped.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::{Bytes, BytesMut};
+use serde_json::{Value, json};
+
+use crate::audio::g711::{alaw_to_linear, linear_to_ulaw};
+use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
+
+/// Largest text frame (and decoded media payload) accepted.
+pub const MAX_FRAME_BYTES: usize = 64 * 1024;
+/// Early frames held back waiting for a missing one before giving up on it.
+pub const MAX_HELD: usize = 3;
+
+/// The codec Telnyx streams to us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Inbound {
+    #[default]
+    Pcmu,
+    Pcma,
+}
+
+/// Per-socket Telnyx codec.
+#[derive(Debug, Default, Clone)]
+pub struct TelnyxCodec {
+    stream_id: Option<String>,
+    inbound: Inbound,
+    /// Next `chunk` expected; `None` before the first media frame.
+    next_chunk: Option<u64>,
+    held: BTreeMap<u64, Bytes>,
+    /// Media frames that arrived out of order (held or dropped as late).
+    pub reordered: u64,
+}
+
+fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecError> {
+    v.get(name)
+        .ok_or(CodecError::MissingField(name))?
+        .as_str()
+        .ok_or(CodecError::InvalidField(name))
+}
+
+/// A counter Telnyx sends as a string (`"3"`), tolerated as a number too.
+fn counter(v: Option<&Value>) -> Option<u64> {
+    match v? {
+        Value::String(s) => s.trim().parse().ok(),
+        Value::Number(n) => n.as_u64(),
+        _ => None,
+    }
+}
+
+pub(crate) fn parse_digit(digit: &str) -> Result<char, CodecError> {
+    let mut chars = digit.chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) if c.is_ascii_digit() || matches!(c, '*' | '#' | 'A'..='D') => Ok(c),
+        _ => Err(CodecError::InvalidField("digit")),
+    }
+}
+
+pub(crate) fn unknown_event(other: &str) -> CodecError {
+    let mut name: String = other.chars().take(64).collect();
+    if name.len() < other.len() {
+        name.push('…');
+    }
+    CodecError::UnknownEvent(name)
+}
+
+impl TelnyxCodec {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The `stream_id` learned from `start`, if any.
+    pub fn stream_id(&self) -> Option<&str> {
+        self.stream_id.as_deref()
+    }
+
+    fn decode_start(&mut self, msg: &Value) -> Result<MediaEvent, CodecError> {
+        let start = msg.get("start").ok_or(CodecError::MissingField("start"))?;
+        if !start.is_object() {
+            return Err(CodecError::InvalidField("start"));
+        }
+        let call_id = str_field(start, "call_control_id")?.trim().to_string();
+        if call_id.is_empty() {
+            return Err(CodecError::InvalidField("call_control_id"));
+        }
+        let stream_id = match msg.get("stream_id") {
+            Some(_) => str_field(msg, "stream_id")?.to_string(),
+            None => String::new(),
+        };
+        if let Some(fmt) = start.get("media_format") {
+            let encoding = fmt
+                .get("encoding")
+                .and_then(Value::as_str)
+                .unwrap_or("PCMU");
+            let rate = fmt
+                .get("sample_rate")
+                .and_then(Value::as_u64)
+                .unwrap_or(8000);
+            let channels = fmt.get("channels").and_then(Value::as_u64).unwrap_or(1);
+            self.inbound = match (encoding.to_ascii_uppercase().as_str(), rate, channels) {
+                ("PCMU", 8000, 1) => Inbound::Pcmu,
+                ("PCMA", 8000, 1) => Inbound::Pcma,
+                _ => {
+                    return Err(CodecError::UnsupportedFormat(format!(
+                        "{encoding} {rate} Hz x{channels} (expected PCMU or PCMA 8000 Hz mono)"
+                    )));
+                }
+            };
+        }
+        let mut custom_parameters = BTreeMap::new();
+        match start.get("custom_parameters") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(map)) => {
+                for (k, v) in map {
+                    let v = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    custom_parameters.insert(k.clone(), v);
+                }
+            }
+            // Telnyx documents an object; a list of {name, value} is what we send.
+            Some(Value::Array(items)) => {
+                for it in items {
+                    if let (Some(k), Some(v)) = (
+                        it.get("name").and_then(Value::as_str),
+                        it.get("value").and_then(Value::as_str),
+                    ) {
+                        custom_parameters.insert(k.to_string(), v.to_string());
+                    }
+                }
+            }
+            Some(_) => return Err(CodecError::InvalidField("custom_parameters")),
+        }
+        self.stream_id = Some(stream_id.clone());
+        self.next_chunk = None;
+        self.held.clear();
+        Ok(MediaEvent::Start(StreamStart {
+            call_id,
+            stream_id,
+            custom_parameters,
+        }))
+    }
+
+    fn decode_media(&mut self, msg: &Value) -> Result<Option<MediaEvent>, CodecError> {
+        let media = msg.get("media").ok_or(CodecError::MissingField("media"))?;
+        match media.get("track") {
+            None => {}
+            Some(Value::String(t)) if t == "inbound" || t == "inbound_track" => {}
+            Some(Value::String(_)) => return Ok(None),
+            Some(_) => return Err(CodecError::InvalidField("track")),
+        }
+        let payload = str_field(media, "payload")?;
+        if payload.len() / 4 * 3 > MAX_FRAME_BYTES {
+            return Err(CodecError::TooLarge(payload.len() / 4 * 3));
+        }
+        let raw = STANDARD
+            .decode(payload)
+            .map_err(|_| CodecError::BadBase64)?;
+        let audio = match self.inbound {
+            Inbound::Pcmu => Bytes::from(raw),
+            Inbound::Pcma => raw
+                .iter()
+                .map(|&a| linear_to_ulaw(alaw_to_linear(a)))
+                .collect::<Vec<u8>>()
+                .into(),
+        };
+        let Some(chunk) = counter(media.get("chunk")) else {
+            // No ordering information: deliver as it comes.
+            return Ok(Some(MediaEvent::Audio(audio)));
+        };
+        Ok(self.reorder(chunk, audio).map(MediaEvent::Audio))
+    }
+
+    /// Feeds one frame to the jitter buffer; returns the audio that is now in order.
+    fn reorder(&mut self, chunk: u64, audio: Bytes) -> Option<Bytes> {
+        let next = *self.next_chunk.get_or_insert(chunk);
+        if chunk < next {
+            // Late (its slot was given up on) or a duplicate.
+            self.reordered += 1;
+            return None;
+        }
+        if chunk == next && self.held.is_empty() {
+            self.next_chunk = Some(chunk + 1);
+            return Some(audio);
+        }
+        if chunk != next {
+            self.reordered += 1;
+        }
+        self.held.insert(chunk, audio);
+        let first = *self.held.keys().next()?;
+        if first != next && self.held.len() <= MAX_HELD {
+            return None;
+        }
+        // Release the contiguous run starting at the first held frame.
+        let mut out = BytesMut::new();
+        let mut expect = first;
+        while let Some(a) = self.held.remove(&expect) {
+            out.extend_from_slice(&a);
+            expect += 1;
+        }
+        self.next_chunk = Some(expect);
+        Some(out.freeze())
+    }
+}
+
+impl MediaCodec for TelnyxCodec {
+    fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
+        if frame.len() > MAX_FRAME_BYTES * 2 {
+            return Err(CodecError::TooLarge(frame.len()));
+        }
+        let msg: Value =
+            serde_json::from_str(frame).map_err(|e| CodecError::BadJson(e.to_string()))?;
+        if !msg.is_object() {
+            return Err(CodecError::BadJson("expected a JSON object".into()));
+        }
+        match str_field(&msg, "event")? {
+            "connected" => Ok(None),
+            "start" => self.decode_start(&msg).map(Some),
+            "media" => self.decode_media(&msg),
+            "dtmf" => {
+                let dtmf = msg.get("dtmf").ok_or(CodecError::MissingField("dtmf"))?;
+                parse_digit(str_field(dtmf, "digit")?).map(|c| Some(MediaEvent::Dtmf(c)))
+            }
+            "mark" => {
+                let mark = msg.get("mark").ok_or(CodecError::MissingField("mark"))?;
+                Ok(Some(MediaEvent::MarkPlayed(
+                    str_field(mark, "name")?.to_string(),
+                )))
+            }
+            "stop" => Ok(Some(MediaEvent::Stop)),
+            "error" => {
+                let p = msg.get("payload");
+                let code = p
+                    .and_then(|p| p.get("code"))
+                    .map(|c| c.to_string())
+                    .unwrap_or_default();
+                let title = p
+                    .and_then(|p| p.get("title"))
+                    .and_then(|t| t.as_str())
+                    .unwrap_or("");
+                tracing::warn!(%code, title, "telnyx reported a media stream error");
+                Ok(None)
+            }
+            other => Err(unknown_event(other)),
+        }
+    }
+
+    fn encode(&mut self, cmd: &MediaCommand) -> Option<String> {
+        let v = match cmd {
+            MediaCommand::Audio(audio) => json!({
+                "event": "media",
+                "media": {"payload": STANDARD.encode(audio)},
+            }),
+            MediaCommand::Mark(name) => json!({"event": "mark", "mark": {"name": name}}),
+            MediaCommand::Clear => json!({"event": "clear"}),
+            MediaCommand::HangUp => return None,
+        };
+        Some(v.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn media(chunk: u64, byte: u8) -> String {
+        format!(
+            r#"{{"event":"media","sequence_number":"{}","media":{{"track":"inbound","chunk":"{chunk}","timestamp":"0","payload":"{}"}},"stream_id":"s"}}"#,
+            chunk + 1,
+            STANDARD.encode([byte; 4])
+        )
+    }
+
+    fn audio(ev: Result<Option<MediaEvent>, CodecError>) -> Option<Vec<u8>> {
+        match ev {
+            Ok(Some(MediaEvent::Audio(b))) => Some(b.to_vec()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn reorders_swapped_frames_and_drops_late_ones() {
+        let mut c = TelnyxCodec::new();
+        assert_eq!(audio(c.decode(&media(1, 1))), Some(vec![1; 4]));
+        assert_eq!(audio(c.decode(&media(3, 3))), None);
+        let mut both = vec![2; 4];
+        both.extend([3; 4]);
+        assert_eq!(audio(c.decode(&media(2, 2))), Some(both));
+        assert_eq!(audio(c.decode(&media(2, 2))), None, "duplicate dropped");
+        // A frame that never comes: released after MAX_HELD later ones.
+        for n in 5..5 + MAX_HELD as u64 {
+            assert_eq!(audio(c.decode(&media(n, n as u8))), None);
+        }
+        assert_eq!(
+            audio(c.decode(&media(5 + MAX_HELD as u64, 9))).map(|a| a.len()),
+            Some(4 * (MAX_HELD + 1))
+        );
+        assert_eq!(audio(c.decode(&media(4, 4))), None, "too late");
+        assert!(c.reordered >= 3);
+    }
+
+    #[test]
+    fn encodes_without_stream_id() {
+        let mut c = TelnyxCodec::new();
+        assert_eq!(
+            c.encode(&MediaCommand::Clear).as_deref(),
+            Some(r#"{"event":"clear"}"#)
+        );
+        assert_eq!(
+            c.encode(&MediaCommand::Mark("m1".into())).as_deref(),
+            Some(r#"{"event":"mark","mark":{"name":"m1"}}"#)
+        );
+        assert_eq!(c.encode(&MediaCommand::HangUp), None);
+        assert!(
+            c.decode(r#"{"event":"error","payload":{"code":100003}}"#)
+                .is_ok()
+        );
+        assert!(
+            c.decode(r#"{"event":"dtmf","dtmf":{"digit":"55"}}"#)
+                .is_err()
+        );
+        assert!(c
+            .decode(r#"{"event":"start","start":{"call_control_id":"v3:x","media_format":{"encoding":"L16","sample_rate":16000}}}"#)
+            .is_err());
+    }
+}

@@ -1,0 +1,19 @@
+//! Telnyx Call Control: everything patterd needs to speak to Telnyx. Ed25519 webhook signatures
+//! ([`signature`]), the webhook envelope ([`webhook`]), Call Control REST commands — answer,
+//! streaming_start, reject, hangup ([`rest`]) — and the media streaming codec ([`codec`]). The
+//! protocol reference is carriers.md §2.
+
+pub mod codec;
+pub mod rest;
+pub mod signature;
+pub mod webhook;
+
+pub use codec::TelnyxCodec;
+pub use rest::{StreamParams, TelnyxRest};
+pub use signature::{SignatureError, TOLERANCE_S, verify_webhook};
+pub use webhook::{CallEvent, WebhookEnvelope, WebhookError};
+
+/// Header carrying the base64 Ed25519 signature.
+pub const SIGNATURE_HEADER: &str = "telnyx-signature-ed25519";
+/// Header carrying the Unix timestamp that is part of the signed message.
+pub const TIMESTAMP_HEADER: &str = "telnyx-timestamp";

@@ -1,0 +1,238 @@
+//! Telnyx Call Control REST commands patterd issues (carriers.md §2.4): `answer`,
+//! `streaming_start` (bidirectional RTP, PCMU 8 kHz, inbound track only), `reject` and `hangup`,
+//! as `POST {api_base_url}/v2/calls/{call_control_id}/actions/{command}` with a Bearer API key
+//! and JSON bodies shaped exactly like the official SDK's (`rest_requests.json`). A command on a
+//! call that has already ended (HTTP 422, error code 90018) counts as done for `hangup`.
+
+use serde_json::{Value, json};
+
+use crate::carrier::CarrierError;
+use crate::carrier::rest_client::{build_client, path_safe, send_error};
+use crate::config::schema::CarrierConfig;
+
+const CARRIER: &str = "Telnyx";
+/// Telnyx's public API root (the `/v2` is appended).
+pub const DEFAULT_API_BASE: &str = "https://api.telnyx.com";
+/// Telnyx's error code for "Call has already ended".
+pub const ALREADY_ENDED: &str = "90018";
+
+/// The media stream patterd asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamParams {
+    /// `wss://…/telnyx/media/{token}`.
+    pub stream_url: String,
+    /// Sent back by Telnyx as `x-telnyx-streaming-auth-token` (optional second factor).
+    pub stream_auth_token: Option<String>,
+    /// Delivered in the socket's `start.custom_parameters`.
+    pub custom_parameters: Vec<(String, String)>,
+}
+
+fn stream_fields(m: &mut serde_json::Map<String, Value>, stream_url: &str) {
+    m.insert("stream_url".into(), json!(stream_url));
+    m.insert("stream_track".into(), json!("inbound_track"));
+    m.insert("stream_codec".into(), json!("PCMU"));
+    m.insert("stream_bidirectional_mode".into(), json!("rtp"));
+    m.insert("stream_bidirectional_codec".into(), json!("PCMU"));
+    m.insert("stream_bidirectional_target_legs".into(), json!("self"));
+}
+
+/// Body of `actions/answer`; with `stream_url` the stream starts with the answer.
+pub fn answer_body(
+    command_id: &str,
+    client_state: Option<&str>,
+    stream_url: Option<&str>,
+) -> Value {
+    let mut m = serde_json::Map::new();
+    m.insert("command_id".into(), json!(command_id));
+    if let Some(cs) = client_state {
+        m.insert("client_state".into(), json!(cs));
+    }
+    if let Some(url) = stream_url {
+        stream_fields(&mut m, url);
+    }
+    Value::Object(m)
+}
+
+/// Body of `actions/streaming_start`: bidirectional RTP, PCMU both ways at 8 kHz.
+pub fn streaming_start_body(command_id: &str, p: &StreamParams) -> Value {
+    let mut m = serde_json::Map::new();
+    m.insert("command_id".into(), json!(command_id));
+    stream_fields(&mut m, &p.stream_url);
+    m.insert("stream_bidirectional_sampling_rate".into(), json!(8000));
+    if let Some(t) = &p.stream_auth_token {
+        m.insert("stream_auth_token".into(), json!(t));
+    }
+    if !p.custom_parameters.is_empty() {
+        let params: Vec<Value> = p
+            .custom_parameters
+            .iter()
+            .map(|(k, v)| json!({"name": k, "value": v}))
+            .collect();
+        m.insert("custom_parameters".into(), Value::Array(params));
+    }
+    Value::Object(m)
+}
+
+/// Client for Telnyx's Call Control commands.
+#[derive(Clone)]
+pub struct TelnyxRest {
+    pub client: reqwest::Client,
+    /// API root without trailing slash and without `/v2`.
+    pub base: String,
+    api_key: String,
+}
+
+impl std::fmt::Debug for TelnyxRest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TelnyxRest")
+            .field("base", &self.base)
+            .field("api_key", &"***")
+            .finish()
+    }
+}
+
+impl TelnyxRest {
+    pub fn new(base: &str, api_key: &str) -> Result<Self, CarrierError> {
+        if api_key.trim().is_empty() {
+            return Err(CarrierError::Config {
+                carrier: CARRIER,
+                message: "api_key must be set".into(),
+            });
+        }
+        Ok(Self {
+            client: build_client(CARRIER)?,
+            base: base.trim_end_matches('/').to_string(),
+            api_key: api_key.trim().to_string(),
+        })
+    }
+
+    /// From a `[carriers.*]` entry of kind telnyx.
+    pub fn from_config(cfg: &CarrierConfig) -> Result<Self, CarrierError> {
+        Self::new(cfg.api_base(), cfg.api_key.expose())
+    }
+
+    /// `POST /v2/calls/{id}/actions/{action}` with `body`.
+    pub async fn command(
+        &self,
+        call_control_id: &str,
+        action: &str,
+        body: &Value,
+    ) -> Result<Value, CarrierError> {
+        if !path_safe(call_control_id) {
+            return Err(CarrierError::NotFound {
+                carrier: CARRIER,
+                what: format!("call `{}`", call_control_id.escape_default()),
+            });
+        }
+        let url = format!("{}/v2/calls/{call_control_id}/actions/{action}", self.base);
+        let resp = self
+            .client
+            .post(&url)
+            .header("Authorization", format!("Bearer {}", self.api_key))
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| send_error(CARRIER, &self.base, &url, e))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| send_error(CARRIER, &self.base, &url, e))?;
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        match status {
+            200..=299 => Ok(v),
+            401 | 403 => Err(CarrierError::Unauthorized {
+                carrier: CARRIER,
+                status,
+            }),
+            404 => Err(CarrierError::NotFound {
+                carrier: CARRIER,
+                what: format!("call {call_control_id}"),
+            }),
+            _ => {
+                let first = v.get("errors").and_then(|e| e.get(0));
+                let code = first
+                    .and_then(|e| e.get("code"))
+                    .map(|c| c.as_str().map_or_else(|| c.to_string(), str::to_string));
+                let detail = first
+                    .and_then(|e| e.get("detail").or_else(|| e.get("title")))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| text.chars().take(200).collect());
+                Err(CarrierError::Http {
+                    carrier: CARRIER,
+                    status,
+                    message: match code {
+                        Some(c) => format!("{detail} (Telnyx error {c})"),
+                        None => detail,
+                    },
+                })
+            }
+        }
+    }
+
+    /// Answers a parked call, optionally starting the stream with it.
+    pub async fn answer(
+        &self,
+        call_control_id: &str,
+        command_id: &str,
+        stream_url: Option<&str>,
+    ) -> Result<(), CarrierError> {
+        let body = answer_body(command_id, None, stream_url);
+        self.command(call_control_id, "answer", &body)
+            .await
+            .map(|_| ())
+    }
+
+    /// Starts the bidirectional media stream on an answered call.
+    pub async fn streaming_start(
+        &self,
+        call_control_id: &str,
+        command_id: &str,
+        p: &StreamParams,
+    ) -> Result<(), CarrierError> {
+        let body = streaming_start_body(command_id, p);
+        self.command(call_control_id, "streaming_start", &body)
+            .await
+            .map(|_| ())
+    }
+
+    /// Refuses a parked call without answering it; `cause` is `CALL_REJECTED` or `USER_BUSY`.
+    pub async fn reject(&self, call_control_id: &str, cause: &str) -> Result<(), CarrierError> {
+        let body = json!({"cause": cause, "command_id": format!("reject-{call_control_id}")});
+        self.command(call_control_id, "reject", &body)
+            .await
+            .map(|_| ())
+    }
+
+    /// Hangs up; a call that has already ended counts as hung up.
+    pub async fn hang_up(&self, call_control_id: &str) -> Result<(), CarrierError> {
+        let body = json!({"command_id": format!("hangup-{call_control_id}")});
+        match self.command(call_control_id, "hangup", &body).await {
+            Ok(_) => Ok(()),
+            Err(CarrierError::Http {
+                status: 422,
+                message,
+                ..
+            }) if message.contains(ALREADY_ENDED) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies() {
+        let a = answer_body("answer-1", Some("cs"), Some("wss://h/telnyx/media/t"));
+        assert_eq!(a["stream_track"], "inbound_track");
+        assert_eq!(a["stream_bidirectional_mode"], "rtp");
+        assert_eq!(answer_body("x", None, None), json!({"command_id": "x"}));
+        assert!(!path_safe("v3:a/b") && path_safe("v3:abc-DEF_1") && !path_safe(""));
+        assert!(TelnyxRest::new(DEFAULT_API_BASE, " ").is_err());
+    }
+}

@@ -1,0 +1,131 @@
+//! The carrier-neutral decision on an incoming call, shared by every carrier's routes: refuse
+//! while draining, find the `[[numbers]]` entry for the dialled number on this carrier account
+//! (numbers normalized to E.164, so Plivo's `15550001234` matches `+15550001234`), check the
+//! caller against `allowed_callers`, find the agent's providers, and start the call's actor
+//! (which refuses beyond `max_calls`). Each carrier turns a [`Refusal`] into its own reject;
+//! numbers are only ever logged masked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::App;
+use super::metrics::Metrics;
+use crate::call::registry::InsertError;
+use crate::call::{CallSetup, actor};
+use crate::carrier::CarrierKind;
+use crate::config::validate::normalize_e164;
+use crate::security::mask_number;
+
+/// An incoming call as a carrier's webhook describes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Inbound<'a> {
+    pub carrier: CarrierKind,
+    /// Name of the `[carriers.NAME]` account whose signature the webhook carried.
+    pub account: &'a str,
+    pub call_id: &'a str,
+    pub from: &'a str,
+    pub to: &'a str,
+}
+
+/// Why a call is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The daemon is draining.
+    Draining,
+    /// `max_calls` is reached.
+    Full,
+    /// The dialled number is not in `[[numbers]]` for this account.
+    UnknownNumber,
+    /// The caller is not in the number's `allowed_callers`.
+    CallerNotAllowed,
+    /// The agent's providers could not be built.
+    AgentUnavailable,
+}
+
+impl Refusal {
+    /// Busy-type refusals (try again later) as opposed to rejections.
+    pub fn is_busy(self) -> bool {
+        matches!(self, Refusal::Draining | Refusal::Full)
+    }
+}
+
+/// An accepted call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    pub agent: String,
+    /// The call was already live (a repeated webhook); no new actor was started.
+    pub repeated: bool,
+}
+
+/// Decides on an incoming call and, when it is accepted, starts its actor (which pre-opens
+/// speech-to-text and synthesises the greeting while the phone rings).
+pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
+    let carrier = call.carrier.as_str();
+    let call_id = call.call_id;
+    let from = mask_number(call.from);
+    let to = mask_number(call.to);
+    if app.is_draining() {
+        Metrics::inc(&app.metrics.calls_rejected_busy);
+        info!(carrier, call_id, %from, %to, "call refused: draining");
+        return Err(Refusal::Draining);
+    }
+    let dialled = normalize_e164(call.to).unwrap_or_else(|| call.to.to_string());
+    let Some(number) = app
+        .config
+        .numbers
+        .iter()
+        .find(|n| n.number == dialled && n.carrier == call.account)
+    else {
+        Metrics::inc(&app.metrics.calls_rejected_unknown_number);
+        info!(carrier, call_id, %from, %to, "call refused: number not in [[numbers]] for this carrier");
+        return Err(Refusal::UnknownNumber);
+    };
+    if !number.allows_caller(call.from) {
+        Metrics::inc(&app.metrics.calls_rejected_caller);
+        info!(carrier, call_id, %from, %to, "call refused: caller not in allowed_callers");
+        return Err(Refusal::CallerNotAllowed);
+    }
+    let Some((agent, providers)) = app
+        .config
+        .agents
+        .get(&number.agent)
+        .and_then(|a| Some((a, app.providers.for_agent(a)?)))
+    else {
+        warn!(carrier, agent = %number.agent, "call refused: the agent's providers are not available");
+        return Err(Refusal::AgentUnavailable);
+    };
+    let setup = CallSetup {
+        call_id: call_id.to_string(),
+        carrier: call.carrier,
+        carrier_account: call.account.to_string(),
+        from: normalize_e164(call.from).unwrap_or_else(|| call.from.to_string()),
+        to: dialled,
+        agent_name: number.agent.clone(),
+        agent: Arc::new(agent.clone()),
+        providers,
+        attach_timeout: super::MEDIA_TOKEN_TTL,
+        media_timeout: Duration::from_secs(30),
+    };
+    let repeated = match actor::start(setup, app.calls.clone(), app.config.server.max_calls) {
+        Ok(_) => false,
+        Err(InsertError::Full) => {
+            Metrics::inc(&app.metrics.calls_rejected_busy);
+            info!(carrier, call_id, %from, %to, "call refused: max_calls reached");
+            return Err(Refusal::Full);
+        }
+        Err(InsertError::Duplicate) => {
+            info!(carrier, call_id, "repeated webhook for a live call");
+            true
+        }
+    };
+    if !repeated {
+        Metrics::inc(&app.metrics.calls_accepted);
+        info!(carrier, call_id, %from, %to, agent = %number.agent, "call accepted");
+    }
+    Ok(Admitted {
+        agent: number.agent.clone(),
+        repeated,
+    })
+}

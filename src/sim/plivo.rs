@@ -1,0 +1,327 @@
+//! The Plivo simulator: plays Plivo's side of a call against a running patterd.
+//! [`SimPlivo`] signs answer and hangup callbacks with `X-Plivo-Signature-V3` (random nonce,
+//! over the public URL) and posts Plivo's form fields (numbers as digits without `+`);
+//! [`PlivoAnswer`] reads the XML the way Plivo acts on it (`<Stream>` URL in the element text,
+//! its attributes, or a `<Hangup reason>`); [`SimPlivo::open_stream`] opens the media socket
+//! offering `audio.drachtio.org` and speaking Plivo's frames (μ-law or L16);
+//! [`FakePlivoRest`] is the Call API on 127.0.0.1 (`DELETE /v1/Account/{auth_id}/Call/{uuid}/`
+//! with Basic auth and the trailing slash Plivo insists on), recording every request.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::json;
+
+use super::http::{Recorder, full, json as json_resp, serve};
+use super::stream::{Dialect, SimCall, SimCallConfig};
+use super::twilio::xml::parse_xml;
+use super::twilio::{WebhookResponse, new_sid};
+use crate::carrier::plivo::signature::compute_v3;
+use crate::carrier::public_request_url;
+use crate::util::TaskGuard;
+
+/// The Plivo account id the simulator uses.
+pub const ACCOUNT_ID: &str = "MA0000000000000000AB";
+
+/// What Plivo makes of an answer document.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlivoAnswer {
+    /// The `<Stream>` element text.
+    pub stream_url: Option<String>,
+    pub bidirectional: bool,
+    pub keep_call_alive: bool,
+    pub content_type: Option<String>,
+    /// `Some(reason)` for `<Hangup>` (`""` without a reason).
+    pub hangup: Option<String>,
+    pub speak: Vec<String>,
+}
+
+impl PlivoAnswer {
+    /// Parses Plivo XML; errors if it is not XML or the root is not `<Response>`.
+    pub fn parse(xml: &str) -> Result<Self, String> {
+        let root = parse_xml(xml)?;
+        if root.name != "Response" {
+            return Err(format!("root is `<{}>`, not `<Response>`", root.name));
+        }
+        let mut a = Self::default();
+        for el in &root.children {
+            match el.name.as_str() {
+                "Stream" => {
+                    a.stream_url = Some(el.text.clone());
+                    a.bidirectional = el.attr("bidirectional") == Some("true");
+                    a.keep_call_alive = el.attr("keepCallAlive") == Some("true");
+                    a.content_type = el.attr("contentType").map(str::to_string);
+                }
+                "Hangup" => a.hangup = Some(el.attr("reason").unwrap_or("").to_string()),
+                "Speak" => a.speak.push(el.text.clone()),
+                other => return Err(format!("element <{other}> not modelled")),
+            }
+        }
+        Ok(a)
+    }
+}
+
+/// One request the fake REST API received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlivoRequest {
+    pub method: String,
+    pub path: String,
+    pub status: u16,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PlivoRestRecord {
+    pub requests: Vec<PlivoRequest>,
+}
+
+/// A fake Plivo Call API. Dropping it stops the server.
+pub struct FakePlivoRest {
+    pub base_url: String,
+    record: Arc<Recorder<PlivoRestRecord>>,
+    _server: TaskGuard,
+}
+
+impl FakePlivoRest {
+    /// Starts on an ephemeral port, accepting Basic `auth_id:auth_token`.
+    pub async fn start(auth_id: &str, auth_token: &str) -> std::io::Result<Self> {
+        let record = Arc::new(Recorder::<PlivoRestRecord>::default());
+        let expected = format!(
+            "Basic {}",
+            STANDARD.encode(format!("{auth_id}:{auth_token}"))
+        );
+        let prefix = format!("/v1/Account/{auth_id}/Call/");
+        let rec = record.clone();
+        let (addr, guard) = serve(move |req| {
+            let rec = rec.clone();
+            let expected = expected.clone();
+            let prefix = prefix.clone();
+            async move {
+                let path = req.uri().path().to_string();
+                let method = req.method().to_string();
+                let auth_ok = req
+                    .headers()
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| crate::security::ct_eq(v.as_bytes(), expected.as_bytes()));
+                let uuid = path
+                    .strip_prefix(&prefix)
+                    .and_then(|t| t.strip_suffix('/'))
+                    .filter(|u| !u.is_empty() && !u.contains('/'));
+                let (status, resp) = if !auth_ok {
+                    (
+                        401,
+                        full(401, "text/plain", "Could not verify your access level"),
+                    )
+                } else if method != "DELETE" || uuid.is_none() {
+                    (
+                        404,
+                        json_resp(404, &json!({"api_id": new_sid(""), "error": "not found"})),
+                    )
+                } else {
+                    (204, full(204, "application/json", ""))
+                };
+                rec.modify(|r| {
+                    r.requests.push(PlivoRequest {
+                        method,
+                        path,
+                        status,
+                    })
+                });
+                resp
+            }
+        })
+        .await?;
+        Ok(Self {
+            base_url: format!("http://{addr}"),
+            record,
+            _server: guard,
+        })
+    }
+
+    pub fn record(&self) -> PlivoRestRecord {
+        self.record.snapshot()
+    }
+
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        pred: impl FnMut(&PlivoRestRecord) -> bool,
+    ) -> PlivoRestRecord {
+        self.record.wait_until(what, pred).await
+    }
+
+    /// Call UUIDs hung up through the API.
+    pub fn hung_up(&self) -> Vec<String> {
+        self.record()
+            .requests
+            .iter()
+            .filter(|r| r.status == 204)
+            .filter_map(|r| {
+                r.path
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .map(str::to_string)
+            })
+            .collect()
+    }
+}
+
+/// Plivo's webhook side: posts signed callbacks to a patterd instance.
+#[derive(Debug, Clone)]
+pub struct SimPlivo {
+    pub client: reqwest::Client,
+    pub base_url: String,
+    /// patterd's `server.public_url` (what Plivo signs).
+    pub public_url: String,
+    pub auth_token: String,
+}
+
+/// The form fields Plivo posts to the answer URL of an inbound call (numbers as digits).
+pub fn answer_params(call_uuid: &str, from: &str, to: &str) -> Vec<(String, String)> {
+    [
+        ("ALegRequestUUID", call_uuid),
+        ("ALegUUID", call_uuid),
+        ("BillRate", "0.0085"),
+        ("CallStatus", "in-progress"),
+        ("CallUUID", call_uuid),
+        ("CallerName", ""),
+        ("Direction", "inbound"),
+        ("Event", "StartApp"),
+        ("From", from.trim_start_matches('+')),
+        ("RequestUUID", call_uuid),
+        ("SessionStart", "2026-01-01 00:00:00.000000"),
+        ("To", to.trim_start_matches('+')),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+impl SimPlivo {
+    pub fn new(base_url: &str, public_url: &str, auth_token: &str) -> Self {
+        crate::util::init_tls();
+        Self {
+            client: reqwest::Client::new(),
+            base_url: base_url.trim_end_matches('/').to_string(),
+            public_url: public_url.to_string(),
+            auth_token: auth_token.to_string(),
+        }
+    }
+
+    /// POSTs `params` to `path`, signed with V3 over the public URL and a fresh nonce.
+    pub async fn post(
+        &self,
+        path: &str,
+        params: &[(String, String)],
+    ) -> Result<WebhookResponse, reqwest::Error> {
+        let (p, q) = match path.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path, None),
+        };
+        let url = public_request_url(&self.public_url, p, q);
+        let nonce: String = new_sid("")
+            .bytes()
+            .take(20)
+            .map(|b| char::from(b'0' + b % 10))
+            .collect();
+        let sig = compute_v3(&self.auth_token, "POST", &url, params, &nonce);
+        self.post_with(
+            path,
+            params,
+            &[
+                ("X-Plivo-Signature-V3", sig.as_str()),
+                ("X-Plivo-Signature-V3-Nonce", nonce.as_str()),
+            ],
+        )
+        .await
+    }
+
+    /// POSTs with caller-chosen headers (negative tests).
+    pub async fn post_with(
+        &self,
+        path: &str,
+        params: &[(String, String)],
+        headers: &[(&str, &str)],
+    ) -> Result<WebhookResponse, reqwest::Error> {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(params.iter())
+            .finish();
+        let mut req = self
+            .client
+            .post(format!("{}{path}", self.base_url))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .header("User-Agent", "PlivoHttp/1.0")
+            .body(body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await?;
+        let status = resp.status().as_u16();
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = resp.text().await?;
+        Ok(WebhookResponse {
+            status,
+            content_type,
+            body,
+        })
+    }
+
+    /// A new inbound call: posts the answer webhook with a fresh `CallUUID`.
+    pub async fn incoming_call(
+        &self,
+        from: &str,
+        to: &str,
+    ) -> Result<(String, WebhookResponse), reqwest::Error> {
+        let h = new_sid("");
+        let uuid = format!(
+            "{}-{}-{}-{}-{}",
+            &h[..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        );
+        let r = self
+            .post("/plivo/answer", &answer_params(&uuid, from, to))
+            .await?;
+        Ok((uuid, r))
+    }
+
+    /// Opens the media stream an answer asks for, on `ws_base`, in the format its
+    /// `contentType` names (as Plivo does).
+    pub async fn open_stream(
+        &self,
+        answer: &PlivoAnswer,
+        ws_base: &str,
+        call_uuid: &str,
+    ) -> Result<SimCall, super::stream::SimError> {
+        let dialect = match answer.content_type.as_deref() {
+            Some(ct) if ct.starts_with("audio/x-l16") => Dialect::PlivoL16,
+            _ => Dialect::PlivoMulaw,
+        };
+        self.open_stream_as(answer, ws_base, call_uuid, dialect)
+            .await
+    }
+
+    /// Opens the stream in an explicit dialect (format tests).
+    pub async fn open_stream_as(
+        &self,
+        answer: &PlivoAnswer,
+        ws_base: &str,
+        call_uuid: &str,
+        dialect: Dialect,
+    ) -> Result<SimCall, super::stream::SimError> {
+        let url = answer
+            .stream_url
+            .as_deref()
+            .ok_or(super::stream::SimError::NoStream)?;
+        let cfg = SimCallConfig::new(ws_base, ACCOUNT_ID, call_uuid).with_dialect(dialect);
+        SimCall::connect(url, &Default::default(), cfg).await
+    }
+}
