@@ -6,13 +6,17 @@
 pub mod http;
 pub mod media;
 pub mod metrics;
+pub mod rest;
 pub mod twilio;
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use http_body_util::BodyExt;
+use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -22,10 +26,13 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tracing::{debug, error, info, warn};
 
+use crate::api::inbound::{Overrides, SETTING_KEY};
+use crate::api::outbound::OutboundCall;
 use crate::call::CallRegistry;
 use crate::config::{Config, LoadedConfig};
 use crate::provider::Providers;
 use crate::security::token::MediaTokens;
+use crate::store::Store;
 use http::{Body, text};
 
 /// Lifetime of a per-call media token.
@@ -40,6 +47,14 @@ pub struct App {
     pub calls: Arc<CallRegistry>,
     pub metrics: metrics::Metrics,
     pub twilio: twilio::TwilioCarriers,
+    /// The call store (`data_dir/patterd.db`).
+    pub store: Store,
+    /// Live outbound calls we placed, by carrier call id.
+    outbound: Mutex<HashMap<String, OutboundCall>>,
+    /// Runtime inbound overrides (`configure_inbound`), persisted in the store.
+    pub inbound: RwLock<Overrides>,
+    /// The MCP endpoint (`/mcp`).
+    pub mcp: crate::mcp::http::McpHttp,
     draining: watch::Sender<bool>,
     pub started: Instant,
 }
@@ -50,13 +65,28 @@ impl App {
         let providers =
             crate::provider::build_providers(&config).map_err(ServerError::Providers)?;
         let twilio = twilio::TwilioCarriers::from_config(&config);
-        Ok(Arc::new(Self {
+        let store = Store::open(
+            &config.server.data_dir,
+            config.store.retention_days,
+            config.store.queue,
+        )
+        .map_err(|e| ServerError::Store(e.to_string()))?;
+        let inbound: Overrides = store
+            .setting_blocking(SETTING_KEY)
+            .map_err(|e| ServerError::Store(e.to_string()))?
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default();
+        Ok(Arc::new_cyclic(|app| Self {
+            mcp: crate::mcp::http::McpHttp::new(&config, app.clone()),
             config: Arc::new(config),
             providers,
             tokens: MediaTokens::new(MEDIA_TOKEN_TTL),
             calls: Arc::new(CallRegistry::new()),
             metrics: metrics::Metrics::default(),
             twilio,
+            store,
+            outbound: Mutex::new(HashMap::new()),
+            inbound: RwLock::new(inbound),
             draining: watch::channel(false).0,
             started: Instant::now(),
         }))
@@ -72,6 +102,28 @@ impl App {
         self.twilio
             .account(account)
             .map(|a| a.rest.clone() as Arc<dyn media::CarrierControl>)
+    }
+
+    fn outbound_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, OutboundCall>> {
+        self.outbound.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Live outbound calls we placed.
+    pub fn outbound_live(&self) -> usize {
+        self.outbound_map().len()
+    }
+
+    pub fn register_outbound(&self, call_id: &str, call: OutboundCall) {
+        self.outbound_map().insert(call_id.to_string(), call);
+    }
+
+    pub fn forget_outbound(&self, call_id: &str) {
+        self.outbound_map().remove(call_id);
+    }
+
+    /// The outbound call `call_id`, if we placed it and it is live.
+    pub fn outbound_call(&self, call_id: &str) -> Option<OutboundCall> {
+        self.outbound_map().get(call_id).cloned()
     }
 
     pub fn start_drain(&self) {
@@ -90,6 +142,8 @@ pub enum ServerError {
     BadListen(String),
     #[error("providers: {0}")]
     Providers(String),
+    #[error("{0}")]
+    Store(String),
 }
 
 /// A bound, serving daemon.
@@ -159,7 +213,7 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>) {
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
                 let app = app.clone();
-                async move { Ok::<_, Infallible>(route(app, peer, req).await) }
+                async move { Ok::<_, Infallible>(route_any(app, peer, req).await) }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -173,6 +227,20 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>) {
             drop(permit);
         });
     }
+}
+
+/// Any response body: buffered for most routes, streamed (SSE) for `/mcp`.
+pub type AnyBody = BoxBody<bytes::Bytes, Infallible>;
+
+async fn route_any(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<AnyBody> {
+    let path = req.uri().path();
+    if path == "/mcp" || path == "/mcp/" {
+        let method = req.method().clone();
+        let resp = app.mcp.handle(&app, req).await;
+        debug!(%peer, %method, path = "/mcp", status = resp.status().as_u16(), "request");
+        return resp;
+    }
+    route(app, peer, req).await.map(|b| b.boxed())
 }
 
 async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
@@ -190,10 +258,14 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
         (Method::GET, "/metrics") => app.metrics.render(&app),
         (Method::POST, "/twilio/voice") => twilio::voice(app, req).await,
         (Method::POST, "/twilio/status") => twilio::status(app, req).await,
+        (Method::POST, "/twilio/outbound") => twilio::outbound_answer(app, req).await,
+        (_, p) if p == "/v1" || p.starts_with("/v1/") => rest::handle(app, peer, req).await,
         (Method::GET, "/twilio/media") => twilio::media(app, req).await,
-        (_, "/healthz" | "/readyz" | "/metrics" | "/twilio/voice" | "/twilio/status") => {
-            text(405, "method not allowed\n")
-        }
+        (
+            _,
+            "/healthz" | "/readyz" | "/metrics" | "/twilio/voice" | "/twilio/status"
+            | "/twilio/outbound",
+        ) => text(405, "method not allowed\n"),
         _ => text(404, "not found\n"),
     };
     debug!(%peer, %method, %path, status = resp.status().as_u16(), "request");
