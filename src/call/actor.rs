@@ -703,7 +703,9 @@ impl Actor {
         }
         self.media_tx = None;
         self.media_rx = None;
-        (0..self.transcript.len()).for_each(|i| self.persist(i));
+        if self.answered.is_some() {
+            (0..self.transcript.len()).for_each(|i| self.persist(i));
+        }
         self.event("call_end", reason);
         let duration = self
             .answered
