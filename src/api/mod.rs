@@ -224,6 +224,16 @@ pub async fn transcript_json(app: &Arc<App>, id: &str) -> Result<Value, ApiError
 async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
     match app.calls.get(id) {
         Some(h) => {
+            // A call we placed that has not been answered has no media stream to end: cancel it
+            // at the carrier.
+            let unanswered = app
+                .store
+                .call(id)
+                .await?
+                .is_some_and(|c| c.direction == "outbound" && c.answered_at.is_none());
+            if unanswered && let Some(acct) = app.twilio.account(&h.carrier_account) {
+                let _ = acct.rest.update_call(id, &[("Status", "canceled")]).await;
+            }
             h.hang_up("ended through the API")
                 .map_err(|e| ApiError::new(409, "call_busy", e.to_string()))?;
             app.calls.wait_finished(id).await;
