@@ -423,3 +423,56 @@ async fn machine_gets_the_voicemail_message_and_busy_is_an_outcome() {
     assert_eq!(v["status"], "busy");
     assert_eq!(v["transcript"], json!([]));
 }
+
+#[tokio::test]
+async fn inbound_overrides_apply_and_persist() {
+    let stack = Stack::start(Opts::default()).await;
+    let api = Api::new(&stack, None);
+    let (s, v) = api
+        .send(
+            reqwest::Method::PUT,
+            "/v1/inbound",
+            Some(json!({"number": OUR_NUMBER, "firstMessage": "Welcome back."})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["override"]["firstMessage"], "Welcome back.");
+    let (call_sid, sim) = stack.call().await;
+    sim.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .unwrap();
+    assert_eq!(stack.spoken()[0], "Welcome back.");
+    sim.hang_up().await;
+    stack.finished(&call_sid).await;
+
+    let (s, _) = api
+        .send(
+            reqwest::Method::PUT,
+            "/v1/inbound",
+            Some(json!({"enabled": false})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (_, resp) = stack.ring_from(CALLER).await;
+    assert!(resp.body.contains(r#"reason="rejected""#), "{}", resp.body);
+    let saved = stack
+        .server
+        .app
+        .store
+        .setting(patterd::api::inbound::SETTING_KEY)
+        .await
+        .unwrap()
+        .expect("persisted");
+    assert!(
+        saved.contains("Welcome back.") && saved.contains("\"enabled\":false"),
+        "{saved}"
+    );
+    let (s, v) = api
+        .send(
+            reqwest::Method::PUT,
+            "/v1/inbound",
+            Some(json!({"voice": "nope"})),
+        )
+        .await;
+    assert_eq!(s, 400, "{v}");
+}
