@@ -1,6 +1,7 @@
 //! The command line (clap): `patterd --config FILE` (same as `patterd run --config FILE`) runs
 //! the daemon; `patterd check --config FILE` validates the configuration and prints it with
-//! secrets redacted. The `--help` text is the short manual.
+//! secrets redacted; `patterd mcp --stdio` serves the MCP tools on stdin/stdout against the
+//! running daemon. The `--help` text is the short manual.
 
 use std::path::PathBuf;
 
@@ -58,5 +59,22 @@ pub enum Command {
         /// Treat warnings (unconfigured carriers or providers) as errors.
         #[arg(long)]
         strict: bool,
+    },
+    /// Serve the MCP tools on stdin/stdout, talking to the running daemon's REST API.
+    ///
+    /// For agents that spawn their MCP servers (Hermes `mcp_servers` with `command`/`args`).
+    /// The daemon must be running; its URL and token come from --url/--token, else from the
+    /// configuration (server.listen, server.api_token).
+    Mcp {
+        /// Speak MCP over stdin/stdout (the only transport of this subcommand; the daemon
+        /// itself serves Streamable HTTP at /mcp).
+        #[arg(long)]
+        stdio: bool,
+        /// The daemon's base URL, e.g. http://127.0.0.1:8080.
+        #[arg(long, env = "PATTERD_URL")]
+        url: Option<String>,
+        /// The daemon's API token (server.api_token).
+        #[arg(long, env = "PATTERD_API_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
 }

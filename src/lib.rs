@@ -4,15 +4,18 @@
 //! benchmark tools can drive them directly; `src/main.rs` is only the command line.
 //! `docs/ARCHITECTURE.md` is the map of these modules.
 
+pub mod api;
 pub mod audio;
 pub mod call;
 pub mod carrier;
 pub mod cli;
 pub mod config;
 pub mod logging;
+pub mod mcp;
 pub mod net;
 pub mod provider;
 pub mod security;
 pub mod server;
 pub mod sim;
+pub mod store;
 pub mod util;

@@ -40,6 +40,56 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Command::Mcp { stdio, url, token } => {
+            if !stdio {
+                eprintln!("error: pass --stdio (the daemon itself serves MCP over HTTP at /mcp)");
+                return ExitCode::from(2);
+            }
+            let loaded = match (&url, cli.config.as_deref()) {
+                (Some(_), None) => None,
+                (_, path) => match load(path) {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        eprintln!("error: {e} (or pass --url and --token)");
+                        return ExitCode::from(1);
+                    }
+                },
+            };
+            let base = url.unwrap_or_else(|| {
+                let listen = loaded
+                    .as_ref()
+                    .map(|l| l.config.server.listen.clone())
+                    .unwrap_or_default();
+                let listen = listen
+                    .replace("0.0.0.0:", "127.0.0.1:")
+                    .replace("[::]:", "[::1]:");
+                format!("http://{listen}")
+            });
+            let token = token.unwrap_or_else(|| {
+                loaded
+                    .as_ref()
+                    .map(|l| l.config.server.api_token.expose().to_string())
+                    .unwrap_or_default()
+            });
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            match runtime.block_on(patterd::mcp::stdio::run(&base, &token)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Run => {
             let loaded = match load(cli.config.as_deref()) {
                 Ok(l) => l,

@@ -210,3 +210,109 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
         assert_eq!(code, Some(0));
     });
 }
+
+#[test]
+fn turns_survive_sigkill_mid_call() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        use patterd::sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
+        use patterd::sim::elevenlabs::FakeElevenLabs;
+        use patterd::sim::hermes::{FakeHermes, HermesReply};
+        use patterd::sim::twilio::SimTwilio;
+        use patterd::sim::twilio::rest::FakeTwilioRest;
+        use patterd::sim::twilio::xml::parse_twiml;
+        let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
+            api_key: DG_KEY.into(),
+            transcripts: vec!["book a table for two".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let el = FakeElevenLabs::start(EL_KEY).await.unwrap();
+        let hermes = FakeHermes::start(HERMES_KEY).await.unwrap();
+        hermes.push(HermesReply::text("Sure, for what time?"));
+        let rest = FakeTwilioRest::start(ACCOUNT_SID, AUTH_TOKEN)
+            .await
+            .unwrap();
+        let text = config_text(
+            &Opts::default(),
+            &dg.base_url(),
+            &el.base_url(),
+            &hermes.base_url(),
+            &rest.base_url,
+            "",
+        );
+        let mut d = Daemon::start(&text);
+        let base = format!("http://{}", d.addr);
+        let twilio = SimTwilio::new(&base, PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN);
+        let (call_sid, resp) = twilio
+            .incoming_call("/twilio/voice", CALLER, OUR_NUMBER)
+            .await
+            .unwrap();
+        let answer = parse_twiml(&resp.body).unwrap();
+        let sim = patterd::sim::twilio::call::SimCall::from_answer(
+            &answer,
+            patterd::sim::twilio::call::SimCallConfig::new(
+                &format!("ws://{}", d.addr),
+                ACCOUNT_SID,
+                &call_sid,
+            ),
+        )
+        .await
+        .unwrap();
+        sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+            .await
+            .unwrap();
+        common::speak(&sim, 700);
+        // Greeting and reply have played: the turns have ended.
+        sim.wait_for("reply marks", WAIT, |s| s.marks_echoed.len() >= 2)
+            .await
+            .unwrap();
+        // The turn is durable once it ended: poll the API until the store has it, then kill.
+        let client = reqwest::Client::new();
+        let url = format!("{base}/v1/calls/{call_sid}/transcript");
+        let mut turns = 0;
+        for _ in 0..100 {
+            let v: serde_json::Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+            turns = v["transcript"].as_array().map_or(0, Vec::len);
+            if turns >= 3 && v["transcript"][2]["heard_text"] == "Sure, for what time?" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(turns >= 3, "turns not stored before the kill");
+        d.signal(libc::SIGKILL);
+        let code = tokio::task::spawn_blocking(move || {
+            let c = d.wait_exit(WAIT);
+            (c, d)
+        })
+        .await
+        .unwrap();
+        assert_eq!(code.0, None, "killed by a signal, no exit code");
+        let d = code.1;
+
+        // Reopen the database (migrations run again, idempotently) and read the call back.
+        let store = patterd::store::Store::open(d.data_dir(), 30, 16).expect("reopen store");
+        let call = store.call(&call_sid).await.unwrap().expect("call row");
+        assert_eq!(call.direction, "inbound");
+        assert_eq!(call.from, CALLER);
+        assert_eq!(call.status, "in-progress");
+        assert!(call.ended_at.is_none());
+        let turns = store.turns(&call_sid).await.unwrap();
+        let got: Vec<(&str, &str)> = turns
+            .iter()
+            .map(|t| (t.speaker.as_str(), t.heard_text.as_str()))
+            .collect();
+        assert_eq!(
+            got[..3],
+            [
+                ("agent", GREETING),
+                ("caller", "book a table for two"),
+                ("agent", "Sure, for what time?"),
+            ]
+        );
+        let events = store.events(&call_sid).await.unwrap();
+        assert!(events.iter().any(|e| e.kind == "media_start"));
+        drop(sim);
+    });
+}

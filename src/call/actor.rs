@@ -144,6 +144,16 @@ impl Actor {
             kind: kind.to_string(),
             detail,
         });
+        if let (Some(store), Some(e)) = (&self.setup.store, self.events.last()) {
+            store.event(&self.setup.call_id, e);
+        }
+    }
+
+    /// Persists transcript entry `i` (a turn is durable once it ends). Never waits.
+    fn persist(&self, i: usize) {
+        if let (Some(store), Some(e)) = (&self.setup.store, self.transcript.get(i)) {
+            store.turn(&self.setup.call_id, i, e);
+        }
     }
 
     fn answered_ms(&self, t: Instant) -> u64 {
@@ -327,6 +337,7 @@ impl Actor {
             e.heard_text.push_str(&sent.text);
             e.end_ms = end;
         }
+        self.persist(sent.entry);
         self.event("mark_played", name);
     }
 
@@ -411,6 +422,7 @@ impl Actor {
             start_ms: self.answered_ms(start),
             end_ms: self.answered_ms(now),
         });
+        self.persist(self.transcript.len() - 1);
         if self.llm.is_some()
             || self
                 .speech
@@ -459,6 +471,9 @@ impl Actor {
         if let Some(turn) = self.turn.take() {
             if let Some(e) = turn.entry.and_then(|i| self.transcript.get_mut(i)) {
                 e.interrupted = true;
+            }
+            if let Some(i) = turn.entry {
+                self.persist(i);
             }
             if !turn.reply_text.is_empty() {
                 self.history.push(ChatMessage {
@@ -688,6 +703,9 @@ impl Actor {
         }
         self.media_tx = None;
         self.media_rx = None;
+        if self.answered.is_some() {
+            (0..self.transcript.len()).for_each(|i| self.persist(i));
+        }
         self.event("call_end", reason);
         let duration = self
             .answered

@@ -38,6 +38,8 @@ pub struct CallSetup {
     pub attach_timeout: Duration,
     /// A call with no media at all for this long is ended.
     pub media_timeout: Duration,
+    /// Where turns and events are persisted as the call goes (never waited on).
+    pub store: Option<crate::store::StoreTx>,
 }
 
 /// The media stream the carrier opened for this call, handed to the actor.

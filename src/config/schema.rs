@@ -60,6 +60,50 @@ pub struct Config {
     pub carriers: BTreeMap<String, CarrierConfig>,
     pub agents: BTreeMap<String, AgentConfig>,
     pub numbers: Vec<NumberConfig>,
+    pub store: StoreConfig,
+    pub outbound: OutboundConfig,
+}
+
+/// `[store]`: the call store (SQLite at `server.data_dir/patterd.db`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Calls (with their turns and events) older than this many days are deleted; 0 keeps
+    /// everything.
+    pub retention_days: u32,
+    /// Capacity of the store's write queue; writes beyond it are dropped and counted.
+    pub queue: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            retention_days: 30,
+            queue: 4096,
+        }
+    }
+}
+
+/// `[outbound]`: limits on calls the daemon places (REST `POST /v1/calls`, MCP `make_call`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboundConfig {
+    /// Outbound calls per UTC day, across all numbers.
+    pub max_per_day: u32,
+    /// Outbound calls live at once.
+    pub max_concurrent: usize,
+    /// Seconds to let the destination ring before giving up (Twilio `Timeout`).
+    pub ring_timeout_s: u32,
+}
+
+impl Default for OutboundConfig {
+    fn default() -> Self {
+        Self {
+            max_per_day: 100,
+            max_concurrent: 5,
+            ring_timeout_s: 30,
+        }
+    }
 }
 
 /// `[server]`: the listener and daemon-wide limits.

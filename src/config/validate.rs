@@ -192,6 +192,16 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         }
     }
 
+    c.at_least_one(&["store", "queue"], config.store.queue as u64);
+    c.at_least_one(
+        &["outbound", "max_concurrent"],
+        config.outbound.max_concurrent as u64,
+    );
+    c.at_least_one(
+        &["outbound", "ring_timeout_s"],
+        u64::from(config.outbound.ring_timeout_s),
+    );
+
     if let Err(why) = check_log_level(&config.log.level) {
         c.fail(
             &["log", "level"],

@@ -17,6 +17,7 @@ use crate::call::{CallSetup, actor};
 use crate::carrier::CarrierKind;
 use crate::config::validate::normalize_e164;
 use crate::security::mask_number;
+use crate::store::{NewCall, Write};
 
 /// An incoming call as a carrier's webhook describes it.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +43,8 @@ pub enum Refusal {
     CallerNotAllowed,
     /// The agent's providers could not be built.
     AgentUnavailable,
+    /// Inbound calls to this number were turned off at runtime (`configure_inbound`).
+    Disabled,
 }
 
 impl Refusal {
@@ -87,11 +90,21 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         info!(carrier, call_id, %from, %to, "call refused: caller not in allowed_callers");
         return Err(Refusal::CallerNotAllowed);
     }
+    let overrides = crate::api::inbound::effective(app, &number.number);
+    if overrides.enabled == Some(false) {
+        Metrics::inc(&app.metrics.calls_rejected_caller);
+        info!(carrier, call_id, %from, %to, "call refused: inbound disabled by configure_inbound");
+        return Err(Refusal::Disabled);
+    }
     let Some((agent, providers)) = app
         .config
         .agents
         .get(&number.agent)
-        .and_then(|a| Some((a, app.providers.for_agent(a)?)))
+        .map(|a| overrides.apply(a))
+        .and_then(|a| {
+            let p = app.providers.for_agent(&a)?;
+            Some((a, p))
+        })
     else {
         warn!(carrier, agent = %number.agent, "call refused: the agent's providers are not available");
         return Err(Refusal::AgentUnavailable);
@@ -103,13 +116,27 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         from: normalize_e164(call.from).unwrap_or_else(|| call.from.to_string()),
         to: dialled,
         agent_name: number.agent.clone(),
-        agent: Arc::new(agent.clone()),
+        agent: Arc::new(agent),
         providers,
         attach_timeout: super::MEDIA_TOKEN_TTL,
         media_timeout: Duration::from_secs(30),
+        store: Some(app.store.tx.clone()),
+    };
+    let record = NewCall {
+        call_id: setup.call_id.clone(),
+        carrier: call.carrier.as_str().into(),
+        carrier_account: call.account.to_string(),
+        direction: "inbound",
+        from: setup.from.clone(),
+        to: setup.to.clone(),
+        agent: number.agent.clone(),
+        status: "ringing".into(),
     };
     let repeated = match actor::start(setup, app.calls.clone(), app.config.server.max_calls) {
-        Ok(_) => false,
+        Ok(_) => {
+            app.store.tx.send(Write::Call(record));
+            false
+        }
         Err(InsertError::Full) => {
             Metrics::inc(&app.metrics.calls_rejected_busy);
             info!(carrier, call_id, %from, %to, "call refused: max_calls reached");

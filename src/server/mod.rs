@@ -9,14 +9,18 @@ pub mod http;
 pub mod media;
 pub mod metrics;
 pub mod plivo;
+pub mod rest;
 pub mod telnyx;
 pub mod twilio;
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use http_body_util::BodyExt;
+use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -26,10 +30,13 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tracing::{debug, error, info, warn};
 
+use crate::api::inbound::{Overrides, SETTING_KEY};
+use crate::api::outbound::OutboundCall;
 use crate::call::CallRegistry;
 use crate::config::{Config, LoadedConfig};
 use crate::provider::Providers;
 use crate::security::token::MediaTokens;
+use crate::store::Store;
 use http::{Body, text};
 
 /// Lifetime of a per-call media token.
@@ -46,6 +53,14 @@ pub struct App {
     pub twilio: twilio::TwilioCarriers,
     pub telnyx: telnyx::TelnyxCarriers,
     pub plivo: plivo::PlivoCarriers,
+    /// The call store (`data_dir/patterd.db`).
+    pub store: Store,
+    /// Live outbound calls we placed, by carrier call id.
+    outbound: Mutex<HashMap<String, OutboundCall>>,
+    /// Runtime inbound overrides (`configure_inbound`), persisted in the store.
+    pub inbound: RwLock<Overrides>,
+    /// The MCP endpoint (`/mcp`).
+    pub mcp: crate::mcp::http::McpHttp,
     draining: watch::Sender<bool>,
     pub started: Instant,
 }
@@ -58,7 +73,19 @@ impl App {
         let twilio = twilio::TwilioCarriers::from_config(&config);
         let telnyx = telnyx::TelnyxCarriers::from_config(&config);
         let plivo = plivo::PlivoCarriers::from_config(&config);
-        Ok(Arc::new(Self {
+        let store = Store::open(
+            &config.server.data_dir,
+            config.store.retention_days,
+            config.store.queue,
+        )
+        .map_err(|e| ServerError::Store(e.to_string()))?;
+        let inbound: Overrides = store
+            .setting_blocking(SETTING_KEY)
+            .map_err(|e| ServerError::Store(e.to_string()))?
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default();
+        Ok(Arc::new_cyclic(|app| Self {
+            mcp: crate::mcp::http::McpHttp::new(&config, app.clone()),
             config: Arc::new(config),
             providers,
             tokens: MediaTokens::new(MEDIA_TOKEN_TTL),
@@ -67,6 +94,9 @@ impl App {
             twilio,
             telnyx,
             plivo,
+            store,
+            outbound: Mutex::new(HashMap::new()),
+            inbound: RwLock::new(inbound),
             draining: watch::channel(false).0,
             started: Instant::now(),
         }))
@@ -90,6 +120,28 @@ impl App {
             .map(|a| a.rest.clone() as Arc<dyn media::CarrierControl>)
     }
 
+    fn outbound_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, OutboundCall>> {
+        self.outbound.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Live outbound calls we placed.
+    pub fn outbound_live(&self) -> usize {
+        self.outbound_map().len()
+    }
+
+    pub fn register_outbound(&self, call_id: &str, call: OutboundCall) {
+        self.outbound_map().insert(call_id.to_string(), call);
+    }
+
+    pub fn forget_outbound(&self, call_id: &str) {
+        self.outbound_map().remove(call_id);
+    }
+
+    /// The outbound call `call_id`, if we placed it and it is live.
+    pub fn outbound_call(&self, call_id: &str) -> Option<OutboundCall> {
+        self.outbound_map().get(call_id).cloned()
+    }
+
     pub fn start_drain(&self) {
         self.draining.send_replace(true);
     }
@@ -108,6 +160,8 @@ pub enum ServerError {
     Providers(String),
     #[error("[server.tls]: {0}")]
     Tls(String),
+    #[error("{0}")]
+    Store(String),
 }
 
 /// A bound, serving daemon.
@@ -228,7 +282,7 @@ where
 {
     let svc = service_fn(move |req| {
         let app = app.clone();
-        async move { Ok::<_, Infallible>(route(app, peer, req).await) }
+        async move { Ok::<_, Infallible>(route_any(app, peer, req).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -239,6 +293,20 @@ where
     if let Err(e) = conn.await {
         debug!(%peer, error = %e, "connection ended with an error");
     }
+}
+
+/// Any response body: buffered for most routes, streamed (SSE) for `/mcp`.
+pub type AnyBody = BoxBody<bytes::Bytes, Infallible>;
+
+async fn route_any(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<AnyBody> {
+    let path = req.uri().path();
+    if path == "/mcp" || path == "/mcp/" {
+        let method = req.method().clone();
+        let resp = app.mcp.handle(&app, req).await;
+        debug!(%peer, %method, path = "/mcp", status = resp.status().as_u16(), "request");
+        return resp;
+    }
+    route(app, peer, req).await.map(|b| b.boxed())
 }
 
 async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
@@ -256,6 +324,8 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
         (Method::GET, "/metrics") => app.metrics.render(&app),
         (Method::POST, "/twilio/voice") => twilio::voice(app, req).await,
         (Method::POST, "/twilio/status") => twilio::status(app, req).await,
+        (Method::POST, "/twilio/outbound") => twilio::outbound_answer(app, req).await,
+        (_, p) if p == "/v1" || p.starts_with("/v1/") => rest::handle(app, peer, req).await,
         (Method::GET, "/twilio/media") => twilio::media(app, req).await,
         (Method::POST, "/telnyx/webhook") => telnyx::webhook(app, req).await,
         (Method::GET, p) if p.starts_with("/telnyx/media/") => telnyx::media(app, req).await,
@@ -265,7 +335,7 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
         (
             _,
             "/healthz" | "/readyz" | "/metrics" | "/twilio/voice" | "/twilio/status"
-            | "/telnyx/webhook" | "/plivo/answer" | "/plivo/hangup",
+            | "/twilio/outbound" | "/telnyx/webhook" | "/plivo/answer" | "/plivo/hangup",
         ) => text(405, "method not allowed\n"),
         _ => text(404, "not found\n"),
     };

@@ -180,7 +180,9 @@ pub async fn answer(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     match admission::admit(&app, inbound) {
         Ok(_) => {}
         Err(r) if r.is_busy() => return xml(pv::hangup_xml(Some("busy"))),
-        Err(Refusal::CallerNotAllowed) => return xml(pv::hangup_xml(Some("rejected"))),
+        Err(Refusal::CallerNotAllowed | Refusal::Disabled) => {
+            return xml(pv::hangup_xml(Some("rejected")));
+        }
         Err(_) => return xml(pv::hangup_xml(None)),
     }
     let token = app.tokens.mint(call_id);

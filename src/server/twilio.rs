@@ -1,6 +1,8 @@
 //! Twilio's routes: `POST /twilio/voice` (signed incoming-call webhook → TwiML with a tokenized
-//! `<Connect><Stream>`), `POST /twilio/status` (signed status callbacks) and `WS /twilio/media`
-//! (Media Streams, handed to the carrier-neutral pump). The wire details — signatures, TwiML,
+//! `<Connect><Stream>`), `POST /twilio/outbound` (the answer webhook of calls we placed: the same
+//! TwiML, or the voicemail message when machine detection heard a machine), `POST
+//! /twilio/status` (signed status callbacks, recorded in the store and turned into outcomes) and
+//! `WS /twilio/media` (Media Streams, handed to the carrier-neutral pump). The wire details — signatures, TwiML,
 //! frames, REST — live in [`crate::carrier::twilio`]; this file only decides.
 
 use std::pin::Pin;
@@ -19,6 +21,7 @@ use crate::carrier::CarrierKind;
 use crate::carrier::twilio::{self as tw, TwilioCodec, TwilioRest};
 use crate::config::{Config, Secret};
 use crate::security::mask_number;
+use crate::store::Write;
 
 /// A configured Twilio account (`[carriers.NAME]` with `kind = "twilio"` and credentials).
 pub struct TwilioAccount {
@@ -160,7 +163,9 @@ pub async fn voice(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     match admission::admit(&app, inbound) {
         Ok(_) => {}
         Err(r) if r.is_busy() => return xml(tw::twiml_reject(Some("busy"))),
-        Err(Refusal::CallerNotAllowed) => return xml(tw::twiml_reject(Some("rejected"))),
+        Err(Refusal::CallerNotAllowed | Refusal::Disabled) => {
+            return xml(tw::twiml_reject(Some("rejected")));
+        }
         Err(_) => return xml(tw::twiml_reject(None)),
     }
     let token = app.tokens.mint(&hook.call_sid);
@@ -187,12 +192,41 @@ pub async fn status(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     };
     let call_sid = get("CallSid");
     let status = get("CallStatus");
+    let answered_by = get("AnsweredBy");
     info!(
         call_sid,
         status,
+        answered_by,
         duration_s = get("CallDuration"),
         "twilio call status"
     );
+    if !call_sid.is_empty() {
+        let known = matches!(
+            status,
+            "queued"
+                | "initiated"
+                | "ringing"
+                | "in-progress"
+                | "completed"
+                | "busy"
+                | "failed"
+                | "no-answer"
+                | "canceled"
+        );
+        app.store.tx.send(Write::Status {
+            call_id: call_sid.to_string(),
+            // Media start is what makes a call in-progress for us; `initiated` is `queued`.
+            status: match status {
+                "initiated" => Some("queued".into()),
+                "in-progress" | "answered" => None,
+                s if known => Some(s.to_string()),
+                _ => None,
+            },
+            outcome: outcome_for(status, answered_by).map(str::to_string),
+            answered_by: (!answered_by.is_empty()).then(|| answered_by.to_string()),
+            carrier_duration_s: get("CallDuration").parse().ok(),
+        });
+    }
     if matches!(
         status,
         "completed" | "busy" | "failed" | "no-answer" | "canceled"
@@ -201,6 +235,78 @@ pub async fn status(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         let _ = h.hang_up(&format!("carrier reported {status}"));
     }
     empty(204)
+}
+
+/// The outcome a status callback (and machine detection) implies, if any.
+fn outcome_for(status: &str, answered_by: &str) -> Option<&'static str> {
+    match status {
+        "busy" => Some("busy"),
+        "no-answer" => Some("no_answer"),
+        "failed" | "canceled" => Some("failed"),
+        _ if is_machine(answered_by) => Some("voicemail"),
+        _ => None,
+    }
+}
+
+/// Twilio's `AnsweredBy` values for anything but a person.
+fn is_machine(answered_by: &str) -> bool {
+    answered_by.starts_with("machine") || answered_by == "fax"
+}
+
+/// `POST /twilio/outbound`: a call we placed was answered. A person gets the media stream,
+/// like an inbound call; a machine (with machine detection) gets the voicemail message, if
+/// any, and the call ends.
+pub async fn outbound_answer(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    let (_account, params) = match signed_form(&app, req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let get = |k: &str| {
+        params
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("")
+    };
+    let call_sid = get("CallSid");
+    let answered_by = get("AnsweredBy");
+    let (Some(handle), Some(call)) = (app.calls.get(call_sid), app.outbound_call(call_sid)) else {
+        warn!(
+            call_sid,
+            "answer webhook for a call that is not a live outbound call; hanging up"
+        );
+        return xml(tw::twiml_hangup());
+    };
+    if is_machine(answered_by) && call.machine_detection {
+        info!(call_sid, answered_by, "outbound call reached a machine");
+        app.store.tx.send(Write::Status {
+            call_id: call_sid.to_string(),
+            status: None,
+            outcome: Some("voicemail".into()),
+            answered_by: Some(answered_by.to_string()),
+            carrier_duration_s: None,
+        });
+        let _ = handle.hang_up("voicemail");
+        return xml(match &call.voicemail_message {
+            Some(m) => tw::twiml_say_hangup(m),
+            None => tw::twiml_hangup(),
+        });
+    }
+    app.store.tx.send(Write::Status {
+        call_id: call_sid.to_string(),
+        status: None,
+        outcome: Some("answered".into()),
+        answered_by: (!answered_by.is_empty()).then(|| answered_by.to_string()),
+        carrier_duration_s: None,
+    });
+    let token = app.tokens.mint(call_sid);
+    let stream_url = tw::public_ws_url(&app.config.server.public_url, "/twilio/media");
+    info!(call_sid, answered_by, "outbound call answered");
+    xml(tw::twiml_connect_stream(
+        &stream_url,
+        &[("token", &token)],
+        None,
+    ))
 }
 
 /// `WS /twilio/media`: Twilio's Media Streams socket.

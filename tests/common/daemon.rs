@@ -58,6 +58,11 @@ impl Daemon {
         }
     }
 
+    /// The daemon's `server.data_dir` (holds patterd.db); outlives the process.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }

@@ -52,6 +52,12 @@ pub struct Opts {
     /// Overrides `[llm.hermes] base_url` (e.g. a closed port).
     pub llm_base_url: Option<String>,
     pub max_duration_s: u64,
+    /// `[server] api_token` (empty: none, loopback only).
+    pub api_token: String,
+    /// `allowed_destinations` of OUR_NUMBER (empty: outbound refused).
+    pub allowed_destinations: Vec<String>,
+    pub outbound_max_concurrent: usize,
+    pub outbound_max_per_day: u32,
 }
 
 impl Default for Opts {
@@ -64,6 +70,10 @@ impl Default for Opts {
             transcripts: Vec::new(),
             llm_base_url: None,
             max_duration_s: 3600,
+            api_token: String::new(),
+            allowed_destinations: Vec::new(),
+            outbound_max_concurrent: 5,
+            outbound_max_per_day: 100,
         }
     }
 }
@@ -80,6 +90,8 @@ pub struct Stack {
     pub telnyx: SimTelnyx,
     pub plivo: SimPlivo,
     pub base: String,
+    /// `server.data_dir` (holds patterd.db).
+    pub data: tempfile::TempDir,
 }
 
 pub fn telnyx_seed() -> [u8; 32] {
@@ -136,6 +148,13 @@ pub fn config_text(
     rest: &str,
     extra_numbers: &str,
 ) -> String {
+    let list = |v: &[String]| {
+        v.iter()
+            .map(|c| format!("\"{c}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let destinations = list(&opts.allowed_destinations);
     let callers = opts
         .allowed_callers
         .iter()
@@ -149,6 +168,13 @@ listen = "127.0.0.1:0"
 public_url = "{PUBLIC_URL}"
 max_calls = {max_calls}
 drain_timeout_s = 30
+api_token = "{api_token}"
+data_dir = "${{PATTERD_DATA_DIR:-./data}}"
+
+[outbound]
+max_concurrent = {max_concurrent}
+max_per_day = {max_per_day}
+ring_timeout_s = 20
 
 [log]
 format = "json"
@@ -195,9 +221,13 @@ number = "{OUR_NUMBER}"
 carrier = "twilio"
 agent = "front-desk"
 allowed_callers = [{callers}]
+allowed_destinations = [{destinations}]
 {extra_numbers}
 "#,
         max_calls = opts.max_calls,
+        api_token = opts.api_token,
+        max_concurrent = opts.outbound_max_concurrent,
+        max_per_day = opts.outbound_max_per_day,
         first = opts.first_message,
         after = opts.long_turn_after_s,
         max_duration = opts.max_duration_s,
@@ -238,8 +268,14 @@ impl Stack {
             &rest.base_url,
             &other_carriers(&opts, &telnyx_rest.base_url, &plivo_rest.base_url),
         );
-        let loaded = patterd::config::load_str_with_vars(&text, "test.toml", &[])
-            .expect("test config loads");
+        let data = tempfile::tempdir().expect("data dir");
+        let data_path = data.path().display().to_string();
+        let loaded = patterd::config::load_str_with_vars(
+            &text,
+            "test.toml",
+            &[("PATTERD_DATA_DIR", &data_path)],
+        )
+        .expect("test config loads");
         let server = patterd::server::bind(loaded.config)
             .await
             .expect("patterd binds");
@@ -259,6 +295,7 @@ impl Stack {
             telnyx,
             plivo,
             base,
+            data,
         }
     }
 

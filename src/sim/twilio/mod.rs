@@ -144,6 +144,88 @@ impl SimTwilio {
         })
     }
 
+    /// The path (and query) of one of patterd's public URLs, as the simulator posts to it.
+    pub fn path_of(&self, public: &str) -> String {
+        let base = self.public_url.trim_end_matches('/');
+        let rest = public.strip_prefix(base).unwrap_or(public);
+        match rest.find("://") {
+            // Not under public_url: keep only the path.
+            Some(i) => rest[i + 3..]
+                .find('/')
+                .map_or("/".to_string(), |j| rest[i + 3 + j..].to_string()),
+            None => rest.to_string(),
+        }
+    }
+
+    fn outbound_params(
+        &self,
+        created: &rest::RecordedRequest,
+        status: &str,
+    ) -> Vec<(String, String)> {
+        let sid = created.created_sid.clone().unwrap_or_default();
+        let to = created.field("To").unwrap_or_default();
+        let from = created.field("From").unwrap_or_default();
+        [
+            ("AccountSid", self.account_sid.as_str()),
+            ("ApiVersion", "2010-04-01"),
+            ("CallSid", sid.as_str()),
+            ("CallStatus", status),
+            ("Called", to.as_str()),
+            ("Caller", from.as_str()),
+            ("Direction", "outbound-api"),
+            ("From", from.as_str()),
+            ("To", to.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    /// Posts a status callback for a call patterd created (to its `StatusCallback`), with
+    /// extra fields such as `CallDuration` or `AnsweredBy`.
+    pub async fn outbound_status(
+        &self,
+        created: &rest::RecordedRequest,
+        status: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<WebhookResponse, reqwest::Error> {
+        let mut params = self.outbound_params(created, status);
+        params.push(("CallbackSource".into(), "call-progress-events".into()));
+        params.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let url = created.field("StatusCallback").unwrap_or_default();
+        self.post_form(&self.path_of(&url), &params).await
+    }
+
+    /// Answers a call patterd created, as Twilio does: `initiated` and `ringing` status
+    /// callbacks, then the answer webhook (`Url`, with `AnsweredBy` when machine detection was
+    /// asked for) — or, for inline `Twiml`, that document. Returns the TwiML to run.
+    pub async fn answer_outbound(
+        &self,
+        created: &rest::RecordedRequest,
+        answered_by: Option<&str>,
+    ) -> Result<WebhookResponse, reqwest::Error> {
+        if created.field("StatusCallback").is_some() {
+            self.outbound_status(created, "initiated", &[]).await?;
+            self.outbound_status(created, "ringing", &[]).await?;
+        }
+        if let Some(twiml) = created.field("Twiml") {
+            return Ok(WebhookResponse {
+                status: 200,
+                content_type: Some("text/xml".into()),
+                body: twiml,
+            });
+        }
+        let mut params = self.outbound_params(created, "in-progress");
+        if created.field("MachineDetection").is_some() {
+            params.push((
+                "AnsweredBy".into(),
+                answered_by.unwrap_or("human").to_string(),
+            ));
+        }
+        let url = created.field("Url").unwrap_or_default();
+        self.post_form(&self.path_of(&url), &params).await
+    }
+
     /// A new inbound call: posts the voice webhook to `path` with a fresh `CallSid`.
     /// Returns the `CallSid` and patterd's answer.
     pub async fn incoming_call(

@@ -31,6 +31,8 @@ pub struct RecordedRequest {
     pub body: Vec<u8>,
     /// What the fake answered.
     pub status: u16,
+    /// For a created call (`POST .../Calls.json` answered 201): the new `CallSid`.
+    pub created_sid: Option<String>,
 }
 
 impl RecordedRequest {
@@ -45,6 +47,14 @@ impl RecordedRequest {
     /// The form body as pairs.
     pub fn form(&self) -> Vec<(String, String)> {
         crate::carrier::twilio::parse_form(&self.body)
+    }
+
+    /// The first form field called `name`.
+    pub fn field(&self, name: &str) -> Option<String> {
+        self.form()
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
     }
 
     /// The `CallSid` in a `.../Calls/{CallSid}.json` path.
@@ -141,6 +151,38 @@ impl FakeTwilioRest {
             .collect()
     }
 
+    /// Calls created so far (`POST .../Calls.json` answered 201), oldest first.
+    pub fn created(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.created_sid.is_some())
+            .collect()
+    }
+
+    /// Waits until at least `n` calls have been created; returns them.
+    pub async fn wait_for_created(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<RecordedRequest>, Vec<RecordedRequest>> {
+        let mut rx = self.count.clone();
+        let fut = async {
+            loop {
+                let created = self.created();
+                if created.len() >= n {
+                    return created;
+                }
+                if rx.changed().await.is_err() {
+                    return created;
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(c) if c.len() >= n => Ok(c),
+            _ => Err(self.created()),
+        }
+    }
+
     /// Answer every following request with this HTTP status (`None` → normal behaviour).
     pub fn fail_with(&self, status: Option<u16>) {
         self.lock().fail_with = status;
@@ -235,6 +277,7 @@ async fn handle(
     let prefix = format!("/2010-04-01/Accounts/{account_sid}/Calls");
     let route_path = path.split('?').next().unwrap_or("").to_string();
 
+    let mut created_sid = None;
     let resp = if let Some(status) = fail_with {
         twilio_error(status, 20500, "Injected failure")
     } else if !auth_ok {
@@ -248,6 +291,7 @@ async fn handle(
         twilio_error(405, 20004, "Method not allowed")
     } else if route_path == format!("{prefix}.json") {
         let sid = super::new_sid("CA");
+        created_sid = Some(sid.clone());
         let field = |n: &str| {
             form.iter()
                 .find(|(k, _)| k == n)
@@ -304,6 +348,7 @@ async fn handle(
             headers,
             body,
             status,
+            created_sid,
         });
         g.requests.len()
     };

@@ -1,0 +1,252 @@
+//! The control API, transport-free: every `/v1` operation as a function of the daemon's state
+//! returning JSON or an [`ApiError`] (an HTTP status, a stable code and a message that says
+//! what to do). The HTTP layer (`server::rest`) adds authentication and bodies around
+//! [`dispatch`]; the in-process MCP server calls [`dispatch`] directly and `patterd mcp
+//! --stdio` reaches the same routes over HTTP, so all three behave identically. Outbound call
+//! placement lives in [`outbound`], runtime inbound overrides in [`inbound`].
+
+pub mod inbound;
+pub mod outbound;
+
+use std::sync::Arc;
+
+use hyper::Method;
+use serde_json::{Value, json};
+
+use crate::server::App;
+use crate::store::{CallFilter, StoreError, now_ms};
+
+/// A failed API operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "invalid_request", message)
+    }
+
+    pub fn not_found(call_id: &str) -> Self {
+        Self::new(
+            404,
+            "not_found",
+            format!(
+                "call `{}` not found; list calls with GET /v1/calls (get_calls)",
+                call_id.escape_default()
+            ),
+        )
+    }
+
+    /// The JSON error body: `{"error": {"code", "message"}}`.
+    pub fn body(&self) -> Value {
+        json!({"error": {"code": self.code, "message": self.message}})
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Busy => ApiError::new(503, "store_busy", e.to_string()),
+            e => ApiError::new(500, "store_error", e.to_string()),
+        }
+    }
+}
+
+/// Runs one API request. `path` is the path under `/v1` (e.g. `/calls/CA1/transcript`),
+/// `query` the raw query string; `body` the parsed JSON body for POST/PUT.
+pub async fn dispatch(
+    app: &Arc<App>,
+    method: &Method,
+    path: &str,
+    query: &str,
+    body: Option<Value>,
+) -> Result<(u16, Value), ApiError> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let q: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    let param = |k: &str| {
+        q.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty())
+    };
+    let ok = |v: Value| Ok((200, v));
+    match (method.clone(), segments.as_slice()) {
+        (Method::GET, ["calls"]) => ok(list_calls(app, &param).await?),
+        (Method::POST, ["calls"]) => {
+            let req = outbound::Originate::from_json(body.unwrap_or(Value::Null))?;
+            let wait = req.wait;
+            let v = outbound::originate(app, req).await?;
+            Ok((if wait { 200 } else { 201 }, v))
+        }
+        (Method::GET, ["calls", id]) => ok(call_json(app, id).await?),
+        (Method::GET, ["calls", id, "transcript"]) => ok(transcript_json(app, id).await?),
+        (Method::GET, ["calls", id, "events"]) => {
+            let call = app
+                .store
+                .call(id)
+                .await?
+                .ok_or_else(|| ApiError::not_found(id))?;
+            let events = app.store.events(id).await?;
+            ok(json!({"call_id": call.call_id, "events": events}))
+        }
+        (Method::GET, ["calls", id, "metrics"]) => {
+            app.store
+                .call(id)
+                .await?
+                .ok_or_else(|| ApiError::not_found(id))?;
+            let m = app.store.metrics(Some(id)).await?;
+            ok(json!({"call_id": id, "metrics": m}))
+        }
+        (Method::POST, ["calls", id, "hangup"]) => ok(hang_up(app, id).await?),
+        (Method::GET, ["metrics"]) => {
+            let m = app.store.metrics(None).await?;
+            ok(json!({"live_calls": app.calls.len(), "metrics": m}))
+        }
+        (Method::GET, ["inbound"]) => ok(inbound::get(app)),
+        (Method::PUT | Method::POST, ["inbound"]) => {
+            ok(inbound::configure(app, body.unwrap_or(Value::Null)).await?)
+        }
+        (_, ["calls"] | ["calls", _] | ["calls", _, _] | ["metrics"] | ["inbound"]) => {
+            Err(ApiError::new(
+                405,
+                "method_not_allowed",
+                "method not allowed on this resource",
+            ))
+        }
+        _ => Err(ApiError::new(
+            404,
+            "unknown_route",
+            "no such API route; see docs/api.md",
+        )),
+    }
+}
+
+async fn list_calls(
+    app: &Arc<App>,
+    param: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<Value, ApiError> {
+    let limit = match param("limit") {
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=1000).contains(l))
+            .ok_or_else(|| ApiError::bad_request("limit must be a number from 1 to 1000"))?,
+        None => 50,
+    };
+    let direction = param("direction");
+    if let Some(d) = &direction
+        && d != "inbound"
+        && d != "outbound"
+    {
+        return Err(ApiError::bad_request(
+            "direction must be `inbound` or `outbound`",
+        ));
+    }
+    let number = match param("number") {
+        Some(n) => Some(crate::config::normalize_e164(&n).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "number {n:?} is not a phone number; use E.164, e.g. +15551234567"
+            ))
+        })?),
+        None => None,
+    };
+    let since_ms = match param("since") {
+        Some(s) => Some(parse_since(&s).ok_or_else(|| {
+            ApiError::bad_request(
+                "since must be milliseconds since the Unix epoch or a duration like 15m, 2h, 7d",
+            )
+        })?),
+        None => None,
+    };
+    let calls = app
+        .store
+        .calls(CallFilter {
+            status: param("status"),
+            direction,
+            number,
+            since_ms,
+            limit,
+        })
+        .await?;
+    Ok(json!({"calls": calls}))
+}
+
+/// `since`: epoch milliseconds, or a look-back like `90s`, `15m`, `2h`, `7d`.
+fn parse_since(s: &str) -> Option<i64> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return Some(ms);
+    }
+    let (n, unit) = s.split_at(s.len().checked_sub(1)?);
+    let n: i64 = n.parse().ok()?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return None,
+    };
+    Some(now_ms() - secs * 1000)
+}
+
+/// A call with `live` (an actor is running for it).
+pub async fn call_json(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
+    let call = app
+        .store
+        .call(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(id))?;
+    let mut v = json!(call);
+    v["live"] = json!(app.calls.get(id).is_some());
+    Ok(v)
+}
+
+/// A call with its turns.
+pub async fn transcript_json(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
+    let mut v = call_json(app, id).await?;
+    v["transcript"] = json!(app.store.turns(id).await?);
+    Ok(v)
+}
+
+async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
+    match app.calls.get(id) {
+        Some(h) => {
+            // A call we placed that has not been answered has no media stream to end: cancel it
+            // at the carrier.
+            let unanswered = app
+                .store
+                .call(id)
+                .await?
+                .is_some_and(|c| c.direction == "outbound" && c.answered_at.is_none());
+            if unanswered && let Some(acct) = app.twilio.account(&h.carrier_account) {
+                let _ = acct.rest.update_call(id, &[("Status", "canceled")]).await;
+            }
+            h.hang_up("ended through the API")
+                .map_err(|e| ApiError::new(409, "call_busy", e.to_string()))?;
+            app.calls.wait_finished(id).await;
+            app.store.tx.flush().await?;
+            call_json(app, id).await
+        }
+        None => match app.store.call(id).await? {
+            Some(_) => Err(ApiError::new(
+                409,
+                "call_not_live",
+                format!("call {id} has already ended"),
+            )),
+            None => Err(ApiError::not_found(id)),
+        },
+    }
+}

@@ -1,0 +1,446 @@
+//! The MCP server (official Rust SDK, `rmcp`): the tools agents use to place and inspect calls,
+//! with patter-mcp's names, camelCase arguments and text layouts so existing prompts keep
+//! working — `make_call`, `call_third_party`, `get_calls`, `get_transcript` — plus our
+//! `end_call`, `get_metrics` and `configure_inbound`, and the resources `patter://dashboard` and
+//! `patter://call/{callId}`. Tools speak to a [`Backend`]: the daemon itself for Streamable HTTP
+//! at `/mcp` ([`http`]), or the running daemon's REST API for `patterd mcp --stdio`
+//! ([`stdio`]); either way the same `/v1` routes run. Validation, policy and carrier failures
+//! come back as `isError` results whose text says what to do.
+
+pub mod format;
+pub mod http;
+pub mod stdio;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+
+use hyper::Method;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Map, Value, json};
+
+use crate::api::ApiError;
+use crate::server::App;
+
+/// A boxed, sendable future.
+pub type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Where the tools' requests go: one `/v1` route (path without `/v1`, with query).
+pub trait Backend: Send + Sync + 'static {
+    fn request(
+        &self,
+        method: Method,
+        path: String,
+        body: Option<Value>,
+    ) -> BoxFut<Result<Value, ApiError>>;
+}
+
+/// The daemon itself (the `/mcp` endpoint).
+pub struct Local(pub Weak<App>);
+
+impl Backend for Local {
+    fn request(
+        &self,
+        method: Method,
+        path: String,
+        body: Option<Value>,
+    ) -> BoxFut<Result<Value, ApiError>> {
+        let app = self.0.upgrade();
+        Box::pin(async move {
+            let app =
+                app.ok_or_else(|| ApiError::new(503, "stopping", "the daemon is stopping"))?;
+            let (path, query) = path.split_once('?').unwrap_or((&path, ""));
+            crate::api::dispatch(&app, &method, path, query, body)
+                .await
+                .map(|(_, v)| v)
+        })
+    }
+}
+
+/// The MCP handler.
+#[derive(Clone)]
+pub struct PatterMcp {
+    backend: Arc<dyn Backend>,
+}
+
+const THIRD_PARTY_PROMPT: &str = "You are calling on behalf of your user to get a task done. \
+Introduce yourself briefly as an assistant calling for them, do the task politely and concisely, \
+answer questions about it as best you can, and do not make commitments beyond it. When the task \
+is done, or cannot be done, thank the person and say goodbye.\n\nTask: ";
+
+fn schema(v: Value) -> Arc<Map<String, Value>> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => Arc::new(Map::new()),
+    }
+}
+
+fn tool(name: &'static str, description: &'static str, input: Value) -> Tool {
+    Tool::new(name, description, schema(input))
+}
+
+/// The seven tools with their input schemas.
+pub fn tools() -> Vec<Tool> {
+    let s = |d: &str| json!({"type": "string", "description": d});
+    let b = |d: &str| json!({"type": "boolean", "description": d});
+    vec![
+        tool(
+            "make_call",
+            "Place an outbound phone call with an AI voice agent. With wait (the default) it \
+             blocks until the call ends and returns the outcome, duration and transcript; with \
+             wait:false it returns the call id at once (poll get_calls / get_transcript).",
+            json!({
+                "type": "object",
+                "properties": {
+                    "to": s("Number to call, E.164 with country code, e.g. +15551234567"),
+                    "systemPrompt": s("Instructions for the voice agent on this call"),
+                    "firstMessage": s("What the agent says when the call is answered"),
+                    "voice": s("Voice: the name of a [tts.NAME] section of patterd's configuration"),
+                    "machineDetection": b("Detect answering machines; with voicemailMessage, leave it as a message"),
+                    "voicemailMessage": s("Message to leave when a machine answers (needs machineDetection)"),
+                    "wait": b("Wait for the call to end (default true)")
+                },
+                "required": ["to", "systemPrompt"]
+            }),
+        ),
+        tool(
+            "call_third_party",
+            "Call a business or person to get a task done; an autonomous voice agent handles \
+             the conversation. Waits for the call to end and returns the transcript.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "to": s("Number to call, E.164 with country code, e.g. +15551234567"),
+                    "task": s("What the call should achieve, with every detail the agent needs"),
+                    "voice": s("Voice: the name of a [tts.NAME] section of patterd's configuration")
+                },
+                "required": ["to", "task"]
+            }),
+        ),
+        tool(
+            "get_calls",
+            "List recent calls (newest first) with direction, status, duration, cost and turn count.",
+            json!({"type": "object", "properties": {}}),
+        ),
+        tool(
+            "get_transcript",
+            "Get the full transcript of a call.",
+            json!({
+                "type": "object",
+                "properties": {"callId": s("The call id (from make_call or get_calls)")},
+                "required": ["callId"]
+            }),
+        ),
+        tool(
+            "end_call",
+            "Hang up a live call.",
+            json!({
+                "type": "object",
+                "properties": {"callId": s("The call id (from make_call or get_calls)")},
+                "required": ["callId"]
+            }),
+        ),
+        tool(
+            "get_metrics",
+            "Latency breakdown and counts for one call, or totals over all stored calls when \
+             callId is omitted.",
+            json!({
+                "type": "object",
+                "properties": {"callId": s("A call id; omit for totals")}
+            }),
+        ),
+        tool(
+            "configure_inbound",
+            "Change how inbound calls are answered, at runtime and persisted: the system prompt, \
+             first message and voice, or switch inbound calls off. Applies to one number, or to \
+             all numbers when number is omitted.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "number": s("One of patterd's numbers (E.164); omit for all numbers"),
+                    "systemPrompt": s("Instructions for the inbound agent"),
+                    "firstMessage": s("Greeting spoken when a call is answered"),
+                    "voice": s("The name of a [tts.NAME] section"),
+                    "enabled": b("false refuses inbound calls, true accepts them again")
+                }
+            }),
+        ),
+    ]
+}
+
+fn text_result(text: String, is_error: bool) -> CallToolResult {
+    let v = json!({"content": [{"type": "text", "text": text}], "isError": is_error});
+    serde_json::from_value(v).unwrap_or_default()
+}
+
+/// Arguments as a JSON object.
+struct Args(Map<String, Value>);
+
+impl Args {
+    fn str(&self, k: &str) -> Result<Option<String>, String> {
+        match self.0.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(format!("`{k}` must be a string")),
+        }
+    }
+    fn req(&self, k: &str) -> Result<String, String> {
+        self.str(k)?
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| format!("`{k}` is required"))
+    }
+    fn bool(&self, k: &str) -> Result<Option<bool>, String> {
+        match self.0.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(format!("`{k}` must be true or false")),
+        }
+    }
+}
+
+/// Path segment escaping for a call id.
+fn seg(id: &str) -> String {
+    form_urlencoded::byte_serialize(id.as_bytes()).collect()
+}
+
+impl PatterMcp {
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        Self { backend }
+    }
+
+    async fn get(&self, path: String) -> Result<Value, ApiError> {
+        self.backend.request(Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: String, body: Value) -> Result<Value, ApiError> {
+        self.backend.request(Method::POST, path, Some(body)).await
+    }
+
+    /// Runs a tool; `Err` is the text of an `isError` result.
+    pub async fn run_tool(&self, name: &str, args: Map<String, Value>) -> Result<String, String> {
+        let a = Args(args);
+        let api = |e: ApiError| e.message;
+        match name {
+            "make_call" => {
+                let to = a.req("to")?;
+                let body = json!({
+                    "to": to,
+                    "system_prompt": a.req("systemPrompt")?,
+                    "first_message": a.str("firstMessage")?,
+                    "voice": a.str("voice")?,
+                    "machine_detection": a.bool("machineDetection")?.unwrap_or(false),
+                    "voicemail_message": a.str("voicemailMessage")?,
+                    "wait": a.bool("wait")?.unwrap_or(true),
+                });
+                let wait = body["wait"] == json!(true);
+                let call = self
+                    .post("/calls".into(), body)
+                    .await
+                    .map_err(|e| format!("Failed to place call: {}", api(e)))?;
+                Ok(if wait {
+                    format::call_result(&call, true)
+                } else {
+                    format::call_placed(&call)
+                })
+            }
+            "call_third_party" => {
+                let to = a.req("to")?;
+                let task = a.req("task")?;
+                let body = json!({
+                    "to": to,
+                    "system_prompt": format!("{THIRD_PARTY_PROMPT}{task}"),
+                    "voice": a.str("voice")?,
+                    "wait": true,
+                });
+                let call = self
+                    .post("/calls".into(), body)
+                    .await
+                    .map_err(|e| format!("Third-party call failed: {}", api(e)))?;
+                Ok(format::call_result(&call, false))
+            }
+            "get_calls" => {
+                let v = self.get("/calls?limit=50".into()).await.map_err(api)?;
+                Ok(format::calls_list(&v))
+            }
+            "get_transcript" => {
+                let id = a.req("callId")?;
+                let v = self
+                    .get(format!("/calls/{}/transcript", seg(&id)))
+                    .await
+                    .map_err(|e| {
+                        if e.status == 404 {
+                            format!("Call {id} not found. Use get_calls to list call ids.")
+                        } else {
+                            e.message
+                        }
+                    })?;
+                Ok(format::transcript(&v))
+            }
+            "end_call" => {
+                let id = a.req("callId")?;
+                let v = self
+                    .post(format!("/calls/{}/hangup", seg(&id)), json!({}))
+                    .await
+                    .map_err(api)?;
+                Ok(format!(
+                    "Call {id} ended.\nStatus: {}\nDuration: {}s\nUse get_transcript for the transcript.",
+                    format::str_of(&v, "status"),
+                    format::duration_s(&v)
+                ))
+            }
+            "get_metrics" => {
+                let v = match a.str("callId")? {
+                    Some(id) => self.get(format!("/calls/{}/metrics", seg(&id))).await,
+                    None => self.get("/metrics".into()).await,
+                }
+                .map_err(api)?;
+                Ok(format::metrics(&v))
+            }
+            "configure_inbound" => {
+                let body = json!({
+                    "number": a.str("number")?,
+                    "systemPrompt": a.str("systemPrompt")?,
+                    "firstMessage": a.str("firstMessage")?,
+                    "voice": a.str("voice")?,
+                    "enabled": a.bool("enabled")?,
+                });
+                let body = Value::Object(
+                    body.as_object()
+                        .into_iter()
+                        .flatten()
+                        .filter(|(_, v)| !v.is_null())
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                );
+                let v = self
+                    .backend
+                    .request(Method::PUT, "/inbound".into(), Some(body))
+                    .await
+                    .map_err(api)?;
+                Ok(format::inbound(&v))
+            }
+            other => Err(format!(
+                "unknown tool `{other}`; the tools are make_call, call_third_party, get_calls, \
+                 get_transcript, end_call, get_metrics, configure_inbound"
+            )),
+        }
+    }
+
+    async fn read(&self, uri: &str) -> Result<String, ErrorData> {
+        if uri == "patter://dashboard" {
+            let calls = self.get("/calls?limit=50".into()).await;
+            let metrics = self.get("/metrics".into()).await;
+            return match (calls, metrics) {
+                (Ok(c), Ok(m)) => Ok(format::dashboard(&c, &m)),
+                (Err(e), _) | (_, Err(e)) => Err(ErrorData::internal_error(e.message, None)),
+            };
+        }
+        if let Some(id) = uri.strip_prefix("patter://call/") {
+            return Ok(
+                match self.get(format!("/calls/{}/transcript", seg(id))).await {
+                    Ok(v) => format::call_detail(&v),
+                    Err(e) if e.status == 404 => {
+                        format!("# Call Not Found\n\nNo call with id `{id}`.\n")
+                    }
+                    Err(e) => return Err(ErrorData::internal_error(e.message, None)),
+                },
+            );
+        }
+        Err(ErrorData::resource_not_found(
+            format!("unknown resource {uri}; see patter://dashboard and patter://call/{{callId}}"),
+            None,
+        ))
+    }
+}
+
+impl ServerHandler for PatterMcp {
+    fn get_info(&self) -> ServerConfig {
+        let v = json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {}, "resources": {}},
+            "serverInfo": {"name": "patterd", "version": env!("CARGO_PKG_VERSION")},
+            "instructions": "patterd places and answers phone calls with an AI voice agent. \
+                make_call places a call (waits for it by default); get_calls and get_transcript \
+                read the call store; end_call hangs up; get_metrics shows latencies; \
+                configure_inbound changes the inbound agent."
+        });
+        serde_json::from_value(v).unwrap_or_else(|_| {
+            ServerConfig::new(Default::default()).with_server_info(
+                rmcp::model::Implementation::new("patterd", env!("CARGO_PKG_VERSION")),
+            )
+        })
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        serde_json::from_value(json!({"tools": tools()}))
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools().into_iter().find(|t| t.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        let result = match self.run_tool(&request.name, args).await {
+            Ok(text) => text_result(text, false),
+            Err(text) => text_result(text, true),
+        };
+        Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        serde_json::from_value(json!({"resources": [{
+            "uri": "patter://dashboard",
+            "name": "dashboard",
+            "description": "Live calls, recent calls and totals",
+            "mimeType": "text/markdown"
+        }]}))
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        serde_json::from_value(json!({"resourceTemplates": [{
+            "uriTemplate": "patter://call/{callId}",
+            "name": "call",
+            "description": "One call: fields, metrics and transcript",
+            "mimeType": "text/markdown"
+        }]}))
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let text = self.read(&request.uri).await?;
+        let v =
+            json!({"contents": [{"uri": request.uri, "mimeType": "text/markdown", "text": text}]});
+        let r: ReadResourceResult = serde_json::from_value(v)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        Ok(r.into())
+    }
+}

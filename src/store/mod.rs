@@ -1,0 +1,569 @@
+//! The call store: SQLite (bundled, WAL) at `data_dir/patterd.db` holding calls, their turns
+//! and their event timelines, plus small persisted settings. Writes go through one store thread
+//! fed by a bounded queue ([`StoreTx`]): call actors only ever `try_send`, never wait on the
+//! disk, and a full queue drops the write and counts it. The thread commits each batch it
+//! drains, so a turn is durable as soon as the actor reports it ended — a crash or `kill -9`
+//! loses at most the turn in progress. Reads use their own connection (WAL lets them run
+//! beside the writer) on tokio's blocking pool. Schema changes are numbered migrations tracked
+//! in `PRAGMA user_version`; calls older than `retention_days` are pruned at start and hourly.
+
+pub mod model;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::oneshot;
+use tracing::{info, warn};
+
+use crate::call::{CallEvent, TranscriptEntry};
+pub use model::{CallFilter, CallRow, EventRow, Metrics, TurnRow};
+
+/// File name of the database inside `data_dir`.
+pub const DB_FILE: &str = "patterd.db";
+
+/// Numbered schema migrations; `PRAGMA user_version` is how many have run.
+const MIGRATIONS: &[&str] = &[
+    // 1: calls, turns, events, settings.
+    "CREATE TABLE calls (
+        call_id TEXT PRIMARY KEY,
+        carrier TEXT NOT NULL,
+        carrier_account TEXT NOT NULL,
+        direction TEXT NOT NULL CHECK (direction IN ('inbound', 'outbound')),
+        from_number TEXT NOT NULL,
+        to_number TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        status TEXT NOT NULL,
+        outcome TEXT,
+        answered_by TEXT,
+        ended_reason TEXT,
+        created_at INTEGER NOT NULL,
+        answered_at INTEGER,
+        ended_at INTEGER,
+        duration_ms INTEGER,
+        carrier_duration_s INTEGER,
+        cost_usd REAL,
+        cost_detail TEXT
+    );
+    CREATE INDEX calls_created ON calls (created_at);
+    CREATE INDEX calls_status ON calls (status);
+    CREATE TABLE turns (
+        call_id TEXT NOT NULL REFERENCES calls (call_id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        speaker TEXT NOT NULL,
+        text TEXT NOT NULL,
+        heard_text TEXT NOT NULL,
+        interrupted INTEGER NOT NULL,
+        start_ms INTEGER NOT NULL,
+        end_ms INTEGER NOT NULL,
+        response_latency_ms INTEGER,
+        PRIMARY KEY (call_id, seq)
+    );
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        call_id TEXT NOT NULL REFERENCES calls (call_id) ON DELETE CASCADE,
+        t_ms INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        at INTEGER NOT NULL
+    );
+    CREATE INDEX events_call ON events (call_id, id);
+    CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+];
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create the data directory {path}: {source} (check server.data_dir)")]
+    Dir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("call store {path}: {source}")]
+    Open {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("call store query failed: {0}")]
+    Query(#[from] rusqlite::Error),
+    #[error("the call store is busy (write queue full); try again")]
+    Busy,
+    #[error("the call store has stopped")]
+    Stopped,
+}
+
+/// A new call, written when it is created (webhook or originate time).
+#[derive(Debug, Clone)]
+pub struct NewCall {
+    pub call_id: String,
+    pub carrier: String,
+    pub carrier_account: String,
+    /// `inbound` or `outbound`.
+    pub direction: &'static str,
+    pub from: String,
+    pub to: String,
+    pub agent: String,
+    pub status: String,
+}
+
+/// One write for the store thread.
+pub enum Write {
+    Call(NewCall),
+    /// A carrier status callback or answer: any field that is `Some` is set.
+    Status {
+        call_id: String,
+        status: Option<String>,
+        outcome: Option<String>,
+        answered_by: Option<String>,
+        carrier_duration_s: Option<u64>,
+    },
+    Turn {
+        call_id: String,
+        seq: usize,
+        entry: TranscriptEntry,
+    },
+    Event {
+        call_id: String,
+        event: CallEvent,
+        at: i64,
+    },
+    Setting {
+        key: String,
+        value: String,
+    },
+    /// Answered once everything queued before it is committed.
+    Flush(oneshot::Sender<()>),
+}
+
+/// The write side, cheap to clone: what call actors and handlers hold.
+#[derive(Clone)]
+pub struct StoreTx {
+    tx: SyncSender<Write>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl StoreTx {
+    /// Queues a write without waiting; a full queue drops it (counted, logged).
+    pub fn send(&self, w: Write) -> bool {
+        match self.tx.try_send(w) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if n.is_power_of_two() {
+                    warn!(dropped = n, "call store write queue full; writes dropped");
+                }
+                false
+            }
+            Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    /// A call event (the actor's timeline).
+    pub fn event(&self, call_id: &str, event: &CallEvent) {
+        self.send(Write::Event {
+            call_id: call_id.to_string(),
+            event: event.clone(),
+            at: now_ms(),
+        });
+    }
+
+    /// A transcript entry, inserted or updated by its position in the transcript.
+    pub fn turn(&self, call_id: &str, seq: usize, entry: &TranscriptEntry) {
+        self.send(Write::Turn {
+            call_id: call_id.to_string(),
+            seq,
+            entry: entry.clone(),
+        });
+    }
+
+    /// Writes dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Waits until every write queued so far is committed.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        // A flush must not be dropped: retry briefly while the queue is full.
+        let mut msg = Write::Flush(tx);
+        for _ in 0..200 {
+            match self.tx.try_send(msg) {
+                Ok(()) => return rx.await.map_err(|_| StoreError::Stopped),
+                Err(TrySendError::Full(m)) => {
+                    msg = m;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(TrySendError::Disconnected(_)) => return Err(StoreError::Stopped),
+            }
+        }
+        Err(StoreError::Busy)
+    }
+}
+
+/// The store: a writer thread plus a read connection.
+pub struct Store {
+    pub path: PathBuf,
+    pub tx: StoreTx,
+    read: Arc<Mutex<Connection>>,
+}
+
+fn open_conn(path: &Path) -> Result<Connection, StoreError> {
+    let map = |source| StoreError::Open {
+        path: path.display().to_string(),
+        source,
+    };
+    let conn = Connection::open(path).map_err(map)?;
+    conn.busy_timeout(Duration::from_secs(5)).map_err(map)?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+    )
+    .map_err(map)?;
+    Ok(conn)
+}
+
+/// Runs the migrations that have not run yet; returns the schema version.
+pub fn migrate(conn: &mut Connection) -> Result<usize, rusqlite::Error> {
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let current = usize::try_from(current).unwrap_or(0);
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
+        tx.commit()?;
+    }
+    Ok(MIGRATIONS.len())
+}
+
+impl Store {
+    /// Opens (creating the directory and database if needed) and starts the writer thread.
+    pub fn open(data_dir: &Path, retention_days: u32, queue: usize) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::Dir {
+            path: data_dir.display().to_string(),
+            source,
+        })?;
+        let path = data_dir.join(DB_FILE);
+        let mut writer = open_conn(&path)?;
+        let version = migrate(&mut writer).map_err(|source| StoreError::Open {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let read = open_conn(&path)?;
+        let (tx, rx) = sync_channel(queue.max(1));
+        let thread_path = path.clone();
+        std::thread::Builder::new()
+            .name("patterd-store".into())
+            .spawn(move || writer_loop(writer, rx, retention_days, &thread_path))
+            .map_err(|e| StoreError::Dir {
+                path: path.display().to_string(),
+                source: e,
+            })?;
+        info!(path = %path.display(), schema_version = version, "call store open");
+        Ok(Self {
+            path,
+            tx: StoreTx {
+                tx,
+                dropped: Arc::new(AtomicU64::new(0)),
+            },
+            read: Arc::new(Mutex::new(read)),
+        })
+    }
+
+    /// Runs `f` on the read connection on the blocking pool.
+    pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, rusqlite::Error> + Send + 'static,
+    {
+        let conn = self.read.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+            f(&conn).map_err(StoreError::from)
+        })
+        .await
+        .map_err(|_| StoreError::Stopped)?
+    }
+
+    pub async fn calls(&self, filter: CallFilter) -> Result<Vec<CallRow>, StoreError> {
+        self.read(move |c| model::list_calls(c, &filter)).await
+    }
+
+    pub async fn call(&self, call_id: &str) -> Result<Option<CallRow>, StoreError> {
+        let id = call_id.to_string();
+        self.read(move |c| model::get_call(c, &id)).await
+    }
+
+    pub async fn turns(&self, call_id: &str) -> Result<Vec<TurnRow>, StoreError> {
+        let id = call_id.to_string();
+        self.read(move |c| model::turns(c, &id)).await
+    }
+
+    pub async fn events(&self, call_id: &str) -> Result<Vec<EventRow>, StoreError> {
+        let id = call_id.to_string();
+        self.read(move |c| model::events(c, &id)).await
+    }
+
+    pub async fn metrics(&self, call_id: Option<&str>) -> Result<Metrics, StoreError> {
+        let id = call_id.map(str::to_string);
+        self.read(move |c| model::metrics(c, id.as_deref())).await
+    }
+
+    /// Outbound calls created since `since_ms`.
+    pub async fn outbound_since(&self, since_ms: i64) -> Result<u64, StoreError> {
+        self.read(move |c| {
+            c.query_row(
+                "SELECT COUNT(*) FROM calls WHERE direction = 'outbound' AND created_at >= ?1",
+                [since_ms],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n.max(0) as u64)
+        })
+        .await
+    }
+
+    /// A setting, read synchronously (startup only).
+    pub fn setting_blocking(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let conn = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(StoreError::from)
+    }
+
+    pub async fn setting(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let key = key.to_string();
+        self.read(move |c| {
+            c.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
+            .optional()
+        })
+        .await
+    }
+}
+
+fn writer_loop(mut conn: Connection, rx: Receiver<Write>, retention_days: u32, path: &Path) {
+    const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+    prune(&conn, retention_days);
+    let mut last_prune = std::time::Instant::now();
+    loop {
+        let first = match rx.recv_timeout(PRUNE_EVERY) {
+            Ok(w) => w,
+            Err(RecvTimeoutError::Timeout) => {
+                prune(&conn, retention_days);
+                last_prune = std::time::Instant::now();
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let mut batch = vec![first];
+        while batch.len() < 256 {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let mut flushes = Vec::new();
+        match conn.transaction() {
+            Ok(tx) => {
+                for w in batch {
+                    match w {
+                        Write::Flush(done) => flushes.push(done),
+                        w => {
+                            if let Err(e) = apply(&tx, w) {
+                                warn!(error = %e, "call store write failed");
+                            }
+                        }
+                    }
+                }
+                if let Err(e) = tx.commit() {
+                    warn!(error = %e, path = %path.display(), "call store commit failed");
+                }
+            }
+            Err(e) => warn!(error = %e, "call store: cannot begin a transaction"),
+        }
+        for done in flushes {
+            let _ = done.send(());
+        }
+        if last_prune.elapsed() >= PRUNE_EVERY {
+            prune(&conn, retention_days);
+            last_prune = std::time::Instant::now();
+        }
+    }
+}
+
+fn prune(conn: &Connection, retention_days: u32) {
+    if retention_days == 0 {
+        return;
+    }
+    let cutoff = now_ms() - i64::from(retention_days) * 86_400_000;
+    match conn.execute(
+        "DELETE FROM calls WHERE created_at < ?1 AND ended_at IS NOT NULL",
+        [cutoff],
+    ) {
+        Ok(0) => {}
+        Ok(n) => info!(calls = n, retention_days, "pruned old calls from the store"),
+        Err(e) => warn!(error = %e, "call store prune failed"),
+    }
+}
+
+/// Statuses after which a call is over.
+pub const TERMINAL: &[&str] = &["completed", "busy", "failed", "no-answer", "canceled"];
+
+fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error> {
+    match w {
+        Write::Call(c) => {
+            tx.execute(
+                "INSERT OR IGNORE INTO calls (call_id, carrier, carrier_account, direction,
+                   from_number, to_number, agent, status, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    c.call_id,
+                    c.carrier,
+                    c.carrier_account,
+                    c.direction,
+                    c.from,
+                    c.to,
+                    c.agent,
+                    c.status,
+                    now_ms()
+                ],
+            )?;
+        }
+        Write::Status {
+            call_id,
+            status,
+            outcome,
+            answered_by,
+            carrier_duration_s,
+        } => {
+            // A terminal status is never replaced by a late progress callback.
+            if let Some(s) = status {
+                let terminal = TERMINAL.contains(&s.as_str());
+                tx.execute(
+                    "UPDATE calls SET status = ?2 WHERE call_id = ?1
+                       AND (?3 OR status NOT IN ('completed','busy','failed','no-answer','canceled'))",
+                    params![call_id, s, terminal],
+                )?;
+            }
+            if let Some(o) = outcome {
+                tx.execute(
+                    "UPDATE calls SET outcome = ?2 WHERE call_id = ?1",
+                    params![call_id, o],
+                )?;
+            }
+            if let Some(a) = answered_by {
+                tx.execute(
+                    "UPDATE calls SET answered_by = ?2 WHERE call_id = ?1",
+                    params![call_id, a],
+                )?;
+            }
+            if let Some(d) = carrier_duration_s {
+                tx.execute(
+                    "UPDATE calls SET carrier_duration_s = ?2 WHERE call_id = ?1",
+                    params![call_id, d as i64],
+                )?;
+            }
+        }
+        Write::Turn {
+            call_id,
+            seq,
+            entry,
+        } => {
+            let speaker = match entry.speaker {
+                crate::call::Speaker::Caller => "caller",
+                crate::call::Speaker::Agent => "agent",
+            };
+            tx.execute(
+                "INSERT INTO turns (call_id, seq, speaker, text, heard_text, interrupted, start_ms, end_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (call_id, seq) DO UPDATE SET text = excluded.text,
+                   heard_text = excluded.heard_text, interrupted = excluded.interrupted,
+                   start_ms = excluded.start_ms, end_ms = excluded.end_ms",
+                params![
+                    call_id,
+                    seq as i64,
+                    speaker,
+                    entry.text,
+                    entry.heard_text,
+                    entry.interrupted,
+                    entry.start_ms as i64,
+                    entry.end_ms as i64
+                ],
+            )?;
+        }
+        Write::Event { call_id, event, at } => {
+            tx.execute(
+                "INSERT INTO events (call_id, t_ms, kind, detail, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![call_id, event.t_ms as i64, event.kind, event.detail, at],
+            )?;
+            match event.kind.as_str() {
+                "media_start" => {
+                    tx.execute(
+                        "UPDATE calls SET status = 'in-progress', answered_at = COALESCE(answered_at, ?2)
+                         WHERE call_id = ?1",
+                        params![call_id, at],
+                    )?;
+                }
+                "reply_first_frame" | "first_frame_of_turn" => {
+                    let us: i64 = event.detail.parse().unwrap_or(0);
+                    tx.execute(
+                        "UPDATE turns SET response_latency_ms = ?2 WHERE call_id = ?1
+                           AND response_latency_ms IS NULL AND seq = (SELECT MAX(seq) FROM turns
+                           WHERE call_id = ?1 AND speaker = 'caller')",
+                        params![call_id, us / 1000],
+                    )?;
+                }
+                "call_end" => {
+                    tx.execute(
+                        "UPDATE calls SET ended_at = ?2, ended_reason = ?3,
+                           duration_ms = CASE WHEN answered_at IS NULL THEN 0 ELSE ?2 - answered_at END,
+                           status = CASE WHEN status IN ('completed','busy','failed','no-answer','canceled')
+                             THEN status WHEN answered_at IS NOT NULL OR outcome IN ('answered', 'voicemail')
+                             THEN 'completed' ELSE 'failed' END,
+                           outcome = COALESCE(outcome, CASE WHEN answered_at IS NOT NULL THEN 'answered'
+                             ELSE 'failed' END)
+                         WHERE call_id = ?1",
+                        params![call_id, at, event.detail],
+                    )?;
+                }
+                _ => {}
+            }
+        }
+        Write::Setting { key, value } => {
+            tx.execute(
+                "INSERT INTO settings (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )?;
+        }
+        Write::Flush(_) => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_idempotent() {
+        let mut c = Connection::open_in_memory().expect("db");
+        assert_eq!(migrate(&mut c).expect("migrate"), MIGRATIONS.len());
+        assert_eq!(migrate(&mut c).expect("again"), MIGRATIONS.len());
+        let v: i64 = c
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .expect("version");
+        assert_eq!(v as usize, MIGRATIONS.len());
+    }
+}
