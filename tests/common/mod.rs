@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use patterd::call::CallRecord;
 use patterd::sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
-use patterd::sim::elevenlabs::FakeElevenLabs;
+use patterd::sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
 use patterd::sim::hermes::FakeHermes;
 use patterd::sim::twilio::call::{SimCall, SimCallConfig};
 use patterd::sim::twilio::rest::FakeTwilioRest;
@@ -39,6 +39,10 @@ pub struct Opts {
     pub transcripts: Vec<String>,
     /// Overrides `[llm.hermes] base_url` (e.g. a closed port).
     pub llm_base_url: Option<String>,
+    /// Extra `key = value` lines for `[agents.front-desk]`.
+    pub agent_extra: String,
+    /// Speech (μ-law) the fake ElevenLabs speaks with instead of a tone, and its pace.
+    pub voice: Option<(Vec<u8>, u32)>,
 }
 
 impl Default for Opts {
@@ -50,6 +54,8 @@ impl Default for Opts {
             allowed_callers: Vec::new(),
             transcripts: Vec::new(),
             llm_base_url: None,
+            agent_extra: String::new(),
+            voice: None,
         }
     }
 }
@@ -124,6 +130,7 @@ tts = "elevenlabs"
 long_turn_message = "{FILLER}"
 long_turn_message_after_s = {after}
 llm_error_message = "{LLM_ERROR}"
+{agent_extra}
 
 [[numbers]]
 number = "{OUR_NUMBER}"
@@ -135,6 +142,7 @@ allowed_callers = [{callers}]
         max_calls = opts.max_calls,
         first = opts.first_message,
         after = opts.long_turn_after_s,
+        agent_extra = opts.agent_extra,
     )
 }
 
@@ -147,7 +155,15 @@ impl Stack {
         })
         .await
         .expect("fake deepgram");
-        let el = FakeElevenLabs::start(EL_KEY)
+        let mut el_cfg = FakeElevenLabsConfig {
+            api_key: EL_KEY.into(),
+            ..Default::default()
+        };
+        if let Some((voice, ms_per_char)) = &opts.voice {
+            el_cfg.voice = Some(std::sync::Arc::new(voice.clone()));
+            el_cfg.ms_per_char = *ms_per_char;
+        }
+        let el = FakeElevenLabs::start_with(el_cfg)
             .await
             .expect("fake elevenlabs");
         let hermes = FakeHermes::start(HERMES_KEY).await.expect("fake hermes");
