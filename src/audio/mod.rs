@@ -1,5 +1,7 @@
 //! Audio primitives for 8 kHz telephony: G.711 μ-law / A-law conversion (bit-exact with
 //! CPython's `audioop`, which produced the test vectors), silence bytes, frame energy and tone
-//! synthesis for simulators. No I/O and no state: every function is a pure transform.
+//! synthesis for simulators (all pure transforms), and per-call voice activity detection
+//! ([`vad`], the only stateful piece).
 
 pub mod g711;
+pub mod vad;

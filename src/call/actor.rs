@@ -5,9 +5,13 @@
 //! send to a peer is a `try_send` on a bounded channel.
 //!
 //! Conversation basics live here: the greeting (synthesised while the phone rings, played at
-//! `start`), a caller turn ending on the STT's end of utterance, one brain turn in flight, the
-//! reply chunked into sentences and spoken as it streams, a filler when the brain is slow, a
-//! spoken apology when it fails, DTMF as text, and clean endings.
+//! `start`), one brain turn in flight, the reply chunked into sentences and spoken as it
+//! streams, a filler when the brain is slow, a spoken apology when it fails, DTMF as text, and
+//! clean endings. Turn-taking runs on our own voice-activity detector ([`Vad`]) plus the STT:
+//! the [`Endpointer`] ends caller turns; barge-in stops the agent fast (carrier `clear`, pacer
+//! paused with its audio kept), then either commits (enough real words) or resumes from the
+//! last sentence heard; backchannels and echo never cut the agent; history keeps what the
+//! caller heard; idle callers are nudged, then said goodbye to. Every decision is an event.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,7 +24,9 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::registry::InsertError;
 use super::speech::{Speech, UttKind};
 use super::transcript::{CallEvent, CallRecord, Speaker, TranscriptEntry};
+use super::turn::{Decision, Endpointer, Words};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
+use crate::audio::vad::{Vad, VadConfig, VadEvent};
 use crate::carrier::{MediaCommand, MediaEvent};
 use crate::provider::chunker::{SentenceChunker, speakable};
 use crate::provider::{
@@ -30,6 +36,16 @@ use crate::security::mask_number;
 
 /// Capacity of a call's handle channel.
 const HANDLE_QUEUE: usize = 32;
+/// Longest wait for the idle goodbye to play before hanging up anyway.
+const GOODBYE_GRACE: Duration = Duration::from_secs(15);
+
+/// The agent was stopped by caller speech and we are deciding whether it was real.
+struct BargeIn {
+    /// When `clear` went out.
+    at: Instant,
+    /// Resume unless confirmed by then.
+    deadline: Instant,
+}
 
 /// Registers a new call and spawns its actor. The actor pre-opens the speech-to-text session
 /// and starts synthesising the greeting at once, while the phone rings.
@@ -60,6 +76,18 @@ struct Turn {
     reply_text: String,
 }
 
+/// How to treat a caller turn that ends while the agent is busy.
+enum Overlap {
+    /// Nothing to cut: take the turn.
+    Free,
+    /// Cut the agent and take the turn.
+    Cut,
+    /// Take the turn without cutting (the uninterruptible greeting plays on; the reply follows).
+    Queue,
+    /// Keep the turn until the agent is done (`barge_in = false`).
+    Hold,
+}
+
 struct Actor {
     setup: CallSetup,
     rx: mpsc::Receiver<CallMsg>,
@@ -76,14 +104,26 @@ struct Actor {
     speech: Speech,
     turn: Option<Turn>,
     turns: u64,
-    caller_text: String,
-    caller_started: Option<Instant>,
     history: Vec<ChatMessage>,
     transcript: Vec<TranscriptEntry>,
     events: Vec<CallEvent>,
     greeting_sent: bool,
     frames_dropped: u64,
     stt_frames_dropped: u64,
+    vad: Vad,
+    endpointer: Endpointer,
+    eot_at: Option<Instant>,
+    words: Words,
+    barge: Option<BargeIn>,
+    /// For a brain that keeps its own history: what to tell it about the last interruption.
+    brain_note: Option<String>,
+    /// A caller turn waiting for the agent to finish (`barge_in = false`).
+    held_turn: Option<(String, &'static str)>,
+    /// Last time either side made a sound (for idle nudges).
+    last_activity: Instant,
+    nudges: u64,
+    /// The idle goodbye is playing; hang up when it is done or at this time.
+    goodbye_until: Option<Instant>,
 }
 
 /// Receives from an optional channel; pending forever when there is none.
@@ -106,7 +146,6 @@ impl Actor {
     fn new(setup: CallSetup, rx: mpsc::Receiver<CallMsg>, registry: Arc<CallRegistry>) -> Self {
         let now = Instant::now();
         Self {
-            setup,
             rx,
             registry,
             created: now,
@@ -121,14 +160,30 @@ impl Actor {
             speech: Speech::new(),
             turn: None,
             turns: 0,
-            caller_text: String::new(),
-            caller_started: None,
             history: Vec::new(),
             transcript: Vec::new(),
             events: Vec::new(),
             greeting_sent: false,
             frames_dropped: 0,
             stt_frames_dropped: 0,
+            vad: Vad::new(VadConfig {
+                threshold: setup.agent.vad_threshold as f32,
+                stop_ms: setup.agent.vad_stop_ms,
+                ..VadConfig::default()
+            }),
+            endpointer: Endpointer::new(
+                setup.agent.min_endpointing_ms,
+                setup.agent.max_endpointing_ms,
+            ),
+            eot_at: None,
+            words: Words::new(&setup.agent.backchannel_words),
+            barge: None,
+            brain_note: None,
+            held_turn: None,
+            last_activity: now,
+            nudges: 0,
+            goodbye_until: None,
+            setup,
         }
     }
 
@@ -198,6 +253,7 @@ impl Actor {
                 None
             };
             let filler_at = self.filler_deadline();
+            let talk_at = self.conversation_deadline();
             let deadline = self.deadline();
             tokio::select! {
                 msg = self.rx.recv() => match msg {
@@ -213,12 +269,17 @@ impl Actor {
                 (id, ev) = self.speech.next_tts() => self.on_tts(id, ev),
                 _ = sleep_opt(pace_at) => self.pump(),
                 _ = sleep_opt(filler_at) => self.filler("slow"),
+                _ = sleep_opt(talk_at) => self.on_conversation_timer(),
                 (r, hang_up) = deadline => {
                     if hang_up {
                         self.send(MediaCommand::HangUp);
                     }
                     break r.to_string();
                 }
+            }
+            if let Some(r) = self.after_event() {
+                self.send(MediaCommand::HangUp);
+                break r;
             }
         };
         self.finish(&reason);
@@ -306,6 +367,10 @@ impl Actor {
         match ev {
             MediaEvent::Start(_) => {}
             MediaEvent::Audio(frame) => {
+                for ev in self.vad.push_ulaw(&frame) {
+                    self.on_vad(ev);
+                }
+                self.check_barge_in();
                 if let Some(stt) = &self.stt
                     && stt.input.try_send(SttInput::Audio(frame)).is_err()
                 {
@@ -314,7 +379,7 @@ impl Actor {
             }
             MediaEvent::Dtmf(d) => {
                 self.event("dtmf", d.to_string());
-                self.caller_turn(format!("The caller pressed {d}."), true);
+                self.caller_turn(format!("The caller pressed {d}."), "dtmf");
             }
             MediaEvent::MarkPlayed(name) => self.on_mark(&name),
             MediaEvent::Stop => {
@@ -329,6 +394,7 @@ impl Actor {
         let Some(sent) = self.speech.on_mark(name) else {
             return;
         };
+        self.last_activity = Instant::now();
         let end = self.answered_ms(Instant::now());
         if let Some(e) = self.transcript.get_mut(sent.entry) {
             if !e.heard_text.is_empty() {
@@ -348,37 +414,23 @@ impl Actor {
         };
         match ev {
             SttEvent::Connected => self.event("stt_connected", ""),
-            SttEvent::SpeechStarted => {
-                self.caller_started.get_or_insert_with(Instant::now);
-            }
+            SttEvent::SpeechStarted => {}
             SttEvent::Interim(text) => {
-                if !text.trim().is_empty() {
-                    self.caller_started.get_or_insert_with(Instant::now);
-                }
+                self.endpointer.on_interim(&text, Instant::now());
+                self.on_caller_words();
             }
             SttEvent::Final {
-                text, speech_final, ..
+                text,
+                speech_final,
+                from_finalize,
             } => {
-                let text = text.trim();
-                if !text.is_empty() {
-                    self.caller_started.get_or_insert_with(Instant::now);
-                    if !self.caller_text.is_empty() {
-                        self.caller_text.push(' ');
-                    }
-                    self.caller_text.push_str(text);
-                }
-                if speech_final && !self.caller_text.is_empty() {
-                    let t = std::mem::take(&mut self.caller_text);
-                    self.event("turn_end", "speech_final");
-                    self.caller_turn(t, false);
-                }
+                self.endpointer
+                    .on_final(&text, speech_final, from_finalize, Instant::now());
+                self.on_caller_words();
             }
             SttEvent::UtteranceEnd => {
-                if !self.caller_text.is_empty() {
-                    let t = std::mem::take(&mut self.caller_text);
-                    self.event("turn_end", "utterance_end");
-                    self.caller_turn(t, false);
-                }
+                self.endpointer.on_utterance_end();
+                self.check_end_of_turn();
             }
             SttEvent::Error { message, fatal } => {
                 warn!(%message, fatal, "speech-to-text error");
@@ -410,32 +462,299 @@ impl Actor {
         }));
     }
 
-    /// The caller finished a turn: interrupt whatever the agent was doing and ask the brain.
-    fn caller_turn(&mut self, text: String, dtmf: bool) {
+    /// Our detector heard the caller start or stop speaking.
+    fn on_vad(&mut self, ev: VadEvent) {
         let now = Instant::now();
-        let start = self.caller_started.take().unwrap_or(now);
+        self.last_activity = now;
+        match ev {
+            VadEvent::SpeechStart { onset_ms } => {
+                let lag = self.vad.audio_ms().saturating_sub(onset_ms);
+                let onset = now.checked_sub(Duration::from_millis(lag)).unwrap_or(now);
+                self.endpointer.on_speech_start(onset);
+                self.eot_at = None;
+                self.event("speech_start", format!("audio_ms={onset_ms}"));
+            }
+            VadEvent::SpeechEnd {
+                onset_ms,
+                last_voiced_ms,
+            } => {
+                let lag = self.vad.audio_ms().saturating_sub(last_voiced_ms);
+                let end = now.checked_sub(Duration::from_millis(lag)).unwrap_or(now);
+                self.endpointer.on_speech_end(end);
+                self.event(
+                    "speech_end",
+                    format!(
+                        "audio_ms={last_voiced_ms} length_ms={}",
+                        last_voiced_ms - onset_ms
+                    ),
+                );
+                self.check_end_of_turn();
+            }
+        }
+    }
+
+    /// Stage one of barge-in: enough caller speech over agent audio stops the agent at once
+    /// (carrier `clear`, pacer paused) while keeping everything unheard for a resume.
+    fn check_barge_in(&mut self) {
+        let agent = &self.setup.agent;
+        if !agent.barge_in || self.barge.is_some() || self.goodbye_until.is_some() {
+            return;
+        }
+        let run = self.vad.speech_run_ms();
+        if run < agent.barge_in_min_speech_ms {
+            return;
+        }
+        let now = Instant::now();
+        if !self.speech.is_playing(now) {
+            return;
+        }
+        if self.speech.current_kind() == Some(UttKind::Greeting) && !agent.greeting_interruptible {
+            return;
+        }
+        let confirm = Duration::from_millis(agent.barge_in_confirm_ms);
+        let paused = self.speech.pause();
+        if paused.need_clear {
+            self.send(MediaCommand::Clear);
+        }
+        for mark in paused.withdrawn {
+            self.event("mark_withdrawn", mark);
+        }
+        self.barge = Some(BargeIn {
+            at: now,
+            deadline: now + confirm,
+        });
+        self.event("barge_in_stop", format!("speech_ms={run}"));
+        // Words may already be in (the STT can be faster than our detector).
+        self.on_caller_words();
+    }
+
+    /// The caller's words changed: confirm a pending barge-in, then look for the end of turn.
+    fn on_caller_words(&mut self) {
+        if self.endpointer.has_text() {
+            self.last_activity = Instant::now();
+        }
+        if let Some(b) = &self.barge {
+            let text = self.endpointer.text();
+            let agent_now = self.speech.current_text();
+            let words = self.words.content_words(&text);
+            if self.words.is_echo(&text, &agent_now) {
+                // The agent's own voice: not an interruption; the deadline resumes it.
+            } else if words >= self.setup.agent.barge_in_min_words as usize {
+                let ms = b.at.elapsed().as_millis();
+                self.event("barge_in_commit", format!("words={words} after_ms={ms}"));
+                self.interrupt();
+            }
+        }
+        self.check_end_of_turn();
+    }
+
+    fn check_end_of_turn(&mut self) {
+        match self.endpointer.decide(Instant::now()) {
+            Decision::Wait(at) => self.eot_at = at,
+            Decision::Finalize => {
+                self.eot_at = None;
+                if let Some(stt) = &self.stt {
+                    let _ = stt.input.try_send(SttInput::Finalize);
+                }
+                self.event("finalize_sent", "");
+                // The answer to Finalize (or the maximum) decides.
+                if let Decision::Wait(at) = self.endpointer.decide(Instant::now()) {
+                    self.eot_at = at;
+                }
+            }
+            Decision::Commit {
+                text,
+                reason,
+                silence_ms,
+            } => {
+                self.eot_at = None;
+                self.event("turn_end", format!("{reason} silence_ms={silence_ms}"));
+                self.caller_turn(text, reason);
+            }
+        }
+    }
+
+    /// The earliest conversation timer: end of turn, barge-in decision, idle nudge, goodbye.
+    fn conversation_deadline(&self) -> Option<Instant> {
+        [
+            self.eot_at,
+            self.barge.as_ref().map(|b| b.deadline),
+            self.idle_deadline(),
+            self.goodbye_until,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    fn on_conversation_timer(&mut self) {
+        let now = Instant::now();
+        if self.eot_at.is_some_and(|t| t <= now) {
+            self.eot_at = None;
+            self.check_end_of_turn();
+        }
+        if self.barge.as_ref().is_some_and(|b| b.deadline <= now) {
+            self.resume("no_words");
+        }
+        if self.idle_deadline().is_some_and(|t| t <= now) {
+            self.idle();
+        }
+    }
+
+    /// Stage two of barge-in, false alarm: play on from the last sentence the caller heard.
+    fn resume(&mut self, why: &str) {
+        if let Some(b) = self.barge.take() {
+            self.speech.resume();
+            let ms = b.at.elapsed().as_millis();
+            self.event("barge_in_resume", format!("{why} after_ms={ms}"));
+            self.pump();
+        }
+    }
+
+    /// Checks made after every event: a held turn whose time has come, the end of the
+    /// goodbye. Returns a reason to end the call.
+    fn after_event(&mut self) -> Option<String> {
+        if self.held_turn.is_some()
+            && self.llm.is_none()
+            && !self.speech.is_speaking()
+            && let Some((text, reason)) = self.held_turn.take()
+        {
+            self.caller_turn(text, reason);
+        }
+        let until = self.goodbye_until?;
+        if !self.speech.is_speaking() || Instant::now() >= until {
+            self.event("idle_hang_up", "");
+            return Some("caller silent".into());
+        }
+        None
+    }
+
+    fn idle_deadline(&self) -> Option<Instant> {
+        let after = self.setup.agent.idle_nudge_after_s;
+        if after <= 0.0
+            || self.answered.is_none()
+            || self.goodbye_until.is_some()
+            || self.speech.is_speaking()
+            || self.llm.is_some()
+            || self.barge.is_some()
+            || self.held_turn.is_some()
+            || self.vad.is_speaking()
+            || self.endpointer.has_text()
+        {
+            return None;
+        }
+        Some(self.last_activity + Duration::from_secs_f64(after))
+    }
+
+    /// The caller has been silent too long: nudge, or say goodbye.
+    fn idle(&mut self) {
+        self.last_activity = Instant::now();
+        let agent = self.setup.agent.clone();
+        if self.nudges < agent.idle_max_nudges {
+            self.nudges += 1;
+            self.event("idle_nudge", self.nudges.to_string());
+            self.enqueue(UttKind::Idle, &agent.idle_nudge_message);
+            self.history.push(ChatMessage {
+                role: Role::Assistant,
+                content: agent.idle_nudge_message.clone(),
+            });
+        } else {
+            self.event("idle_goodbye", "");
+            self.goodbye_until = Some(Instant::now() + GOODBYE_GRACE);
+            self.enqueue(UttKind::Idle, &agent.idle_goodbye_message);
+        }
+    }
+
+    /// How a caller turn relates to what the agent is doing.
+    fn overlap(&self) -> Overlap {
+        let agent = &self.setup.agent;
+        let replying = self.llm.is_some()
+            || self
+                .speech
+                .any_audio_for(|k| !matches!(k, UttKind::Greeting))
+            || self
+                .speech
+                .queued()
+                .any(|u| !matches!(u.kind, UttKind::Greeting));
+        let greeting = self.speech.is_speaking() && !replying;
+        if !replying && !greeting {
+            return Overlap::Free;
+        }
+        if !agent.barge_in {
+            return if replying {
+                Overlap::Hold
+            } else {
+                Overlap::Queue
+            };
+        }
+        if greeting && !agent.greeting_interruptible {
+            return Overlap::Queue;
+        }
+        Overlap::Cut
+    }
+
+    /// The caller finished a turn (`reason` says how we knew). Backchannels and echo over a
+    /// busy agent are dropped; otherwise the agent is cut (if allowed) and the brain asked.
+    fn caller_turn(&mut self, text: String, reason: &'static str) {
+        let now = Instant::now();
+        let dtmf = reason == "dtmf";
+        let overlap = self.overlap();
+        let busy = !matches!(overlap, Overlap::Free) || self.barge.is_some();
+        if busy && !dtmf {
+            let agent_now = self.speech.current_text();
+            let ignored = if self.words.is_echo(&text, &agent_now) {
+                Some("echo_ignored")
+            } else if self.words.content_words(&text) < self.setup.agent.barge_in_min_words as usize
+            {
+                Some("backchannel_ignored")
+            } else {
+                None
+            };
+            if let Some(kind) = ignored {
+                self.event(kind, text);
+                self.resume(kind);
+                return;
+            }
+        }
+        match overlap {
+            Overlap::Hold if !dtmf => {
+                self.event("turn_held", "");
+                self.held_turn = Some((text, reason));
+                return;
+            }
+            Overlap::Cut | Overlap::Hold => {
+                if self.barge.is_some() {
+                    self.event("barge_in_commit", "turn_end");
+                }
+                self.interrupt();
+            }
+            Overlap::Queue | Overlap::Free => {
+                if self.barge.is_some() {
+                    self.interrupt();
+                }
+            }
+        }
+        self.settle_turn();
+        self.nudges = 0;
+        self.last_activity = now;
+        let start = self.endpointer.started().unwrap_or(now);
         self.transcript.push(TranscriptEntry {
             speaker: Speaker::Caller,
             text: text.clone(),
             heard_text: text.clone(),
             interrupted: false,
-            start_ms: self.answered_ms(start),
+            start_ms: self.answered_ms(start.min(now)),
             end_ms: self.answered_ms(now),
         });
         self.persist(self.transcript.len() - 1);
-        if self.llm.is_some()
-            || self
-                .speech
-                .any_audio_for(|k| !matches!(k, UttKind::Greeting))
-            || self.speech.queued().next().is_some()
-        {
-            self.interrupt();
-        }
-        let _ = dtmf;
         self.turns += 1;
+        let content = match self.brain_note.take() {
+            Some(note) => format!("{note} {text}"),
+            None => text,
+        };
         self.history.push(ChatMessage {
             role: Role::User,
-            content: text,
+            content,
         });
         let mut history = Vec::with_capacity(self.history.len());
         history.extend(self.history.iter().cloned());
@@ -457,9 +776,23 @@ impl Actor {
         self.event("llm_request", self.turns.to_string());
     }
 
-    /// Stops the agent: clear the carrier's queue, cancel the brain and the synthesis.
+    /// The previous reply was not interrupted: it goes into history whole.
+    fn settle_turn(&mut self) {
+        if let Some(turn) = self.turn.take()
+            && !turn.reply_text.trim().is_empty()
+        {
+            self.history.push(ChatMessage {
+                role: Role::Assistant,
+                content: turn.reply_text,
+            });
+        }
+    }
+
+    /// Stops the agent for good: clear the carrier's queue, cancel the brain and the
+    /// synthesis, and keep in history only what the caller heard.
     fn interrupt(&mut self) {
         self.llm = None;
+        self.barge = None;
         let cleared = self.speech.clear();
         let need_clear = cleared.need_clear;
         if need_clear {
@@ -469,17 +802,35 @@ impl Actor {
             self.event("mark_cleared", sent.mark);
         }
         if let Some(turn) = self.turn.take() {
-            if let Some(e) = turn.entry.and_then(|i| self.transcript.get_mut(i)) {
-                e.interrupted = true;
-            }
+            let heard = match turn.entry.and_then(|i| self.transcript.get_mut(i)) {
+                Some(e) => {
+                    e.interrupted = true;
+                    Some(e.heard_text.clone())
+                }
+                None => None,
+            };
             if let Some(i) = turn.entry {
                 self.persist(i);
             }
-            if !turn.reply_text.is_empty() {
-                self.history.push(ChatMessage {
-                    role: Role::Assistant,
-                    content: turn.reply_text,
-                });
+            if let Some(heard) = heard {
+                self.event("heard", heard.clone());
+                if self.setup.providers.llm.keeps_history() {
+                    // The brain remembers its whole reply: tell it what actually got through.
+                    self.brain_note = Some(if heard.is_empty() {
+                        "[The caller interrupted you before hearing any of your last reply.]"
+                            .to_string()
+                    } else {
+                        format!(
+                            "[The caller interrupted you; of your last reply they heard only: \"{heard}\"]"
+                        )
+                    });
+                }
+                if !heard.is_empty() {
+                    self.history.push(ChatMessage {
+                        role: Role::Assistant,
+                        content: format!("{heard} [interrupted by the caller]"),
+                    });
+                }
             }
         }
         self.event("interrupted", if need_clear { "clear" } else { "" });
@@ -505,18 +856,9 @@ impl Actor {
                 if let Some(rest) = self.chunker.finish() {
                     self.reply_sentence(&rest);
                 }
-                let text = self
-                    .turn
-                    .as_mut()
-                    .map(|t| std::mem::take(&mut t.reply_text))
-                    .unwrap_or_default();
+                // The reply joins history when the next caller turn settles it (whole), or
+                // when it is interrupted (what was heard).
                 self.event("llm_done", "");
-                if !text.trim().is_empty() {
-                    self.history.push(ChatMessage {
-                        role: Role::Assistant,
-                        content: text,
-                    });
-                }
             }
             LlmEvent::Error(message) => {
                 self.llm = None;

@@ -7,6 +7,7 @@ pub mod actor;
 pub mod registry;
 pub mod speech;
 pub mod transcript;
+pub mod turn;
 
 use std::sync::Arc;
 use std::time::Duration;

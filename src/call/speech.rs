@@ -1,7 +1,10 @@
 //! The agent's mouth: a queue of utterances (greeting, reply sentences, fillers) each with its
 //! TTS stream and buffered μ-law audio, and the pacer that feeds the carrier 20 ms frames no more
 //! than [`LEAD`] ahead of real time, with a mark after each utterance so the actor knows exactly
-//! what the caller has heard. Pure state: the actor drives it and sends what it returns.
+//! what the caller has heard. Barge-in can [`Speech::pause`] it: audio at the carrier whose mark
+//! has not come back is taken back (each utterance keeps its sent-but-unconfirmed bytes) and
+//! re-sent from the start of the first unheard utterance on [`Speech::resume`]. Pure state: the
+//! actor drives it and sends what it returns.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -35,6 +38,8 @@ pub enum UttKind {
         turn: u64,
     },
     Say,
+    /// An idle-caller nudge or the idle goodbye.
+    Idle,
 }
 
 /// One piece of text on its way to the caller.
@@ -50,6 +55,8 @@ pub struct Utterance {
     synth_done: bool,
     pub failed: bool,
     sent_bytes: usize,
+    /// Audio already sent, kept until the mark confirms it was played.
+    sent_audio: BytesMut,
 }
 
 /// An utterance whose audio is all at the carrier, waiting for its mark to come back.
@@ -60,6 +67,8 @@ pub struct Sent {
     pub text: String,
     pub entry: usize,
     pub mark: String,
+    /// All of its audio, kept to re-send it if playback is paused before the mark returns.
+    audio: Bytes,
 }
 
 /// What [`Speech::clear`] dropped.
@@ -70,6 +79,14 @@ pub struct Cleared {
     pub unheard: Vec<Sent>,
     /// Audio may be queued at the carrier: send it a `clear`.
     pub need_clear: bool,
+}
+
+/// What [`Speech::pause`] did.
+pub struct Paused {
+    /// Audio may be queued at the carrier: send it a `clear`.
+    pub need_clear: bool,
+    /// Marks no longer expected (their utterances will be re-sent under new marks).
+    pub withdrawn: Vec<String>,
 }
 
 /// What the pacer did on a pump.
@@ -86,6 +103,10 @@ pub struct Speech {
     next_id: u64,
     /// When the carrier will have played everything sent so far.
     play_until: Option<Instant>,
+    /// Paused by a barge-in: nothing is sent until [`Speech::resume`].
+    paused: bool,
+    /// Pauses so far; part of mark names so a stale echo never matches a re-sent utterance.
+    epoch: u32,
 }
 
 impl Default for Speech {
@@ -101,6 +122,8 @@ impl Speech {
             awaiting_mark: VecDeque::new(),
             next_id: 1,
             play_until: None,
+            paused: false,
+            epoch: 0,
         }
     }
 
@@ -126,6 +149,7 @@ impl Speech {
             synth_done: false,
             failed: false,
             sent_bytes: 0,
+            sent_audio: BytesMut::new(),
         });
         id
     }
@@ -224,6 +248,9 @@ impl Speech {
     /// Sends as many frames as the lead allows. Call on every tick and after every TTS event.
     pub fn pump(&mut self, now: Instant) -> Pumped {
         let mut out = Pumped::default();
+        if self.paused {
+            return out;
+        }
         while let Some(front) = self.queue.front_mut() {
             let play_until = self.play_until.filter(|t| *t > now).unwrap_or(now);
             if front.buf.len() >= FRAME_BYTES || (front.synth_done && !front.buf.is_empty()) {
@@ -238,6 +265,7 @@ impl Speech {
                     out.started.push((front.id, front.kind));
                 }
                 front.sent_bytes += frame.len();
+                front.sent_audio.extend_from_slice(&frame);
                 out.commands.push(MediaCommand::Audio(Bytes::from(frame)));
                 self.play_until = Some(play_until + Duration::from_millis(FRAME_MS));
                 continue;
@@ -248,7 +276,11 @@ impl Speech {
                     break;
                 };
                 if u.sent_bytes > 0 {
-                    let mark = format!("u{}", u.id);
+                    let mark = if self.epoch == 0 {
+                        format!("u{}", u.id)
+                    } else {
+                        format!("u{}.{}", u.id, self.epoch)
+                    };
                     out.commands.push(MediaCommand::Mark(mark.clone()));
                     self.awaiting_mark.push_back(Sent {
                         id: u.id,
@@ -256,6 +288,7 @@ impl Speech {
                         text: u.text,
                         entry: u.entry,
                         mark,
+                        audio: u.sent_audio.freeze(),
                     });
                 }
                 continue;
@@ -267,6 +300,9 @@ impl Speech {
 
     /// When the pacer next needs to run (`None`: only a TTS event can make progress).
     pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        if self.paused {
+            return None;
+        }
         let front = self.queue.front()?;
         if front.buf.len() >= FRAME_BYTES || (front.synth_done && !front.buf.is_empty()) {
             let play_until = self.play_until.filter(|t| *t > now).unwrap_or(now);
@@ -296,11 +332,89 @@ impl Speech {
         let dropped: Vec<Utterance> = self.queue.drain(..).collect();
         let unheard: Vec<Sent> = self.awaiting_mark.drain(..).collect();
         self.play_until = None;
+        self.paused = false;
         Cleared {
             dropped,
             unheard,
             need_clear,
         }
+    }
+
+    /// Stops sending without forgetting anything: every utterance whose mark has not come back
+    /// goes back to the front of the queue with all of its audio (sentence precision: the
+    /// caller will hear an unconfirmed sentence again from its start), synthesis carries on,
+    /// and nothing is sent until [`Speech::resume`]. The caller sends the carrier a `clear`
+    /// when `need_clear` says so.
+    pub fn pause(&mut self) -> Paused {
+        let need_clear = !self.awaiting_mark.is_empty()
+            || self.queue.iter().any(|u| u.sent_bytes > 0)
+            || self.play_until.is_some_and(|t| t > Instant::now());
+        if let Some(front) = self.queue.front_mut()
+            && front.sent_bytes > 0
+        {
+            let mut audio = std::mem::take(&mut front.sent_audio);
+            audio.extend_from_slice(&front.buf);
+            front.buf = audio;
+            front.sent_bytes = 0;
+        }
+        let mut withdrawn = Vec::new();
+        while let Some(s) = self.awaiting_mark.pop_back() {
+            withdrawn.push(s.mark);
+            self.queue.push_front(Utterance {
+                id: s.id,
+                kind: s.kind,
+                text: s.text,
+                entry: s.entry,
+                tts: None,
+                started: true,
+                buf: BytesMut::from(&s.audio[..]),
+                synth_done: true,
+                failed: false,
+                sent_bytes: 0,
+                sent_audio: BytesMut::new(),
+            });
+        }
+        withdrawn.reverse();
+        self.play_until = None;
+        self.paused = true;
+        self.epoch += 1;
+        Paused {
+            need_clear,
+            withdrawn,
+        }
+    }
+
+    /// Sends again after a [`Speech::pause`].
+    pub fn resume(&mut self) {
+        self.paused = false;
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// True while agent audio may be playing at the carrier (sent and not confirmed played,
+    /// or still being sent).
+    pub fn is_playing(&self, now: Instant) -> bool {
+        !self.paused
+            && (!self.awaiting_mark.is_empty()
+                || self.queue.front().is_some_and(|u| u.sent_bytes > 0)
+                || self.play_until.is_some_and(|t| t > now))
+    }
+
+    /// The kind of the utterance the caller is hearing (or would hear next).
+    pub fn current_kind(&self) -> Option<UttKind> {
+        self.awaiting_mark
+            .front()
+            .map(|s| s.kind)
+            .or_else(|| self.queue.front().map(|u| u.kind))
+    }
+
+    /// Text of what the agent is saying now: unconfirmed utterances and the next queued ones.
+    pub fn current_text(&self) -> String {
+        let mut words: Vec<&str> = self.awaiting_mark.iter().map(|s| s.text.as_str()).collect();
+        words.extend(self.queue.iter().take(2).map(|u| u.text.as_str()));
+        words.join(" ")
     }
 
     /// Drops queued utterances matching `pred` that have not started playing.
@@ -441,6 +555,48 @@ mod tests {
         assert!(!s.is_speaking());
         // A late echo of the cleared mark is ignored.
         assert!(s.on_mark("u1").is_none());
+    }
+
+    #[tokio::test]
+    async fn pause_keeps_unconfirmed_audio_and_resume_resends_it() {
+        let mut s = Speech::new();
+        s.push(UttKind::Say, "one".into(), 0, Some(stream(&[320], true)));
+        s.push(UttKind::Say, "two".into(), 1, Some(stream(&[320], true)));
+        s.push(UttKind::Say, "three".into(), 2, Some(stream(&[480], false)));
+        drain(&mut s).await;
+        let t0 = Instant::now();
+        let p = s.pump(t0);
+        // one (2 frames) + mark, two (2 frames) + mark, three (3 frames, synthesis still open).
+        assert_eq!(audio_frames(&p), 7);
+        assert_eq!(s.on_mark("u1").map(|x| x.text), Some("one".into()));
+        assert!(s.is_playing(t0));
+        let paused = s.pause();
+        assert!(paused.need_clear);
+        assert_eq!(paused.withdrawn, vec!["u2".to_string()]);
+        assert!(!s.is_playing(t0));
+        assert_eq!(
+            audio_frames(&s.pump(t0)),
+            0,
+            "nothing goes out while paused"
+        );
+        assert!(s.next_deadline(t0).is_none());
+        // The stale echo of the withdrawn mark is ignored.
+        assert!(s.on_mark("u2").is_none());
+        s.resume();
+        let later = t0 + Duration::from_secs(5);
+        let again = s.pump(later);
+        // "two" in full, then the 3 frames of "three" already sent before the pause.
+        assert_eq!(audio_frames(&again), 5);
+        let marks: Vec<_> = again
+            .commands
+            .iter()
+            .filter_map(|c| match c {
+                MediaCommand::Mark(m) => Some(m.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(marks, vec!["u2.1".to_string()]);
+        assert_eq!(s.on_mark("u2.1").map(|x| x.text), Some("two".into()));
     }
 
     #[tokio::test]

@@ -445,6 +445,94 @@ pub struct AgentConfig {
     /// Longest a call may last before the agent hangs up.
     #[serde(default = "default_max_duration")]
     pub max_duration_s: u64,
+
+    // Conversation: voice activity, end of turn, barge-in, idle callers (docs/conversation.md).
+    /// Our voice-activity detector's voiced-frame threshold (0–1).
+    #[serde(default = "default_vad_threshold")]
+    pub vad_threshold: f64,
+    /// Silence after the last voiced frame before the detector says speech ended.
+    #[serde(default = "default_vad_stop_ms")]
+    pub vad_stop_ms: u64,
+    /// Silence after the caller's speech before a turn may be committed.
+    #[serde(default = "default_min_endpointing_ms")]
+    pub min_endpointing_ms: u64,
+    /// Silence after which a turn is committed whatever the speech-to-text says.
+    #[serde(default = "default_max_endpointing_ms")]
+    pub max_endpointing_ms: u64,
+    /// Whether the caller can interrupt the agent.
+    #[serde(default = "default_true")]
+    pub barge_in: bool,
+    /// Whether the greeting can be interrupted (only with `barge_in`).
+    #[serde(default = "default_true")]
+    pub greeting_interruptible: bool,
+    /// Caller speech (voiced audio) over the agent that stops it.
+    #[serde(default = "default_barge_in_min_speech_ms")]
+    pub barge_in_min_speech_ms: u64,
+    /// How long after stopping the agent we wait for words before resuming it.
+    #[serde(default = "default_barge_in_confirm_ms")]
+    pub barge_in_confirm_ms: u64,
+    /// Non-backchannel words that make an interruption real.
+    #[serde(default = "default_barge_in_min_words")]
+    pub barge_in_min_words: u64,
+    /// Words that only acknowledge ("mm-hmm") and never interrupt.
+    #[serde(default = "default_backchannel_words")]
+    pub backchannel_words: Vec<String>,
+    /// Seconds of caller silence after the agent finished before a nudge; 0 disables.
+    #[serde(default = "default_idle_nudge_after")]
+    pub idle_nudge_after_s: f64,
+    #[serde(default = "default_idle_nudge_message")]
+    pub idle_nudge_message: String,
+    /// Nudges before the goodbye.
+    #[serde(default = "default_idle_max_nudges")]
+    pub idle_max_nudges: u64,
+    /// Spoken before hanging up on a silent caller.
+    #[serde(default = "default_idle_goodbye_message")]
+    pub idle_goodbye_message: String,
+}
+
+fn default_vad_threshold() -> f64 {
+    0.5
+}
+fn default_vad_stop_ms() -> u64 {
+    160
+}
+fn default_min_endpointing_ms() -> u64 {
+    300
+}
+fn default_max_endpointing_ms() -> u64 {
+    3000
+}
+fn default_barge_in_min_speech_ms() -> u64 {
+    200
+}
+fn default_barge_in_confirm_ms() -> u64 {
+    1000
+}
+fn default_barge_in_min_words() -> u64 {
+    2
+}
+/// Acknowledgements that never interrupt the agent (compared per word, case- and
+/// punctuation-insensitively; "mm hmm" and "mm-hmm" both match).
+pub fn default_backchannel_words() -> Vec<String> {
+    [
+        "mm-hmm", "mhm", "mm", "hmm", "uh-huh", "uh", "huh", "um", "yeah", "yep", "yes", "okay",
+        "ok", "right", "sure", "alright", "oh", "ah", "aha",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect()
+}
+fn default_idle_nudge_after() -> f64 {
+    6.0
+}
+fn default_idle_nudge_message() -> String {
+    "Are you still there?".into()
+}
+fn default_idle_max_nudges() -> u64 {
+    2
+}
+fn default_idle_goodbye_message() -> String {
+    "I haven't heard from you, so I'll hang up now. Goodbye!".into()
 }
 
 fn default_long_turn_message() -> String {

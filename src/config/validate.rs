@@ -283,6 +283,57 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             );
         }
         c.at_least_one(&["agents", name, "max_duration_s"], agent.max_duration_s);
+        let vad = agent.vad_threshold;
+        if !(vad.is_finite() && vad > 0.0 && vad < 1.0) {
+            c.fail(
+                &["agents", name, "vad_threshold"],
+                format!("[agents.{name}] vad_threshold = {vad} must be between 0 and 1, e.g. 0.5"),
+            );
+        }
+        let (min, max) = (agent.min_endpointing_ms, agent.max_endpointing_ms);
+        if max < min || max > 30_000 {
+            c.fail(
+                &["agents", name, "max_endpointing_ms"],
+                format!(
+                    "[agents.{name}] max_endpointing_ms = {max} must be at least min_endpointing_ms \
+                     ({min}) and at most 30000"
+                ),
+            );
+        }
+        for (key, value, lo, hi) in [
+            ("vad_stop_ms", agent.vad_stop_ms, 32, 2000),
+            ("min_endpointing_ms", min, 0, 10_000),
+            (
+                "barge_in_min_speech_ms",
+                agent.barge_in_min_speech_ms,
+                32,
+                3000,
+            ),
+            (
+                "barge_in_confirm_ms",
+                agent.barge_in_confirm_ms,
+                100,
+                10_000,
+            ),
+            ("barge_in_min_words", agent.barge_in_min_words, 1, 20),
+            ("idle_max_nudges", agent.idle_max_nudges, 0, 20),
+        ] {
+            if !(lo..=hi).contains(&value) {
+                c.fail(
+                    &["agents", name, key],
+                    format!("[agents.{name}] {key} = {value} must be between {lo} and {hi}"),
+                );
+            }
+        }
+        let idle = agent.idle_nudge_after_s;
+        if !idle.is_finite() || idle < 0.0 {
+            c.fail(
+                &["agents", name, "idle_nudge_after_s"],
+                format!(
+                    "[agents.{name}] idle_nudge_after_s = {idle} must be 0 (off) or more seconds"
+                ),
+            );
+        }
     }
 
     let mut seen: HashMap<&str, usize> = HashMap::new();

@@ -148,6 +148,11 @@ pub struct LlmStream {
 
 pub trait LlmProvider: Send + Sync {
     fn stream(&self, turn: ChatTurn) -> LlmStream;
+    /// True when the server keeps the conversation itself (Hermes sessions): only the newest
+    /// user message reaches it, so history corrections must travel inside that message.
+    fn keeps_history(&self) -> bool {
+        false
+    }
 }
 
 /// The providers an agent uses, resolved from the configuration.

@@ -126,6 +126,10 @@ pub fn caller_key(e164: &str) -> String {
 }
 
 impl LlmProvider for OpenAiChat {
+    fn keeps_history(&self) -> bool {
+        self.is_hermes()
+    }
+
     fn stream(&self, turn: ChatTurn) -> LlmStream {
         let (tx, rx) = mpsc::channel(64);
         let (headers, body) = self.build_request(&turn);

@@ -5,7 +5,9 @@
 //! answers `audio/basic` μ-law: a tone lasting `ms_per_char` per character of text (at least
 //! `min_ms`), in `chunk_ms` pieces after `first_chunk_delay`, paced by `chunk_interval`. It
 //! records every request and whether the client went away before the audio ended (the body
-//! was dropped: cancellation). A failure mode answers every request with 500 or 401.
+//! was dropped: cancellation). A failure mode answers every request with 500 or 401. With a
+//! `voice` clip set, the audio is that clip (repeated as needed) instead of a tone, so the
+//! agent sounds like speech to a voice-activity detector and can be echoed back.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -33,6 +35,8 @@ pub struct FakeElevenLabsConfig {
     pub chunk_interval: Duration,
     /// Answer every request with this status (500 or 401 style) instead of audio.
     pub fail_status: Option<u16>,
+    /// μ-law speech to speak with instead of a tone (repeated to the needed length).
+    pub voice: Option<Arc<Vec<u8>>>,
 }
 
 impl Default for FakeElevenLabsConfig {
@@ -45,6 +49,7 @@ impl Default for FakeElevenLabsConfig {
             first_chunk_delay: Duration::from_millis(0),
             chunk_interval: Duration::from_millis(5),
             fail_status: None,
+            voice: None,
         }
     }
 }
@@ -249,7 +254,13 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         return http::json(status, &e);
     }
 
-    let audio = mulaw_tone(audio_ms(&cfg, &r.text));
+    let audio = match cfg.voice.as_deref().filter(|v| !v.is_empty()) {
+        Some(voice) => {
+            let n = audio_ms(&cfg, &r.text) as usize * 8;
+            voice.iter().copied().cycle().take(n).collect()
+        }
+        None => mulaw_tone(audio_ms(&cfg, &r.text)),
+    };
     let (resp, tx) = http::streaming(200, &[("content-type", "audio/basic")]);
     let s2 = s.clone();
     s.tasks.spawn(async move {

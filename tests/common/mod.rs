@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use patterd::call::CallRecord;
 use patterd::sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
-use patterd::sim::elevenlabs::FakeElevenLabs;
+use patterd::sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
 use patterd::sim::hermes::FakeHermes;
 use patterd::sim::plivo::{FakePlivoRest, SimPlivo};
 use patterd::sim::telnyx::{FakeTelnyxRest, SimTelnyx};
@@ -58,6 +58,10 @@ pub struct Opts {
     pub allowed_destinations: Vec<String>,
     pub outbound_max_concurrent: usize,
     pub outbound_max_per_day: u32,
+    /// Extra `key = value` lines for `[agents.front-desk]`.
+    pub agent_extra: String,
+    /// Speech (μ-law) the fake ElevenLabs speaks with instead of a tone, and its pace.
+    pub voice: Option<(Vec<u8>, u32)>,
 }
 
 impl Default for Opts {
@@ -74,6 +78,8 @@ impl Default for Opts {
             allowed_destinations: Vec::new(),
             outbound_max_concurrent: 5,
             outbound_max_per_day: 100,
+            agent_extra: String::new(),
+            voice: None,
         }
     }
 }
@@ -215,6 +221,7 @@ long_turn_message = "{FILLER}"
 long_turn_message_after_s = {after}
 llm_error_message = "{LLM_ERROR}"
 max_duration_s = {max_duration}
+{agent_extra}
 
 [[numbers]]
 number = "{OUR_NUMBER}"
@@ -231,6 +238,7 @@ allowed_destinations = [{destinations}]
         first = opts.first_message,
         after = opts.long_turn_after_s,
         max_duration = opts.max_duration_s,
+        agent_extra = opts.agent_extra,
     )
 }
 
@@ -243,7 +251,15 @@ impl Stack {
         })
         .await
         .expect("fake deepgram");
-        let el = FakeElevenLabs::start(EL_KEY)
+        let mut el_cfg = FakeElevenLabsConfig {
+            api_key: EL_KEY.into(),
+            ..Default::default()
+        };
+        if let Some((voice, ms_per_char)) = &opts.voice {
+            el_cfg.voice = Some(std::sync::Arc::new(voice.clone()));
+            el_cfg.ms_per_char = *ms_per_char;
+        }
+        let el = FakeElevenLabs::start_with(el_cfg)
             .await
             .expect("fake elevenlabs");
         let hermes = FakeHermes::start(HERMES_KEY).await.expect("fake hermes");
