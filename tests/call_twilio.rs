@@ -546,6 +546,13 @@ async fn a_flood_of_garbage_ends_that_call_only() {
     assert_eq!(close.code, Some(1008));
     let rec = stack.finished(&bad_sid).await;
     assert_eq!(rec.ended_reason, "media stream closed");
+    // The carrier's leg of the broken call is hung up too, through its REST API.
+    let reqs = stack
+        .rest
+        .wait_for_requests(1, WAIT)
+        .await
+        .expect("REST hang-up");
+    assert_eq!(reqs[0].call_sid(), Some(bad_sid.as_str()));
     // The other call carries on.
     good.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
         .await
@@ -703,4 +710,27 @@ async fn a_call_ends_at_its_maximum_duration() {
         .await
         .expect("REST hang-up");
     assert_eq!(reqs[0].call_sid(), Some(call_sid.as_str()));
+}
+
+#[tokio::test]
+async fn a_media_socket_that_drops_without_stop_gets_the_call_hung_up() {
+    let stack = Stack::start(Opts::default()).await;
+    let (call_sid, sim) = stack.call().await;
+    sim.wait_for("greeting", WAIT, |s| s.agent_audio_bytes > 0)
+        .await
+        .unwrap();
+    drop(sim); // the TCP connection goes away: no `stop`, no close frame
+    let rec = stack.finished(&call_sid).await;
+    assert_eq!(rec.ended_reason, "media stream closed");
+    let reqs = stack
+        .rest
+        .wait_for_requests(1, WAIT)
+        .await
+        .expect("REST hang-up");
+    assert_eq!(reqs[0].call_sid(), Some(call_sid.as_str()));
+    assert!(
+        reqs[0]
+            .form()
+            .contains(&("Status".to_string(), "completed".to_string()))
+    );
 }

@@ -260,6 +260,7 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
         carrier_account: account.name.clone(),
         from: number.number.clone(),
         to: to.clone(),
+        outbound: true,
         agent_name: agent_name.clone(),
         agent: Arc::new(agent.clone()),
         providers,

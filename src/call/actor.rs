@@ -760,7 +760,7 @@ impl Actor {
         history.extend(self.history.iter().cloned());
         self.llm = Some(self.setup.providers.llm.stream(ChatTurn {
             call_id: self.setup.call_id.clone(),
-            caller: Some(self.setup.from.clone()),
+            caller: Some(self.setup.remote_party().to_string()),
             system_prompt: self.setup.agent.system_prompt.clone(),
             history,
         }));

@@ -32,6 +32,8 @@ pub struct CallSetup {
     pub from: String,
     /// The number that was dialled.
     pub to: String,
+    /// We placed this call: the other party is `to`, not `from`.
+    pub outbound: bool,
     pub agent_name: String,
     pub agent: Arc<AgentConfig>,
     pub providers: AgentProviders,
@@ -41,6 +43,13 @@ pub struct CallSetup {
     pub media_timeout: Duration,
     /// Where turns and events are persisted as the call goes (never waited on).
     pub store: Option<crate::store::StoreTx>,
+}
+
+impl CallSetup {
+    /// The number of the person on the other end (the caller, or whom we called).
+    pub fn remote_party(&self) -> &str {
+        if self.outbound { &self.to } else { &self.from }
+    }
 }
 
 /// The media stream the carrier opened for this call, handed to the actor.

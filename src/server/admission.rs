@@ -115,6 +115,7 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         carrier_account: call.account.to_string(),
         from: normalize_e164(call.from).unwrap_or_else(|| call.from.to_string()),
         to: dialled,
+        outbound: false,
         agent_name: number.agent.clone(),
         agent: Arc::new(agent),
         providers,

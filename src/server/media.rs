@@ -198,6 +198,11 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
     // the original moves into the reader.
     let mut encoder = codec.clone();
     let reader_app = app.clone();
+    // Set when the carrier said the stream is over (`stop`, or a clean close for carriers that
+    // end streams that way). A stream that ends any other way may leave the carrier's call leg
+    // up (and billing), so it is hung up through the carrier's REST API.
+    let caller_ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader_saw_stop = caller_ended.clone();
     let reader = tokio::spawn(
         async move {
             loop {
@@ -220,6 +225,9 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
                     Decoded::Event(ev) => {
                         bad.ok();
                         let stop = ev == MediaEvent::Stop;
+                        if stop {
+                            reader_saw_stop.store(true, std::sync::atomic::Ordering::Release);
+                        }
                         if ev_tx.send(ev).await.is_err() || stop {
                             return;
                         }
@@ -229,6 +237,7 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
                         // Carriers that end streams by closing the socket (Plivo): that close
                         // is the caller hanging up.
                         if codec.stop_on_close() {
+                            reader_saw_stop.store(true, std::sync::atomic::Ordering::Release);
                             let _ = ev_tx.send(MediaEvent::Stop).await;
                         }
                         return;
@@ -254,22 +263,28 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
 
     async move {
         let mut hung_up = false;
+        let hang_up_leg = |why: &'static str| {
+            if let Some(c) = &control {
+                let c = c.clone();
+                let id = call_id.clone();
+                // The REST call must not hold up closing the socket.
+                tokio::spawn(
+                    async move {
+                        if let Err(e) = c.hang_up(id).await {
+                            warn!(error = %e, why, "carrier hang-up request failed");
+                        }
+                    }
+                    .in_current_span(),
+                );
+            }
+        };
         loop {
             tokio::select! {
                 cmd = cmd_rx.recv() => match cmd {
                     None => break,
                     Some(MediaCommand::HangUp) => {
                         hung_up = true;
-                        if let Some(c) = &control {
-                            let c = c.clone();
-                            let id = call_id.clone();
-                            // The REST call must not hold up closing the socket.
-                            tokio::spawn(async move {
-                                if let Err(e) = c.hang_up(id).await {
-                                    warn!(error = %e, "carrier hang-up request failed");
-                                }
-                            }.in_current_span());
-                        }
+                        hang_up_leg("the call ended");
                         break;
                     }
                     Some(cmd) => {
@@ -296,6 +311,10 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
                 .await;
         }
         reader.abort();
+        if !hung_up && !caller_ended.load(std::sync::atomic::Ordering::Acquire) {
+            warn!("media stream ended without a stop from the carrier; hanging up the call leg");
+            hang_up_leg("the media stream dropped");
+        }
         info!("media socket closed");
     }
     .instrument(span)
