@@ -257,6 +257,25 @@ impl Store {
             path: path.display().to_string(),
             source,
         })?;
+        // No call is live in a process that is only starting: calls the last one left open
+        // (it crashed or was killed) are closed as failed, so nobody waits on them.
+        let stale = writer
+            .execute(
+                "UPDATE calls SET status = 'failed', ended_reason = 'daemon stopped before the call ended',
+                   ended_at = COALESCE(ended_at, ?1)
+                 WHERE ended_at IS NULL",
+                [now_ms()],
+            )
+            .map_err(|source| StoreError::Open {
+                path: path.display().to_string(),
+                source,
+            })?;
+        if stale > 0 {
+            tracing::warn!(
+                calls = stale,
+                "closed calls left open by a previous run as failed"
+            );
+        }
         let read = open_conn(&path)?;
         let (tx, rx) = sync_channel(queue.max(1));
         let thread_path = path.clone();
@@ -565,5 +584,34 @@ mod tests {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("version");
         assert_eq!(v as usize, MIGRATIONS.len());
+    }
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn calls_left_open_by_a_crash_are_closed_as_failed_on_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path(), 0, 16).expect("open");
+        store.tx.send(Write::Call(NewCall {
+            call_id: "CA1".into(),
+            carrier: "twilio".into(),
+            carrier_account: "twilio".into(),
+            direction: "inbound",
+            from: "+15550001111".into(),
+            to: "+15550002222".into(),
+            agent: "a".into(),
+            status: "in-progress".into(),
+        }));
+        store.tx.flush().await.expect("flush");
+        let open = store.call("CA1").await.expect("read").expect("row");
+        assert_eq!(open.status, "in-progress");
+        drop(store);
+        let again = Store::open(dir.path(), 0, 16).expect("reopen");
+        let row = again.call("CA1").await.expect("read").expect("row");
+        assert_eq!(row.status, "failed");
+        assert!(row.ended_at.is_some());
     }
 }
