@@ -240,7 +240,7 @@ impl std::fmt::Debug for SimCall {
 }
 
 /// Maps the TwiML `wss://host/path` onto `ws_base` + `/path` (query dropped, as Twilio does).
-fn map_stream_url(stream_url: &str, ws_base: &str) -> Result<String, SimError> {
+pub fn map_stream_url(stream_url: &str, ws_base: &str) -> Result<String, SimError> {
     let (_, rest) = stream_url
         .split_once("://")
         .ok_or_else(|| SimError::BadUrl(stream_url.to_string()))?;
