@@ -46,6 +46,9 @@ struct Args {
     /// Twilio voice webhook path on the server.
     #[arg(long, default_value = "/twilio/voice")]
     voice_path: String,
+    /// Health path polled for the cold start.
+    #[arg(long, default_value = "/healthz")]
+    health_path: String,
     /// Stop the sweep after a run in which this share of calls failed or turns went
     /// unanswered (the server is past its limit).
     #[arg(long, default_value_t = 0.5)]
@@ -98,6 +101,7 @@ fn main() -> ExitCode {
             pause: Duration::from_millis(args.pause_ms),
             barge_in: args.barge_in,
             voice_path: args.voice_path.clone(),
+            health_path: args.health_path.clone(),
             log_dir: args.log_dir.clone(),
         };
         eprintln!("patterd-loadgen: {} calls ...", n);

@@ -29,7 +29,7 @@ use crate::sim::hermes::FakeHermes;
 use crate::sim::twilio::SimTwilio;
 use crate::sim::twilio::rest::FakeTwilioRest;
 use caller::{CallCtx, CallPlan, CallResult, SpeechClip};
-use report::{Quantiles, RunReport, ServerStats};
+use report::{ProviderCounts, Quantiles, RunReport, ServerStats};
 
 pub const ACCOUNT_SID: &str = "AC00000000000000000000000000000b07";
 pub const AUTH_TOKEN: &str = "loadgen-auth-token";
@@ -67,6 +67,8 @@ pub struct Options {
     pub barge_in: bool,
     /// Webhook path on the server.
     pub voice_path: String,
+    /// Health path polled for the cold start (answers 200 when ready).
+    pub health_path: String,
     /// Keep the server's log here (else a temporary directory).
     pub log_dir: Option<PathBuf>,
 }
@@ -252,7 +254,7 @@ fn spawn_server(opts: &Options, fakes: &Fakes) -> Result<Server, String> {
     let t = std::time::Instant::now();
     let mut child = cmd.spawn().map_err(|e| format!("spawn server: {e}"))?;
     let cold_start = loop {
-        if http_status(addr, "/healthz") == Some(200) {
+        if http_status(addr, &opts.health_path) == Some(200) {
             break t.elapsed();
         }
         if let Ok(Some(st)) = child.try_wait() {
@@ -277,6 +279,7 @@ const MIB: f64 = 1024.0;
 /// One load run at `opts.calls` concurrent calls.
 pub async fn run(opts: &Options) -> Result<RunReport, String> {
     crate::util::init_tls();
+    let loadavg_start = procfs::loadavg();
     let fakes = start_fakes().await.map_err(|e| e.to_string())?;
     let server = spawn_server(opts, &fakes)?;
     let pid = server.child.id().to_string();
@@ -360,10 +363,22 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
     let own_cpu1 = procfs::cpu_seconds("self").unwrap_or(0.0);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = procfs::mem(&pid).unwrap_or_default();
-    let health_after = http_status(server.addr, "/healthz");
+    let health_after = http_status(server.addr, &opts.health_path);
 
     let finals = finals_by_call(&fakes.dg);
     let mut report = summarize(opts, &results, &finals);
+    let dg = fakes.dg.record();
+    report.provider_requests = ProviderCounts {
+        stt_sessions: dg.connections.len(),
+        stt_rejected: dg
+            .rejected
+            .iter()
+            .take(3)
+            .map(|r| format!("{} {}", r.0, r.1))
+            .collect(),
+        llm_requests: fakes.hermes.record().requests.len(),
+        tts_requests: fakes.el.record().requests.len(),
+    };
     let (steady_s, steady_cpu_s) = match steady_cpu {
         (Some((c0, t0)), Some((c1, t1))) => ((t1 - t0).as_secs_f64(), c1 - c0),
         _ => (0.0, 0.0),
@@ -398,6 +413,7 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
         healthy_after: health_after == Some(200),
     };
     report.loadgen_cpu_s = own_cpu1 - own_cpu0;
+    report.loadavg_start = loadavg_start;
     report.loadgen_cpu_pct_steady = pct(own_steady_s);
     drop(server);
     Ok(report)

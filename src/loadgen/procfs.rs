@@ -42,6 +42,14 @@ pub fn mem(pid: &str) -> Option<Mem> {
     })
 }
 
+/// The machine's 1-minute load average (other work competing for the cores).
+pub fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Raises the soft open-file limit to the hard limit; returns the new soft limit.
 pub fn raise_nofile() -> u64 {
     let mut lim = libc::rlimit {

@@ -53,6 +53,16 @@ pub struct ServerStats {
     pub healthy_after: bool,
 }
 
+/// What the fakes were asked for.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProviderCounts {
+    pub stt_sessions: usize,
+    /// The first refused STT handshakes (status, reason).
+    pub stt_rejected: Vec<String>,
+    pub llm_requests: usize,
+    pub tts_requests: usize,
+}
+
 /// One run at one N.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunReport {
@@ -89,19 +99,23 @@ pub struct RunReport {
     pub loadgen_max_lag_ms: f64,
     pub loadgen_cpu_s: f64,
     pub loadgen_cpu_pct_steady: f64,
+    /// The machine's 1-minute load average when the run started (2 cores: above ~2 means
+    /// other work was competing and the figures are noisy).
+    pub loadavg_start: f64,
     pub server: ServerStats,
+    pub provider_requests: ProviderCounts,
 }
 
 /// A markdown table, one row per run.
 pub fn markdown(runs: &[RunReport]) -> String {
     let mut s = String::from(
-        "| server | calls | ok / failed | turns answered | CPU % core (all) | CPU % core / call | idle RSS MiB | RSS MiB (all up) | RSS KiB / call | cold start ms | speech end → reply p50 / p99 ms | added p50 / p99 / max ms | late gaps > 40 ms | underruns | loadgen CPU % / lagged ticks |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| server | calls | ok / failed | turns answered | CPU % core (all) | CPU % core / call | idle RSS MiB | RSS MiB (all up) | RSS KiB / call | cold start ms | speech end → reply p50 / p99 ms | added p50 / p99 / max ms | late gaps > 40 ms | underruns | loadgen CPU % / lagged ticks | load avg |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in runs {
         let v = &r.server;
         s.push_str(&format!(
-            "| {} | {} | {} / {} | {} / {} | {:.1} | {:.3} | {:.1} | {:.1} | {:.0} | {:.1} | {:.0} / {:.0} | {:.2} / {:.2} / {:.1} | {} | {} | {:.0} / {} |\n",
+            "| {} | {} | {} / {} | {} / {} | {:.1} | {:.3} | {:.1} | {:.1} | {:.0} | {:.1} | {:.0} / {:.0} | {:.2} / {:.2} / {:.1} | {} | {} | {:.0} / {} | {:.1} |\n",
             r.label,
             r.calls,
             r.completed_calls,
@@ -123,6 +137,7 @@ pub fn markdown(runs: &[RunReport]) -> String {
             r.underruns,
             r.loadgen_cpu_pct_steady,
             r.loadgen_lag_ticks,
+            r.loadavg_start,
         ));
     }
     s
