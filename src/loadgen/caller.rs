@@ -112,8 +112,10 @@ pub struct TurnTimes {
     pub speech_end: Instant,
     /// When the reply's first frame arrived (None: no reply in time).
     pub first_frame: Option<Instant>,
-    /// This turn interrupted the agent.
+    /// The caller started this turn while the agent was still speaking.
     pub barge_in: bool,
+    /// Agent audio was still queued when this turn's speech ended: a `clear` must come first.
+    pub needs_clear: bool,
     /// For a barge-in: when the `clear` arrived.
     pub clear_at: Option<Instant>,
 }
@@ -231,6 +233,8 @@ struct Driver<'a> {
     queued_until: Instant,
     pending_marks: std::collections::VecDeque<(String, Instant)>,
     in_utt: bool,
+    /// The caller's current speech started over the agent's.
+    barging: bool,
     last_media: Instant,
     last_activity: Instant,
 }
@@ -311,7 +315,7 @@ impl Driver<'_> {
                 let Some(turn) = self.res.turns.last_mut() else {
                     return;
                 };
-                if at <= turn.speech_end || (turn.barge_in && turn.clear_at.is_none()) {
+                if at <= turn.speech_end || (turn.needs_clear && turn.clear_at.is_none()) {
                     return; // still the interrupted reply's audio
                 }
                 turn.first_frame = Some(at);
@@ -333,7 +337,7 @@ impl Driver<'_> {
         self.in_utt = false;
         self.last_activity = at;
         if let Some(t) = self.res.turns.last_mut()
-            && t.barge_in
+            && t.needs_clear
             && t.clear_at.is_none()
             && at > t.speech_end
         {
@@ -383,6 +387,7 @@ impl Driver<'_> {
             Phase::BargeWait { at } => {
                 if now >= at {
                     self.turn_idx += 1;
+                    self.barging = true;
                     self.phase = Phase::Speaking { next: 0 };
                 }
             }
@@ -399,11 +404,12 @@ impl Driver<'_> {
                 self.phase = Phase::Speaking { next: next + 1 };
             } else {
                 let end = Instant::now();
-                let barge_in = !self.in_utt_quiet(end);
+                let needs_clear = !self.in_utt_quiet(end);
                 self.res.turns.push(TurnTimes {
                     speech_end: end,
                     first_frame: None,
-                    barge_in,
+                    barge_in: std::mem::take(&mut self.barging),
+                    needs_clear,
                     clear_at: None,
                 });
                 self.phase = Phase::AwaitReply {
@@ -528,6 +534,7 @@ pub async fn run_call(ctx: Arc<CallCtx>, plan: CallPlan) -> CallResult {
         queued_until: t0,
         pending_marks: Default::default(),
         in_utt: false,
+        barging: false,
         last_media: t0,
         last_activity: t0,
     };

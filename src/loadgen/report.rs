@@ -86,7 +86,7 @@ pub struct RunReport {
     pub added_ms: Quantiles,
     /// Media `start` → first greeting frame.
     pub greeting_ms: Quantiles,
-    /// End of barge-in speech → `clear`.
+    /// End of barge-in speech → `clear` (only when agent audio was still queued then).
     pub barge_in_clear_ms: Quantiles,
     pub frames_received: u64,
     /// Gaps over 40 ms between frames of one agent utterance.
