@@ -10,6 +10,7 @@ pub mod call;
 pub mod carrier;
 pub mod cli;
 pub mod config;
+pub mod loadgen;
 pub mod logging;
 pub mod mcp;
 pub mod net;

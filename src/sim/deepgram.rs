@@ -9,7 +9,9 @@
 //! flushes, sends `Metadata` and closes 1000. An empty binary frame is a protocol error (close
 //! 1002), and with no frame at all for the idle timeout (10 s, configurable) it closes
 //! 1011 `NET-0001`. Failure modes: refuse the handshake with a status, or drop the TCP
-//! connection after some audio. Everything is recorded in a [`DeepgramRecord`].
+//! connection after some audio. Everything is recorded in a [`DeepgramRecord`], including when
+//! each `speech_final` left the fake and the first bytes of audio (the load generator tags its
+//! calls there); a load run turns off the verbatim frame log with `record_frames: false`.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -52,6 +54,8 @@ pub struct FakeDeepgramConfig {
     /// Close 1011 `NET-0001` after this long with no frame from the client.
     pub idle_timeout: Duration,
     pub failure: Option<DeepgramFailure>,
+    /// Keep every text frame received and sent verbatim (tests); a load run turns it off.
+    pub record_frames: bool,
 }
 
 impl Default for FakeDeepgramConfig {
@@ -62,6 +66,7 @@ impl Default for FakeDeepgramConfig {
             default_transcript: "hello there".into(),
             idle_timeout: Duration::from_secs(10),
             failure: None,
+            record_frames: true,
         }
     }
 }
@@ -89,6 +94,10 @@ pub struct DgConnection {
     pub close_streams: usize,
     /// Every text frame the fake sent, verbatim.
     pub sent: Vec<String>,
+    /// When each `speech_final` result was handed to the socket.
+    pub finals_at: Vec<Instant>,
+    /// The first bytes (up to 16) of the first audio frame.
+    pub first_audio: Vec<u8>,
     pub closed: Option<DgClose>,
 }
 
@@ -351,7 +360,16 @@ async fn session(
                     ok = false;
                     break;
                 }
-                rec(&mut |c| c.sent.push(text.clone()));
+                let at = Instant::now();
+                let speech_final = m.get("speech_final").and_then(Value::as_bool) == Some(true);
+                rec(&mut |c| {
+                    if speech_final {
+                        c.finals_at.push(at);
+                    }
+                    if cfg.record_frames {
+                        c.sent.push(text.clone());
+                    }
+                });
             }
             ok
         }};
@@ -379,6 +397,9 @@ async fn session(
                     }
                     let mut total = 0;
                     rec(&mut |c| {
+                        if c.audio_frames == 0 {
+                            c.first_audio = b[..b.len().min(16)].to_vec();
+                        }
                         c.audio_bytes += b.len();
                         c.audio_frames += 1;
                         total = c.audio_bytes;
@@ -398,7 +419,9 @@ async fn session(
                 }
                 Some(WsIn::Text(t)) => {
                     deadline = Instant::now() + cfg.idle_timeout;
-                    rec(&mut |c| c.messages.push(t.clone()));
+                    if cfg.record_frames {
+                        rec(&mut |c| c.messages.push(t.clone()));
+                    }
                     let v: Value = match serde_json::from_str(&t) {
                         Ok(v) => v,
                         Err(_) => {

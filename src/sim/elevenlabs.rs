@@ -266,6 +266,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
     s.tasks.spawn(async move {
         let chunk = (cfg.chunk_ms.max(1) as usize) * 8;
         let mut first = true;
+        let mut sent = 0;
         for piece in audio.chunks(chunk) {
             let pause = if first {
                 cfg.first_chunk_delay
@@ -280,10 +281,11 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
             if tx.send(Bytes::copy_from_slice(piece)).await.is_err() {
                 break;
             }
+            sent += piece.len();
             s2.record
                 .modify(|rec| rec.requests[idx].bytes_sent += piece.len());
         }
-        let done = s2.record.snapshot().requests[idx].bytes_sent == audio.len();
+        let done = sent == audio.len();
         if done {
             s2.record.modify(|rec| rec.requests[idx].completed = true);
         } else {

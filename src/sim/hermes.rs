@@ -369,12 +369,18 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
 }
 
 fn rq_model(s: &Shared, idx: usize) -> String {
-    s.record.snapshot().requests[idx]
-        .body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("hermes-agent")
-        .to_string()
+    // Reads one request in place: cloning the whole record per request would make a long
+    // load run quadratic.
+    let mut model = String::new();
+    s.record.modify(|r| {
+        model = r.requests[idx]
+            .body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("hermes-agent")
+            .to_string();
+    });
+    model
 }
 
 /// Streams the reply; false when the client went away first.

@@ -298,6 +298,11 @@ impl std::fmt::Debug for SimCall {
     }
 }
 
+/// Maps a TwiML `wss://host/path` onto `ws_base` + `/path` (query dropped, as Twilio does).
+pub fn map_stream_url(stream_url: &str, ws_base: &str) -> Result<String, SimError> {
+    map_url(stream_url, ws_base, false)
+}
+
 /// Maps `wss://host/path?query` onto `ws_base` + `/path`, keeping the query if asked.
 fn map_url(stream_url: &str, ws_base: &str, keep_query: bool) -> Result<String, SimError> {
     let (_, rest) = stream_url

@@ -1,0 +1,70 @@
+"""Patter (getpatter 0.7.0) as a Twilio server for patterd-loadgen.
+
+Runs Patter's embedded server in pipeline mode -- Deepgram STT, Hermes LLM, ElevenLabs
+HTTP-streaming TTS, all at mu-law 8 kHz like patterd -- with every provider pointed at the
+load generator's fakes through the BENCH_* environment variables, fake credentials, telemetry
+off, dashboard off. Patter's Deepgram URL is a module constant and its ElevenLabs REST client
+has a fixed base URL, so both are replaced here before the first call.
+"""
+
+import asyncio
+import os
+
+os.environ["PATTER_TELEMETRY_DISABLED"] = "1"
+os.environ["DO_NOT_TRACK"] = "1"
+os.environ["TWILIO_ACCOUNT_SID"] = os.environ["BENCH_ACCOUNT_SID"]
+os.environ["TWILIO_AUTH_TOKEN"] = os.environ["BENCH_AUTH_TOKEN"]
+
+import httpx  # noqa: E402
+
+import getpatter.providers.deepgram_stt as deepgram_stt  # noqa: E402
+
+deepgram_stt.DEEPGRAM_WS_URL = os.environ["BENCH_DEEPGRAM_URL"] + "/v1/listen"
+
+from getpatter import Patter, Twilio  # noqa: E402
+from getpatter.llm import hermes  # noqa: E402
+from getpatter.providers.deepgram_stt import DeepgramSTT  # noqa: E402
+from getpatter.providers.elevenlabs_tts import (  # noqa: E402
+    ElevenLabsOutputFormat,
+    ElevenLabsTTS,
+)
+
+
+def main() -> None:
+    if os.environ.get("BENCH_DEBUG"):
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG)
+    public = os.environ["BENCH_PUBLIC_URL"].removeprefix("https://")
+    phone = Patter(
+        carrier=Twilio(),
+        phone_number=os.environ["BENCH_NUMBER"],
+        webhook_url=public,
+    )
+    tts = ElevenLabsTTS(
+        api_key=os.environ["BENCH_ELEVENLABS_KEY"],
+        voice_id="voice123",
+        output_format=ElevenLabsOutputFormat.ULAW_8000,
+    )
+    tts._client = httpx.AsyncClient(
+        base_url=os.environ["BENCH_ELEVENLABS_URL"] + "/v1",
+        headers={"xi-api-key": os.environ["BENCH_ELEVENLABS_KEY"]},
+        timeout=30.0,
+    )
+    agent = phone.agent(
+        stt=DeepgramSTT.for_twilio(api_key=os.environ["BENCH_DEEPGRAM_KEY"]),
+        llm=hermes.LLM(
+            api_key=os.environ["BENCH_HERMES_KEY"],
+            base_url=os.environ["BENCH_HERMES_URL"] + "/v1",
+        ),
+        tts=tts,
+        system_prompt="You are a benchmark agent.",
+        first_message="Hello, thanks for calling.",
+    )
+    asyncio.run(
+        phone.serve(agent, port=int(os.environ["BENCH_PORT"]), dashboard=False)
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+//! Micro-benchmarks of the per-frame hot path (issue 7): parse a Twilio `media` frame, decode
+//! its μ-law, measure its energy (the level a voice detector would start from; patterd itself
+//! leaves voice detection to the STT), forward it to the STT input channel; encode an outgoing
+//! agent frame; the SSE parser on a Hermes stream; the sentence chunker on a streamed reply.
+//! Run with `cargo bench --bench hot_path`.
+
+use std::hint::black_box;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use patterd::audio::g711::{decode_ulaw, ulaw_energy, ulaw_tone};
+use patterd::carrier::twilio::TwilioCodec;
+use patterd::carrier::{MediaCodec, MediaCommand, MediaEvent};
+use patterd::provider::chunker::SentenceChunker;
+use patterd::provider::sse::SseParser;
+
+const STREAM_SID: &str = "MZ00000000000000000000000000000001";
+
+fn started_codec() -> TwilioCodec {
+    let mut codec = TwilioCodec::new();
+    let start = format!(
+        r#"{{"event":"start","sequenceNumber":"1","start":{{"accountSid":"AC1","streamSid":"{STREAM_SID}","callSid":"CA1","tracks":["inbound"],"mediaFormat":{{"encoding":"audio/x-mulaw","sampleRate":8000,"channels":1}},"customParameters":{{"token":"t"}}}},"streamSid":"{STREAM_SID}"}}"#
+    );
+    codec.decode(&start).expect("start decodes");
+    codec
+}
+
+fn media_frame() -> String {
+    let audio = ulaw_tone(440.0, 20, 8000);
+    format!(
+        r#"{{"event":"media","sequenceNumber":"42","media":{{"track":"inbound","chunk":"41","timestamp":"820","payload":"{}"}},"streamSid":"{STREAM_SID}"}}"#,
+        STANDARD.encode(&audio)
+    )
+}
+
+fn carrier_frames(c: &mut Criterion) {
+    let frame = media_frame();
+    let mut codec = started_codec();
+    c.bench_function("twilio_decode_media_frame", |b| {
+        b.iter(|| codec.decode(black_box(&frame)))
+    });
+    c.bench_function("decode_frame+ulaw_to_pcm+energy", |b| {
+        b.iter(|| {
+            if let Ok(Some(MediaEvent::Audio(a))) = codec.decode(black_box(&frame)) {
+                let pcm = decode_ulaw(&a);
+                black_box((pcm, ulaw_energy(&a)));
+            }
+        })
+    });
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    c.bench_function("decode_frame+forward_to_stt_channel", |b| {
+        b.iter(|| {
+            if let Ok(Some(MediaEvent::Audio(a))) = codec.decode(black_box(&frame)) {
+                let _ = tx.try_send(a);
+            }
+            black_box(rx.try_recv().ok());
+        })
+    });
+    let audio = Bytes::from(ulaw_tone(440.0, 20, 8000));
+    c.bench_function("twilio_encode_agent_frame", |b| {
+        b.iter(|| codec.encode(black_box(&MediaCommand::Audio(audio.clone()))))
+    });
+}
+
+fn hermes_stream() -> Vec<u8> {
+    let mut s = String::from(
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n",
+    );
+    for w in "Sure, I can book a table for two tomorrow evening. What time works for you?"
+        .split_inclusive(' ')
+    {
+        s.push_str(&format!(
+            "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}}}}]}}\n\n",
+            serde_json::to_string(w).unwrap_or_default()
+        ));
+    }
+    s.push_str(
+        ": keepalive\n\nevent: hermes.tool.progress\ndata: {\"tool\":\"x\"}\n\ndata: [DONE]\n\n",
+    );
+    s.into_bytes()
+}
+
+fn providers(c: &mut Criterion) {
+    let stream = hermes_stream();
+    c.bench_function("sse_parse_hermes_reply_64B_chunks", |b| {
+        b.iter(|| {
+            let mut p = SseParser::new();
+            let mut n = 0;
+            for chunk in stream.chunks(64) {
+                n += p.push(black_box(chunk)).len();
+            }
+            n
+        })
+    });
+    let deltas: Vec<&str> =
+        "Sure, I can book a table for two tomorrow evening. What time works for you? We open at five."
+            .split_inclusive(' ')
+            .collect();
+    c.bench_function("chunker_reply_word_deltas", |b| {
+        b.iter(|| {
+            let mut ch = SentenceChunker::new();
+            let mut n = 0;
+            for d in &deltas {
+                n += ch.push(black_box(d)).len();
+            }
+            n + usize::from(ch.finish().is_some())
+        })
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(std::time::Duration::from_millis(500))
+        .measurement_time(std::time::Duration::from_secs(2));
+    targets = carrier_frames, providers
+}
+criterion_main!(benches);

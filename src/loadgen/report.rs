@@ -1,0 +1,160 @@
+//! The load generator's results: one [`RunReport`] per run (serialised as JSON) and the
+//! markdown table that puts runs (several N, several servers) side by side.
+
+use serde::{Deserialize, Serialize};
+
+/// Percentiles of a sample, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Quantiles {
+    pub n: usize,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Quantiles {
+    pub fn of(mut v: Vec<f64>) -> Self {
+        if v.is_empty() {
+            return Self::default();
+        }
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1];
+        Self {
+            n: v.len(),
+            p50: at(0.50),
+            p90: at(0.90),
+            p99: at(0.99),
+            max: v[v.len() - 1],
+        }
+    }
+}
+
+/// The server process, from `/proc`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServerStats {
+    /// Spawn → first `/healthz` 200.
+    pub cold_start_ms: f64,
+    pub idle_rss_mib: f64,
+    /// Mean RSS while every call was up.
+    pub steady_rss_mib: f64,
+    /// Highest RSS seen (sampled, and `VmHWM`).
+    pub peak_rss_mib: f64,
+    /// Two seconds after the last call ended.
+    pub after_rss_mib: f64,
+    /// (steady − idle) / calls.
+    pub rss_per_call_kib: f64,
+    /// CPU seconds from the first call to the last one ending.
+    pub cpu_s_total: f64,
+    pub steady_window_s: f64,
+    /// Percent of one core over the steady window.
+    pub cpu_pct_steady: f64,
+    pub cpu_pct_per_call: f64,
+    pub healthy_after: bool,
+}
+
+/// What the fakes were asked for.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProviderCounts {
+    pub stt_sessions: usize,
+    /// The first refused STT handshakes (status, reason).
+    pub stt_rejected: Vec<String>,
+    pub llm_requests: usize,
+    pub tts_requests: usize,
+}
+
+/// One run at one N.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunReport {
+    pub label: String,
+    pub calls: usize,
+    pub rate: f64,
+    pub hold_s: f64,
+    pub completed_calls: usize,
+    pub failed_calls: usize,
+    /// The commonest errors (message, count).
+    pub errors: Vec<(String, usize)>,
+    pub turns: usize,
+    pub turns_answered: usize,
+    pub turns_missing: usize,
+    /// Answered turns without a matching `speech_final` from the fake.
+    pub turns_unmatched: usize,
+    pub barge_ins: usize,
+    /// End of the caller's speech → first reply frame.
+    pub e2e_ms: Quantiles,
+    /// The fake's `speech_final` sent → first reply frame: the latency the server adds.
+    pub added_ms: Quantiles,
+    /// Media `start` → first greeting frame.
+    pub greeting_ms: Quantiles,
+    /// End of barge-in speech → `clear` (only when agent audio was still queued then).
+    pub barge_in_clear_ms: Quantiles,
+    pub frames_received: u64,
+    /// Gaps over 40 ms between frames of one agent utterance.
+    pub late_gaps: u64,
+    pub max_gap_ms: f64,
+    /// Modelled playback queue ran dry inside an utterance.
+    pub underruns: u64,
+    /// Simulator ticks more than 20 ms late (the load generator itself was overloaded).
+    pub loadgen_lag_ticks: u64,
+    pub loadgen_max_lag_ms: f64,
+    pub loadgen_cpu_s: f64,
+    pub loadgen_cpu_pct_steady: f64,
+    /// The machine's 1-minute load average when the run started (2 cores: above ~2 means
+    /// other work was competing and the figures are noisy).
+    pub loadavg_start: f64,
+    pub server: ServerStats,
+    pub provider_requests: ProviderCounts,
+}
+
+/// A markdown table, one row per run.
+pub fn markdown(runs: &[RunReport]) -> String {
+    let mut s = String::from(
+        "| server | calls | ok / failed | turns answered | CPU % core (all) | CPU % core / call | idle RSS MiB | RSS MiB (all up) | RSS KiB / call | cold start ms | speech end → reply p50 / p99 ms | added p50 / p99 / max ms | late gaps > 40 ms | underruns | loadgen CPU % / lagged ticks | load avg |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in runs {
+        let v = &r.server;
+        s.push_str(&format!(
+            "| {} | {} | {} / {} | {} / {} | {:.1} | {:.3} | {:.1} | {:.1} | {:.0} | {:.1} | {:.0} / {:.0} | {:.2} / {:.2} / {:.1} | {} | {} | {:.0} / {} | {:.1} |\n",
+            r.label,
+            r.calls,
+            r.completed_calls,
+            r.failed_calls,
+            r.turns_answered,
+            r.turns,
+            v.cpu_pct_steady,
+            v.cpu_pct_per_call,
+            v.idle_rss_mib,
+            v.steady_rss_mib,
+            v.rss_per_call_kib,
+            v.cold_start_ms,
+            r.e2e_ms.p50,
+            r.e2e_ms.p99,
+            r.added_ms.p50,
+            r.added_ms.p99,
+            r.added_ms.max,
+            r.late_gaps,
+            r.underruns,
+            r.loadgen_cpu_pct_steady,
+            r.loadgen_lag_ticks,
+            r.loadavg_start,
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles() {
+        let q = Quantiles::of((1..=100).map(f64::from).collect());
+        assert_eq!(
+            (q.n, q.p50, q.p90, q.p99, q.max),
+            (100, 50.0, 90.0, 99.0, 100.0)
+        );
+        assert_eq!(Quantiles::of(vec![]).n, 0);
+        assert_eq!(Quantiles::of(vec![3.0]).p99, 3.0);
+    }
+}
