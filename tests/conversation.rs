@@ -595,3 +595,65 @@ async fn an_interrupted_reply_reaches_each_brain_as_what_was_heard() {
         )
     );
 }
+
+/// The first `ms` of the agent's voice at `gain` (0–1): its own speech coming back down the
+/// line.
+fn echo_of_agent(ms: usize, gain: f32) -> Vec<u8> {
+    use patterd::audio::g711::{decode_ulaw, encode_ulaw};
+    let voice = clip("agent_voice");
+    let pcm: Vec<i16> = decode_ulaw(&voice[..(ms * 8).min(voice.len())])
+        .into_iter()
+        .map(|s| (f32::from(s) * gain) as i16)
+        .collect();
+    encode_ulaw(&pcm)
+}
+
+#[tokio::test]
+async fn a_loud_echo_the_stt_transcribes_is_ignored_and_the_reply_goes_on() {
+    // At -6 dB the fake Deepgram hears the echo as speech and "transcribes" it as the
+    // sentence the agent is saying (the -20 dB echo of the figures is below its threshold).
+    let stack = stack(
+        &[
+            "I would like to book a table for four people on Tuesday evening.",
+            S2,
+            S2,
+            S2,
+        ],
+        "idle_nudge_after_s = 0",
+    )
+    .await;
+    let (sid, sim) = into_reply(&stack).await;
+    sim.push_audio(&echo_of_agent(1440, 0.5));
+    let r = wait_record(&stack, &sid, "the whole reply heard", |r| {
+        agent_reply(r).is_some_and(|e| e.heard_text == reply())
+    })
+    .await;
+    if std::env::var_os("CONVERSATION_DEBUG").is_some() {
+        for e in &r.events {
+            eprintln!("{:6} {} {}", e.t_ms, e.kind, e.detail);
+        }
+    }
+    let ignored: Vec<_> = r.events_of("echo_ignored").collect();
+    assert!(!ignored.is_empty(), "{:#?}", r.events);
+    assert!(ignored.iter().all(|e| e.detail == S2), "{ignored:?}");
+    assert_eq!(r.events_of("barge_in_commit").count(), 0);
+    assert_eq!(r.events_of("interrupted").count(), 0);
+    assert_eq!(
+        r.events_of("llm_request").count(),
+        1,
+        "no caller turn taken"
+    );
+    let entry = agent_reply(&r).expect("reply entry");
+    assert!(!entry.interrupted, "{entry:?}");
+    assert!(
+        !r.transcript
+            .iter()
+            .any(|e| e.speaker == Speaker::Caller && e.text == S2),
+        "the echo is not a caller turn"
+    );
+    assert_eq!(stack.hermes.record().requests.len(), 1);
+    let s = sim.state();
+    assert!(s.protocol_errors.is_empty(), "{:?}", s.protocol_errors);
+    sim.hang_up().await;
+    let _ = stack.finished(&sid).await;
+}
