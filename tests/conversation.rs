@@ -516,8 +516,12 @@ async fn an_uninterruptible_greeting_plays_through_but_a_later_reply_is_cut() {
     assert!(reply_entry.interrupted, "{reply_entry:?}");
     let s = sim.state();
     let greeting_back = s.marks_echoed.first().map(|(t, _)| *t).expect("mark");
-    assert_eq!(s.clears.len(), 1, "{:?}", s.clears);
-    assert!(s.clears[0] > greeting_back, "only the reply was cleared");
+    assert!(!s.clears.is_empty(), "the reply was cut");
+    assert!(
+        s.clears.iter().all(|c| *c > greeting_back),
+        "only the reply was cleared: {:?} (greeting back at {greeting_back})",
+        s.clears
+    );
     sim.hang_up().await;
     let _ = stack.finished(&sid).await;
 }
