@@ -6,6 +6,8 @@
 //! loses at most the turn in progress. Reads use their own connection (WAL lets them run
 //! beside the writer) on tokio's blocking pool. Schema changes are numbered migrations tracked
 //! in `PRAGMA user_version`; calls older than `retention_days` are pruned at start and hourly.
+//! At debug level (`patterd::store=debug`) each committed turn is logged as `turn stored` with
+//! its call id, sequence number and heard length (never its text).
 
 pub mod model;
 
