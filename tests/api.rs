@@ -347,13 +347,9 @@ async fn originate_answer_talk_and_hang_up() {
 }
 
 async fn rest_hung_up(stack: &Stack, sid: &str) {
-    for _ in 0..100 {
-        if stack.rest.hung_up().iter().any(|s| s == sid) {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    if let Err(seen) = stack.rest.wait_for_hang_up(sid, WAIT).await {
+        panic!("no REST hang-up for {sid}: {seen:?}");
     }
-    panic!("no REST hang-up for {sid}: {:?}", stack.rest.requests());
 }
 
 #[tokio::test]

@@ -578,3 +578,122 @@ fn read_error_names_the_file() {
         "{err}"
     );
 }
+
+/// BASE with `lines` added to `[agents.front-desk]`.
+fn with_agent_lines(lines: &str) -> String {
+    BASE.replace(
+        "tts = \"elevenlabs\"\n\n[[numbers]]",
+        &format!("tts = \"elevenlabs\"\n{lines}\n\n[[numbers]]"),
+    )
+}
+
+#[test]
+fn conversation_keys_out_of_range_name_the_key_and_line() {
+    // (lines added to the agent, the key the error names, text the message contains)
+    let cases: &[(&str, &str, &str)] = &[
+        ("vad_threshold = 1.5", "vad_threshold", "between 0 and 1"),
+        ("vad_threshold = 0.0", "vad_threshold", "between 0 and 1"),
+        ("vad_stop_ms = 5", "vad_stop_ms", "between 32 and 2000"),
+        (
+            "min_endpointing_ms = 20000\nmax_endpointing_ms = 25000",
+            "min_endpointing_ms",
+            "between 0 and 10000",
+        ),
+        (
+            "min_endpointing_ms = 800\nmax_endpointing_ms = 500",
+            "max_endpointing_ms",
+            "at least min_endpointing_ms (800)",
+        ),
+        (
+            "max_endpointing_ms = 60000",
+            "max_endpointing_ms",
+            "at most 30000",
+        ),
+        (
+            "barge_in_min_speech_ms = 10",
+            "barge_in_min_speech_ms",
+            "between 32 and 3000",
+        ),
+        (
+            "barge_in_confirm_ms = 50",
+            "barge_in_confirm_ms",
+            "between 100 and 10000",
+        ),
+        (
+            "barge_in_min_words = 0",
+            "barge_in_min_words",
+            "between 1 and 20",
+        ),
+        (
+            "idle_nudge_after_s = -1.0",
+            "idle_nudge_after_s",
+            "0 (off) or more seconds",
+        ),
+        (
+            "idle_max_nudges = 50",
+            "idle_max_nudges",
+            "between 0 and 20",
+        ),
+        (
+            "backchannel_words = [\"mm-hmm\", \"  \"]",
+            "backchannel_words",
+            "empty",
+        ),
+    ];
+    for (lines, key, message) in cases {
+        let text = with_agent_lines(lines);
+        let err = load_err(&text);
+        let line = line_of(&text, &format!("{key} ="));
+        assert!(
+            err.starts_with(&format!("patter.toml:{line}: [agents.front-desk] {key}")),
+            "{lines}: {err}"
+        );
+        assert!(err.contains(message), "{lines}: {err}");
+    }
+}
+
+#[test]
+fn conversation_keys_of_the_wrong_type_name_the_key_and_line() {
+    let cases: &[(&str, &str)] = &[
+        ("vad_threshold = \"high\"", "vad_threshold"),
+        ("vad_stop_ms = -5", "vad_stop_ms"),
+        ("min_endpointing_ms = 1.5", "min_endpointing_ms"),
+        ("max_endpointing_ms = \"3s\"", "max_endpointing_ms"),
+        ("barge_in = [true]", "barge_in"),
+        (
+            "greeting_interruptible = \"sometimes\"",
+            "greeting_interruptible",
+        ),
+        ("barge_in_min_words = \"two\"", "barge_in_min_words"),
+        ("backchannel_words = \"yeah\"", "backchannel_words"),
+        ("idle_nudge_after_s = \"soon\"", "idle_nudge_after_s"),
+        ("idle_nudge_message = 3", "idle_nudge_message"),
+        ("idle_goodbye_message = [\"bye\"]", "idle_goodbye_message"),
+    ];
+    for (lines, key) in cases {
+        let text = with_agent_lines(lines);
+        let err = load_err(&text);
+        let line = line_of(&text, &format!("{key} ="));
+        assert!(
+            err.starts_with(&format!("patter.toml:{line}: [agents.front-desk] {key}: ")),
+            "{lines}: {err}"
+        );
+        assert!(err.contains("expected"), "{lines}: {err}");
+    }
+}
+
+#[test]
+fn conversation_keys_in_range_load() {
+    let text = with_agent_lines(
+        "vad_threshold = 0.7\nvad_stop_ms = 200\nmin_endpointing_ms = 250\n\
+         max_endpointing_ms = 2500\nbarge_in = false\ngreeting_interruptible = false\n\
+         barge_in_min_speech_ms = 150\nbarge_in_confirm_ms = 900\nbarge_in_min_words = 3\n\
+         backchannel_words = [\"sure\"]\nidle_nudge_after_s = 0\nidle_max_nudges = 1\n\
+         idle_nudge_message = \"Hello?\"\nidle_goodbye_message = \"Bye.\"",
+    );
+    let loaded = load(&text).expect("loads");
+    let agent = loaded.config.agent("front-desk").expect("agent");
+    assert!(!agent.barge_in && !agent.greeting_interruptible);
+    assert_eq!(agent.max_endpointing_ms, 2500);
+    assert_eq!(agent.backchannel_words, vec!["sure".to_string()]);
+}

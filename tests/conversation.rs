@@ -43,31 +43,38 @@ async fn stack(transcripts: &[&str], agent_extra: &str) -> Stack {
     .await
 }
 
-/// Polls the live call's record until `pred` holds (up to `LONG`).
+/// Waits until the call's record satisfies `pred` (up to `LONG`): checks a snapshot each time
+/// the call records an event, and the final record once it has ended. No polling.
 async fn wait_record(
     stack: &Stack,
     sid: &str,
     what: &str,
     pred: impl Fn(&CallRecord) -> bool,
 ) -> CallRecord {
-    let deadline = tokio::time::Instant::now() + LONG;
-    loop {
-        if let Some(h) = stack.server.app.calls.get(sid)
-            && let Ok(r) = h.snapshot().await
-            && pred(&r)
-        {
-            return r;
+    let calls = &stack.server.app.calls;
+    let wait = async {
+        let Some(h) = calls.get(sid) else {
+            return calls.finished(sid);
+        };
+        // Subscribed before the first snapshot, so no event between the two is missed.
+        let mut changes = h.changes();
+        loop {
+            match h.snapshot().await {
+                Ok(r) if pred(&r) => return Some(r),
+                Ok(_) => {}
+                Err(_) => return calls.wait_finished(sid).await,
+            }
+            if changes.changed().await.is_err() {
+                return calls.wait_finished(sid).await;
+            }
         }
-        if let Some(r) = stack.server.app.calls.finished(sid) {
-            assert!(pred(&r), "call ended before {what}: {r:#?}");
-            return r;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    let r = tokio::time::timeout(LONG, wait)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+        .unwrap_or_else(|| panic!("no record of call {sid} while waiting for {what}"));
+    assert!(pred(&r), "call ended before {what}: {r:#?}");
+    r
 }
 
 fn agent_reply(r: &CallRecord) -> Option<&patterd::call::TranscriptEntry> {
@@ -372,4 +379,285 @@ async fn an_idle_caller_is_nudged_then_told_goodbye_and_hung_up_on() {
         .await
         .expect("REST hang-up");
     assert_eq!(stack.rest.hung_up().len(), 1);
+}
+
+/// Index of the `n`th (0-based) event of `kind` in the record.
+fn nth_event(r: &CallRecord, kind: &str, n: usize) -> Option<usize> {
+    r.events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == kind)
+        .nth(n)
+        .map(|(i, _)| i)
+}
+
+#[tokio::test]
+async fn without_barge_in_the_callers_turn_waits_for_the_agent_to_finish() {
+    let stack = stack(
+        &[
+            "I would like to book a table for four people on Tuesday evening.",
+            "no, I meant Tuesday",
+            "",
+            "",
+        ],
+        "barge_in = false\nidle_nudge_after_s = 0",
+    )
+    .await;
+    let (sid, sim) = into_reply(&stack).await;
+    stack.hermes.push(HermesReply::text("Tuesday it is."));
+    sim.push_audio(&clip("no_tuesday"));
+    let h = stack
+        .hermes
+        .wait_until("the held turn reaches the brain", |r| r.requests.len() >= 2)
+        .await;
+    let (role, content) = h.requests[1].messages().last().cloned().expect("message");
+    assert_eq!(role, "user");
+    // Nothing was cut, so there is nothing to tell the brain about.
+    assert_eq!(content, "no, I meant Tuesday");
+    let r = wait_record(&stack, &sid, "the second turn", |r| {
+        r.events_of("llm_request").count() >= 2
+    })
+    .await;
+    let entry = agent_reply(&r).expect("reply entry");
+    assert!(!entry.interrupted, "{entry:?}");
+    assert_eq!(entry.heard_text, reply(), "the whole reply was heard");
+    assert_eq!(r.events_of("barge_in_stop").count(), 0);
+    assert_eq!(r.events_of("interrupted").count(), 0);
+    // Order: the turn was held, the reply's last sentence came back, then the brain was asked.
+    let held = nth_event(&r, "turn_held", 0).expect("turn_held");
+    let second = nth_event(&r, "llm_request", 1).expect("second llm_request");
+    let marks_before = r.events[..second]
+        .iter()
+        .filter(|e| e.kind == "mark_played")
+        .count();
+    assert!(held < second);
+    // The greeting's mark and one per reply sentence.
+    assert!(marks_before >= 5, "{:#?}", r.events);
+    let s = sim.state();
+    assert!(
+        s.clears.is_empty(),
+        "no clear without barge-in: {:?}",
+        s.clears
+    );
+    assert!(s.protocol_errors.is_empty(), "{:?}", s.protocol_errors);
+    sim.hang_up().await;
+    let _ = stack.finished(&sid).await;
+}
+
+#[tokio::test]
+async fn an_uninterruptible_greeting_plays_through_but_a_later_reply_is_cut() {
+    let greeting = "Hello, thanks for calling the Harbour Kitchen. We are a small family \
+                    restaurant by the water, and I can help you with opening hours, \
+                    bookings and the menu.";
+    let stack = Stack::start(Opts {
+        first_message: greeting.into(),
+        transcripts: [
+            "I would like to book a table for four people on Tuesday evening.",
+            "no, I meant Tuesday",
+            "",
+            "",
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect(),
+        agent_extra: "greeting_interruptible = false\nidle_nudge_after_s = 0".into(),
+        voice: Some((clip("agent_voice"), 60)),
+        long_turn_after_s: 20.0,
+        ..Default::default()
+    })
+    .await;
+    stack.hermes.push(HermesReply::text(&reply()));
+    let (sid, sim) = stack.call().await;
+    sim.wait_for("greeting audio", WAIT, |s| s.first_agent_audio_ms.is_some())
+        .await
+        .expect("greeting plays");
+    // The caller talks over the greeting.
+    sim.push_audio(&clip("book_table"));
+    let h = stack
+        .hermes
+        .wait_until("the caller's turn", |r| !r.requests.is_empty())
+        .await;
+    let (_, content) = h.requests[0].messages().last().cloned().expect("message");
+    assert_eq!(
+        content,
+        "I would like to book a table for four people on Tuesday evening."
+    );
+    // The reply starts playing after the whole greeting; then the caller cuts it.
+    sim.wait_for("first reply sentence heard", LONG, |s| {
+        s.marks_echoed.len() >= 2
+    })
+    .await
+    .expect("reply plays");
+    stack.hermes.push(HermesReply::text("Tuesday it is."));
+    sim.push_audio(&clip("no_tuesday"));
+    stack
+        .hermes
+        .wait_until("the interrupting turn", |r| r.requests.len() >= 2)
+        .await;
+    let r = wait_record(&stack, &sid, "the second turn", |r| {
+        r.events_of("llm_request").count() >= 2
+    })
+    .await;
+    let g = r
+        .transcript
+        .iter()
+        .find(|e| e.speaker == Speaker::Agent && e.text == greeting)
+        .expect("greeting entry");
+    assert!(!g.interrupted, "{g:?}");
+    assert_eq!(g.heard_text, greeting, "the greeting was heard whole");
+    // The caller started speaking before the greeting was over, and the first turn was taken
+    // while it still played (queued, not cut).
+    let speech = nth_event(&r, "speech_start", 0).expect("speech_start");
+    let first_mark = nth_event(&r, "mark_played", 0).expect("greeting mark");
+    let first_request = nth_event(&r, "llm_request", 0).expect("first llm_request");
+    assert!(speech < first_mark, "{:#?}", r.events);
+    assert!(first_request < first_mark, "{:#?}", r.events);
+    let reply_entry = agent_reply(&r).expect("reply entry");
+    assert!(reply_entry.interrupted, "{reply_entry:?}");
+    let s = sim.state();
+    let greeting_back = s.marks_echoed.first().map(|(t, _)| *t).expect("mark");
+    assert!(!s.clears.is_empty(), "the reply was cut");
+    assert!(
+        s.clears.iter().all(|c| *c > greeting_back),
+        "only the reply was cleared: {:?} (greeting back at {greeting_back})",
+        s.clears
+    );
+    sim.hang_up().await;
+    let _ = stack.finished(&sid).await;
+}
+
+/// Interrupts the long reply with "no, I meant Tuesday" on an agent using brain `llm`; returns
+/// the second request's messages and what the caller heard of the reply.
+async fn interrupted_history(llm: &str) -> (Vec<(String, String)>, String) {
+    let stack = Stack::start(Opts {
+        transcripts: [
+            "I would like to book a table for four people on Tuesday evening.",
+            "no, I meant Tuesday",
+            "",
+            "",
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect(),
+        agent_extra: "idle_nudge_after_s = 0".into(),
+        voice: Some((clip("agent_voice"), 60)),
+        long_turn_after_s: 20.0,
+        llm: llm.into(),
+        ..Default::default()
+    })
+    .await;
+    let (sid, sim) = into_reply(&stack).await;
+    stack.hermes.push(HermesReply::text("Tuesday it is."));
+    sim.push_audio(&clip("no_tuesday"));
+    let h = stack
+        .hermes
+        .wait_until("the interrupting turn", |r| r.requests.len() >= 2)
+        .await;
+    let r = wait_record(&stack, &sid, "the second turn", |r| {
+        r.events_of("llm_request").count() >= 2
+    })
+    .await;
+    let entry = agent_reply(&r).expect("reply entry");
+    assert!(entry.interrupted, "{entry:?}");
+    assert!(!entry.heard_text.is_empty(), "a sentence was heard first");
+    assert!(entry.heard_text != reply(), "the reply was cut: {entry:?}");
+    assert!(reply().starts_with(&entry.heard_text), "{entry:?}");
+    sim.hang_up().await;
+    let _ = stack.finished(&sid).await;
+    (h.requests[1].messages(), entry.heard_text.clone())
+}
+
+#[tokio::test]
+async fn an_interrupted_reply_reaches_each_brain_as_what_was_heard() {
+    let (compat, hermes) =
+        tokio::join!(interrupted_history("compat"), interrupted_history("hermes"));
+    let first = "I would like to book a table for four people on Tuesday evening.";
+    // openai_compatible: the whole history, the reply truncated to what was heard and marked.
+    let (messages, heard) = compat;
+    let pair = |r: &str, c: &str| (r.to_string(), c.to_string());
+    assert_eq!(
+        messages,
+        vec![
+            pair("system", SYSTEM_PROMPT),
+            pair("user", first),
+            pair("assistant", &format!("{heard} [interrupted by the caller]")),
+            pair("user", "no, I meant Tuesday"),
+        ]
+    );
+    // Hermes keeps its own (whole) copy: the next user message starts with a bracketed note.
+    let (messages, heard) = hermes;
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[0], pair("system", SYSTEM_PROMPT));
+    assert_eq!(
+        messages[1],
+        pair(
+            "user",
+            &format!(
+                "[The caller interrupted you; of your last reply they heard only: \"{heard}\"] \
+                 no, I meant Tuesday"
+            )
+        )
+    );
+}
+
+/// The first `ms` of the agent's voice at `gain` (0–1): its own speech coming back down the
+/// line.
+fn echo_of_agent(ms: usize, gain: f32) -> Vec<u8> {
+    use patterd::audio::g711::{decode_ulaw, encode_ulaw};
+    let voice = clip("agent_voice");
+    let pcm: Vec<i16> = decode_ulaw(&voice[..(ms * 8).min(voice.len())])
+        .into_iter()
+        .map(|s| (f32::from(s) * gain) as i16)
+        .collect();
+    encode_ulaw(&pcm)
+}
+
+#[tokio::test]
+async fn a_loud_echo_the_stt_transcribes_is_ignored_and_the_reply_goes_on() {
+    // At -6 dB the fake Deepgram hears the echo as speech and "transcribes" it as the
+    // sentence the agent is saying (the -20 dB echo of the figures is below its threshold).
+    let stack = stack(
+        &[
+            "I would like to book a table for four people on Tuesday evening.",
+            S2,
+            S2,
+            S2,
+        ],
+        "idle_nudge_after_s = 0",
+    )
+    .await;
+    let (sid, sim) = into_reply(&stack).await;
+    sim.push_audio(&echo_of_agent(1440, 0.5));
+    let r = wait_record(&stack, &sid, "the whole reply heard", |r| {
+        agent_reply(r).is_some_and(|e| e.heard_text == reply())
+    })
+    .await;
+    if std::env::var_os("CONVERSATION_DEBUG").is_some() {
+        for e in &r.events {
+            eprintln!("{:6} {} {}", e.t_ms, e.kind, e.detail);
+        }
+    }
+    let ignored: Vec<_> = r.events_of("echo_ignored").collect();
+    assert!(!ignored.is_empty(), "{:#?}", r.events);
+    assert!(ignored.iter().all(|e| e.detail == S2), "{ignored:?}");
+    assert_eq!(r.events_of("barge_in_commit").count(), 0);
+    assert_eq!(r.events_of("interrupted").count(), 0);
+    assert_eq!(
+        r.events_of("llm_request").count(),
+        1,
+        "no caller turn taken"
+    );
+    let entry = agent_reply(&r).expect("reply entry");
+    assert!(!entry.interrupted, "{entry:?}");
+    assert!(
+        !r.transcript
+            .iter()
+            .any(|e| e.speaker == Speaker::Caller && e.text == S2),
+        "the echo is not a caller turn"
+    );
+    assert_eq!(stack.hermes.record().requests.len(), 1);
+    let s = sim.state();
+    assert!(s.protocol_errors.is_empty(), "{:?}", s.protocol_errors);
+    sim.hang_up().await;
+    let _ = stack.finished(&sid).await;
 }

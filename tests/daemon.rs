@@ -242,7 +242,9 @@ fn turns_survive_sigkill_mid_call() {
             &rest.base_url,
             "",
         );
-        let mut d = Daemon::start(&text);
+        // The store says at debug when a turn is committed.
+        let text = text.replace("level = \"info\"", "level = \"info,patterd::store=debug\"");
+        let d = Daemon::start(&text);
         let base = format!("http://{}", d.addr);
         let twilio = SimTwilio::new(&base, PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN);
         let (call_sid, resp) = twilio
@@ -268,19 +270,29 @@ fn turns_survive_sigkill_mid_call() {
         sim.wait_for("reply marks", WAIT, |s| s.marks_echoed.len() >= 2)
             .await
             .unwrap();
-        // The turn is durable once it ended: poll the API until the store has it, then kill.
+        // The turn is durable once it ended: wait for the store's debug line saying the reply
+        // was committed with all it heard, then kill.
+        let heard = "Sure, for what time?".len();
+        let stored = format!("\"heard_bytes\":{heard}");
+        let seq = "\"seq\":2";
+        let sid = call_sid.clone();
+        let (found, d) = tokio::task::spawn_blocking(move || {
+            let found = d.wait_line_where(WAIT, |l| {
+                l.contains("turn stored")
+                    && l.contains(&sid)
+                    && l.contains(seq)
+                    && l.contains(&stored)
+            });
+            (found, d)
+        })
+        .await
+        .unwrap();
+        let mut d = d;
+        assert!(found.is_some(), "the reply was not stored before the kill");
         let client = reqwest::Client::new();
         let url = format!("{base}/v1/calls/{call_sid}/transcript");
-        let mut turns = 0;
-        for _ in 0..100 {
-            let v: serde_json::Value = client.get(&url).send().await.unwrap().json().await.unwrap();
-            turns = v["transcript"].as_array().map_or(0, Vec::len);
-            if turns >= 3 && v["transcript"][2]["heard_text"] == "Sure, for what time?" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(turns >= 3, "turns not stored before the kill");
+        let v: serde_json::Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+        assert_eq!(v["transcript"][2]["heard_text"], "Sure, for what time?");
         d.signal(libc::SIGKILL);
         let code = tokio::task::spawn_blocking(move || {
             let c = d.wait_exit(WAIT);

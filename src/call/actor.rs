@@ -17,7 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -55,10 +55,11 @@ pub fn start(
     max_calls: usize,
 ) -> Result<CallHandle, InsertError> {
     let (tx, rx) = mpsc::channel(HANDLE_QUEUE);
-    let handle = CallHandle::new(&setup.call_id, &setup.carrier_account, tx);
+    let (changes, changes_rx) = watch::channel(0);
+    let handle = CallHandle::new(&setup.call_id, &setup.carrier_account, tx, changes_rx);
     registry.insert(handle.clone(), max_calls)?;
     let span = info_span!("call", call_id = %setup.call_id, carrier = setup.carrier.as_str());
-    let actor = Actor::new(setup, rx, registry);
+    let actor = Actor::new(setup, rx, registry, changes);
     tokio::spawn(actor.run().instrument(span));
     Ok(handle)
 }
@@ -92,6 +93,8 @@ struct Actor {
     setup: CallSetup,
     rx: mpsc::Receiver<CallMsg>,
     registry: Arc<CallRegistry>,
+    /// Bumped with every event so that watchers of the handle wake (never blocks).
+    changes: watch::Sender<u64>,
     created: Instant,
     answered: Option<Instant>,
     last_media: Instant,
@@ -143,11 +146,17 @@ async fn sleep_opt(at: Option<Instant>) {
 }
 
 impl Actor {
-    fn new(setup: CallSetup, rx: mpsc::Receiver<CallMsg>, registry: Arc<CallRegistry>) -> Self {
+    fn new(
+        setup: CallSetup,
+        rx: mpsc::Receiver<CallMsg>,
+        registry: Arc<CallRegistry>,
+        changes: watch::Sender<u64>,
+    ) -> Self {
         let now = Instant::now();
         Self {
             rx,
             registry,
+            changes,
             created: now,
             answered: None,
             last_media: now,
@@ -202,6 +211,8 @@ impl Actor {
         if let (Some(store), Some(e)) = (&self.setup.store, self.events.last()) {
             store.event(&self.setup.call_id, e);
         }
+        let n = self.events.len() as u64;
+        self.changes.send_replace(n);
     }
 
     /// Persists transcript entry `i` (a turn is durable once it ends). Never waits.

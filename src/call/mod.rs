@@ -12,7 +12,7 @@ pub mod turn;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::carrier::{CarrierKind, MediaCommand, MediaEvent, StreamStart};
 use crate::config::AgentConfig;
@@ -90,15 +90,30 @@ pub struct CallHandle {
     /// The `[carriers.NAME]` account the call belongs to (for REST hang-up).
     pub carrier_account: Arc<str>,
     tx: mpsc::Sender<CallMsg>,
+    /// Counts the call's events; bumped by the actor, never waited on by it.
+    changes: watch::Receiver<u64>,
 }
 
 impl CallHandle {
-    pub(crate) fn new(call_id: &str, carrier_account: &str, tx: mpsc::Sender<CallMsg>) -> Self {
+    pub(crate) fn new(
+        call_id: &str,
+        carrier_account: &str,
+        tx: mpsc::Sender<CallMsg>,
+        changes: watch::Receiver<u64>,
+    ) -> Self {
         Self {
             call_id: call_id.into(),
             carrier_account: carrier_account.into(),
             tx,
+            changes,
         }
+    }
+
+    /// A receiver that changes whenever the call records an event (its value is the number
+    /// of events so far). `changed()` fails once the actor has gone; the final record is then
+    /// in the registry. For tests and operators that wait on a call instead of polling it.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
     }
 
     fn send(&self, msg: CallMsg) -> Result<(), CallError> {

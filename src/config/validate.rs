@@ -325,6 +325,15 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
                 );
             }
         }
+        if agent.backchannel_words.iter().any(|w| w.trim().is_empty()) {
+            c.fail(
+                &["agents", name, "backchannel_words"],
+                format!(
+                    "[agents.{name}] backchannel_words has an empty entry; list words such as \
+                     [\"mm-hmm\", \"yeah\"]"
+                ),
+            );
+        }
         let idle = agent.idle_nudge_after_s;
         if !idle.is_finite() || idle < 0.0 {
             c.fail(

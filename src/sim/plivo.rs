@@ -153,8 +153,14 @@ impl FakePlivoRest {
 
     /// Call UUIDs hung up through the API.
     pub fn hung_up(&self) -> Vec<String> {
-        self.record()
-            .requests
+        self.record().hung_up()
+    }
+}
+
+impl PlivoRestRecord {
+    /// Call UUIDs hung up through the API.
+    pub fn hung_up(&self) -> Vec<String> {
+        self.requests
             .iter()
             .filter(|r| r.status == 204)
             .filter_map(|r| {

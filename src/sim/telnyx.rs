@@ -48,6 +48,14 @@ impl TelnyxRestRecord {
             .filter(|c| c.action == action && c.status == 200)
             .collect()
     }
+
+    /// Calls hung up through the API.
+    pub fn hung_up(&self) -> Vec<String> {
+        self.ok("hangup")
+            .iter()
+            .map(|c| c.call_control_id.clone())
+            .collect()
+    }
 }
 
 #[derive(Default)]
@@ -183,11 +191,7 @@ impl FakeTelnyxRest {
 
     /// Calls hung up through the API.
     pub fn hung_up(&self) -> Vec<String> {
-        self.record()
-            .ok("hangup")
-            .iter()
-            .map(|c| c.call_control_id.clone())
-            .collect()
+        self.record().hung_up()
     }
 }
 

@@ -6,6 +6,8 @@
 //! loses at most the turn in progress. Reads use their own connection (WAL lets them run
 //! beside the writer) on tokio's blocking pool. Schema changes are numbered migrations tracked
 //! in `PRAGMA user_version`; calls older than `retention_days` are pruned at start and hourly.
+//! At debug level (`patterd::store=debug`) each committed turn is logged as `turn stored` with
+//! its call id, sequence number and heard length (never its text).
 
 pub mod model;
 
@@ -17,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
-use tracing::{info, warn};
+use tracing::{Level, debug, enabled, info, warn};
 
 use crate::call::{CallEvent, TranscriptEntry};
 pub use model::{CallFilter, CallRow, EventRow, Metrics, TurnRow};
@@ -393,20 +395,41 @@ fn writer_loop(mut conn: Connection, rx: Receiver<Write>, retention_days: u32, p
             }
         }
         let mut flushes = Vec::new();
+        // Turns of this batch, logged at debug once committed (tests wait on these lines).
+        let log_turns = enabled!(Level::DEBUG);
+        let mut stored = Vec::new();
         match conn.transaction() {
             Ok(tx) => {
                 for w in batch {
                     match w {
                         Write::Flush(done) => flushes.push(done),
                         w => {
+                            if let (
+                                true,
+                                Write::Turn {
+                                    call_id,
+                                    seq,
+                                    entry,
+                                },
+                            ) = (log_turns, &w)
+                            {
+                                stored.push((call_id.clone(), *seq, entry.heard_text.len()));
+                            }
                             if let Err(e) = apply(&tx, w) {
                                 warn!(error = %e, "call store write failed");
                             }
                         }
                     }
                 }
-                if let Err(e) = tx.commit() {
-                    warn!(error = %e, path = %path.display(), "call store commit failed");
+                match tx.commit() {
+                    Ok(()) => {
+                        for (call_id, seq, heard_bytes) in stored {
+                            debug!(%call_id, seq, heard_bytes, "turn stored");
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, path = %path.display(), "call store commit failed")
+                    }
                 }
             }
             Err(e) => warn!(error = %e, "call store: cannot begin a transaction"),

@@ -89,11 +89,20 @@ impl Daemon {
 
     /// Waits for a log line containing `needle`.
     pub fn wait_line(&self, needle: &str, timeout: Duration) -> Option<String> {
+        self.wait_line_where(timeout, |l| l.contains(needle))
+    }
+
+    /// Waits for a log line for which `pred` holds (earlier lines are consumed).
+    pub fn wait_line_where(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Option<String> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(l) if l.contains(needle) => return Some(l),
+                Ok(l) if pred(&l) => return Some(l),
                 Ok(_) => continue,
                 Err(_) => return None,
             }

@@ -62,6 +62,9 @@ pub struct Opts {
     pub agent_extra: String,
     /// Speech (μ-law) the fake ElevenLabs speaks with instead of a tone, and its pace.
     pub voice: Option<(Vec<u8>, u32)>,
+    /// The agent's brain: `hermes`, or `compat` (kind `openai_compatible` on the same fake
+    /// Hermes, which then gets the whole history every turn).
+    pub llm: String,
 }
 
 impl Default for Opts {
@@ -80,6 +83,7 @@ impl Default for Opts {
             outbound_max_per_day: 100,
             agent_extra: String::new(),
             voice: None,
+            llm: "hermes".into(),
         }
     }
 }
@@ -194,6 +198,13 @@ model = "hermes-agent"
 session_key_from = "caller_hash"
 first_token_timeout_s = 20
 
+[llm.compat]
+kind = "openai_compatible"
+base_url = "{hermes}"
+api_key = "{HERMES_KEY}"
+model = "compat-model"
+first_token_timeout_s = 20
+
 [stt.deepgram]
 kind = "deepgram"
 api_key = "{DG_KEY}"
@@ -214,7 +225,7 @@ api_base_url = "{rest}"
 [agents.front-desk]
 system_prompt = "{SYSTEM_PROMPT}"
 first_message = "{first}"
-llm = "hermes"
+llm = "{llm}"
 stt = "deepgram"
 tts = "elevenlabs"
 long_turn_message = "{FILLER}"
@@ -239,6 +250,7 @@ allowed_destinations = [{destinations}]
         after = opts.long_turn_after_s,
         max_duration = opts.max_duration_s,
         agent_extra = opts.agent_extra,
+        llm = opts.llm,
     )
 }
 

@@ -193,6 +193,30 @@ impl FakeTwilioRest {
         self.lock().delay = delay;
     }
 
+    /// Waits (up to `timeout`) until `call_sid` has been hung up through the API; on timeout
+    /// returns every request seen.
+    pub async fn wait_for_hang_up(
+        &self,
+        call_sid: &str,
+        timeout: Duration,
+    ) -> Result<(), Vec<RecordedRequest>> {
+        let mut rx = self.count.clone();
+        let fut = async {
+            loop {
+                if self.hung_up().iter().any(|s| s == call_sid) {
+                    return true;
+                }
+                if rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(true) => Ok(()),
+            _ => Err(self.requests()),
+        }
+    }
+
     /// Waits until at least `n` requests have arrived; returns them.
     pub async fn wait_for_requests(
         &self,
