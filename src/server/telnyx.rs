@@ -10,7 +10,8 @@
 //! Calls we dialled (`POST /v1/calls`, see [`crate::api::outbound`]) use the same events:
 //! `call.initiated` (`outgoing`) is ignored; `call.answered` starts the stream and records the
 //! outcome `answered` — unless machine detection was asked for, in which case the stream waits
-//! for `call.machine.detection.ended`: a person (or `not_sure`) gets the stream, a machine gets
+//! for `call.machine.detection.ended` (at most 10 s): a person (or `not_sure`, or no result in
+//! time) gets the stream, a machine gets
 //! the voicemail message spoken by Telnyx's own `speak` verb (the agent's TTS is never
 //! connected to a machine) and a `hangup` when `call.speak.ended` arrives. A `call.hangup` before
 //! the answer gives the outcome from its cause: `user_busy` → busy, `no_answer`/`timeout` →
@@ -54,7 +55,14 @@ pub struct TelnyxCarriers {
     seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     /// Outbound calls speaking their voicemail message: hung up on `call.speak.ended`.
     voicemail: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Answered outbound calls waiting for `call.machine.detection.ended`.
+    detecting: std::sync::Mutex<std::collections::HashSet<String>>,
 }
+
+/// How long an answered call waits for machine detection before it is treated as a person
+/// (Telnyx's `detect` decides within a few seconds; a lost webhook must not leave the callee
+/// listening to silence).
+const DETECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl TelnyxCarriers {
     pub fn from_config(config: &Config) -> Self {
@@ -84,6 +92,7 @@ impl TelnyxCarriers {
             accounts,
             seen: Default::default(),
             voicemail: Default::default(),
+            detecting: Default::default(),
         }
     }
 
@@ -104,6 +113,10 @@ impl TelnyxCarriers {
 
     pub fn account(&self, name: &str) -> Option<&TelnyxAccount> {
         self.accounts.iter().find(|a| a.name == name)
+    }
+
+    fn detecting(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.detecting.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -193,6 +206,19 @@ pub async fn webhook(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         "call.answered" => match outbound {
             Some(call) if call.machine_detection => {
                 debug!(call_id = %id, "outbound call answered; waiting for machine detection");
+                app.telnyx.detecting().insert(id.clone());
+                let app = app.clone();
+                let account = account.name.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(DETECTION_WAIT).await;
+                    if app.telnyx.detecting().remove(&id)
+                        && let Some(a) = app.telnyx.account(&account)
+                    {
+                        warn!(call_id = %id, "no machine detection result; treating the callee as a person");
+                        record_outcome(&app, &id, None, "answered", Some("unknown"));
+                        on_answered(&app, a, &id);
+                    }
+                });
             }
             Some(_) => {
                 record_outcome(&app, &id, None, "answered", None);
@@ -201,7 +227,8 @@ pub async fn webhook(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
             None => on_answered(&app, account, &id),
         },
         "call.machine.detection.ended" => {
-            if let Some(call) = outbound {
+            let pending = app.telnyx.detecting().remove(&id);
+            if let Some(call) = outbound.filter(|_| pending) {
                 let result = event.call.result.as_deref().unwrap_or("not_sure");
                 if result == "machine" {
                     on_machine(&app, account, &id, call.voicemail_message);
@@ -245,6 +272,7 @@ pub async fn webhook(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&id);
+            app.telnyx.detecting().remove(&id);
             if let Some(h) = app.calls.get(&id) {
                 let _ = h.hang_up("carrier reported hangup");
             }
