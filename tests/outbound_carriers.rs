@@ -3,7 +3,8 @@
 //! answers (Twilio's answer webhook, Telnyx's `call.answered` webhooks, Plivo fetching the
 //! answer URL), a conversation over that carrier's media stream, a hang-up through the API that
 //! reaches the carrier's REST API; a destination outside the allow-list makes no carrier
-//! request; busy and no-answer outcomes; machine detection and the voicemail message.
+//! request; busy and no-answer outcomes; a carrier refusing the call; cancelling a call that
+//! still rings; machine detection and the voicemail message.
 
 mod common;
 
@@ -444,4 +445,29 @@ async fn plivo_machine_hears_the_voicemail_message_then_hangs_up() {
     let v = get(&stack, &format!("/v1/calls/{id}")).await;
     assert_eq!(v["outcome"], "voicemail", "{v}");
     assert_eq!(v["answered_by"], "machine");
+}
+
+#[tokio::test]
+async fn a_carrier_refusing_the_call_is_a_carrier_error() {
+    let stack = Stack::start(opts()).await;
+    stack.rest.fail_with(Some(500));
+    stack.telnyx_rest.fail_dial_with(Some(500));
+    stack.plivo_rest.fail_create_with(Some(500));
+    for carrier in ALL {
+        let (s, v) = post(
+            &stack,
+            "/v1/calls",
+            json!({"to": CALLEE, "from": carrier.number()}),
+        )
+        .await;
+        assert_eq!(s, 502, "{carrier:?}: {v}");
+        assert_eq!(v["error"]["code"], "carrier_error");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Failed to place call")),
+            "{v}"
+        );
+    }
+    assert_eq!(stack.server.app.outbound_live(), 0);
 }

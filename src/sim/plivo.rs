@@ -106,6 +106,8 @@ pub struct PlivoRestRecord {
 pub struct FakePlivoRest {
     pub base_url: String,
     record: Arc<Recorder<PlivoRestRecord>>,
+    /// Answer `POST Call/` with this status (0: place the call).
+    fail_create: Arc<std::sync::atomic::AtomicU16>,
     _server: TaskGuard,
 }
 
@@ -120,11 +122,14 @@ impl FakePlivoRest {
         let prefix = format!("/v1/Account/{auth_id}/Call/");
         let request_prefix = format!("/v1/Account/{auth_id}/Request/");
         let rec = record.clone();
+        let fail_create = Arc::new(std::sync::atomic::AtomicU16::new(0));
+        let fail = fail_create.clone();
         let (addr, guard) = serve(move |req| {
             let rec = rec.clone();
             let expected = expected.clone();
             let prefix = prefix.clone();
             let request_prefix = request_prefix.clone();
+            let fail = fail.load(std::sync::atomic::Ordering::Relaxed);
             async move {
                 let path = req.uri().path().to_string();
                 let method = req.method().to_string();
@@ -145,6 +150,14 @@ impl FakePlivoRest {
                     (
                         401,
                         full(401, "text/plain", "Could not verify your access level"),
+                    )
+                } else if method == "POST" && path == prefix && fail != 0 {
+                    (
+                        fail,
+                        json_resp(
+                            fail,
+                            &json!({"api_id": new_uuid(), "error": "simulated failure"}),
+                        ),
                     )
                 } else if method == "POST" && path == prefix {
                     let ok = ["from", "to", "answer_url"]
@@ -197,8 +210,15 @@ impl FakePlivoRest {
         Ok(Self {
             base_url: format!("http://{addr}"),
             record,
+            fail_create,
             _server: guard,
         })
+    }
+
+    /// Refuse every following `POST Call/` with this HTTP status (`None`: place calls).
+    pub fn fail_create_with(&self, status: Option<u16>) {
+        self.fail_create
+            .store(status.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn record(&self) -> PlivoRestRecord {

@@ -65,6 +65,8 @@ pub struct FakeTelnyxRest {
     /// `http://127.0.0.1:port`: the carrier's `api_base_url`.
     pub base_url: String,
     record: Arc<Recorder<TelnyxRestRecord>>,
+    /// Answer dials with this status (0: place the call).
+    fail_dial: Arc<std::sync::atomic::AtomicU16>,
     _server: TaskGuard,
 }
 
@@ -132,10 +134,13 @@ impl FakeTelnyxRest {
         let calls = Arc::new(Mutex::new(CallState::default()));
         let expected = format!("Bearer {api_key}");
         let rec = record.clone();
+        let fail_dial = Arc::new(std::sync::atomic::AtomicU16::new(0));
+        let fail = fail_dial.clone();
         let (addr, guard) = serve(move |req| {
             let rec = rec.clone();
             let calls = calls.clone();
             let expected = expected.clone();
+            let fail = fail.load(std::sync::atomic::Ordering::Relaxed);
             async move {
                 let path = req.uri().path().to_string();
                 let auth_ok = req
@@ -159,6 +164,9 @@ impl FakeTelnyxRest {
                 }
                 let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
                 if parts.as_slice() == ["v2", "calls"] {
+                    if fail != 0 {
+                        return refuse(fail, "10011", "Dial refused (simulated)");
+                    }
                     return dial(&rec, &calls, &method, json_ct, &body, &path);
                 }
                 let (id, action) = match parts.as_slice() {
@@ -228,8 +236,15 @@ impl FakeTelnyxRest {
         Ok(Self {
             base_url: format!("http://{addr}"),
             record,
+            fail_dial,
             _server: guard,
         })
+    }
+
+    /// Refuse every following dial with this HTTP status (`None`: place calls).
+    pub fn fail_dial_with(&self, status: Option<u16>) {
+        self.fail_dial
+            .store(status.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn record(&self) -> TelnyxRestRecord {
