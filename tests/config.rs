@@ -356,6 +356,31 @@ fn allowed_callers_and_destinations_are_validated() {
 }
 
 #[test]
+fn telnyx_outbound_needs_a_connection_id() {
+    let text = format!(
+        "{BASE}\n[carriers.tx]\nkind = \"telnyx\"\napi_key = \"k\"\npublic_key = \"p\"\n\n\
+         [[numbers]]\nnumber = \"+15550002000\"\ncarrier = \"tx\"\nagent = \"front-desk\"\n\
+         allowed_destinations = [\"+1555\"]\n"
+    );
+    let err = load_err(&text);
+    let line = line_of(&text, "allowed_destinations = [\"+1555\"]");
+    assert!(
+        err.contains(&format!(
+            "patter.toml:{line}: [[numbers]] entry 2 may call out (allowed_destinations) through \
+             [carriers.tx], which has no connection_id"
+        )),
+        "{err}"
+    );
+    let ok = text.replace(
+        "public_key = \"p\"\n",
+        "public_key = \"p\"\nconnection_id = \"123\"\n",
+    );
+    if let Err(e) = load(&ok) {
+        assert!(!e.to_string().contains("connection_id"), "{e}");
+    }
+}
+
+#[test]
 fn duplicate_numbers_are_reported() {
     let text = format!(
         "{BASE}\n[[numbers]]\nnumber = \"+15550001234\"\ncarrier = \"twilio\"\nagent = \"front-desk\"\n"

@@ -231,8 +231,8 @@ async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
                 .call(id)
                 .await?
                 .is_some_and(|c| c.direction == "outbound" && c.answered_at.is_none());
-            if unanswered && let Some(acct) = app.twilio.account(&h.carrier_account) {
-                let _ = acct.rest.update_call(id, &[("Status", "canceled")]).await;
+            if unanswered {
+                outbound::cancel_unanswered(app, &h.carrier_account, id).await;
             }
             h.hang_up("ended through the API")
                 .map_err(|e| ApiError::new(409, "call_busy", e.to_string()))?;

@@ -398,6 +398,21 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
                 );
             }
         }
+        if !number.allowed_destinations.is_empty()
+            && let Some(carrier) = config.carriers.get(&number.carrier)
+            && carrier.kind == crate::carrier::CarrierKind::Telnyx
+            && carrier.connection_id.trim().is_empty()
+        {
+            c.fail(
+                &["numbers", &idx, "allowed_destinations"],
+                format!(
+                    "{entry} may call out (allowed_destinations) through [carriers.{}], which has \
+                     no connection_id: set it to the id of the Call Control application that \
+                     places the calls",
+                    number.carrier
+                ),
+            );
+        }
         for (j, dest) in number.allowed_destinations.iter().enumerate() {
             if !is_e164_prefix(dest) {
                 c.fail(

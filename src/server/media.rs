@@ -158,7 +158,13 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
         TokenSource::Url(t) => t.clone(),
         TokenSource::StartParameter => start.custom_parameters.get("token").cloned(),
     };
-    let call_id = start.call_id.clone();
+    // The carrier's id for the leg (REST hang-ups use it) and ours (the actor's key): they
+    // differ only for Plivo calls we placed, known by their request_uuid.
+    let leg_id = start.call_id.clone();
+    let call_id = app
+        .plivo
+        .our_call_id(&leg_id)
+        .unwrap_or_else(|| leg_id.clone());
     let span = info_span!("call", call_id = %call_id);
     if let Err(e) = app.tokens.redeem(&call_id, token_value.as_deref()) {
         Metrics::inc(&app.metrics.media_rejected);
@@ -266,7 +272,7 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
         let hang_up_leg = |why: &'static str| {
             if let Some(c) = &control {
                 let c = c.clone();
-                let id = call_id.clone();
+                let id = leg_id.clone();
                 // The REST call must not hold up closing the socket.
                 tokio::spawn(
                     async move {

@@ -5,6 +5,14 @@
 //! subprotocol Plivo asks for, handed to the carrier-neutral pump). GET works for both
 //! webhooks too, with the fields in the query. The wire details live in
 //! [`crate::carrier::plivo`].
+//!
+//! Calls we placed (`Direction: outbound`) are known by the `request_uuid` Plivo answered `POST
+//! Call/` with; the answer URL brings the `CallUUID`, remembered so the media stream, REST
+//! hang-ups and the hangup callback find the call. The answer is the same `<Stream>`, or, when
+//! synchronous machine detection says `Machine=true`, `<Speak>` of the voicemail message and
+//! `<Hangup/>`. A hangup callback before the answer gives the outcome from `HangupCause`:
+//! `USER_BUSY` → busy, `NO_ANSWER` → no_answer, `CALL_REJECTED` and unreachable numbers →
+//! failed.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,6 +31,7 @@ use crate::carrier::rest_client::path_safe;
 use crate::carrier::{CarrierKind, public_request_url, public_ws_url};
 use crate::config::{Config, Secret};
 use crate::security::mask_number;
+use crate::store::Write;
 
 /// A configured Plivo account (`kind = "plivo"` with `auth_id` and `auth_token`).
 pub struct PlivoAccount {
@@ -35,6 +44,8 @@ pub struct PlivoAccount {
 #[derive(Default)]
 pub struct PlivoCarriers {
     pub accounts: Vec<PlivoAccount>,
+    /// Calls we placed: `request_uuid` (our call id) → the `CallUUID` the answer URL named.
+    legs: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl PlivoCarriers {
@@ -55,7 +66,32 @@ impl PlivoCarriers {
                 }
             })
             .collect();
-        Self { accounts }
+        Self {
+            accounts,
+            legs: Default::default(),
+        }
+    }
+
+    fn legs(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, String>> {
+        self.legs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The `CallUUID` of an outbound call we know by its `request_uuid`, once answered.
+    pub fn call_uuid(&self, request_uuid: &str) -> Option<String> {
+        self.legs().get(request_uuid).cloned()
+    }
+
+    /// Our call id (the `request_uuid`) for the `CallUUID` of an outbound leg.
+    pub fn our_call_id(&self, call_uuid: &str) -> Option<String> {
+        self.legs()
+            .iter()
+            .find(|(_, c)| c.as_str() == call_uuid)
+            .map(|(r, _)| r.clone())
+    }
+
+    /// Forgets an outbound call's ids (it has ended).
+    pub fn forget(&self, request_uuid: &str) {
+        self.legs().remove(request_uuid);
     }
 
     pub fn account(&self, name: &str) -> Option<&PlivoAccount> {
@@ -164,11 +200,7 @@ pub async fn answer(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     }
     let from = field(&fields, "From").unwrap_or("");
     if field(&fields, "Direction").is_some_and(|d| d.starts_with("outbound")) {
-        info!(
-            call_id,
-            "plivo answer for an outbound leg: patterd places no outbound calls yet"
-        );
-        return xml(pv::hangup_xml(None));
+        return outbound_answer(&app, call_id, &fields);
     }
     let inbound = Inbound {
         carrier: CarrierKind::Plivo,
@@ -196,6 +228,73 @@ pub async fn answer(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     xml(pv::stream_xml(&url, pv::CONTENT_TYPE))
 }
 
+/// The answer URL of a call we placed: a person gets the stream (the media path keys the call
+/// by its `request_uuid`, the stream URL names the `CallUUID`); a machine (with synchronous
+/// machine detection, `Machine=true`) gets the voicemail message spoken by Plivo's `<Speak>`
+/// and `<Hangup/>`, as Twilio's `<Say>` does.
+fn outbound_answer(app: &Arc<App>, call_uuid: &str, fields: &[(String, String)]) -> Response<Body> {
+    let request_uuid = field(fields, "RequestUUID")
+        .or_else(|| field(fields, "ALegRequestUUID"))
+        .unwrap_or("");
+    let (Some(handle), Some(call)) = (app.calls.get(request_uuid), app.outbound_call(request_uuid))
+    else {
+        warn!(
+            call_id = call_uuid,
+            request_uuid,
+            "plivo answer for an outbound leg that is not a live call of ours; hanging up"
+        );
+        return xml(pv::hangup_xml(None));
+    };
+    app.plivo
+        .legs()
+        .insert(request_uuid.to_string(), call_uuid.to_string());
+    let machine = field(fields, "Machine").is_some_and(|m| m.eq_ignore_ascii_case("true"));
+    if machine && call.machine_detection {
+        info!(call_id = request_uuid, "outbound call reached a machine");
+        app.store.tx.send(Write::Status {
+            call_id: request_uuid.to_string(),
+            status: None,
+            outcome: Some("voicemail".into()),
+            answered_by: Some("machine".into()),
+            carrier_duration_s: None,
+        });
+        let _ = handle.hang_up("voicemail");
+        return xml(match &call.voicemail_message {
+            Some(m) => pv::speak_hangup_xml(m),
+            None => pv::hangup_xml(None),
+        });
+    }
+    app.store.tx.send(Write::Status {
+        call_id: request_uuid.to_string(),
+        status: None,
+        outcome: Some("answered".into()),
+        answered_by: call.machine_detection.then(|| "human".to_string()),
+        carrier_duration_s: None,
+    });
+    let token = app.tokens.mint(request_uuid);
+    let url = format!(
+        "{}?t={token}",
+        public_ws_url(
+            &app.config.server.public_url,
+            &format!("/plivo/media/{call_uuid}")
+        )
+    );
+    info!(call_id = request_uuid, call_uuid, "outbound call answered");
+    xml(pv::stream_xml(&url, pv::CONTENT_TYPE))
+}
+
+/// The status and outcome of an outbound call that ended with `cause` before anyone answered.
+fn unanswered_outcome(cause: &str) -> Option<(&'static str, &'static str)> {
+    match cause {
+        "USER_BUSY" => Some(("busy", "busy")),
+        "NO_ANSWER" | "ALLOTTED_TIMEOUT" => Some(("no-answer", "no_answer")),
+        "CALL_REJECTED" | "UNALLOCATED_NUMBER" | "INVALID_NUMBER_FORMAT" => {
+            Some(("failed", "failed"))
+        }
+        _ => None,
+    }
+}
+
 /// `POST /plivo/hangup`: the call ended.
 pub async fn hangup(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let (_account, fields) = match signed(&app, req).await {
@@ -209,6 +308,34 @@ pub async fn hangup(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         duration_s = field(&fields, "Duration").unwrap_or(""),
         "plivo call hung up"
     );
+    // A call we placed is ours by its request_uuid.
+    let ours = field(&fields, "RequestUUID")
+        .filter(|r| app.outbound_call(r).is_some())
+        .map(str::to_string)
+        .or_else(|| app.plivo.our_call_id(call_id));
+    let call_id = ours.as_deref().unwrap_or(call_id);
+    if ours.is_some() {
+        let cause = field(&fields, "HangupCause").unwrap_or("");
+        let answered = field(&fields, "AnswerTime").is_some();
+        if !answered && let Some((status, outcome)) = unanswered_outcome(cause) {
+            app.store.tx.send(Write::Status {
+                call_id: call_id.to_string(),
+                status: Some(status.into()),
+                outcome: Some(outcome.into()),
+                answered_by: None,
+                carrier_duration_s: None,
+            });
+        }
+        if let Some(d) = field(&fields, "Duration").and_then(|d| d.parse().ok()) {
+            app.store.tx.send(Write::Status {
+                call_id: call_id.to_string(),
+                status: None,
+                outcome: None,
+                answered_by: None,
+                carrier_duration_s: Some(d),
+            });
+        }
+    }
     if let Some(h) = app.calls.get(call_id) {
         let _ = h.hang_up("carrier reported hangup");
     }

@@ -6,6 +6,16 @@
 //! token as the last path segment of `stream_url`; `call.hangup` and `streaming.failed` end
 //! the call; anything else gets 200 and is ignored. The wire details live in
 //! [`crate::carrier::telnyx`].
+//!
+//! Calls we dialled (`POST /v1/calls`, see [`crate::api::outbound`]) use the same events:
+//! `call.initiated` (`outgoing`) is ignored; `call.answered` starts the stream and records the
+//! outcome `answered` — unless machine detection was asked for, in which case the stream waits
+//! for `call.machine.detection.ended` (at most 10 s): a person (or `not_sure`, or no result in
+//! time) gets the stream, a machine gets
+//! the voicemail message spoken by Telnyx's own `speak` verb (the agent's TTS is never
+//! connected to a machine) and a `hangup` when `call.speak.ended` arrives. A `call.hangup` before
+//! the answer gives the outcome from its cause: `user_busy` → busy, `no_answer`/`timeout` →
+//! no_answer, `call_rejected`/`not_found`/`unallocated_number` → failed.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,6 +32,7 @@ use super::metrics::Metrics;
 use crate::carrier::telnyx::{self as tx, StreamParams, TelnyxCodec, TelnyxRest, WebhookEnvelope};
 use crate::carrier::{CarrierKind, public_ws_url};
 use crate::config::Config;
+use crate::store::Write;
 
 /// A configured Telnyx account (`kind = "telnyx"` with `api_key` and `public_key`).
 pub struct TelnyxAccount {
@@ -42,7 +53,16 @@ pub struct TelnyxCarriers {
     pub accounts: Vec<TelnyxAccount>,
     /// Event ids already handled, with when.
     seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    /// Outbound calls speaking their voicemail message: hung up on `call.speak.ended`.
+    voicemail: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Answered outbound calls waiting for `call.machine.detection.ended`.
+    detecting: std::sync::Mutex<std::collections::HashSet<String>>,
 }
+
+/// How long an answered call waits for machine detection before it is treated as a person
+/// (Telnyx's `detect` decides within a few seconds; a lost webhook must not leave the callee
+/// listening to silence).
+const DETECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl TelnyxCarriers {
     pub fn from_config(config: &Config) -> Self {
@@ -71,6 +91,8 @@ impl TelnyxCarriers {
         Self {
             accounts,
             seen: Default::default(),
+            voicemail: Default::default(),
+            detecting: Default::default(),
         }
     }
 
@@ -91,6 +113,10 @@ impl TelnyxCarriers {
 
     pub fn account(&self, name: &str) -> Option<&TelnyxAccount> {
         self.accounts.iter().find(|a| a.name == name)
+    }
+
+    fn detecting(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.detecting.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -174,16 +200,79 @@ pub async fn webhook(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         debug!(call_id = %id, event_id = %event.id, "telnyx webhook already handled");
         return empty(200);
     }
+    let outbound = app.outbound_call(&id);
     match event.event_type.as_str() {
         "call.initiated" => on_initiated(&app, account, &event),
-        "call.answered" => on_answered(&app, account, &id),
+        "call.answered" => match outbound {
+            Some(call) if call.machine_detection => {
+                debug!(call_id = %id, "outbound call answered; waiting for machine detection");
+                app.telnyx.detecting().insert(id.clone());
+                let app = app.clone();
+                let account = account.name.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(DETECTION_WAIT).await;
+                    if app.telnyx.detecting().remove(&id)
+                        && let Some(a) = app.telnyx.account(&account)
+                    {
+                        warn!(call_id = %id, "no machine detection result; treating the callee as a person");
+                        record_outcome(&app, &id, None, "answered", Some("unknown"));
+                        on_answered(&app, a, &id);
+                    }
+                });
+            }
+            Some(_) => {
+                record_outcome(&app, &id, None, "answered", None);
+                on_answered(&app, account, &id);
+            }
+            None => on_answered(&app, account, &id),
+        },
+        "call.machine.detection.ended" => {
+            let pending = app.telnyx.detecting().remove(&id);
+            if let Some(call) = outbound.filter(|_| pending) {
+                let result = event.call.result.as_deref().unwrap_or("not_sure");
+                if result == "machine" {
+                    on_machine(&app, account, &id, call.voicemail_message);
+                } else {
+                    record_outcome(&app, &id, None, "answered", Some(result));
+                    on_answered(&app, account, &id);
+                }
+            }
+        }
+        "call.speak.ended" => {
+            let pending = app
+                .telnyx
+                .voicemail
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+            if pending {
+                let rest = account.rest.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = rest.hang_up(&id).await {
+                        warn!(call_id = %id, error = %e, "telnyx hangup after the voicemail message failed");
+                    }
+                });
+            }
+        }
         "call.hangup" => {
+            let cause = event.call.hangup_cause.as_deref().unwrap_or("");
             info!(
                 call_id = %id,
-                cause = event.call.hangup_cause.as_deref().unwrap_or(""),
+                cause,
                 source = event.call.hangup_source.as_deref().unwrap_or(""),
                 "telnyx call hung up"
             );
+            if outbound.is_some()
+                && let Some((status, outcome)) = unanswered_outcome(cause)
+            {
+                record_outcome(&app, &id, Some(status), outcome, None);
+            }
+            app.telnyx
+                .voicemail
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+            app.telnyx.detecting().remove(&id);
             if let Some(h) = app.calls.get(&id) {
                 let _ = h.hang_up("carrier reported hangup");
             }
@@ -201,6 +290,61 @@ pub async fn webhook(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         other => debug!(call_id = %id, event = other, "telnyx event ignored"),
     }
     empty(200)
+}
+
+/// The status and outcome of an outbound call that ended with `cause` before anyone answered.
+fn unanswered_outcome(cause: &str) -> Option<(&'static str, &'static str)> {
+    match cause {
+        "user_busy" => Some(("busy", "busy")),
+        "no_answer" | "timeout" => Some(("no-answer", "no_answer")),
+        "call_rejected" | "not_found" | "unallocated_number" => Some(("failed", "failed")),
+        _ => None,
+    }
+}
+
+fn record_outcome(
+    app: &App,
+    id: &str,
+    status: Option<&str>,
+    outcome: &str,
+    answered_by: Option<&str>,
+) {
+    app.store.tx.send(Write::Status {
+        call_id: id.to_string(),
+        status: status.map(str::to_string),
+        outcome: Some(outcome.to_string()),
+        answered_by: answered_by.map(str::to_string),
+        carrier_duration_s: None,
+    });
+}
+
+/// Machine detection heard a machine: the voicemail message (Telnyx speaks it, then we hang
+/// up on `call.speak.ended`) or a hang-up at once. The call's actor ends; it never had media.
+fn on_machine(app: &Arc<App>, account: &TelnyxAccount, id: &str, message: Option<String>) {
+    info!(call_id = %id, "outbound call reached a machine");
+    record_outcome(app, id, None, "voicemail", Some("machine"));
+    if let Some(h) = app.calls.get(id) {
+        let _ = h.hang_up("voicemail");
+    }
+    let rest = account.rest.clone();
+    let id = id.to_string();
+    if message.is_some() {
+        app.telnyx
+            .voicemail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone());
+    }
+    tokio::spawn(async move {
+        let result = match message {
+            Some(m) => rest.speak(&id, &m).await,
+            None => rest.hang_up(&id).await,
+        };
+        if let Err(e) = result {
+            warn!(call_id = %id, error = %e, "telnyx voicemail command failed; hanging up");
+            let _ = rest.hang_up(&id).await;
+        }
+    });
 }
 
 fn on_initiated(app: &Arc<App>, account: &TelnyxAccount, event: &WebhookEnvelope) {

@@ -4,8 +4,11 @@
 //! [`PlivoAnswer`] reads the XML the way Plivo acts on it (`<Stream>` URL in the element text,
 //! its attributes, or a `<Hangup reason>`); [`SimPlivo::open_stream`] opens the media socket
 //! offering `audio.drachtio.org` and speaking Plivo's frames (μ-law or L16);
-//! [`FakePlivoRest`] is the Call API on 127.0.0.1 (`DELETE /v1/Account/{auth_id}/Call/{uuid}/`
-//! with Basic auth and the trailing slash Plivo insists on), recording every request.
+//! [`FakePlivoRest`] is the Call API on 127.0.0.1 with Basic auth and the trailing slash Plivo
+//! insists on — `POST /v1/Account/{auth_id}/Call/` (answered 201 with a `request_uuid`),
+//! `DELETE …/Call/{uuid}/` and `DELETE …/Request/{uuid}/` — recording every request;
+//! [`SimPlivo::answer_outbound`] fetches a placed call's `answer_url` the way Plivo does and
+//! [`SimPlivo::hangup_outbound`] posts its hangup callback.
 
 use std::sync::Arc;
 
@@ -13,7 +16,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::json;
 
-use super::http::{Recorder, full, json as json_resp, serve};
+use super::http::{Recorder, full, json as json_resp, read_body, serve};
 use super::stream::{Dialect, SimCall, SimCallConfig};
 use super::twilio::xml::parse_xml;
 use super::twilio::{WebhookResponse, new_sid};
@@ -63,11 +66,35 @@ impl PlivoAnswer {
 }
 
 /// One request the fake REST API received.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PlivoRequest {
     pub method: String,
     pub path: String,
     pub status: u16,
+    /// The JSON body (`Null` when absent or not JSON).
+    pub body: serde_json::Value,
+    /// For a call placed (`POST Call/` answered 201): its `request_uuid`.
+    pub request_uuid: Option<String>,
+}
+
+impl PlivoRequest {
+    /// A string field of the JSON body.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.body.get(name).and_then(|v| v.as_str())
+    }
+}
+
+/// A Plivo-style UUID.
+fn new_uuid() -> String {
+    let h = new_sid("");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 #[derive(Debug, Clone, Default)]
@@ -79,6 +106,8 @@ pub struct PlivoRestRecord {
 pub struct FakePlivoRest {
     pub base_url: String,
     record: Arc<Recorder<PlivoRestRecord>>,
+    /// Answer `POST Call/` with this status (0: place the call).
+    fail_create: Arc<std::sync::atomic::AtomicU16>,
     _server: TaskGuard,
 }
 
@@ -91,11 +120,16 @@ impl FakePlivoRest {
             STANDARD.encode(format!("{auth_id}:{auth_token}"))
         );
         let prefix = format!("/v1/Account/{auth_id}/Call/");
+        let request_prefix = format!("/v1/Account/{auth_id}/Request/");
         let rec = record.clone();
+        let fail_create = Arc::new(std::sync::atomic::AtomicU16::new(0));
+        let fail = fail_create.clone();
         let (addr, guard) = serve(move |req| {
             let rec = rec.clone();
             let expected = expected.clone();
             let prefix = prefix.clone();
+            let request_prefix = request_prefix.clone();
+            let fail = fail.load(std::sync::atomic::Ordering::Relaxed);
             async move {
                 let path = req.uri().path().to_string();
                 let method = req.method().to_string();
@@ -104,15 +138,54 @@ impl FakePlivoRest {
                     .get("authorization")
                     .and_then(|v| v.to_str().ok())
                     .is_some_and(|v| crate::security::ct_eq(v.as_bytes(), expected.as_bytes()));
+                let raw = read_body(req, 1 << 20).await.unwrap_or_default();
+                let body: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_default();
                 let uuid = path
                     .strip_prefix(&prefix)
+                    .or_else(|| path.strip_prefix(&request_prefix))
                     .and_then(|t| t.strip_suffix('/'))
                     .filter(|u| !u.is_empty() && !u.contains('/'));
+                let mut request_uuid = None;
                 let (status, resp) = if !auth_ok {
                     (
                         401,
                         full(401, "text/plain", "Could not verify your access level"),
                     )
+                } else if method == "POST" && path == prefix && fail != 0 {
+                    (
+                        fail,
+                        json_resp(
+                            fail,
+                            &json!({"api_id": new_uuid(), "error": "simulated failure"}),
+                        ),
+                    )
+                } else if method == "POST" && path == prefix {
+                    let ok = ["from", "to", "answer_url"]
+                        .iter()
+                        .all(|k| body[*k].as_str().is_some_and(|v| !v.is_empty()))
+                        && body["from"].as_str().is_some_and(|v| !v.starts_with('+'))
+                        && body["to"].as_str().is_some_and(|v| !v.starts_with('+'));
+                    if ok {
+                        let id = new_uuid();
+                        request_uuid = Some(id.clone());
+                        (
+                            201,
+                            json_resp(
+                                201,
+                                &json!({"api_id": new_uuid(), "message": "call fired",
+                                        "request_uuid": id}),
+                            ),
+                        )
+                    } else {
+                        (
+                            400,
+                            json_resp(
+                                400,
+                                &json!({"api_id": new_uuid(),
+                                "error": "from, to (digits) and answer_url are required"}),
+                            ),
+                        )
+                    }
                 } else if method != "DELETE" || uuid.is_none() {
                     (
                         404,
@@ -126,6 +199,8 @@ impl FakePlivoRest {
                         method,
                         path,
                         status,
+                        body,
+                        request_uuid,
                     })
                 });
                 resp
@@ -135,8 +210,15 @@ impl FakePlivoRest {
         Ok(Self {
             base_url: format!("http://{addr}"),
             record,
+            fail_create,
             _server: guard,
         })
+    }
+
+    /// Refuse every following `POST Call/` with this HTTP status (`None`: place calls).
+    pub fn fail_create_with(&self, status: Option<u16>) {
+        self.fail_create
+            .store(status.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn record(&self) -> PlivoRestRecord {
@@ -151,6 +233,33 @@ impl FakePlivoRest {
         self.record.wait_until(what, pred).await
     }
 
+    /// Calls placed (`POST Call/` answered 201), oldest first.
+    pub fn created(&self) -> Vec<PlivoRequest> {
+        self.record()
+            .requests
+            .into_iter()
+            .filter(|r| r.request_uuid.is_some())
+            .collect()
+    }
+
+    /// Waits until `n` calls have been placed.
+    pub async fn wait_for_created(&self, n: usize) -> Vec<PlivoRequest> {
+        self.wait_until("calls placed", |r| {
+            r.requests
+                .iter()
+                .filter(|q| q.request_uuid.is_some())
+                .count()
+                >= n
+        })
+        .await;
+        self.created()
+    }
+
+    /// Request UUIDs cancelled before the answer (`DELETE Request/{uuid}/`).
+    pub fn cancelled(&self) -> Vec<String> {
+        self.record().deleted("/Request/")
+    }
+
     /// Call UUIDs hung up through the API.
     pub fn hung_up(&self) -> Vec<String> {
         self.record().hung_up()
@@ -158,11 +267,16 @@ impl FakePlivoRest {
 }
 
 impl PlivoRestRecord {
-    /// Call UUIDs hung up through the API.
+    /// Call UUIDs hung up through the API (`DELETE Call/{uuid}/`).
     pub fn hung_up(&self) -> Vec<String> {
+        self.deleted("/Call/")
+    }
+
+    /// Ids whose `DELETE` of `kind` (`/Call/` or `/Request/`) succeeded.
+    pub fn deleted(&self, kind: &str) -> Vec<String> {
         self.requests
             .iter()
-            .filter(|r| r.status == 204)
+            .filter(|r| r.status == 204 && r.method == "DELETE" && r.path.contains(kind))
             .filter_map(|r| {
                 r.path
                     .trim_end_matches('/')
@@ -276,6 +390,86 @@ impl SimPlivo {
             content_type,
             body,
         })
+    }
+
+    /// Plivo answering a call patterd placed: fetches its `answer_url` (signed, `Direction:
+    /// outbound`, the `RequestUUID` it was given, `Machine` when machine detection was asked
+    /// for) with a fresh `CallUUID`. Open the stream from the answer with
+    /// [`SimPlivo::open_stream`].
+    pub async fn answer_outbound(
+        &self,
+        create: &PlivoRequest,
+        machine: Option<bool>,
+    ) -> Result<(String, WebhookResponse), String> {
+        let request_uuid = create.request_uuid.clone().ok_or("not a placed call")?;
+        let path = self.local_path(create.field("answer_url").unwrap_or(""))?;
+        let call_uuid = new_uuid();
+        let mut params = answer_params(
+            &call_uuid,
+            create.field("from").unwrap_or(""),
+            create.field("to").unwrap_or(""),
+        );
+        for (k, v) in params.iter_mut() {
+            match k.as_str() {
+                "Direction" => *v = "outbound".into(),
+                "RequestUUID" | "ALegRequestUUID" => *v = request_uuid.clone(),
+                _ => {}
+            }
+        }
+        if let Some(m) = machine {
+            params.push(("Machine".into(), m.to_string()));
+        }
+        let r = self.post(&path, &params).await.map_err(|e| e.to_string())?;
+        Ok((call_uuid, r))
+    }
+
+    /// The hangup callback of a call patterd placed: `cause` such as `USER_BUSY`,
+    /// `NO_ANSWER` or `NORMAL_CLEARING`; `call_uuid` and `answered` when it was answered.
+    pub async fn hangup_outbound(
+        &self,
+        create: &PlivoRequest,
+        call_uuid: Option<&str>,
+        cause: &str,
+        duration_s: u32,
+    ) -> Result<WebhookResponse, String> {
+        let request_uuid = create.request_uuid.clone().ok_or("not a placed call")?;
+        let path = self.local_path(create.field("hangup_url").unwrap_or(""))?;
+        let uuid = call_uuid.map(str::to_string).unwrap_or_else(new_uuid);
+        let mut params: Vec<(String, String)> = [
+            ("CallUUID", uuid.as_str()),
+            ("RequestUUID", request_uuid.as_str()),
+            ("Direction", "outbound"),
+            ("From", create.field("from").unwrap_or("")),
+            ("To", create.field("to").unwrap_or("")),
+            ("HangupCause", cause),
+            ("HangupSource", "Callee"),
+            ("CallStatus", "completed"),
+            ("Event", "Hangup"),
+            ("StartTime", "2026-01-01 00:00:00"),
+            ("EndTime", "2026-01-01 00:00:30"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let answered = call_uuid.is_some();
+        params.push(("Duration".into(), duration_s.to_string()));
+        params.push((
+            "AnswerTime".into(),
+            if answered {
+                "2026-01-01 00:00:02".into()
+            } else {
+                String::new()
+            },
+        ));
+        self.post(&path, &params).await.map_err(|e| e.to_string())
+    }
+
+    /// The path of one of patterd's public URLs.
+    fn local_path(&self, url: &str) -> Result<String, String> {
+        url.strip_prefix(self.public_url.trim_end_matches('/'))
+            .filter(|p| p.starts_with('/'))
+            .map(str::to_string)
+            .ok_or_else(|| format!("{url:?} is not under {}", self.public_url))
     }
 
     /// A new inbound call: posts the answer webhook with a fresh `CallUUID`.

@@ -6,7 +6,11 @@
 //! on an ended call get 422 / 90018, as Telnyx answers) and recording every command;
 //! [`SimTelnyx::place_call`] runs the whole dance — `call.initiated`, wait for `answer`,
 //! `call.answered`, wait for `streaming_start`, open the media socket its `stream_url` names
-//! (media frames partly out of order, as Telnyx does not guarantee order).
+//! (media frames partly out of order, as Telnyx does not guarantee order). Outbound: the fake
+//! takes `POST /v2/calls` (dial, answered with a new `call_control_id`) and `speak`;
+//! [`SimTelnyx::answer_outbound`] plays the dialled leg (`call.initiated` outgoing,
+//! `call.answered`, optional machine detection, then the stream patterd starts) and
+//! [`SimTelnyx::hang_up`] ends it with a cause such as `user_busy`.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -69,6 +73,8 @@ pub struct FakeTelnyxRest {
     /// `http://127.0.0.1:port`: the carrier's `api_base_url`.
     pub base_url: String,
     record: Arc<Recorder<TelnyxRestRecord>>,
+    /// Answer dials with this status (0: place the call).
+    fail_dial: Arc<std::sync::atomic::AtomicU16>,
     _server: TaskGuard,
 }
 
@@ -79,6 +85,56 @@ fn telnyx_error(status: u16, code: &str, title: &str) -> hyper::Response<super::
     )
 }
 
+/// `POST /v2/calls`: a new outbound call, recorded as the command `dial` with the new
+/// `call_control_id`. The call counts as answered for `streaming_start` (the simulator posts
+/// `call.answered` before patterd may start the stream).
+fn dial(
+    rec: &Recorder<TelnyxRestRecord>,
+    calls: &Mutex<CallState>,
+    method: &hyper::Method,
+    json_ct: bool,
+    body: &[u8],
+    path: &str,
+) -> hyper::Response<super::http::Body> {
+    let parsed = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+    let field_ok = |k: &str| parsed[k].as_str().is_some_and(|v| !v.is_empty());
+    if *method != hyper::Method::POST
+        || !json_ct
+        || !["connection_id", "to", "from"].iter().all(|k| field_ok(k))
+    {
+        rec.modify(|r| r.refused.push((path.to_string(), 422)));
+        return telnyx_error(
+            422,
+            "10015",
+            "Invalid dial: connection_id, to and from are required",
+        );
+    }
+    let id = format!("v3:{}", &new_sid("")[..30]);
+    calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .answered
+        .insert(id.clone());
+    rec.modify(|r| {
+        r.commands.push(TelnyxCommand {
+            action: "dial".into(),
+            call_control_id: id.clone(),
+            body: parsed.clone(),
+            status: 200,
+        })
+    });
+    json_resp(
+        200,
+        &json!({"data": {
+            "call_control_id": id,
+            "call_leg_id": new_sid("")[..32].to_string(),
+            "call_session_id": new_sid("")[..32].to_string(),
+            "is_alive": false,
+            "record_type": "call",
+        }}),
+    )
+}
+
 impl FakeTelnyxRest {
     /// Starts on an ephemeral port, accepting `Authorization: Bearer {api_key}`.
     pub async fn start(api_key: &str) -> std::io::Result<Self> {
@@ -86,10 +142,13 @@ impl FakeTelnyxRest {
         let calls = Arc::new(Mutex::new(CallState::default()));
         let expected = format!("Bearer {api_key}");
         let rec = record.clone();
+        let fail_dial = Arc::new(std::sync::atomic::AtomicU16::new(0));
+        let fail = fail_dial.clone();
         let (addr, guard) = serve(move |req| {
             let rec = rec.clone();
             let calls = calls.clone();
             let expected = expected.clone();
+            let fail = fail.load(std::sync::atomic::Ordering::Relaxed);
             async move {
                 let path = req.uri().path().to_string();
                 let auth_ok = req
@@ -112,6 +171,12 @@ impl FakeTelnyxRest {
                     return refuse(401, "10009", "Authentication failed");
                 }
                 let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+                if parts.as_slice() == ["v2", "calls"] {
+                    if fail != 0 {
+                        return refuse(fail, "10011", "Dial refused (simulated)");
+                    }
+                    return dial(&rec, &calls, &method, json_ct, &body, &path);
+                }
                 let (id, action) = match parts.as_slice() {
                     ["v2", "calls", id, "actions", action] if !id.is_empty() => {
                         (id.to_string(), action.to_string())
@@ -144,6 +209,13 @@ impl FakeTelnyxRest {
                                     && body["stream_bidirectional_codec"] == "PCMU";
                                 if ok { 200 } else { 400 }
                             }
+                            "speak" => {
+                                if body["payload"].as_str().is_some_and(|p| !p.is_empty()) {
+                                    200
+                                } else {
+                                    400
+                                }
+                            }
                             "hangup" | "reject" => {
                                 c.ended.insert(id.clone());
                                 200
@@ -172,8 +244,15 @@ impl FakeTelnyxRest {
         Ok(Self {
             base_url: format!("http://{addr}"),
             record,
+            fail_dial,
             _server: guard,
         })
+    }
+
+    /// Refuse every following dial with this HTTP status (`None`: place calls).
+    pub fn fail_dial_with(&self, status: Option<u16>) {
+        self.fail_dial
+            .store(status.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn record(&self) -> TelnyxRestRecord {
@@ -187,6 +266,21 @@ impl FakeTelnyxRest {
         pred: impl FnMut(&TelnyxRestRecord) -> bool,
     ) -> TelnyxRestRecord {
         self.record.wait_until(what, pred).await
+    }
+
+    /// Calls dialled (`POST /v2/calls`), oldest first.
+    pub fn dialled(&self) -> Vec<TelnyxCommand> {
+        self.record().ok("dial").into_iter().cloned().collect()
+    }
+
+    /// Waits until `n` calls have been dialled.
+    pub async fn wait_for_dialled(&self, n: usize) -> Vec<TelnyxCommand> {
+        self.wait_until("dial", |r| r.ok("dial").len() >= n)
+            .await
+            .ok("dial")
+            .into_iter()
+            .cloned()
+            .collect()
     }
 
     /// Calls hung up through the API.
@@ -306,6 +400,101 @@ impl SimTelnyx {
         let id = format!("v3:{}", &new_sid("")[..30]);
         let r = self.post(&self.initiated(&id, from, to)).await?;
         Ok((id, r))
+    }
+
+    /// Telnyx answering a call patterd dialled: `call.initiated` (`outgoing`), `call.answered`,
+    /// with `amd` a `call.machine.detection.ended` carrying that result; unless the result is
+    /// `machine`, waits for patterd's `streaming_start` and opens the media socket.
+    pub async fn answer_outbound(
+        &self,
+        rest: &FakeTelnyxRest,
+        dial: &TelnyxCommand,
+        ws_base: &str,
+        amd: Option<&str>,
+    ) -> Result<Option<SimCall>, String> {
+        let id = dial.call_control_id.clone();
+        let from = dial.body["from"].as_str().unwrap_or("").to_string();
+        let to = dial.body["to"].as_str().unwrap_or("").to_string();
+        let client_state = dial.body["client_state"].clone();
+        let legs = json!({"from": from, "to": to, "client_state": client_state});
+        let mut initiated = legs.clone();
+        initiated["direction"] = json!("outgoing");
+        initiated["state"] = json!("bridging");
+        let mut answered = legs.clone();
+        answered["state"] = json!("answered");
+        for (event, payload) in [("call.initiated", initiated), ("call.answered", answered)] {
+            let r = self
+                .post(&self.event(event, &id, payload))
+                .await
+                .map_err(|e| e.to_string())?;
+            if r.status != 200 {
+                return Err(format!("{event} answered {r:?}"));
+            }
+        }
+        if let Some(result) = amd {
+            let mut p = legs.clone();
+            p["result"] = json!(result);
+            self.post(&self.event("call.machine.detection.ended", &id, p))
+                .await
+                .map_err(|e| e.to_string())?;
+            if result == "machine" {
+                return Ok(None);
+            }
+        }
+        let stream = tokio::time::timeout(
+            Duration::from_secs(10),
+            rest.wait_until("streaming_start", |r| {
+                r.commands
+                    .iter()
+                    .any(|c| c.action == "streaming_start" && c.call_control_id == id)
+            }),
+        )
+        .await
+        .map_err(|_| format!("patterd sent no streaming_start for {id}"))?;
+        let cmd = stream
+            .commands
+            .iter()
+            .find(|c| c.action == "streaming_start" && c.call_control_id == id)
+            .cloned()
+            .ok_or("streaming_start vanished")?;
+        if cmd.status != 200 {
+            return Err(format!("streaming_start refused: {cmd:?}"));
+        }
+        let url = cmd.body["stream_url"].as_str().unwrap_or("").to_string();
+        let mut cfg = SimCallConfig::new(ws_base, "7C0D9E11-0000-4000-8000-000000000001", &id)
+            .with_dialect(Dialect::Telnyx);
+        cfg.reorder_media = true;
+        let sim = SimCall::connect(&url, &Default::default(), cfg)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Some(sim))
+    }
+
+    /// `call.hangup` with `cause` (`user_busy`, `no_answer`, `normal_clearing`, ...).
+    pub async fn hang_up(
+        &self,
+        call_control_id: &str,
+        cause: &str,
+    ) -> Result<WebhookResponse, reqwest::Error> {
+        let body = self.event(
+            "call.hangup",
+            call_control_id,
+            json!({"state": "hangup", "hangup_cause": cause, "hangup_source": "callee"}),
+        );
+        self.post(&body).await
+    }
+
+    /// `call.speak.ended` (Telnyx finished a `speak`).
+    pub async fn speak_ended(
+        &self,
+        call_control_id: &str,
+    ) -> Result<WebhookResponse, reqwest::Error> {
+        let body = self.event(
+            "call.speak.ended",
+            call_control_id,
+            json!({"status": "completed"}),
+        );
+        self.post(&body).await
     }
 
     /// The whole inbound call: `call.initiated` → (patterd answers) → `call.answered` →

@@ -54,7 +54,7 @@ pub struct Opts {
     pub max_duration_s: u64,
     /// `[server] api_token` (empty: none, loopback only).
     pub api_token: String,
-    /// `allowed_destinations` of OUR_NUMBER (empty: outbound refused).
+    /// `allowed_destinations` of every number (empty: outbound refused).
     pub allowed_destinations: Vec<String>,
     pub outbound_max_concurrent: usize,
     pub outbound_max_per_day: u32,
@@ -120,6 +120,12 @@ pub fn other_carriers(opts: &Opts, telnyx_rest: &str, plivo_rest: &str) -> Strin
         .map(|c| format!("\"{c}\""))
         .collect::<Vec<_>>()
         .join(", ");
+    let destinations = opts
+        .allowed_destinations
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
     format!(
         r#"
 [carriers.telnyx]
@@ -140,12 +146,14 @@ number = "{TELNYX_NUMBER}"
 carrier = "telnyx"
 agent = "front-desk"
 allowed_callers = [{callers}]
+allowed_destinations = [{destinations}]
 
 [[numbers]]
 number = "{PLIVO_NUMBER}"
 carrier = "plivo"
 agent = "front-desk"
 allowed_callers = [{callers}]
+allowed_destinations = [{destinations}]
 "#
     )
 }

@@ -1,7 +1,9 @@
-//! Plivo's REST API, the one call patterd makes: hang up a live call with
-//! `DELETE {api_base_url}/v1/Account/{auth_id}/Call/{call_uuid}/` (HTTP Basic
-//! `auth_id:auth_token`, the SDK's JSON body). 404 means the call already ended and counts as
-//! done (carriers.md §3.6).
+//! Plivo's REST API, the calls patterd makes (carriers.md §3.6, HTTP Basic
+//! `auth_id:auth_token`, the SDK's JSON bodies): place an outbound call with `POST
+//! {api_base_url}/v1/Account/{auth_id}/Call/` (answered by a `request_uuid`; the call's
+//! `CallUUID` arrives with the answer URL), cancel a call that has not been answered with
+//! `DELETE …/Request/{request_uuid}/`, and hang up a live call with `DELETE
+//! …/Call/{call_uuid}/`. 404 on a delete means the call already ended and counts as done.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -14,6 +16,45 @@ use crate::config::schema::CarrierConfig;
 const CARRIER: &str = "Plivo";
 /// Plivo's public API root.
 pub const DEFAULT_API_BASE: &str = "https://api.plivo.com";
+
+/// An outbound call to place (`POST Call/`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MakeCall {
+    /// E.164; sent as digits without `+`, as Plivo writes numbers.
+    pub from: String,
+    pub to: String,
+    pub answer_url: String,
+    pub hangup_url: String,
+    pub ring_timeout: u32,
+    pub time_limit: u64,
+    /// Synchronous machine detection: the answer URL gets `Machine=true|false`.
+    pub machine_detection: bool,
+}
+
+/// Body of `POST Call/`, with the fields the SDK's `calls.create` sends.
+pub fn make_call_body(c: &MakeCall) -> serde_json::Value {
+    let mut v = json!({
+        "from": c.from.trim_start_matches('+'),
+        "to": c.to.trim_start_matches('+'),
+        "answer_url": c.answer_url,
+        "answer_method": "POST",
+        "ring_method": "POST",
+        "hangup_url": c.hangup_url,
+        "hangup_method": "POST",
+        "fallback_method": "POST",
+        "time_limit": c.time_limit,
+        "ring_timeout": c.ring_timeout,
+        "error_if_parent_not_found": false,
+    });
+    if c.machine_detection
+        && let Some(m) = v.as_object_mut()
+    {
+        m.insert("machine_detection".into(), json!("true"));
+        m.insert("machine_detection_time".into(), json!(5000));
+        m.insert("machine_detection_method".into(), json!("POST"));
+    }
+    v
+}
 
 /// Client for Plivo's Call API.
 #[derive(Clone)]
@@ -72,24 +113,91 @@ impl PlivoRest {
         )
     }
 
-    /// Hangs up a call; one that has already ended counts as hung up.
-    pub async fn hang_up(&self, call_uuid: &str) -> Result<(), CarrierError> {
-        if !path_safe(call_uuid) {
-            return Err(CarrierError::NotFound {
-                carrier: CARRIER,
-                what: format!("call `{}`", call_uuid.escape_default()),
-            });
-        }
-        let url = self.call_url(call_uuid);
+    /// Places an outbound call; returns its `request_uuid`.
+    pub async fn make_call(&self, c: &MakeCall) -> Result<String, CarrierError> {
+        let url = format!("{}/v1/Account/{}/Call/", self.base, self.auth_id);
         let resp = self
             .client
-            .delete(&url)
+            .post(&url)
             .header("Authorization", self.authorization())
             .header("Content-Type", "application/json")
-            .body(json!({"call_uuid": call_uuid}).to_string())
+            .body(make_call_body(c).to_string())
             .send()
             .await
             .map_err(|e| send_error(CARRIER, &self.base, &url, e))?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        match status {
+            200..=299 => {
+                let id = v.get("request_uuid");
+                let id = id
+                    .and_then(|i| i.as_str())
+                    .or_else(|| id.and_then(|i| i.get(0)).and_then(|i| i.as_str()));
+                id.filter(|i| path_safe(i))
+                    .map(str::to_string)
+                    .ok_or_else(|| CarrierError::Http {
+                        carrier: CARRIER,
+                        status,
+                        message: "the response has no usable request_uuid".into(),
+                    })
+            }
+            401 | 403 => Err(CarrierError::Unauthorized {
+                carrier: CARRIER,
+                status,
+            }),
+            _ => Err(CarrierError::Http {
+                carrier: CARRIER,
+                status,
+                message: v
+                    .get("error")
+                    .and_then(|e| e.as_str())
+                    .map(str::to_string)
+                    .unwrap_or_else(|| text.chars().take(200).collect()),
+            }),
+        }
+    }
+
+    /// Cancels a call that has not been answered yet, by its `request_uuid`.
+    pub async fn cancel_request(&self, request_uuid: &str) -> Result<(), CarrierError> {
+        let url = format!(
+            "{}/v1/Account/{}/Request/{request_uuid}/",
+            self.base, self.auth_id
+        );
+        self.delete(&url, request_uuid, None).await
+    }
+
+    /// Hangs up a call; one that has already ended counts as hung up.
+    pub async fn hang_up(&self, call_uuid: &str) -> Result<(), CarrierError> {
+        let url = self.call_url(call_uuid);
+        self.delete(&url, call_uuid, Some(json!({"call_uuid": call_uuid})))
+            .await
+    }
+
+    async fn delete(
+        &self,
+        url: &str,
+        id: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<(), CarrierError> {
+        if !path_safe(id) {
+            return Err(CarrierError::NotFound {
+                carrier: CARRIER,
+                what: format!("call `{}`", id.escape_default()),
+            });
+        }
+        let mut req = self
+            .client
+            .delete(url)
+            .header("Authorization", self.authorization())
+            .header("Content-Type", "application/json");
+        if let Some(b) = body {
+            req = req.body(b.to_string());
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| send_error(CARRIER, &self.base, url, e))?;
         let status = resp.status().as_u16();
         match status {
             200..=299 | 404 => Ok(()),

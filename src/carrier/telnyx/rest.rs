@@ -1,5 +1,6 @@
-//! Telnyx Call Control REST commands patterd issues (carriers.md §2.4): `answer`,
-//! `streaming_start` (bidirectional RTP, PCMU 8 kHz, inbound track only), `reject` and `hangup`,
+//! Telnyx Call Control REST commands patterd issues (carriers.md §2.4): `dial` (`POST
+//! /v2/calls`, outbound calls), `answer`, `streaming_start` (bidirectional RTP, PCMU 8 kHz,
+//! inbound track only), `speak` (voicemail messages), `reject` and `hangup`,
 //! as `POST {api_base_url}/v2/calls/{call_control_id}/actions/{command}` with a Bearer API key
 //! and JSON bodies shaped exactly like the official SDK's (`rest_requests.json`). A command on a
 //! call that has already ended (HTTP 422, error code 90018) counts as done for `hangup`.
@@ -13,6 +14,8 @@ use crate::config::schema::CarrierConfig;
 const CARRIER: &str = "Telnyx";
 /// Telnyx's public API root (the `/v2` is appended).
 pub const DEFAULT_API_BASE: &str = "https://api.telnyx.com";
+/// `client_state` of the calls patterd dials: base64 of `outbound`.
+pub const OUTBOUND_CLIENT_STATE: &str = "b3V0Ym91bmQ=";
 /// Telnyx's error code for "Call has already ended".
 pub const ALREADY_ENDED: &str = "90018";
 
@@ -73,6 +76,51 @@ pub fn streaming_start_body(command_id: &str, p: &StreamParams) -> Value {
     Value::Object(m)
 }
 
+/// An outbound call to place (`POST /v2/calls`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dial {
+    pub connection_id: String,
+    /// E.164 with `+`.
+    pub from: String,
+    pub to: String,
+    /// Where this call's webhooks go (`…/telnyx/webhook`).
+    pub webhook_url: String,
+    /// Base64, echoed in the call's webhooks.
+    pub client_state: Option<String>,
+    pub timeout_secs: Option<u32>,
+    /// `detect` asks for `call.machine.detection.ended`.
+    pub answering_machine_detection: Option<String>,
+    /// Stream from the answer on; patterd leaves it empty and calls `streaming_start` on
+    /// `call.answered`, because the media token is bound to the `call_control_id` that only
+    /// exists once the dial has returned.
+    pub stream_url: Option<String>,
+}
+
+/// Body of `POST /v2/calls`, with the fields the SDK's `calls.dial` sends.
+pub fn dial_body(d: &Dial) -> Value {
+    let mut m = serde_json::Map::new();
+    m.insert("connection_id".into(), json!(d.connection_id));
+    m.insert("from".into(), json!(d.from));
+    m.insert("to".into(), json!(d.to));
+    if let Some(a) = &d.answering_machine_detection {
+        m.insert("answering_machine_detection".into(), json!(a));
+    }
+    if let Some(cs) = &d.client_state {
+        m.insert("client_state".into(), json!(cs));
+    }
+    if let Some(url) = &d.stream_url {
+        m.insert("stream_bidirectional_codec".into(), json!("PCMU"));
+        m.insert("stream_bidirectional_mode".into(), json!("rtp"));
+        m.insert("stream_track".into(), json!("inbound_track"));
+        m.insert("stream_url".into(), json!(url));
+    }
+    if let Some(t) = d.timeout_secs {
+        m.insert("timeout_secs".into(), json!(t));
+    }
+    m.insert("webhook_url".into(), json!(d.webhook_url));
+    Value::Object(m)
+}
+
 /// Client for Telnyx's Call Control commands.
 #[derive(Clone)]
 pub struct TelnyxRest {
@@ -125,6 +173,45 @@ impl TelnyxRest {
             });
         }
         let url = format!("{}/v2/calls/{call_control_id}/actions/{action}", self.base);
+        self.post(&url, call_control_id, body).await
+    }
+
+    /// Places an outbound call; returns its `call_control_id`.
+    pub async fn dial(&self, d: &Dial) -> Result<String, CarrierError> {
+        let url = format!("{}/v2/calls", self.base);
+        let v = self.post(&url, "(dial)", &dial_body(d)).await?;
+        v.get("data")
+            .and_then(|d| d.get("call_control_id"))
+            .and_then(Value::as_str)
+            .filter(|id| path_safe(id))
+            .map(str::to_string)
+            .ok_or_else(|| CarrierError::Http {
+                carrier: CARRIER,
+                status: 200,
+                message: "the dial response has no usable data.call_control_id".into(),
+            })
+    }
+
+    /// Speaks `text` with Telnyx's own TTS (voicemail messages); `call.speak.ended` follows.
+    pub async fn speak(&self, call_control_id: &str, text: &str) -> Result<(), CarrierError> {
+        let body = json!({
+            "payload": text,
+            "voice": "female",
+            "language": "en-US",
+            "command_id": format!("speak-{call_control_id}"),
+        });
+        self.command(call_control_id, "speak", &body)
+            .await
+            .map(|_| ())
+    }
+
+    async fn post(
+        &self,
+        url: &str,
+        call_control_id: &str,
+        body: &Value,
+    ) -> Result<Value, CarrierError> {
+        let url = url.to_string();
         let resp = self
             .client
             .post(&url)

@@ -56,6 +56,8 @@ pub struct CallEvent {
     pub stream_url: Option<String>,
     /// `streaming.failed`.
     pub failure_reason: Option<String>,
+    /// `call.machine.detection.ended`: `human`, `machine`, `not_sure`.
+    pub result: Option<String>,
 }
 
 /// A parsed webhook.
@@ -108,6 +110,7 @@ impl WebhookEnvelope {
                 hangup_source: s("hangup_source"),
                 stream_url: s("stream_url"),
                 failure_reason: s("failure_reason"),
+                result: s("result"),
             },
         })
     }
