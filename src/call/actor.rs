@@ -183,7 +183,8 @@ impl Actor {
             endpointer: Endpointer::new(
                 setup.agent.min_endpointing_ms,
                 setup.agent.max_endpointing_ms,
-            ),
+            )
+            .with_stt_endpointing(setup.providers.stt.endpointing_ms()),
             eot_at: None,
             words: Words::new(&setup.agent.backchannel_words),
             barge: None,

@@ -91,6 +91,8 @@ pub enum Decision {
 pub struct Endpointer {
     min: Duration,
     max: Duration,
+    /// Silence the speech-to-text has already waited for when it says `speech_final`.
+    stt_endpointing: Duration,
     finals: String,
     interim: String,
     /// The speech-to-text said the utterance ended (and why).
@@ -108,6 +110,7 @@ impl Endpointer {
         Self {
             min: Duration::from_millis(min_ms),
             max: Duration::from_millis(max_ms.max(min_ms)),
+            stt_endpointing: Duration::ZERO,
             finals: String::new(),
             interim: String::new(),
             stt_done: None,
@@ -116,6 +119,13 @@ impl Endpointer {
             quiet_since: None,
             started: None,
         }
+    }
+
+    /// The speech-to-text's own endpointing silence: a `speech_final` proves at least that
+    /// much silence, even when our detector saw the speech end later.
+    pub fn with_stt_endpointing(mut self, ms: u64) -> Self {
+        self.stt_endpointing = Duration::from_millis(ms);
+        self
     }
 
     pub fn on_speech_start(&mut self, at: Instant) {
@@ -189,8 +199,10 @@ impl Endpointer {
     /// Forgets the turn (after a commit, or when it was only a backchannel).
     pub fn reset(&mut self) {
         let speaking = self.speaking;
+        let stt_endpointing = self.stt_endpointing;
         *self = Self::new(self.min.as_millis() as u64, self.max.as_millis() as u64);
         self.speaking = speaking;
+        self.stt_endpointing = stt_endpointing;
     }
 
     pub fn decide(&mut self, now: Instant) -> Decision {
@@ -202,7 +214,10 @@ impl Endpointer {
             return Decision::Wait(None);
         }
         let quiet = self.quiet_since.unwrap_or(now);
-        let silence = now.saturating_duration_since(quiet);
+        let mut silence = now.saturating_duration_since(quiet);
+        if self.stt_done == Some("speech_final") {
+            silence = silence.max(self.stt_endpointing);
+        }
         let commit = |s: &mut Self, reason| {
             let text = s.text();
             s.reset();
@@ -292,6 +307,62 @@ mod tests {
             d => panic!("{d:?}"),
         }
         assert!(!e.has_text());
+    }
+
+    #[test]
+    fn speech_final_counts_the_stts_own_endpointing_silence() {
+        let t0 = Instant::now();
+        // Deepgram waited 300 ms of silence; our detector saw the speech end later.
+        let mut e = Endpointer::new(300, 3000).with_stt_endpointing(300);
+        e.on_speech_start(t0);
+        e.on_speech_end(t0 + Duration::from_millis(1150));
+        e.on_final(
+            "book a table",
+            true,
+            false,
+            t0 + Duration::from_millis(1300),
+        );
+        match e.decide(t0 + Duration::from_millis(1300)) {
+            Decision::Commit { reason, .. } => assert_eq!(reason, "speech_final"),
+            d => panic!("{d:?}"),
+        }
+        // It survives the reset that follows a commit.
+        e.on_speech_start(t0 + Duration::from_millis(2000));
+        e.on_speech_end(t0 + Duration::from_millis(2150));
+        e.on_final("again", true, false, t0 + Duration::from_millis(2300));
+        assert!(matches!(
+            e.decide(t0 + Duration::from_millis(2300)),
+            Decision::Commit { .. }
+        ));
+        // A short provider endpointing does not lift the floor.
+        let mut e = Endpointer::new(300, 3000).with_stt_endpointing(10);
+        e.on_speech_start(t0);
+        e.on_speech_end(t0 + Duration::from_millis(1000));
+        e.on_final(
+            "book a table",
+            true,
+            false,
+            t0 + Duration::from_millis(1020),
+        );
+        assert!(matches!(
+            e.decide(t0 + Duration::from_millis(1020)),
+            Decision::Wait(Some(_))
+        ));
+        // Nor does it count for an utterance end, which proves no particular silence.
+        let mut e = Endpointer::new(300, 3000).with_stt_endpointing(300);
+        e.on_speech_start(t0);
+        e.on_speech_end(t0 + Duration::from_millis(1000));
+        e.on_final(
+            "book a table",
+            false,
+            false,
+            t0 + Duration::from_millis(1010),
+        );
+        e.on_utterance_end();
+        assert!(matches!(
+            e.decide(t0 + Duration::from_millis(1050)),
+            Decision::Wait(Some(_))
+        ));
     }
 
     #[test]

@@ -83,6 +83,10 @@ pub fn listen_url(cfg: &SttConfig) -> Result<String, String> {
 }
 
 impl SttProvider for DeepgramStt {
+    fn endpointing_ms(&self) -> u64 {
+        u64::from(self.cfg.endpointing_ms)
+    }
+
     fn open(&self, ctx: &SttContext) -> SttStream {
         let (in_tx, in_rx) = mpsc::channel(INPUT_QUEUE);
         let (ev_tx, ev_rx) = mpsc::channel(256);

@@ -72,6 +72,13 @@ pub struct SttContext {
 pub trait SttProvider: Send + Sync {
     /// Starts opening a session at once (without waiting for the handshake).
     fn open(&self, ctx: &SttContext) -> SttStream;
+
+    /// Silence the provider itself waits for before it marks an utterance final (Deepgram's
+    /// `endpointing`). The endpointer counts it towards `min_endpointing_ms`, so a turn is not
+    /// held for silence the provider has already observed. 0 when unknown.
+    fn endpointing_ms(&self) -> u64 {
+        0
+    }
 }
 
 // ---------------------------------------------------------------- text to speech
