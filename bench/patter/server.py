@@ -52,10 +52,19 @@ def main() -> None:
         timeout=30.0,
     )
     agent = phone.agent(
-        stt=DeepgramSTT.for_twilio(api_key=os.environ["BENCH_DEEPGRAM_KEY"]),
+        # Not ``DeepgramSTT.for_twilio``: Patter's pipeline decodes the carrier's mu-law to
+        # 16 kHz linear PCM before the STT (stream_handler.py, ``start`` and
+        # ``on_audio_received``), so a mu-law session would be fed PCM bytes -- to the fake
+        # (and to real Deepgram) that is loud noise from the first frame. This is the
+        # configuration Patter builds itself when given only a Deepgram key.
+        stt=DeepgramSTT(
+            api_key=os.environ["BENCH_DEEPGRAM_KEY"],
+            encoding="linear16",
+            sample_rate=16000,
+        ),
         llm=hermes.LLM(
             api_key=os.environ["BENCH_HERMES_KEY"],
-            base_url=os.environ["BENCH_HERMES_URL"] + "/v1",
+            base_url=os.environ["BENCH_HERMES_URL"],  # already ends in /v1
         ),
         tts=tts,
         system_prompt="You are a benchmark agent.",

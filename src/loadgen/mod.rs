@@ -365,7 +365,7 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
     let after = procfs::mem(&pid).unwrap_or_default();
     let health_after = http_status(server.addr, &opts.health_path);
 
-    let finals = finals_by_call(&fakes.dg);
+    let finals = finals_by_call(&fakes.dg, &results);
     let mut report = summarize(opts, &results, &finals);
     let dg = fakes.dg.record();
     report.provider_requests = ProviderCounts {
@@ -420,10 +420,34 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
 }
 
 /// `speech_final` send times per call, from the tags in each connection's first audio.
-fn finals_by_call(dg: &FakeDeepgram) -> HashMap<u32, Vec<Instant>> {
+///
+/// A server that decodes the caller's μ-law before the STT (Patter sends 16 kHz linear PCM)
+/// destroys the tags; its sessions are matched to the remaining calls in order instead (the
+/// n-th session opened ↔ the n-th media stream started). Calls start `1 / rate` apart, so
+/// this holds while the server opens its STT sessions in the order the calls arrive; a
+/// mismatch shows up as turns whose `speech_final` is not inside their reply window
+/// (`turns_unmatched`).
+fn finals_by_call(dg: &FakeDeepgram, results: &[CallResult]) -> HashMap<u32, Vec<Instant>> {
     let mut map: HashMap<u32, Vec<Instant>> = HashMap::new();
+    let mut untagged = Vec::new();
     for c in dg.record().connections {
-        if let Some(idx) = caller::read_tag(&c.first_audio) {
+        let tagged = c.param("encoding") == Some("mulaw");
+        match caller::read_tag(&c.first_audio).filter(|_| tagged) {
+            Some(idx) => map.entry(idx).or_default().extend(c.finals_at),
+            // A session that never carried audio (e.g. a pre-call warm-up) is no call's.
+            None if c.audio_frames == 0 && c.finals_at.is_empty() => {}
+            None => untagged.push(c),
+        }
+    }
+    if !untagged.is_empty() {
+        untagged.sort_by_key(|c| c.opened_at);
+        let mut calls: Vec<_> = results
+            .iter()
+            .filter(|r| !map.contains_key(&r.idx))
+            .filter_map(|r| r.started_at.map(|t| (t, r.idx)))
+            .collect();
+        calls.sort();
+        for (c, (_, idx)) in untagged.into_iter().zip(calls) {
             map.entry(idx).or_default().extend(c.finals_at);
         }
     }
