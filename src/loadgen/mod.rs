@@ -71,6 +71,8 @@ pub struct Options {
     pub health_path: String,
     /// Keep the server's log here (else a temporary directory).
     pub log_dir: Option<PathBuf>,
+    /// Pin the server to these CPUs (a `taskset -c` list such as `0`).
+    pub server_cpus: Option<String>,
 }
 
 /// Picks a free loopback port (bind to 0, read it, let it go).
@@ -203,6 +205,19 @@ async fn start_fakes() -> std::io::Result<Fakes> {
     })
 }
 
+/// `program`, run through `taskset -c CPUS` when the server is pinned (taskset execs it, so
+/// the child's pid is the server's).
+fn pinned(opts: &Options, program: &std::ffi::OsStr) -> Command {
+    match &opts.server_cpus {
+        Some(cpus) => {
+            let mut c = Command::new("taskset");
+            c.arg("-c").arg(cpus).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
 fn spawn_server(opts: &Options, fakes: &Fakes) -> Result<Server, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = free_port().map_err(|e| e.to_string())?;
@@ -223,7 +238,7 @@ fn spawn_server(opts: &Options, fakes: &Fakes) -> Result<Server, String> {
                 &fakes.rest.base_url,
             );
             std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
-            let mut c = Command::new(bin);
+            let mut c = pinned(opts, bin.as_os_str());
             c.arg("--config")
                 .arg(&cfg)
                 .env_remove("RUST_LOG")
@@ -231,7 +246,7 @@ fn spawn_server(opts: &Options, fakes: &Fakes) -> Result<Server, String> {
             c
         }
         Target::Command { shell } => {
-            let mut c = Command::new("sh");
+            let mut c = pinned(opts, "sh".as_ref());
             c.arg("-c").arg(shell);
             c
         }
@@ -368,6 +383,12 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
     let finals = finals_by_call(&fakes.dg, &results);
     let mut report = summarize(opts, &results, &finals);
     let dg = fakes.dg.record();
+    report.stt_heard_ms = Quantiles::of(
+        dg.connections
+            .iter()
+            .flat_map(|c| c.finals_speech_ms.iter().map(|&m| m as f64))
+            .collect(),
+    );
     report.provider_requests = ProviderCounts {
         stt_sessions: dg.connections.len(),
         stt_rejected: dg

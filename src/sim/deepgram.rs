@@ -97,6 +97,8 @@ pub struct DgConnection {
     pub sent: Vec<String>,
     /// When each `speech_final` result was handed to the socket.
     pub finals_at: Vec<Instant>,
+    /// How much speech (ms above the level threshold) each `speech_final` covered.
+    pub finals_speech_ms: Vec<u64>,
     /// The first bytes (up to 16) of the first audio frame.
     pub first_audio: Vec<u8>,
     /// When the WebSocket handshake was accepted.
@@ -395,9 +397,11 @@ async fn session(
                 }
                 let at = Instant::now();
                 let speech_final = m.get("speech_final").and_then(Value::as_bool) == Some(true);
+                let heard_ms = ears.speech_ms;
                 rec(&mut |c| {
                     if speech_final {
                         c.finals_at.push(at);
+                        c.finals_speech_ms.push(heard_ms);
                     }
                     if cfg.record_frames {
                         c.sent.push(text.clone());
