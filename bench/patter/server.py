@@ -21,6 +21,14 @@ import getpatter.providers.deepgram_stt as deepgram_stt  # noqa: E402
 
 deepgram_stt.DEEPGRAM_WS_URL = os.environ["BENCH_DEEPGRAM_URL"] + "/v1/listen"
 
+import getpatter.server as patter_server  # noqa: E402
+
+# Patter refuses an 11th media WebSocket from one IP address (``MAX_WS_PER_IP = 10``, a module
+# constant in getpatter/server.py). Every simulated call comes from 127.0.0.1, so the
+# benchmark lifts it (BENCH_PATTER_MAX_WS_PER_IP, default 100000); set it to 10 to see the
+# stock behaviour: calls 11+ get HTTP 403 on the media socket.
+patter_server.MAX_WS_PER_IP = int(os.environ.get("BENCH_PATTER_MAX_WS_PER_IP", "100000"))
+
 from getpatter import Patter, Twilio  # noqa: E402
 from getpatter.llm import hermes  # noqa: E402
 from getpatter.providers.deepgram_stt import DeepgramSTT  # noqa: E402

@@ -23,7 +23,7 @@
 #   IDLE_LOAD=1.0    before each run, wait (checking every 30 s) until the 1-minute load
 #   IDLE_UNTIL=HH:MM average is below IDLE_LOAD, but not past IDLE_UNTIL (UTC); off by default
 #   STOP_AT=0.5      stop a sweep after a run where this share of calls/turns failed
-#   SKIP_PATTER=1, SKIP_CRITERION=1
+#   SKIP_PATTERD=1, SKIP_PATTER=1, SKIP_CRITERION=1
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-bench-results}
@@ -92,8 +92,10 @@ sweep() {
   target/release/patterd-loadgen --markdown-from "$OUT/$label.json" >"$OUT/$label.md"
 }
 
-echo "== patterd: calls $CALLS"
-sweep patterd "$CALLS" "$RATE" --server target/release/patterd "${SRV_PIN[@]}"
+if [ "${SKIP_PATTERD:-}" != 1 ]; then
+  echo "== patterd: calls $CALLS"
+  sweep patterd "$CALLS" "$RATE" --server target/release/patterd "${SRV_PIN[@]}"
+fi
 
 if [ "${SKIP_PATTER:-}" != 1 ]; then
   echo "== Patter (getpatter 0.7.0): calls $PATTER_CALLS"
