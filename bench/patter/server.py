@@ -38,6 +38,20 @@ from getpatter.providers.elevenlabs_tts import (  # noqa: E402
 )
 
 
+class SharedClientElevenLabsTTS(ElevenLabsTTS):
+    """ElevenLabs REST TTS whose HTTP client outlives a call.
+
+    The agent holds ONE provider instance for every call, and Patter 0.7.0 closes it when a
+    call ends (``stream_handler.py`` teardown, ``await self._tts.close()``), which closes its
+    ``httpx`` client: every reply of every later call then fails with "Cannot send a request,
+    as the client has been closed" (12 of 62 turns at 25 calls). The benchmark keeps the
+    shared client open instead.
+    """
+
+    async def close(self) -> None:
+        return None
+
+
 def main() -> None:
     if os.environ.get("BENCH_DEBUG"):
         import logging
@@ -49,7 +63,7 @@ def main() -> None:
         phone_number=os.environ["BENCH_NUMBER"],
         webhook_url=public,
     )
-    tts = ElevenLabsTTS(
+    tts = SharedClientElevenLabsTTS(
         api_key=os.environ["BENCH_ELEVENLABS_KEY"],
         voice_id="voice123",
         output_format=ElevenLabsOutputFormat.ULAW_8000,
