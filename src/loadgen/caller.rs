@@ -374,6 +374,11 @@ impl Driver<'_> {
                     return false;
                 }
                 if now >= until {
+                    // The agent has been quiet for the whole pause: whatever it says next is
+                    // a new utterance, even if the server sent no mark after the last one
+                    // (Patter marks only some of its audio), so the silence in between is
+                    // not a late frame.
+                    self.in_utt = false;
                     self.phase = Phase::Speaking { next: 0 };
                 }
             }
