@@ -110,7 +110,7 @@ if [ "${SKIP_PATTER:-}" != 1 ]; then
 fi
 if [ "${SKIP_CRITERION:-}" != 1 ]; then
   echo "== criterion hot path"
-  cargo bench --bench hot_path 2>&1 | grep -E '^[a-z_+]+ *$|time:' | tee "$OUT/criterion.txt"
+  cargo bench --bench hot_path 2>&1 | grep -E '^[A-Za-z0-9_+]+ *$|time:' | tee "$OUT/criterion.txt"
 fi
 
 echo "== results"; cat "$OUT/patterd.md" "$OUT/patter.md" 2>/dev/null || true
