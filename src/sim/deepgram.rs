@@ -628,3 +628,18 @@ fn next_transcript(s: &Shared, cfg: &FakeDeepgramConfig) -> String {
         .and_then(|mut q| q.pop_front())
         .unwrap_or_else(|| cfg.default_transcript.clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear16_level_tells_speech_from_silence() {
+        let pcm = |v: i16| v.to_le_bytes().repeat(320);
+        assert_eq!(pcm16_level(&pcm(0)), 0.0);
+        assert!(pcm16_level(&pcm(-4000)) > SPEECH_LEVEL);
+        assert!(pcm16_level(&pcm(120)) < SPEECH_LEVEL);
+        // 16-bit silence read as μ-law would be full scale: the reason linear16 is separate.
+        assert!(mulaw_level(&pcm(0)) > SPEECH_LEVEL);
+    }
+}
