@@ -8,7 +8,7 @@
 # Results go to bench-results/ (one JSON per run, markdown tables, server logs).
 #
 # Both servers get the same caller: a 1 s tone per turn, PAUSE_MS of silence after each reply
-# (default 2000: Patter keeps its agent "speaking" for 1.5 s after playback ends -- its
+# (default 2000: Patter may keep its agent "speaking" for 1.5 s after playback ends -- its
 # PATTER_TTS_TAIL_GRACE_MS -- and drops caller audio meanwhile; see docs/BENCHMARKS.md).
 #
 # Environment:
