@@ -21,6 +21,14 @@ import getpatter.providers.deepgram_stt as deepgram_stt  # noqa: E402
 
 deepgram_stt.DEEPGRAM_WS_URL = os.environ["BENCH_DEEPGRAM_URL"] + "/v1/listen"
 
+import getpatter.server as patter_server  # noqa: E402
+
+# Patter refuses an 11th media WebSocket from one IP address (``MAX_WS_PER_IP = 10``, a module
+# constant in getpatter/server.py). Every simulated call comes from 127.0.0.1, so the
+# benchmark lifts it (BENCH_PATTER_MAX_WS_PER_IP, default 100000); set it to 10 to see the
+# stock behaviour: calls 11+ get HTTP 403 on the media socket.
+patter_server.MAX_WS_PER_IP = int(os.environ.get("BENCH_PATTER_MAX_WS_PER_IP", "100000"))
+
 from getpatter import Patter, Twilio  # noqa: E402
 from getpatter.llm import hermes  # noqa: E402
 from getpatter.providers.deepgram_stt import DeepgramSTT  # noqa: E402
@@ -28,6 +36,20 @@ from getpatter.providers.elevenlabs_tts import (  # noqa: E402
     ElevenLabsOutputFormat,
     ElevenLabsTTS,
 )
+
+
+class SharedClientElevenLabsTTS(ElevenLabsTTS):
+    """ElevenLabs REST TTS whose HTTP client outlives a call.
+
+    The agent holds ONE provider instance for every call, and Patter 0.7.0 closes it when a
+    call ends (``stream_handler.py`` teardown, ``await self._tts.close()``), which closes its
+    ``httpx`` client: every reply of every later call then fails with "Cannot send a request,
+    as the client has been closed" (12 of 62 turns at 25 calls). The benchmark keeps the
+    shared client open instead.
+    """
+
+    async def close(self) -> None:
+        return None
 
 
 def main() -> None:
@@ -41,7 +63,7 @@ def main() -> None:
         phone_number=os.environ["BENCH_NUMBER"],
         webhook_url=public,
     )
-    tts = ElevenLabsTTS(
+    tts = SharedClientElevenLabsTTS(
         api_key=os.environ["BENCH_ELEVENLABS_KEY"],
         voice_id="voice123",
         output_format=ElevenLabsOutputFormat.ULAW_8000,
@@ -52,10 +74,19 @@ def main() -> None:
         timeout=30.0,
     )
     agent = phone.agent(
-        stt=DeepgramSTT.for_twilio(api_key=os.environ["BENCH_DEEPGRAM_KEY"]),
+        # Not ``DeepgramSTT.for_twilio``: Patter's pipeline decodes the carrier's mu-law to
+        # 16 kHz linear PCM before the STT (stream_handler.py, ``start`` and
+        # ``on_audio_received``), so a mu-law session would be fed PCM bytes -- to the fake
+        # (and to real Deepgram) that is loud noise from the first frame. This is the
+        # configuration Patter builds itself when given only a Deepgram key.
+        stt=DeepgramSTT(
+            api_key=os.environ["BENCH_DEEPGRAM_KEY"],
+            encoding="linear16",
+            sample_rate=16000,
+        ),
         llm=hermes.LLM(
             api_key=os.environ["BENCH_HERMES_KEY"],
-            base_url=os.environ["BENCH_HERMES_URL"] + "/v1",
+            base_url=os.environ["BENCH_HERMES_URL"],  # already ends in /v1
         ),
         tts=tts,
         system_prompt="You are a benchmark agent.",

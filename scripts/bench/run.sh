@@ -1,31 +1,100 @@
 #!/usr/bin/env bash
-# The whole benchmark of issue 7 in one command (under ten minutes on a 2-core box):
+# The whole benchmark of issue 7 in one command (about 8 minutes on a 2-core box after the
+# release build, without idle waits):
 #   1. builds patterd and patterd-loadgen (release),
 #   2. runs the load sweep against patterd (N = 1 … 2000 concurrent calls),
-#   3. runs the criterion hot-path micro-benchmarks,
-#   4. creates a venv with getpatter 0.7.0 and runs the same load against Patter.
-# Results go to bench-results/ (JSON, markdown tables, server logs).
-# Environment: CALLS (patterd sweep), PATTER_CALLS, RATE, HOLD_S, SKIP_PATTER=1, SKIP_CRITERION=1.
+#   3. creates a venv with getpatter 0.7.0 and runs the same load against Patter,
+#   4. runs the criterion hot-path micro-benchmarks (last: compiling them loads the machine).
+# Results go to bench-results/ (one JSON per run, markdown tables, server logs).
+#
+# Both servers get the same caller: a 1 s tone per turn, PAUSE_MS of silence after each reply
+# (default 2000: Patter may keep its agent "speaking" for 1.5 s after playback ends -- its
+# PATTER_TTS_TAIL_GRACE_MS -- and drops caller audio meanwhile; see docs/BENCHMARKS.md).
+#
+# Environment:
+#   CALLS            patterd sweep (default 1,50,100,250,500,1000,2000)
+#   PATTER_CALLS     Patter sweep (default 1,10,25,50,100)
+#   RATE             calls started per second for patterd (default 200)
+#   PATTER_RATE      the same for Patter (default 20: its STT sessions are matched to calls
+#                    in order, which needs the calls spaced out; the steady window is the same)
+#   HOLD_S           seconds all calls stay up after the last one started (default 10)
+#   PAUSE_MS         caller's silence between a reply and its next turn (default 2000)
+#   PIN=0            do not pin (default: server on CPU 0, load generator on CPU 1)
+#   IDLE_LOAD=1.0    before each run, wait (checking every 30 s) until the 1-minute load
+#   IDLE_UNTIL=HH:MM average is below IDLE_LOAD, but not past IDLE_UNTIL (UTC); off by default
+#   STOP_AT=0.5      stop a sweep after a run where this share of calls/turns failed
+#   SKIP_PATTERD=1, SKIP_PATTER=1, SKIP_CRITERION=1
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-bench-results}
 CALLS=${CALLS:-1,50,100,250,500,1000,2000}
-PATTER_CALLS=${PATTER_CALLS:-1,50,100,250}
+PATTER_CALLS=${PATTER_CALLS:-1,10,25,50,100}
 RATE=${RATE:-200}
+PATTER_RATE=${PATTER_RATE:-20}
 HOLD_S=${HOLD_S:-10}
+PAUSE_MS=${PAUSE_MS:-2000}
+STOP_AT=${STOP_AT:-0.5}
 mkdir -p "$OUT/logs"
-echo "== machine"; { nproc; grep -m1 'model name' /proc/cpuinfo; free -h | head -2; cat /proc/loadavg; } | tee "$OUT/machine.txt"
+echo "== machine"
+{ nproc; grep -m1 'model name' /proc/cpuinfo; free -h | head -2; uname -r; cat /proc/loadavg; } |
+  tee "$OUT/machine.txt"
 
 cargo build --release --bin patterd --bin patterd-loadgen
-LG=target/release/patterd-loadgen
+LG=(target/release/patterd-loadgen)
+SRV_PIN=()
+if [ "${PIN:-1}" = 1 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+  LG=(taskset -c 1 target/release/patterd-loadgen)
+  SRV_PIN=(--server-cpus 0)
+fi
 
-echo "== patterd: calls $CALLS"
-"$LG" --server target/release/patterd --label patterd --calls "$CALLS" --rate "$RATE" \
-  --hold-s "$HOLD_S" --json "$OUT/patterd.json" --markdown "$OUT/patterd.md" --log-dir "$OUT/logs"
+wait_idle() {
+  [ -n "${IDLE_LOAD:-}" ] || return 0
+  local until=${IDLE_UNTIL:-23:59}
+  while :; do
+    local load now
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    now=$(date -u +%H:%M)
+    if awk -v l="$load" -v m="$IDLE_LOAD" 'BEGIN { exit !(l < m) }'; then
+      echo "   load $load < $IDLE_LOAD at $now UTC"
+      return 0
+    fi
+    if [[ "$now" > "$until" || "$now" == "$until" ]]; then
+      echo "   still busy (load $load) at $now UTC; running anyway"
+      return 0
+    fi
+    echo "   load $load at $now UTC; waiting"
+    sleep 30
+  done
+}
 
-if [ "${SKIP_CRITERION:-}" != 1 ]; then
-  echo "== criterion hot path"
-  cargo bench --bench hot_path 2>&1 | grep -E '^[a-z_+]+ *$|time:' | tee "$OUT/criterion.txt"
+# sweep LABEL CALLS RATE ARGS...: one load-generator process per N (so the idle wait can run
+# before each), stops after a run past STOP_AT, then writes LABEL.json and LABEL.md.
+sweep() {
+  local label=$1 calls=$2 rate=$3
+  shift 3
+  local files=()
+  for n in ${calls//,/ }; do
+    wait_idle
+    echo "   $label, $n calls: ${LG[*]} $* --calls $n --rate $rate --hold-s $HOLD_S --pause-ms $PAUSE_MS"
+    "${LG[@]}" "$@" --label "$label" --calls "$n" --rate "$rate" --hold-s "$HOLD_S" \
+      --pause-ms "$PAUSE_MS" --json "$OUT/$label-$n.json" --log-dir "$OUT/logs" ||
+      { echo "   $label at $n calls failed; see $OUT/logs"; break; }
+    files+=("$OUT/$label-$n.json")
+    if jq -e --argjson s "$STOP_AT" '.[0] | (.failed_calls + .turns_missing)
+        / ([.completed_calls + .failed_calls, 1] | max) + 0 >= $s' \
+        "$OUT/$label-$n.json" >/dev/null; then
+      echo "   $label is past its limit at $n calls; stopping its sweep"
+      break
+    fi
+  done
+  [ ${#files[@]} -gt 0 ] || return 0
+  jq -s add "${files[@]}" >"$OUT/$label.json"
+  target/release/patterd-loadgen --markdown-from "$OUT/$label.json" >"$OUT/$label.md"
+}
+
+if [ "${SKIP_PATTERD:-}" != 1 ]; then
+  echo "== patterd: calls $CALLS"
+  sweep patterd "$CALLS" "$RATE" --server target/release/patterd "${SRV_PIN[@]}"
 fi
 
 if [ "${SKIP_PATTER:-}" != 1 ]; then
@@ -35,9 +104,13 @@ if [ "${SKIP_PATTER:-}" != 1 ]; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q getpatter==0.7.0
   fi
-  "$LG" --server-cmd "exec $VENV/bin/python bench/patter/server.py" --label patter \
-    --voice-path /webhooks/twilio/voice --health-path /health --calls "$PATTER_CALLS" \
-    --rate "$RATE" --hold-s "$HOLD_S" --json "$OUT/patter.json" --markdown "$OUT/patter.md" \
-    --log-dir "$OUT/logs" || echo "Patter run failed; see $OUT/logs"
+  sweep patter "$PATTER_CALLS" "$PATTER_RATE" \
+    --server-cmd "exec $VENV/bin/python bench/patter/server.py" "${SRV_PIN[@]}" \
+    --voice-path /webhooks/twilio/voice --health-path /health
 fi
+if [ "${SKIP_CRITERION:-}" != 1 ]; then
+  echo "== criterion hot path"
+  cargo bench --bench hot_path 2>&1 | grep -E '^[A-Za-z0-9_+]+ *$|time:' | tee "$OUT/criterion.txt"
+fi
+
 echo "== results"; cat "$OUT/patterd.md" "$OUT/patter.md" 2>/dev/null || true

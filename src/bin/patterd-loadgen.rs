@@ -62,10 +62,35 @@ struct Args {
     /// Keep the server logs in this directory.
     #[arg(long)]
     log_dir: Option<PathBuf>,
+    /// Pin the server to these CPUs (`taskset -c` list, e.g. `0`); pin the load generator
+    /// itself with `taskset -c 1 patterd-loadgen ...`.
+    #[arg(long)]
+    server_cpus: Option<String>,
+    /// Only print the markdown table of runs saved earlier with --json (several files' runs
+    /// merged into one JSON array), then exit.
+    #[arg(long)]
+    markdown_from: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(path) = &args.markdown_from {
+        let runs = std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                serde_json::from_slice::<Vec<report::RunReport>>(&b).map_err(|e| e.to_string())
+            });
+        return match runs {
+            Ok(runs) => {
+                print!("{}", report::markdown(&runs));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {path:?}: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let nofile = loadgen::procfs::raise_nofile();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -103,6 +128,7 @@ fn main() -> ExitCode {
             voice_path: args.voice_path.clone(),
             health_path: args.health_path.clone(),
             log_dir: args.log_dir.clone(),
+            server_cpus: args.server_cpus.clone(),
         };
         eprintln!("patterd-loadgen: {} calls ...", n);
         match rt.block_on(loadgen::run(&opts)) {

@@ -126,6 +126,8 @@ pub struct CallResult {
     pub idx: u32,
     pub error: Option<String>,
     pub webhook: Option<Duration>,
+    /// When the media stream's `start` went out (maps untagged STT sessions to calls).
+    pub started_at: Option<Instant>,
     /// `start` sent → first greeting frame.
     pub greeting: Option<Duration>,
     pub turns: Vec<TurnTimes>,
@@ -372,6 +374,11 @@ impl Driver<'_> {
                     return false;
                 }
                 if now >= until {
+                    // The agent has been quiet for the whole pause: whatever it says next is
+                    // a new utterance, even if the server sent no mark after the last one
+                    // (Patter marks only some of its audio), so the silence in between is
+                    // not a late frame.
+                    self.in_utt = false;
                     self.phase = Phase::Speaking { next: 0 };
                 }
             }
@@ -514,6 +521,7 @@ pub async fn run_call(ctx: Arc<CallCtx>, plan: CallPlan) -> CallResult {
         }
     }
     let t0 = Instant::now();
+    res.started_at = Some(t0);
     let (in_tx, mut in_rx) = mpsc::unbounded_channel();
     let reader = crate::util::TaskGuard::new(tokio::spawn(read_loop(
         FragmentCollectorRead::new(rd),

@@ -71,6 +71,8 @@ pub struct Options {
     pub health_path: String,
     /// Keep the server's log here (else a temporary directory).
     pub log_dir: Option<PathBuf>,
+    /// Pin the server to these CPUs (a `taskset -c` list such as `0`).
+    pub server_cpus: Option<String>,
 }
 
 /// Picks a free loopback port (bind to 0, read it, let it go).
@@ -203,6 +205,19 @@ async fn start_fakes() -> std::io::Result<Fakes> {
     })
 }
 
+/// `program`, run through `taskset -c CPUS` when the server is pinned (taskset execs it, so
+/// the child's pid is the server's).
+fn pinned(opts: &Options, program: &std::ffi::OsStr) -> Command {
+    match &opts.server_cpus {
+        Some(cpus) => {
+            let mut c = Command::new("taskset");
+            c.arg("-c").arg(cpus).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
 fn spawn_server(opts: &Options, fakes: &Fakes) -> Result<Server, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = free_port().map_err(|e| e.to_string())?;
@@ -223,7 +238,7 @@ fn spawn_server(opts: &Options, fakes: &Fakes) -> Result<Server, String> {
                 &fakes.rest.base_url,
             );
             std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
-            let mut c = Command::new(bin);
+            let mut c = pinned(opts, bin.as_os_str());
             c.arg("--config")
                 .arg(&cfg)
                 .env_remove("RUST_LOG")
@@ -231,7 +246,7 @@ fn spawn_server(opts: &Options, fakes: &Fakes) -> Result<Server, String> {
             c
         }
         Target::Command { shell } => {
-            let mut c = Command::new("sh");
+            let mut c = pinned(opts, "sh".as_ref());
             c.arg("-c").arg(shell);
             c
         }
@@ -365,9 +380,15 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
     let after = procfs::mem(&pid).unwrap_or_default();
     let health_after = http_status(server.addr, &opts.health_path);
 
-    let finals = finals_by_call(&fakes.dg);
+    let finals = finals_by_call(&fakes.dg, &results);
     let mut report = summarize(opts, &results, &finals);
     let dg = fakes.dg.record();
+    report.stt_heard_ms = Quantiles::of(
+        dg.connections
+            .iter()
+            .flat_map(|c| c.finals_speech_ms.iter().map(|&m| m as f64))
+            .collect(),
+    );
     report.provider_requests = ProviderCounts {
         stt_sessions: dg.connections.len(),
         stt_rejected: dg
@@ -420,10 +441,34 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
 }
 
 /// `speech_final` send times per call, from the tags in each connection's first audio.
-fn finals_by_call(dg: &FakeDeepgram) -> HashMap<u32, Vec<Instant>> {
+///
+/// A server that decodes the caller's μ-law before the STT (Patter sends 16 kHz linear PCM)
+/// destroys the tags; its sessions are matched to the remaining calls in order instead (the
+/// n-th session opened ↔ the n-th media stream started). Calls start `1 / rate` apart, so
+/// this holds while the server opens its STT sessions in the order the calls arrive; a
+/// mismatch shows up as turns whose `speech_final` is not inside their reply window
+/// (`turns_unmatched`).
+fn finals_by_call(dg: &FakeDeepgram, results: &[CallResult]) -> HashMap<u32, Vec<Instant>> {
     let mut map: HashMap<u32, Vec<Instant>> = HashMap::new();
+    let mut untagged = Vec::new();
     for c in dg.record().connections {
-        if let Some(idx) = caller::read_tag(&c.first_audio) {
+        let tagged = c.param("encoding") == Some("mulaw");
+        match caller::read_tag(&c.first_audio).filter(|_| tagged) {
+            Some(idx) => map.entry(idx).or_default().extend(c.finals_at),
+            // A session that never carried audio (e.g. a pre-call warm-up) is no call's.
+            None if c.audio_frames == 0 && c.finals_at.is_empty() => {}
+            None => untagged.push(c),
+        }
+    }
+    if !untagged.is_empty() {
+        untagged.sort_by_key(|c| c.opened_at);
+        let mut calls: Vec<_> = results
+            .iter()
+            .filter(|r| !map.contains_key(&r.idx))
+            .filter_map(|r| r.started_at.map(|t| (t, r.idx)))
+            .collect();
+        calls.sort();
+        for (c, (_, idx)) in untagged.into_iter().zip(calls) {
             map.entry(idx).or_default().extend(c.finals_at);
         }
     }

@@ -86,6 +86,9 @@ pub struct RunReport {
     pub added_ms: Quantiles,
     /// Media `start` → first greeting frame.
     pub greeting_ms: Quantiles,
+    /// Caller speech the STT actually received per end of turn (of the clip's `--speech-ms`).
+    #[serde(default)]
+    pub stt_heard_ms: Quantiles,
     /// End of barge-in speech → `clear` (only when agent audio was still queued then).
     pub barge_in_clear_ms: Quantiles,
     pub frames_received: u64,
@@ -109,13 +112,13 @@ pub struct RunReport {
 /// A markdown table, one row per run.
 pub fn markdown(runs: &[RunReport]) -> String {
     let mut s = String::from(
-        "| server | calls | ok / failed | turns answered | CPU % core (all) | CPU % core / call | idle RSS MiB | RSS MiB (all up) | RSS KiB / call | cold start ms | speech end → reply p50 / p99 ms | added p50 / p99 / max ms | late gaps > 40 ms | underruns | loadgen CPU % / lagged ticks | load avg |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| server | calls | ok / failed | turns answered | CPU % core (all) | CPU % core / call | idle RSS MiB | RSS MiB (all up) | RSS KiB / call | cold start ms | speech end → reply p50 / p99 ms | added p50 / p99 / max ms | speech heard by STT p50 ms | late gaps > 40 ms | underruns | loadgen CPU % / lagged ticks | load avg |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in runs {
         let v = &r.server;
         s.push_str(&format!(
-            "| {} | {} | {} / {} | {} / {} | {:.1} | {:.3} | {:.1} | {:.1} | {:.0} | {:.1} | {:.0} / {:.0} | {:.2} / {:.2} / {:.1} | {} | {} | {:.0} / {} | {:.1} |\n",
+            "| {} | {} | {} / {} | {} / {} | {:.1} | {:.3} | {:.1} | {:.1} | {:.0} | {:.1} | {:.0} / {:.0} | {:.2} / {:.2} / {:.1} | {:.0} | {} | {} | {:.0} / {} | {:.1} |\n",
             r.label,
             r.calls,
             r.completed_calls,
@@ -133,6 +136,7 @@ pub fn markdown(runs: &[RunReport]) -> String {
             r.added_ms.p50,
             r.added_ms.p99,
             r.added_ms.max,
+            r.stt_heard_ms.p50,
             r.late_gaps,
             r.underruns,
             r.loadgen_cpu_pct_steady,

@@ -1,6 +1,7 @@
 //! `FakeDeepgram`: a Deepgram live-transcription server (`/v1/listen`, providers.md §2) as
 //! strict as the real one. The handshake needs `Authorization: Token <key>` (else 401 JSON),
-//! `model`, `encoding=mulaw` and `sample_rate=8000` (else 400). After the upgrade it ends turns
+//! `model`, and `encoding=mulaw` with `sample_rate=8000` or `encoding=linear16` with
+//! `sample_rate=16000` (else 400). After the upgrade it ends turns
 //! from the audio it receives: per connection, 20 ms blocks of μ-law whose mean level is above
 //! a threshold count as speech; speech emits `SpeechStarted` (with `vad_events`) and interim
 //! `Results`, then `endpointing` ms of silence emits a final `Results` (`is_final` +
@@ -96,8 +97,12 @@ pub struct DgConnection {
     pub sent: Vec<String>,
     /// When each `speech_final` result was handed to the socket.
     pub finals_at: Vec<Instant>,
+    /// How much speech (ms above the level threshold) each `speech_final` covered.
+    pub finals_speech_ms: Vec<u64>,
     /// The first bytes (up to 16) of the first audio frame.
     pub first_audio: Vec<u8>,
+    /// When the WebSocket handshake was accepted.
+    pub opened_at: Option<Instant>,
     pub closed: Option<DgClose>,
 }
 
@@ -256,12 +261,20 @@ async fn handle(s: Arc<Shared>, mut req: Request<Incoming>) -> hyper::Response<B
     if get("model").is_none_or(str::is_empty) {
         return reject(400, "Bad Request", "model is required");
     }
-    if get("encoding") != Some("mulaw") {
-        return reject(400, "Bad Request", "encoding must be mulaw");
-    }
-    if get("sample_rate") != Some("8000") {
-        return reject(400, "Bad Request", "sample_rate must be 8000");
-    }
+    // μ-law at 8 kHz (what patterd sends) or 16-bit little-endian PCM at 16 kHz (what
+    // Patter's pipeline sends after decoding and resampling the carrier's μ-law).
+    let linear16 = match (get("encoding"), get("sample_rate")) {
+        (Some("mulaw"), Some("8000")) => false,
+        (Some("linear16"), Some("16000")) => true,
+        (Some("mulaw" | "linear16"), _) => {
+            return reject(
+                400,
+                "Bad Request",
+                "sample_rate must be 8000 (mulaw) or 16000 (linear16)",
+            );
+        }
+        _ => return reject(400, "Bad Request", "encoding must be mulaw or linear16"),
+    };
     if !upgrade::is_upgrade_request(&req) {
         return reject(426, "Bad Request", "WebSocket upgrade required");
     }
@@ -275,10 +288,12 @@ async fn handle(s: Arc<Shared>, mut req: Request<Incoming>) -> hyper::Response<B
         vad_events: get("vad_events") == Some("true"),
         interim: get("interim_results") == Some("true"),
         request_id: request_id.clone(),
+        linear16,
     };
     let conn = DgConnection {
         query: query.clone(),
         headers: http::header_pairs(&req),
+        opened_at: Some(Instant::now()),
         ..Default::default()
     };
     let (resp, fut) = match upgrade::upgrade(&mut req) {
@@ -322,6 +337,26 @@ struct Params {
     vad_events: bool,
     interim: bool,
     request_id: String,
+    /// 16-bit PCM at 16 kHz (32 bytes per ms) instead of μ-law at 8 kHz (8 bytes per ms).
+    linear16: bool,
+}
+
+impl Params {
+    fn bytes_per_ms(&self) -> u64 {
+        if self.linear16 { 32 } else { 8 }
+    }
+}
+
+/// Mean absolute level of 16-bit little-endian PCM.
+fn pcm16_level(b: &[u8]) -> f64 {
+    let n = b.len() / 2;
+    if n == 0 {
+        return 0.0;
+    }
+    b.chunks_exact(2)
+        .map(|s| f64::from(i16::from_le_bytes([s[0], s[1]])).abs())
+        .sum::<f64>()
+        / n as f64
 }
 
 /// Per-connection speech detector and transcript state.
@@ -362,9 +397,11 @@ async fn session(
                 }
                 let at = Instant::now();
                 let speech_final = m.get("speech_final").and_then(Value::as_bool) == Some(true);
+                let heard_ms = ears.speech_ms;
                 rec(&mut |c| {
                     if speech_final {
                         c.finals_at.push(at);
+                        c.finals_speech_ms.push(heard_ms);
                     }
                     if cfg.record_frames {
                         c.sent.push(text.clone());
@@ -410,7 +447,7 @@ async fn session(
                         break DgClose { code: 1006, reason: "dropped by test configuration".into(), by_client: false };
                     }
                     let mut out = Vec::new();
-                    for block in b.chunks(160) {
+                    for block in b.chunks(20 * p.bytes_per_ms() as usize) {
                         ears.step(&s, &cfg, &p, block, &mut out);
                     }
                     if !send_all!(out) {
@@ -489,10 +526,15 @@ impl Ears {
         block: &[u8],
         out: &mut Vec<Value>,
     ) {
-        let ms = (block.len() as u64).div_ceil(8);
+        let ms = (block.len() as u64).div_ceil(p.bytes_per_ms());
         let start_ms = self.audio_ms;
         self.audio_ms += ms;
-        if mulaw_level(block) > SPEECH_LEVEL {
+        let level = if p.linear16 {
+            pcm16_level(block)
+        } else {
+            mulaw_level(block)
+        };
+        if level > SPEECH_LEVEL {
             if !self.in_speech {
                 self.in_speech = true;
                 if !self.heard {
@@ -585,4 +627,19 @@ fn next_transcript(s: &Shared, cfg: &FakeDeepgramConfig) -> String {
         .ok()
         .and_then(|mut q| q.pop_front())
         .unwrap_or_else(|| cfg.default_transcript.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear16_level_tells_speech_from_silence() {
+        let pcm = |v: i16| v.to_le_bytes().repeat(320);
+        assert_eq!(pcm16_level(&pcm(0)), 0.0);
+        assert!(pcm16_level(&pcm(-4000)) > SPEECH_LEVEL);
+        assert!(pcm16_level(&pcm(120)) < SPEECH_LEVEL);
+        // 16-bit silence read as μ-law would be full scale: the reason linear16 is separate.
+        assert!(mulaw_level(&pcm(0)) > SPEECH_LEVEL);
+    }
 }
