@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::event::{EndReason, EventKind};
 use super::registry::InsertError;
 use super::speech::{Speech, UttKind};
 use super::transcript::{CallEvent, CallRecord, Speaker, TranscriptEntry};
@@ -201,12 +202,12 @@ impl Actor {
         t.saturating_duration_since(self.created).as_millis() as u64
     }
 
-    fn event(&mut self, kind: &str, detail: impl Into<String>) {
+    fn event(&mut self, kind: EventKind, detail: impl Into<String>) {
         let detail = detail.into();
-        debug!(event = kind, %detail, "call event");
+        debug!(event = kind.as_str(), %detail, "call event");
         self.events.push(CallEvent {
             t_ms: self.ms_since(Instant::now()),
-            kind: kind.to_string(),
+            kind,
             detail,
         });
         if let (Some(store), Some(e)) = (&self.setup.store, self.events.last()) {
@@ -229,14 +230,14 @@ impl Actor {
             .unwrap_or(0)
     }
 
-    fn record(&self, reason: &str) -> CallRecord {
+    fn record(&self, reason: &EndReason) -> CallRecord {
         CallRecord {
             call_id: self.setup.call_id.clone(),
             carrier: self.setup.carrier.as_str().to_string(),
             agent: self.setup.agent_name.clone(),
             from_masked: mask_number(&self.setup.from),
             to_masked: mask_number(&self.setup.to),
-            ended_reason: reason.to_string(),
+            ended_reason: reason.clone(),
             transcript: self.transcript.clone(),
             events: self.events.clone(),
         }
@@ -270,11 +271,11 @@ impl Actor {
             tokio::select! {
                 msg = self.rx.recv() => match msg {
                     Some(msg) => if let Some(r) = self.on_msg(msg) { break r },
-                    None => break "handles dropped".to_string(),
+                    None => break EndReason::HandlesDropped,
                 },
                 ev = recv_opt(self.media_rx.as_mut()) => match ev {
                     Some(ev) => if let Some(r) = self.on_media(ev) { break r },
-                    None => break "media stream closed".to_string(),
+                    None => break EndReason::MediaStreamClosed,
                 },
                 ev = recv_opt(self.stt.as_mut().map(|s| &mut s.events)) => self.on_stt(ev),
                 ev = recv_opt(self.llm.as_mut().map(|l| &mut l.events)) => self.on_llm(ev),
@@ -286,7 +287,7 @@ impl Actor {
                     if hang_up {
                         self.send(MediaCommand::HangUp);
                     }
-                    break r.to_string();
+                    break r;
                 }
             }
             if let Some(r) = self.after_event() {
@@ -294,24 +295,24 @@ impl Actor {
                 break r;
             }
         };
-        self.finish(&reason);
+        self.finish(reason);
     }
 
     /// The earliest call-ending timer: media never attached, maximum duration, or no media.
-    fn deadline(&self) -> impl Future<Output = (&'static str, bool)> + use<> {
+    fn deadline(&self) -> impl Future<Output = (EndReason, bool)> + use<> {
         let (at, reason, hang_up) = match self.answered {
             None => (
                 self.created + self.setup.attach_timeout,
-                "media stream never connected",
+                EndReason::MediaNeverConnected,
                 false,
             ),
             Some(answered) => {
                 let max = answered + Duration::from_secs(self.setup.agent.max_duration_s);
                 let silent = self.last_media + self.setup.media_timeout;
                 if max <= silent {
-                    (max, "maximum call duration reached", true)
+                    (max, EndReason::MaxDuration, true)
                 } else {
-                    (silent, "no media from the carrier", true)
+                    (silent, EndReason::NoMedia, true)
                 }
             }
         };
@@ -341,19 +342,19 @@ impl Actor {
         }
     }
 
-    fn on_msg(&mut self, msg: CallMsg) -> Option<String> {
+    fn on_msg(&mut self, msg: CallMsg) -> Option<EndReason> {
         match msg {
             CallMsg::Attach(m) => self.attach(m),
             CallMsg::HangUp { reason } => {
-                self.event("hang_up", reason.clone());
+                self.event(EventKind::HangUp, reason.as_str());
                 self.send(MediaCommand::HangUp);
-                return Some(format!("hung up: {reason}"));
+                return Some(EndReason::HungUp(reason));
             }
             CallMsg::Say(text) => {
                 self.enqueue(UttKind::Say, &text);
             }
             CallMsg::Snapshot(tx) => {
-                let _ = tx.send(self.record("in progress"));
+                let _ = tx.send(self.record(&EndReason::InProgress));
             }
         }
         None
@@ -369,12 +370,15 @@ impl Actor {
         self.last_media = now;
         self.media_tx = Some(m.commands);
         self.media_rx = Some(m.events);
-        self.event("media_start", m.start.stream_id.clone());
+        self.event(EventKind::MediaStart, m.start.stream_id.clone());
+        if let Some(store) = &self.setup.store {
+            store.answered(&self.setup.call_id);
+        }
         info!(stream_id = %m.start.stream_id, "media stream started");
         self.pump();
     }
 
-    fn on_media(&mut self, ev: MediaEvent) -> Option<String> {
+    fn on_media(&mut self, ev: MediaEvent) -> Option<EndReason> {
         self.last_media = Instant::now();
         match ev {
             MediaEvent::Start(_) => {}
@@ -390,13 +394,13 @@ impl Actor {
                 }
             }
             MediaEvent::Dtmf(d) => {
-                self.event("dtmf", d.to_string());
+                self.event(EventKind::Dtmf, d.to_string());
                 self.caller_turn(format!("The caller pressed {d}."), "dtmf");
             }
             MediaEvent::MarkPlayed(name) => self.on_mark(&name),
             MediaEvent::Stop => {
-                self.event("carrier_stop", "");
-                return Some("caller hung up".into());
+                self.event(EventKind::CarrierStop, "");
+                return Some(EndReason::CallerHungUp);
             }
         }
         None
@@ -416,7 +420,7 @@ impl Actor {
             e.end_ms = end;
         }
         self.persist(sent.entry);
-        self.event("mark_played", name);
+        self.event(EventKind::MarkPlayed, name);
     }
 
     fn on_stt(&mut self, ev: Option<SttEvent>) {
@@ -425,7 +429,7 @@ impl Actor {
             return;
         };
         match ev {
-            SttEvent::Connected => self.event("stt_connected", ""),
+            SttEvent::Connected => self.event(EventKind::SttConnected, ""),
             SttEvent::SpeechStarted => {}
             SttEvent::Interim(text) => {
                 self.endpointer.on_interim(&text, Instant::now());
@@ -446,7 +450,7 @@ impl Actor {
             }
             SttEvent::Error { message, fatal } => {
                 warn!(%message, fatal, "speech-to-text error");
-                self.event("stt_error", message);
+                self.event(EventKind::SttError, message);
                 if fatal {
                     self.stt = None;
                     self.reopen_stt();
@@ -468,7 +472,7 @@ impl Actor {
             return;
         }
         self.stt_reopened = true;
-        self.event("stt_reopen", "");
+        self.event(EventKind::SttReopen, "");
         self.stt = Some(self.setup.providers.stt.open(&SttContext {
             call_id: self.setup.call_id.clone(),
         }));
@@ -484,7 +488,7 @@ impl Actor {
                 let onset = now.checked_sub(Duration::from_millis(lag)).unwrap_or(now);
                 self.endpointer.on_speech_start(onset);
                 self.eot_at = None;
-                self.event("speech_start", format!("audio_ms={onset_ms}"));
+                self.event(EventKind::SpeechStart, format!("audio_ms={onset_ms}"));
             }
             VadEvent::SpeechEnd {
                 onset_ms,
@@ -494,7 +498,7 @@ impl Actor {
                 let end = now.checked_sub(Duration::from_millis(lag)).unwrap_or(now);
                 self.endpointer.on_speech_end(end);
                 self.event(
-                    "speech_end",
+                    EventKind::SpeechEnd,
                     format!(
                         "audio_ms={last_voiced_ms} length_ms={}",
                         last_voiced_ms - onset_ms
@@ -529,13 +533,13 @@ impl Actor {
             self.send(MediaCommand::Clear);
         }
         for mark in paused.withdrawn {
-            self.event("mark_withdrawn", mark);
+            self.event(EventKind::MarkWithdrawn, mark);
         }
         self.barge = Some(BargeIn {
             at: now,
             deadline: now + confirm,
         });
-        self.event("barge_in_stop", format!("speech_ms={run}"));
+        self.event(EventKind::BargeInStop, format!("speech_ms={run}"));
         // Words may already be in (the STT can be faster than our detector).
         self.on_caller_words();
     }
@@ -553,7 +557,10 @@ impl Actor {
                 // The agent's own voice: not an interruption; the deadline resumes it.
             } else if words >= self.setup.agent.barge_in_min_words as usize {
                 let ms = b.at.elapsed().as_millis();
-                self.event("barge_in_commit", format!("words={words} after_ms={ms}"));
+                self.event(
+                    EventKind::BargeInCommit,
+                    format!("words={words} after_ms={ms}"),
+                );
                 self.interrupt();
             }
         }
@@ -568,7 +575,7 @@ impl Actor {
                 if let Some(stt) = &self.stt {
                     let _ = stt.input.try_send(SttInput::Finalize);
                 }
-                self.event("finalize_sent", "");
+                self.event(EventKind::FinalizeSent, "");
                 // The answer to Finalize (or the maximum) decides.
                 if let Decision::Wait(at) = self.endpointer.decide(Instant::now()) {
                     self.eot_at = at;
@@ -580,7 +587,10 @@ impl Actor {
                 silence_ms,
             } => {
                 self.eot_at = None;
-                self.event("turn_end", format!("{reason} silence_ms={silence_ms}"));
+                self.event(
+                    EventKind::TurnEnd,
+                    format!("{reason} silence_ms={silence_ms}"),
+                );
                 self.caller_turn(text, reason);
             }
         }
@@ -618,14 +628,14 @@ impl Actor {
         if let Some(b) = self.barge.take() {
             self.speech.resume();
             let ms = b.at.elapsed().as_millis();
-            self.event("barge_in_resume", format!("{why} after_ms={ms}"));
+            self.event(EventKind::BargeInResume, format!("{why} after_ms={ms}"));
             self.pump();
         }
     }
 
     /// Checks made after every event: a held turn whose time has come, the end of the
     /// goodbye. Returns a reason to end the call.
-    fn after_event(&mut self) -> Option<String> {
+    fn after_event(&mut self) -> Option<EndReason> {
         if self.held_turn.is_some()
             && self.llm.is_none()
             && !self.speech.is_speaking()
@@ -635,8 +645,8 @@ impl Actor {
         }
         let until = self.goodbye_until?;
         if !self.speech.is_speaking() || Instant::now() >= until {
-            self.event("idle_hang_up", "");
-            return Some("caller silent".into());
+            self.event(EventKind::IdleHangUp, "");
+            return Some(EndReason::CallerSilent);
         }
         None
     }
@@ -664,14 +674,14 @@ impl Actor {
         let agent = self.setup.agent.clone();
         if self.nudges < agent.idle_max_nudges {
             self.nudges += 1;
-            self.event("idle_nudge", self.nudges.to_string());
+            self.event(EventKind::IdleNudge, self.nudges.to_string());
             self.enqueue(UttKind::Idle, &agent.idle_nudge_message);
             self.history.push(ChatMessage {
                 role: Role::Assistant,
                 content: agent.idle_nudge_message.clone(),
             });
         } else {
-            self.event("idle_goodbye", "");
+            self.event(EventKind::IdleGoodbye, "");
             self.goodbye_until = Some(Instant::now() + GOODBYE_GRACE);
             self.enqueue(UttKind::Idle, &agent.idle_goodbye_message);
         }
@@ -715,28 +725,28 @@ impl Actor {
         if busy && !dtmf {
             let agent_now = self.speech.current_text();
             let ignored = if self.words.is_echo(&text, &agent_now) {
-                Some("echo_ignored")
+                Some(EventKind::EchoIgnored)
             } else if self.words.content_words(&text) < self.setup.agent.barge_in_min_words as usize
             {
-                Some("backchannel_ignored")
+                Some(EventKind::BackchannelIgnored)
             } else {
                 None
             };
             if let Some(kind) = ignored {
                 self.event(kind, text);
-                self.resume(kind);
+                self.resume(kind.as_str());
                 return;
             }
         }
         match overlap {
             Overlap::Hold if !dtmf => {
-                self.event("turn_held", "");
+                self.event(EventKind::TurnHeld, "");
                 self.held_turn = Some((text, reason));
                 return;
             }
             Overlap::Cut | Overlap::Hold => {
                 if self.barge.is_some() {
-                    self.event("barge_in_commit", "turn_end");
+                    self.event(EventKind::BargeInCommit, "turn_end");
                 }
                 self.interrupt();
             }
@@ -785,7 +795,7 @@ impl Actor {
             entry: None,
             reply_text: String::new(),
         });
-        self.event("llm_request", self.turns.to_string());
+        self.event(EventKind::LlmRequest, self.turns.to_string());
     }
 
     /// The previous reply was not interrupted: it goes into history whole.
@@ -811,7 +821,7 @@ impl Actor {
             self.send(MediaCommand::Clear);
         }
         for sent in cleared.unheard {
-            self.event("mark_cleared", sent.mark);
+            self.event(EventKind::MarkCleared, sent.mark);
         }
         if let Some(turn) = self.turn.take() {
             let heard = match turn.entry.and_then(|i| self.transcript.get_mut(i)) {
@@ -825,7 +835,7 @@ impl Actor {
                 self.persist(i);
             }
             if let Some(heard) = heard {
-                self.event("heard", heard.clone());
+                self.event(EventKind::Heard, heard.clone());
                 if self.setup.providers.llm.keeps_history() {
                     // The brain remembers its whole reply: tell it what actually got through.
                     self.brain_note = Some(if heard.is_empty() {
@@ -845,7 +855,10 @@ impl Actor {
                 }
             }
         }
-        self.event("interrupted", if need_clear { "clear" } else { "" });
+        self.event(
+            EventKind::Interrupted,
+            if need_clear { "clear" } else { "" },
+        );
     }
 
     fn on_llm(&mut self, ev: Option<LlmEvent>) {
@@ -860,7 +873,7 @@ impl Actor {
                 }
             }
             LlmEvent::ToolProgress(label) => {
-                self.event("tool_progress", label);
+                self.event(EventKind::ToolProgress, label);
                 self.filler("tool");
             }
             LlmEvent::Done => {
@@ -870,12 +883,12 @@ impl Actor {
                 }
                 // The reply joins history when the next caller turn settles it (whole), or
                 // when it is interrupted (what was heard).
-                self.event("llm_done", "");
+                self.event(EventKind::LlmDone, "");
             }
             LlmEvent::Error(message) => {
                 self.llm = None;
                 warn!(%message, "the brain failed this turn");
-                self.event("llm_error", message);
+                self.event(EventKind::LlmError, message);
                 let Some(turn) = self.turn.as_ref() else {
                     return;
                 };
@@ -985,14 +998,14 @@ impl Actor {
         if msg.trim().is_empty() {
             return;
         }
-        self.event("filler", why);
+        self.event(EventKind::Filler, why);
         self.enqueue(UttKind::Filler { turn: turn_id }, &msg);
     }
 
     fn on_tts(&mut self, id: u64, ev: Option<crate::provider::TtsEvent>) {
         if let Some((kind, err)) = self.speech.on_tts(id, ev) {
             warn!(error = %err, ?kind, "speech synthesis failed");
-            self.event("tts_error", err);
+            self.event(EventKind::TtsError, err);
         }
         self.start_tts();
         self.pump();
@@ -1010,7 +1023,7 @@ impl Actor {
                     self.greeting_sent = true;
                     let ms = self.answered.map(|a| now.saturating_duration_since(a));
                     let us = ms.map(|d| d.as_micros()).unwrap_or(0);
-                    self.event("greeting_first_frame", us.to_string());
+                    self.event(EventKind::GreetingFirstFrame, us.to_string());
                 }
                 UttKind::Reply { turn } | UttKind::Filler { turn } | UttKind::Error { turn } => {
                     let turn_id = *turn;
@@ -1021,11 +1034,14 @@ impl Actor {
                         t.audio_started = true;
                         let us = now.saturating_duration_since(t.ended_at).as_micros();
                         let kind = if is_reply {
-                            "reply_first_frame"
+                            EventKind::ReplyFirstFrame
                         } else {
-                            "first_frame_of_turn"
+                            EventKind::FirstFrameOfTurn
                         };
                         self.event(kind, us.to_string());
+                        if let Some(store) = &self.setup.store {
+                            store.reply_latency(&self.setup.call_id, us as u64);
+                        }
                     }
                 }
                 _ => {}
@@ -1036,7 +1052,7 @@ impl Actor {
         }
     }
 
-    fn finish(mut self, reason: &str) {
+    fn finish(mut self, reason: EndReason) {
         self.llm = None;
         let _ = self.speech.clear();
         if let Some(stt) = self.stt.take() {
@@ -1060,7 +1076,10 @@ impl Actor {
         if self.answered.is_some() {
             (0..self.transcript.len()).for_each(|i| self.persist(i));
         }
-        self.event("call_end", reason);
+        self.event(EventKind::CallEnd, reason.to_string());
+        if let Some(store) = &self.setup.store {
+            store.ended(&self.setup.call_id, &reason);
+        }
         let duration = self
             .answered
             .map(|a| a.elapsed().as_secs_f64())
@@ -1068,7 +1087,7 @@ impl Actor {
         info!(
             from = %mask_number(&self.setup.from),
             to = %mask_number(&self.setup.to),
-            reason,
+            reason = %reason,
             duration_s = format!("{duration:.1}"),
             turns = self.turns,
             transcript_entries = self.transcript.len(),
@@ -1076,7 +1095,7 @@ impl Actor {
             stt_frames_dropped = self.stt_frames_dropped,
             "call ended"
         );
-        let record = self.record(reason);
+        let record = self.record(&reason);
         self.registry.finish(record);
     }
 }

@@ -4,6 +4,7 @@
 //! know which carrier or vendor it talks to.
 
 pub mod actor;
+pub mod event;
 pub mod registry;
 pub mod speech;
 pub mod transcript;
@@ -18,6 +19,7 @@ use crate::carrier::{CarrierKind, MediaCommand, MediaEvent, StreamStart};
 use crate::config::AgentConfig;
 use crate::provider::AgentProviders;
 
+pub use event::{EndReason, EventKind};
 pub use registry::CallRegistry;
 pub use transcript::{CallEvent, CallRecord, Speaker, TranscriptEntry};
 

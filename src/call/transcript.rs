@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use super::event::{EndReason, EventKind};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Speaker {
@@ -29,7 +31,7 @@ pub struct TranscriptEntry {
 pub struct CallEvent {
     /// Milliseconds since the call was created (webhook time).
     pub t_ms: u64,
-    pub kind: String,
+    pub kind: EventKind,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub detail: String,
 }
@@ -43,14 +45,18 @@ pub struct CallRecord {
     /// Masked numbers only.
     pub from_masked: String,
     pub to_masked: String,
-    pub ended_reason: String,
+    pub ended_reason: EndReason,
     pub transcript: Vec<TranscriptEntry>,
     pub events: Vec<CallEvent>,
 }
 
 impl CallRecord {
-    /// Events of one kind, in order.
-    pub fn events_of<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a CallEvent> + 'a {
+    /// Events of one kind (an [`EventKind`] or its stored name), in order.
+    pub fn events_of<'a, K>(&'a self, kind: K) -> impl Iterator<Item = &'a CallEvent> + 'a
+    where
+        EventKind: PartialEq<K>,
+        K: 'a,
+    {
         self.events.iter().filter(move |e| e.kind == kind)
     }
 }

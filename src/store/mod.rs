@@ -21,7 +21,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 use tracing::{Level, debug, enabled, info, warn};
 
-use crate::call::{CallEvent, TranscriptEntry};
+use crate::call::{CallEvent, EndReason, TranscriptEntry};
 pub use model::{CallFilter, CallRow, EventRow, Metrics, TurnRow};
 
 /// File name of the database inside `data_dir`.
@@ -139,6 +139,23 @@ pub enum Write {
         event: CallEvent,
         at: i64,
     },
+    /// The carrier's media stream started: the call is in progress from `at`.
+    Answered {
+        call_id: String,
+        at: i64,
+    },
+    /// The first audio of the agent's answer to the caller's latest turn went out, `latency_us`
+    /// after that turn ended.
+    ReplyLatency {
+        call_id: String,
+        latency_us: u64,
+    },
+    /// The call ended at `at`, for `reason`.
+    Ended {
+        call_id: String,
+        reason: String,
+        at: i64,
+    },
     Setting {
         key: String,
         value: String,
@@ -180,6 +197,32 @@ impl StoreTx {
     }
 
     /// A transcript entry, inserted or updated by its position in the transcript.
+    /// The call's media started now (status `in-progress`, `answered_at`).
+    pub fn answered(&self, call_id: &str) {
+        self.send(Write::Answered {
+            call_id: call_id.to_string(),
+            at: now_ms(),
+        });
+    }
+
+    /// The agent's first audio for the caller's latest turn went out `latency_us` after the turn
+    /// ended (stored on that caller turn as `response_latency_ms`).
+    pub fn reply_latency(&self, call_id: &str, latency_us: u64) {
+        self.send(Write::ReplyLatency {
+            call_id: call_id.to_string(),
+            latency_us,
+        });
+    }
+
+    /// The call ended now: its end time, duration, final status and outcome are settled.
+    pub fn ended(&self, call_id: &str, reason: &EndReason) {
+        self.send(Write::Ended {
+            call_id: call_id.to_string(),
+            reason: reason.to_string(),
+            at: now_ms(),
+        });
+    }
+
     pub fn turn(&self, call_id: &str, seq: usize, entry: &TranscriptEntry) {
         self.send(Write::Turn {
             call_id: call_id.to_string(),
@@ -547,40 +590,49 @@ fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error
         Write::Event { call_id, event, at } => {
             tx.execute(
                 "INSERT INTO events (call_id, t_ms, kind, detail, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![call_id, event.t_ms as i64, event.kind, event.detail, at],
+                params![
+                    call_id,
+                    event.t_ms as i64,
+                    event.kind.as_str(),
+                    event.detail,
+                    at
+                ],
             )?;
-            match event.kind.as_str() {
-                "media_start" => {
-                    tx.execute(
-                        "UPDATE calls SET status = 'in-progress', answered_at = COALESCE(answered_at, ?2)
-                         WHERE call_id = ?1",
-                        params![call_id, at],
-                    )?;
-                }
-                "reply_first_frame" | "first_frame_of_turn" => {
-                    let us: i64 = event.detail.parse().unwrap_or(0);
-                    tx.execute(
-                        "UPDATE turns SET response_latency_ms = ?2 WHERE call_id = ?1
-                           AND response_latency_ms IS NULL AND seq = (SELECT MAX(seq) FROM turns
-                           WHERE call_id = ?1 AND speaker = 'caller')",
-                        params![call_id, us / 1000],
-                    )?;
-                }
-                "call_end" => {
-                    tx.execute(
-                        "UPDATE calls SET ended_at = ?2, ended_reason = ?3,
-                           duration_ms = CASE WHEN answered_at IS NULL THEN 0 ELSE ?2 - answered_at END,
-                           status = CASE WHEN status IN ('completed','busy','failed','no-answer','canceled')
-                             THEN status WHEN answered_at IS NOT NULL OR outcome IN ('answered', 'voicemail')
-                             THEN 'completed' ELSE 'failed' END,
-                           outcome = COALESCE(outcome, CASE WHEN answered_at IS NOT NULL THEN 'answered'
-                             ELSE 'failed' END)
-                         WHERE call_id = ?1",
-                        params![call_id, at, event.detail],
-                    )?;
-                }
-                _ => {}
-            }
+        }
+        Write::Answered { call_id, at } => {
+            tx.execute(
+                "UPDATE calls SET status = 'in-progress', answered_at = COALESCE(answered_at, ?2)
+                 WHERE call_id = ?1",
+                params![call_id, at],
+            )?;
+        }
+        Write::ReplyLatency {
+            call_id,
+            latency_us,
+        } => {
+            tx.execute(
+                "UPDATE turns SET response_latency_ms = ?2 WHERE call_id = ?1
+                   AND response_latency_ms IS NULL AND seq = (SELECT MAX(seq) FROM turns
+                   WHERE call_id = ?1 AND speaker = 'caller')",
+                params![call_id, (latency_us / 1000) as i64],
+            )?;
+        }
+        Write::Ended {
+            call_id,
+            reason,
+            at,
+        } => {
+            tx.execute(
+                "UPDATE calls SET ended_at = ?2, ended_reason = ?3,
+                   duration_ms = CASE WHEN answered_at IS NULL THEN 0 ELSE ?2 - answered_at END,
+                   status = CASE WHEN status IN ('completed','busy','failed','no-answer','canceled')
+                     THEN status WHEN answered_at IS NOT NULL OR outcome IN ('answered', 'voicemail')
+                     THEN 'completed' ELSE 'failed' END,
+                   outcome = COALESCE(outcome, CASE WHEN answered_at IS NOT NULL THEN 'answered'
+                     ELSE 'failed' END)
+                 WHERE call_id = ?1",
+                params![call_id, at, reason],
+            )?;
         }
         Write::Setting { key, value } => {
             tx.execute(
