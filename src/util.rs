@@ -17,11 +17,6 @@ impl TaskGuard {
     pub fn empty() -> Self {
         Self(None)
     }
-
-    /// True once the task has finished (or there never was one).
-    pub fn is_finished(&self) -> bool {
-        self.0.as_ref().is_none_or(|h| h.is_finished())
-    }
 }
 
 impl Drop for TaskGuard {

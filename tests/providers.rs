@@ -729,6 +729,6 @@ fn build_providers_resolves_agents() {
     assert!(
         build_providers(&bad)
             .err()
-            .is_some_and(|e| e.contains("[stt.ears]"))
+            .is_some_and(|e| e.to_string().contains("[stt.ears]"))
     );
 }

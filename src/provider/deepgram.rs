@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::error::SetupError;
 use super::{SttContext, SttEvent, SttInput, SttProvider, SttStream};
 use crate::config::schema::SttConfig;
 use crate::net::ws_client::{self, WsConnectError};
@@ -32,7 +33,7 @@ pub struct DeepgramStt {
 }
 
 impl DeepgramStt {
-    pub fn new(cfg: &SttConfig) -> Result<Self, String> {
+    pub fn new(cfg: &SttConfig) -> Result<Self, SetupError> {
         Ok(Self {
             cfg: cfg.clone(),
             url: listen_url(cfg)?,
@@ -46,7 +47,7 @@ impl DeepgramStt {
 }
 
 /// Builds the listen URL from the configuration.
-pub fn listen_url(cfg: &SttConfig) -> Result<String, String> {
+pub fn listen_url(cfg: &SttConfig) -> Result<String, SetupError> {
     let base = cfg.base_url.trim().trim_end_matches('/');
     let base = if let Some(rest) = base.strip_prefix("https://") {
         format!("wss://{rest}")
@@ -55,10 +56,7 @@ pub fn listen_url(cfg: &SttConfig) -> Result<String, String> {
     } else if base.starts_with("wss://") || base.starts_with("ws://") {
         base.to_string()
     } else {
-        return Err(format!(
-            "stt base_url `{}` must start with wss://, ws://, https:// or http://",
-            cfg.base_url
-        ));
+        return Err(SetupError::SttBaseUrl(cfg.base_url.clone()));
     };
     let mut q = form_urlencoded::Serializer::new(String::new());
     q.append_pair("model", &cfg.model)

@@ -13,7 +13,8 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::openai::{describe_reqwest, error_text};
+use super::error::{SetupError, TtsError};
+use super::openai::error_text;
 use super::{TtsEvent, TtsProvider, TtsStream};
 use crate::config::schema::TtsConfig;
 use crate::util::TaskGuard;
@@ -29,13 +30,13 @@ pub struct ElevenLabsTts {
 }
 
 impl ElevenLabsTts {
-    pub fn new(cfg: &TtsConfig) -> Result<Self, String> {
+    pub fn new(cfg: &TtsConfig) -> Result<Self, SetupError> {
         crate::util::init_tls();
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .pool_idle_timeout(Duration::from_secs(60))
             .build()
-            .map_err(|e| format!("could not build the HTTP client: {e}"))?;
+            .map_err(SetupError::Client)?;
         let mut url = format!(
             "{}/v1/text-to-speech/{}/stream?output_format=ulaw_8000",
             cfg.base_url.trim_end_matches('/'),
@@ -82,7 +83,7 @@ impl TtsProvider for ElevenLabsTts {
                 Ok(()) => TtsEvent::Done,
                 Err(e) => {
                     tracing::warn!(error = %e, "speech synthesis failed");
-                    TtsEvent::Error(e)
+                    TtsEvent::Error(e.to_string())
                 }
             };
             let _ = tx.send(last).await;
@@ -98,11 +99,11 @@ async fn run(
     req: reqwest::RequestBuilder,
     stall: Duration,
     tx: &mpsc::Sender<TtsEvent>,
-) -> Result<(), String> {
+) -> Result<(), TtsError> {
     let mut resp = tokio::time::timeout(stall, req.send())
         .await
-        .map_err(|_| format!("ElevenLabs did not answer within {stall:?}"))?
-        .map_err(|e| format!("ElevenLabs request failed: {}", describe_reqwest(&e)))?;
+        .map_err(|_| TtsError::NoAnswer(stall))?
+        .map_err(TtsError::Request)?;
     let status = resp.status();
     let ctype = resp
         .headers()
@@ -125,28 +126,28 @@ async fn run(
             429 => " (too many concurrent requests)",
             _ => "",
         };
-        return Err(format!(
-            "ElevenLabs HTTP {} ({}): {}{hint}",
-            status.as_u16(),
-            if ctype.is_empty() {
-                "no content type"
+        return Err(TtsError::Http {
+            status: status.as_u16(),
+            content_type: if ctype.is_empty() {
+                "no content type".to_string()
             } else {
-                &ctype
+                ctype
             },
-            error_text(&body)
-        ));
+            message: error_text(&body),
+            hint,
+        });
     }
     loop {
         let chunk = tokio::time::timeout(stall, resp.chunk())
             .await
-            .map_err(|_| format!("ElevenLabs audio stalled for {stall:?}"))?
-            .map_err(|e| format!("ElevenLabs stream failed: {}", describe_reqwest(&e)))?;
+            .map_err(|_| TtsError::Stalled(stall))?
+            .map_err(TtsError::Stream)?;
         match chunk {
             Some(c) if c.is_empty() => {}
             Some(c) => tx
                 .send(TtsEvent::Audio(c))
                 .await
-                .map_err(|_| "synthesis abandoned".to_string())?,
+                .map_err(|_| TtsError::Abandoned)?,
             None => return Ok(()),
         }
     }

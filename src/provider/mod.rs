@@ -7,6 +7,7 @@
 pub mod chunker;
 pub mod deepgram;
 pub mod elevenlabs;
+pub mod error;
 pub mod openai;
 pub mod sse;
 
@@ -18,6 +19,8 @@ use tokio::sync::mpsc;
 
 use crate::config::schema::{AgentConfig, Config, LlmKind, SttKind, TtsKind};
 use crate::util::TaskGuard;
+
+pub use error::{LlmError, SetupError, TtsError};
 
 // ---------------------------------------------------------------- speech to text
 
@@ -191,28 +194,28 @@ impl Providers {
 
 /// Builds every `[stt.*]`, `[tts.*]` and `[llm.*]` entry. LLM kind `openclaw` is served by the
 /// OpenAI-compatible client for now (OpenClaw's gateway speaks Chat Completions).
-pub fn build_providers(config: &Config) -> Result<Providers, String> {
+pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
     let mut p = Providers::default();
     for (name, c) in &config.stt {
         let s: Arc<dyn SttProvider> = match c.kind {
             SttKind::Deepgram => {
-                Arc::new(deepgram::DeepgramStt::new(c).map_err(|e| format!("[stt.{name}]: {e}"))?)
+                Arc::new(deepgram::DeepgramStt::new(c).map_err(|e| e.within("stt", name))?)
             }
         };
         p.stt.insert(name.clone(), s);
     }
     for (name, c) in &config.tts {
         let t: Arc<dyn TtsProvider> = match c.kind {
-            TtsKind::Elevenlabs => Arc::new(
-                elevenlabs::ElevenLabsTts::new(c).map_err(|e| format!("[tts.{name}]: {e}"))?,
-            ),
+            TtsKind::Elevenlabs => {
+                Arc::new(elevenlabs::ElevenLabsTts::new(c).map_err(|e| e.within("tts", name))?)
+            }
         };
         p.tts.insert(name.clone(), t);
     }
     for (name, c) in &config.llm {
         let l: Arc<dyn LlmProvider> = match c.kind {
             LlmKind::Hermes | LlmKind::OpenaiCompatible | LlmKind::Openclaw => {
-                Arc::new(openai::OpenAiChat::new(c).map_err(|e| format!("[llm.{name}]: {e}"))?)
+                Arc::new(openai::OpenAiChat::new(c).map_err(|e| e.within("llm", name))?)
             }
         };
         p.llm.insert(name.clone(), l);

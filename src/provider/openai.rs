@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::error::{LlmError, SetupError};
 use super::sse::{SseEvent, SseParser};
 use super::{ChatMessage, ChatTurn, LlmEvent, LlmProvider, LlmStream, Role};
 use crate::config::schema::{LlmConfig, LlmKind, SessionKeyFrom};
@@ -34,12 +35,12 @@ pub struct OpenAiChat {
 }
 
 impl OpenAiChat {
-    pub fn new(cfg: &LlmConfig) -> Result<Self, String> {
+    pub fn new(cfg: &LlmConfig) -> Result<Self, SetupError> {
         crate::util::init_tls();
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(cfg.connect_timeout_s.max(1)))
             .build()
-            .map_err(|e| format!("could not build the HTTP client: {e}"))?;
+            .map_err(SetupError::Client)?;
         let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
         Ok(Self {
             cfg: cfg.clone(),
@@ -144,8 +145,8 @@ impl LlmProvider for OpenAiChat {
             let result = tokio::time::timeout(total, run(req, first, &tx)).await;
             let last = match result {
                 Ok(Ok(())) => LlmEvent::Done,
-                Ok(Err(e)) => LlmEvent::Error(e),
-                Err(_) => LlmEvent::Error(format!("no complete reply within {total:?}")),
+                Ok(Err(e)) => LlmEvent::Error(e.to_string()),
+                Err(_) => LlmEvent::Error(LlmError::NoCompleteReply(total).to_string()),
             };
             if let LlmEvent::Error(e) = &last {
                 tracing::warn!(error = %e, "chat turn failed");
@@ -164,12 +165,12 @@ async fn run(
     req: reqwest::RequestBuilder,
     first_token: Duration,
     tx: &mpsc::Sender<LlmEvent>,
-) -> Result<(), String> {
+) -> Result<(), LlmError> {
     let first_deadline = Instant::now() + first_token;
     let mut resp = tokio::time::timeout_at(first_deadline, req.send())
         .await
-        .map_err(|_| format!("no first token within {first_token:?}"))?
-        .map_err(|e| format!("request failed: {}", describe_reqwest(&e)))?;
+        .map_err(|_| LlmError::NoFirstToken(first_token))?
+        .map_err(LlmError::Request)?;
     let status = resp.status();
     if !status.is_success() {
         let mut body = Vec::new();
@@ -179,7 +180,10 @@ async fn run(
                 _ => break,
             }
         }
-        return Err(format!("HTTP {}: {}", status.as_u16(), error_text(&body)));
+        return Err(LlmError::Http {
+            status: status.as_u16(),
+            message: error_text(&body),
+        });
     }
     let mut parser = SseParser::new();
     let mut state = TurnState::default();
@@ -189,10 +193,10 @@ async fn run(
         } else {
             match tokio::time::timeout_at(first_deadline, resp.chunk()).await {
                 Ok(r) => r,
-                Err(_) => return Err(format!("no first token within {first_token:?}")),
+                Err(_) => return Err(LlmError::NoFirstToken(first_token)),
             }
         };
-        let chunk = next.map_err(|e| format!("stream failed: {}", describe_reqwest(&e)))?;
+        let chunk = next.map_err(LlmError::Stream)?;
         let events = match &chunk {
             Some(c) => parser.push(c),
             None => parser.finish().into_iter().collect(),
@@ -206,7 +210,7 @@ async fn run(
             return if state.finished {
                 Ok(())
             } else {
-                Err("truncated: the stream ended before a finish_reason".into())
+                Err(LlmError::Truncated)
             };
         }
     }
@@ -224,7 +228,11 @@ struct TurnState {
 
 impl TurnState {
     /// Handles one SSE event; `Ok(true)` ends the turn successfully.
-    async fn handle(&mut self, ev: SseEvent, tx: &mpsc::Sender<LlmEvent>) -> Result<bool, String> {
+    async fn handle(
+        &mut self,
+        ev: SseEvent,
+        tx: &mpsc::Sender<LlmEvent>,
+    ) -> Result<bool, LlmError> {
         if !self.started {
             self.started = true;
             self.segment_start = true;
@@ -267,23 +275,20 @@ impl TurnState {
             }
         };
         if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
-            return Err(format!(
-                "the brain reported an error: {}",
-                error_message(err)
-            ));
+            return Err(LlmError::Reported(error_message(err)));
         }
         if let Some(h) = v.get("hermes")
             && h.get("failed").and_then(Value::as_bool) == Some(true)
         {
             let msg = h.get("error").map(error_message).unwrap_or_default();
-            return Err(format!("Hermes run failed: {msg}"));
+            return Err(LlmError::HermesFailed(msg));
         }
         let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
             return Ok(false); // usage-only chunk
         };
         let finish = choice.get("finish_reason").and_then(Value::as_str);
         if finish == Some("error") {
-            return Err("the brain finished with an error".into());
+            return Err(LlmError::FinishedWithError);
         }
         if let Some(text) = choice
             .get("delta")
@@ -300,7 +305,7 @@ impl TurnState {
         Ok(false)
     }
 
-    async fn emit(&mut self, text: String, tx: &mpsc::Sender<LlmEvent>) -> Result<(), String> {
+    async fn emit(&mut self, text: String, tx: &mpsc::Sender<LlmEvent>) -> Result<(), LlmError> {
         let text = if self.segment_start {
             let t = text.trim_start();
             if t.is_empty() {
@@ -318,16 +323,14 @@ impl TurnState {
         send(tx, LlmEvent::Delta(text)).await
     }
 
-    async fn flush(&mut self, tx: &mpsc::Sender<LlmEvent>) -> Result<(), String> {
+    async fn flush(&mut self, tx: &mpsc::Sender<LlmEvent>) -> Result<(), LlmError> {
         let rest = self.think.finish();
         self.emit(rest, tx).await
     }
 }
 
-async fn send(tx: &mpsc::Sender<LlmEvent>, ev: LlmEvent) -> Result<(), String> {
-    tx.send(ev)
-        .await
-        .map_err(|_| "the turn was abandoned".to_string())
+async fn send(tx: &mpsc::Sender<LlmEvent>, ev: LlmEvent) -> Result<(), LlmError> {
+    tx.send(ev).await.map_err(|_| LlmError::Abandoned)
 }
 
 /// Removes `<think>…</think>` spans from streamed text, tags possibly split across deltas.

@@ -157,7 +157,7 @@ pub enum ServerError {
     #[error("`server.listen = \"{0}\"` is not an address:port")]
     BadListen(String),
     #[error("providers: {0}")]
-    Providers(String),
+    Providers(#[from] crate::provider::SetupError),
     #[error("[server.tls]: {0}")]
     Tls(String),
     #[error("{0}")]
