@@ -17,11 +17,19 @@ fn is_closer(c: char) -> bool {
     matches!(c, '"' | '\'' | ')' | ']' | '”' | '’' | '»')
 }
 
+/// The longest piece sent to text-to-speech, in bytes. A reply that runs on without a sentence
+/// boundary (a brain listing a table, a model stuck repeating itself) is cut at the last space
+/// before this length, so neither the buffer nor one synthesis request grows without bound.
+pub const MAX_PIECE_BYTES: usize = 600;
+
 /// Streams text in, sentences out.
 #[derive(Debug, Default)]
 pub struct SentenceChunker {
     buf: String,
     emitted: usize,
+    /// Byte offset in `buf` before which no cut exists: each delta is scanned once, from here,
+    /// so a long reply costs linear time, not a rescan of the whole buffer per delta.
+    scan_from: usize,
 }
 
 impl SentenceChunker {
@@ -33,9 +41,15 @@ impl SentenceChunker {
     pub fn push(&mut self, delta: &str) -> Vec<String> {
         self.buf.push_str(delta);
         let mut out = Vec::new();
-        while let Some(end) = self.find_cut() {
+        loop {
+            let end = match self.find_cut() {
+                Some(end) => end,
+                None if self.buf.len() >= MAX_PIECE_BYTES => self.forced_cut(),
+                None => break,
+            };
             let piece = self.buf[..end].trim().to_string();
             self.buf.replace_range(..end, "");
+            self.scan_from = 0;
             if !piece.is_empty() {
                 out.push(piece);
                 self.emitted += 1;
@@ -47,6 +61,7 @@ impl SentenceChunker {
     /// Ends the reply: whatever is left, if anything.
     pub fn finish(&mut self) -> Option<String> {
         let rest = std::mem::take(&mut self.buf);
+        self.scan_from = 0;
         let rest = rest.trim();
         if rest.is_empty() {
             None
@@ -56,30 +71,49 @@ impl SentenceChunker {
         }
     }
 
+    /// Where to cut a buffer of [`MAX_PIECE_BYTES`] or more that has no natural boundary: after
+    /// the last whitespace before the limit, or at the limit (on a character boundary).
+    fn forced_cut(&self) -> usize {
+        let mut limit = MAX_PIECE_BYTES.min(self.buf.len());
+        while !self.buf.is_char_boundary(limit) {
+            limit -= 1;
+        }
+        match self.buf[..limit].rfind(char::is_whitespace) {
+            Some(i) if !self.buf[..i].trim().is_empty() => i + 1,
+            _ => limit.max(self.buf.ceil_char_boundary(1)),
+        }
+    }
+
     /// The byte index just past the first cut point in the buffer, if there is one yet.
-    fn find_cut(&self) -> Option<usize> {
-        let s = &self.buf;
-        let chars: Vec<(usize, char)> = s.char_indices().collect();
-        for (k, &(i, c)) in chars.iter().enumerate() {
+    /// Scanning starts at `scan_from`; it ends at the first position that cannot be judged
+    /// until more text arrives, which is where the next scan resumes.
+    fn find_cut(&mut self) -> Option<usize> {
+        let s = self.buf.as_str();
+        let mut it = s[self.scan_from..]
+            .char_indices()
+            .map(|(i, c)| (i + self.scan_from, c))
+            .peekable();
+        let mut prev: Option<char> = s[..self.scan_from].chars().next_back();
+        let mut undecided = None;
+        while let Some((i, c)) = it.next() {
+            let before = prev;
+            prev = Some(c);
             match c {
                 '\n' if !s[..i].trim().is_empty() => return Some(i + 1),
                 '.' | '!' | '?' => {
+                    let rest = &s[i + c.len_utf8()..];
                     // Runs of punctuation ("?!", "...") are judged at their last character.
-                    if let Some(&(_, n)) = chars.get(k + 1)
-                        && matches!(n, '.' | '!' | '?')
-                    {
+                    if rest.starts_with(['.', '!', '?']) {
                         continue;
                     }
-                    if c == '.' && k > 0 && chars[k - 1].1 == '.' {
+                    if c == '.' && before == Some('.') {
                         continue; // ellipsis
                     }
                     // Skip closing quotes/brackets, then require whitespace.
-                    let mut j = k + 1;
-                    while j < chars.len() && is_closer(chars[j].1) {
-                        j += 1;
-                    }
-                    let Some(&(ws_at, next)) = chars.get(j) else {
-                        return None; // can't tell yet ("3." may become "3.5")
+                    let after = rest.trim_start_matches(is_closer);
+                    let Some(next) = after.chars().next() else {
+                        undecided = Some(i); // can't tell yet ("3." may become "3.5")
+                        break;
                     };
                     if !next.is_whitespace() {
                         continue; // decimals, URLs, e-mail addresses, "e.g"
@@ -87,10 +121,13 @@ impl SentenceChunker {
                     if c == '.' && self.dot_is_not_an_end(&s[..i]) {
                         continue;
                     }
-                    return Some(ws_at);
+                    return Some(s.len() - after.len());
                 }
                 ',' | ';' | ':' if self.emitted == 0 => {
-                    let &(_, next) = chars.get(k + 1)?;
+                    let Some(&(_, next)) = it.peek() else {
+                        undecided = Some(i);
+                        break;
+                    };
                     if next.is_whitespace() && s[..i].split_whitespace().count() >= 3 {
                         return Some(i + 1);
                     }
@@ -98,6 +135,7 @@ impl SentenceChunker {
                 _ => {}
             }
         }
+        self.scan_from = undecided.unwrap_or(s.len());
         None
     }
 
@@ -363,6 +401,58 @@ mod tests {
         );
         assert_eq!(run(&[]), Vec::<String>::new());
         assert_eq!(run(&["   "]), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_reply_without_boundaries_is_cut_at_a_bounded_length() {
+        // 200 KB without a sentence end, streamed in small deltas: pieces stay bounded (the
+        // buffer never holds the whole reply) and nothing is lost or duplicated.
+        let word = "lorem ";
+        let total: String = word.repeat(200_000 / word.len());
+        let mut c = SentenceChunker::new();
+        let mut pieces = Vec::new();
+        for delta in total.as_bytes().chunks(7) {
+            pieces.extend(c.push(std::str::from_utf8(delta).expect("ascii")));
+            assert!(
+                c.buf.len() < MAX_PIECE_BYTES + 7,
+                "buffer grew to {}",
+                c.buf.len()
+            );
+        }
+        pieces.extend(c.finish());
+        assert!(pieces.len() > 300, "{} pieces", pieces.len());
+        assert!(pieces.iter().all(|p| p.len() <= MAX_PIECE_BYTES));
+        assert!(
+            pieces
+                .iter()
+                .all(|p| !p.starts_with(' ') && p.ends_with("lorem"))
+        );
+        assert_eq!(pieces.join(" "), total.trim());
+    }
+
+    #[test]
+    fn a_run_on_word_is_cut_on_a_character_boundary() {
+        let long: String = "é".repeat(MAX_PIECE_BYTES);
+        let mut c = SentenceChunker::new();
+        let mut pieces = c.push(&long);
+        pieces.extend(c.finish());
+        assert!(pieces.iter().all(|p| p.len() <= MAX_PIECE_BYTES));
+        assert_eq!(pieces.concat(), long);
+    }
+
+    #[test]
+    fn a_cut_decided_late_is_found_after_a_resumed_scan() {
+        let mut c = SentenceChunker::new();
+        assert!(c.push("It costs 3").is_empty());
+        assert!(c.push(".").is_empty());
+        assert_eq!(c.push("5 dollars. And"), vec!["It costs 3.5 dollars."]);
+        assert_eq!(c.finish().as_deref(), Some("And"));
+        // An ellipsis split across deltas is still not a sentence end; the "?" after it is.
+        let mut c = SentenceChunker::new();
+        assert!(c.push("Wait.").is_empty());
+        assert!(c.push(".").is_empty());
+        assert!(c.push(". Yes").is_empty());
+        assert_eq!(c.push("? No"), vec!["Wait... Yes?"]);
     }
 
     #[test]

@@ -10,6 +10,11 @@
 
 use std::time::Duration;
 
+/// The most audio one piece of text may produce: two minutes of μ-law 8 kHz. A piece is at most
+/// [`super::chunker::MAX_PIECE_BYTES`] of text (well under a minute of speech), so a stream
+/// that goes past this is broken or hostile and is cut instead of filling the call's queue.
+pub const MAX_AUDIO_BYTES: usize = 120 * 8000;
+
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -32,7 +37,10 @@ pub struct ElevenLabsTts {
 impl ElevenLabsTts {
     pub fn new(cfg: &TtsConfig) -> Result<Self, SetupError> {
         crate::util::init_tls();
+        // No redirects: the vendor key travels in a custom header, which a redirect to
+        // another host would carry along.
         let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .pool_idle_timeout(Duration::from_secs(60))
             .build()
@@ -137,6 +145,7 @@ async fn run(
             hint,
         });
     }
+    let mut received = 0usize;
     loop {
         let chunk = tokio::time::timeout(stall, resp.chunk())
             .await
@@ -144,11 +153,76 @@ async fn run(
             .map_err(TtsError::Stream)?;
         match chunk {
             Some(c) if c.is_empty() => {}
-            Some(c) => tx
-                .send(TtsEvent::Audio(c))
-                .await
-                .map_err(|_| TtsError::Abandoned)?,
+            Some(c) => {
+                received += c.len();
+                if received > MAX_AUDIO_BYTES {
+                    return Err(TtsError::TooMuchAudio(MAX_AUDIO_BYTES));
+                }
+                tx.send(TtsEvent::Audio(c))
+                    .await
+                    .map_err(|_| TtsError::Abandoned)?
+            }
             None => return Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::schema::{Secret, TtsKind};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server that answers any request with an endless chunked `audio/basic` body.
+    async fn endless_audio_server() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = [0u8; 4096];
+            let _ = sock.read(&mut buf).await;
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: audio/basic\r\n\
+                        transfer-encoding: chunked\r\n\r\n";
+            if sock.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            let chunk = vec![0xffu8; 16 * 1024];
+            let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
+            frame.extend_from_slice(&chunk);
+            frame.extend_from_slice(b"\r\n");
+            while sock.write_all(&frame).await.is_ok() {}
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_piece_that_never_stops_producing_audio_is_cut() {
+        let cfg = TtsConfig {
+            kind: TtsKind::Elevenlabs,
+            api_key: Secret::new("k"),
+            voice_id: "v".into(),
+            model: "m".into(),
+            base_url: endless_audio_server().await,
+            optimize_streaming_latency: None,
+            speed: None,
+        };
+        let tts = ElevenLabsTts::new(&cfg).expect("tts");
+        let mut s = tts.synthesize("Hello.");
+        let mut bytes = 0usize;
+        let last = loop {
+            match s.events.recv().await {
+                Some(TtsEvent::Audio(a)) => bytes += a.len(),
+                other => break other,
+            }
+        };
+        assert!(bytes <= MAX_AUDIO_BYTES, "{bytes} bytes passed");
+        match last {
+            Some(TtsEvent::Error(e)) => assert!(e.contains("more than"), "{e}"),
+            other => panic!("expected an error, got {other:?}"),
         }
     }
 }

@@ -49,6 +49,12 @@ pub enum LlmError {
     Http { status: u16, message: String },
     #[error("stream failed: {}", describe_reqwest(.0))]
     Stream(#[source] reqwest::Error),
+    #[error(
+        "the brain's stream broke the limits of Server-Sent Events we accept (a line over {} bytes or an event over {} bytes)",
+        super::sse::MAX_LINE_BYTES,
+        super::sse::MAX_EVENT_BYTES
+    )]
+    Oversized,
     #[error("truncated: the stream ended before a finish_reason")]
     Truncated,
     #[error("the brain reported an error: {0}")]
@@ -80,6 +86,8 @@ pub enum TtsError {
     Stalled(Duration),
     #[error("ElevenLabs stream failed: {}", describe_reqwest(.0))]
     Stream(#[source] reqwest::Error),
+    #[error("ElevenLabs sent more than {0} bytes of audio for one piece of text; cut")]
+    TooMuchAudio(usize),
     #[error("synthesis abandoned")]
     Abandoned,
 }

@@ -37,7 +37,10 @@ pub struct OpenAiChat {
 impl OpenAiChat {
     pub fn new(cfg: &LlmConfig) -> Result<Self, SetupError> {
         crate::util::init_tls();
+        // No redirects: the vendor key travels in a custom header, which a redirect to
+        // another host would carry along.
         let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(cfg.connect_timeout_s.max(1)))
             .build()
             .map_err(SetupError::Client)?;
@@ -201,6 +204,9 @@ async fn run(
             Some(c) => parser.push(c),
             None => parser.finish().into_iter().collect(),
         };
+        if parser.overflowed() {
+            return Err(LlmError::Oversized);
+        }
         for ev in events {
             if state.handle(ev, tx).await? {
                 return Ok(());

@@ -5,6 +5,15 @@
 //! starting with `:` are comments (`: keepalive`) and are dropped; unknown fields are ignored.
 //! Bytes are decoded per complete line, so a UTF-8 character split across network chunks is
 //! reassembled. Interpreting `[DONE]` and the JSON payloads is the client's job.
+//!
+//! Memory is bounded whatever the server sends: a line longer than [`MAX_LINE_BYTES`] or an
+//! event whose data grows past [`MAX_EVENT_BYTES`] is not kept; the parser drops the excess and
+//! reports [`SseParser::overflowed`], which the client treats as a broken stream.
+
+/// The longest line kept (a chat-completion chunk is a few hundred bytes).
+pub const MAX_LINE_BYTES: usize = 256 * 1024;
+/// The most `data:` one event may accumulate.
+pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -34,6 +43,10 @@ pub struct SseParser {
     data: Vec<String>,
     id: Option<String>,
     has_fields: bool,
+    /// Bytes of `data` held for the current event.
+    data_bytes: usize,
+    /// A line or an event went over its limit; its excess was dropped.
+    overflowed: bool,
 }
 
 impl SseParser {
@@ -57,10 +70,17 @@ impl SseParser {
                     self.end_line(&mut out);
                     self.skip_lf = true;
                 }
+                _ if self.line.len() >= MAX_LINE_BYTES => self.overflowed = true,
                 _ => self.line.push(b),
             }
         }
         out
+    }
+
+    /// True once a line or an event went over its limit ([`MAX_LINE_BYTES`],
+    /// [`MAX_EVENT_BYTES`]): the stream is not what a chat server sends and should be dropped.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
     }
 
     /// Ends the body: a last line without terminator is processed, and an event that was not
@@ -93,7 +113,12 @@ impl SseParser {
         };
         match field {
             "data" => {
-                self.data.push(value.to_string());
+                self.data_bytes += value.len() + 1;
+                if self.data_bytes > MAX_EVENT_BYTES {
+                    self.overflowed = true;
+                } else {
+                    self.data.push(value.to_string());
+                }
                 self.has_fields = true;
             }
             "event" => {
@@ -115,6 +140,7 @@ impl SseParser {
             return;
         }
         self.has_fields = false;
+        self.data_bytes = 0;
         let data = std::mem::take(&mut self.data).join("\n");
         let event = self.event.take();
         let id = self.id.take();
@@ -144,6 +170,33 @@ mod tests {
             data: s.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_endless_line_is_not_kept() {
+        let mut p = SseParser::new();
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..64 {
+            assert!(p.push(&chunk).is_empty());
+        }
+        assert!(p.overflowed());
+        assert!(p.line.len() <= MAX_LINE_BYTES);
+    }
+
+    #[test]
+    fn an_endless_event_is_not_kept() {
+        let mut p = SseParser::new();
+        let line = format!("data: {}\n", "y".repeat(1000));
+        for _ in 0..4096 {
+            assert!(p.push(line.as_bytes()).is_empty());
+        }
+        assert!(p.overflowed());
+        assert!(p.data.iter().map(|d| d.len() + 1).sum::<usize>() <= MAX_EVENT_BYTES);
+        // Normal events after a bounded one still parse.
+        let mut p = SseParser::new();
+        assert_eq!(p.push(line.as_bytes()).len(), 0);
+        assert_eq!(p.push(b"\n").len(), 1);
+        assert!(!p.overflowed());
     }
 
     #[test]

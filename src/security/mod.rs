@@ -25,12 +25,19 @@ pub fn mask_number(number: &str) -> String {
     }
 }
 
-/// Compares two byte strings in constant time (for signatures and tokens).
+/// Compares two byte strings in constant time (for signatures and tokens). Both sides are
+/// hashed first (SHA-256) and the digests compared with no early exit, so neither the position
+/// of the first difference nor the length of the secret side shows in the timing: an early
+/// `len() !=` return would tell an attacker how long a token is.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let da = ring::digest::digest(&ring::digest::SHA256, a);
+    let db = ring::digest::digest(&ring::digest::SHA256, b);
+    let same = da
+        .as_ref()
+        .iter()
+        .zip(db.as_ref())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    same == 0 && a.len() == b.len()
 }
 
 #[cfg(test)]
@@ -57,5 +64,9 @@ mod tests {
         assert!(ct_eq(b"abc", b"abc"));
         assert!(!ct_eq(b"abc", b"abd"));
         assert!(!ct_eq(b"abc", b"ab"));
+        assert!(!ct_eq(b"", b"a"));
+        assert!(ct_eq(b"", b""));
+        let long = vec![7u8; 10_000];
+        assert!(ct_eq(&long, &long.clone()));
     }
 }
