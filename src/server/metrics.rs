@@ -80,6 +80,12 @@ impl Metrics {
             g(&self.media_frames_bad),
         );
         put(
+            "patterd_store_writes_dropped_total",
+            "Timeline events not stored because the store's queue was full (disk stalled).",
+            "counter",
+            app.store.tx.dropped(),
+        );
+        put(
             "patterd_draining",
             "1 while the daemon drains.",
             "gauge",

@@ -398,8 +398,17 @@ pub async fn run(loaded: LoadedConfig) -> i32 {
         }
     }
     running.stop_accepting();
+    // Calls that ended during the drain must be stored as ended, not found open (and closed as
+    // failed) by the next start.
+    match app.store.tx.flush_within(STORE_FLUSH_LIMIT).await {
+        Ok(()) => info!("call store flushed"),
+        Err(e) => warn!(error = %e, "call store not flushed before exit"),
+    }
     0
 }
+
+/// The longest wait for the call store's last writes at exit.
+const STORE_FLUSH_LIMIT: Duration = Duration::from_secs(5);
 
 /// SIGTERM and SIGINT as one stream.
 struct Signals {

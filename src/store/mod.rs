@@ -1,7 +1,8 @@
 //! The call store: SQLite (bundled, WAL) at `data_dir/patterd.db` holding calls, their turns
 //! and their event timelines, plus small persisted settings. Writes go through one store thread
-//! fed by a bounded queue ([`StoreTx`]): call actors only ever `try_send`, never wait on the
-//! disk, and a full queue drops the write and counts it. The thread commits each batch it
+//! fed by a queue ([`StoreTx`], `queue.rs`): call actors never wait on the disk; when the disk
+//! stalls and the queue is full, timeline events are dropped and counted
+//! (`patterd_store_writes_dropped_total`) while call rows, turns and call ends are always kept. The thread commits each batch it
 //! drains, so a turn is durable as soon as the actor reports it ended — a crash or `kill -9`
 //! loses at most the turn in progress. Reads use their own connection (WAL lets them run
 //! beside the writer) on tokio's blocking pool. Schema changes are numbered migrations tracked
@@ -10,12 +11,12 @@
 //! its call id, sequence number and heard length (never its text).
 
 pub mod model;
+mod queue;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
@@ -23,6 +24,7 @@ use tracing::{Level, debug, enabled, info, warn};
 
 use crate::call::{CallEvent, EndReason, TranscriptEntry};
 pub use model::{CallFilter, CallRow, EventRow, Metrics, TurnRow};
+use queue::{Popped, Pushed, WriteQueue};
 
 /// File name of the database inside `data_dir`.
 pub const DB_FILE: &str = "patterd.db";
@@ -96,6 +98,11 @@ pub enum StoreError {
         path: String,
         source: rusqlite::Error,
     },
+    #[error(
+        "the call store has schema version {found}, newer than this patterd knows ({supported}); \
+         run the newer patterd, or point server.data_dir at another directory"
+    )]
+    TooNew { found: usize, supported: usize },
     #[error("call store query failed: {0}")]
     Query(#[from] rusqlite::Error),
     #[error("the call store is busy (write queue full); try again")]
@@ -164,26 +171,53 @@ pub enum Write {
     Flush(oneshot::Sender<()>),
 }
 
+impl Write {
+    /// True for writes that may be dropped when the disk stalls (timeline detail); never for
+    /// call rows, statuses, turns, call ends, settings or flushes.
+    fn droppable(&self) -> bool {
+        matches!(self, Write::Event { .. } | Write::ReplyLatency { .. })
+    }
+}
+
+/// Closes the queue when the last [`StoreTx`] goes, so the writer drains and ends.
+struct Sender {
+    queue: Arc<WriteQueue>,
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.queue.close();
+    }
+}
+
 /// The write side, cheap to clone: what call actors and handlers hold.
 #[derive(Clone)]
 pub struct StoreTx {
-    tx: SyncSender<Write>,
+    sender: Arc<Sender>,
     dropped: Arc<AtomicU64>,
+    /// When a drop was last warned about (rate limit: one line per 10 s).
+    warned: Arc<Mutex<Option<Instant>>>,
 }
 
 impl StoreTx {
-    /// Queues a write without waiting; a full queue drops it (counted, logged).
+    /// Queues a write without waiting. When the queue is full a droppable write (an event) is
+    /// dropped, counted and warned about at most every 10 s; every other write is kept.
     pub fn send(&self, w: Write) -> bool {
-        match self.tx.try_send(w) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) => {
+        match self.sender.queue.push(w) {
+            Pushed::Queued => true,
+            Pushed::Dropped => {
                 let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                if n.is_power_of_two() {
-                    warn!(dropped = n, "call store write queue full; writes dropped");
+                let mut last = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+                if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    *last = Some(Instant::now());
+                    warn!(
+                        dropped_total = n,
+                        "call store write queue full (is the disk stalled?); timeline events dropped"
+                    );
                 }
                 false
             }
-            Err(TrySendError::Disconnected(_)) => false,
+            Pushed::Closed => false,
         }
     }
 
@@ -239,19 +273,19 @@ impl StoreTx {
     /// Waits until every write queued so far is committed.
     pub async fn flush(&self) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
-        // A flush must not be dropped: retry briefly while the queue is full.
-        let mut msg = Write::Flush(tx);
-        for _ in 0..200 {
-            match self.tx.try_send(msg) {
-                Ok(()) => return rx.await.map_err(|_| StoreError::Stopped),
-                Err(TrySendError::Full(m)) => {
-                    msg = m;
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                Err(TrySendError::Disconnected(_)) => return Err(StoreError::Stopped),
-            }
+        match self.sender.queue.push(Write::Flush(tx)) {
+            Pushed::Queued => rx.await.map_err(|_| StoreError::Stopped),
+            Pushed::Dropped => Err(StoreError::Busy),
+            Pushed::Closed => Err(StoreError::Stopped),
         }
-        Err(StoreError::Busy)
+    }
+
+    /// Flushes at shutdown, waiting at most `limit`; says how it went.
+    pub async fn flush_within(&self, limit: Duration) -> Result<(), StoreError> {
+        match tokio::time::timeout(limit, self.flush()).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Busy),
+        }
     }
 }
 
@@ -277,9 +311,15 @@ fn open_conn(path: &Path) -> Result<Connection, StoreError> {
 }
 
 /// Runs the migrations that have not run yet; returns the schema version.
-pub fn migrate(conn: &mut Connection) -> Result<usize, rusqlite::Error> {
+pub fn migrate(conn: &mut Connection) -> Result<usize, StoreError> {
     let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let current = usize::try_from(current).unwrap_or(0);
+    if current > MIGRATIONS.len() {
+        return Err(StoreError::TooNew {
+            found: current,
+            supported: MIGRATIONS.len(),
+        });
+    }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(current) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
@@ -298,9 +338,12 @@ impl Store {
         })?;
         let path = data_dir.join(DB_FILE);
         let mut writer = open_conn(&path)?;
-        let version = migrate(&mut writer).map_err(|source| StoreError::Open {
-            path: path.display().to_string(),
-            source,
+        let version = migrate(&mut writer).map_err(|e| match e {
+            StoreError::Query(source) => StoreError::Open {
+                path: path.display().to_string(),
+                source,
+            },
+            other => other,
         })?;
         // No call is live in a process that is only starting: calls the last one left open
         // (it crashed or was killed) are closed as failed, so nobody waits on them.
@@ -322,11 +365,12 @@ impl Store {
             );
         }
         let read = open_conn(&path)?;
-        let (tx, rx) = sync_channel(queue.max(1));
+        let queue = Arc::new(WriteQueue::new(queue));
+        let rx = queue.clone();
         let thread_path = path.clone();
         std::thread::Builder::new()
             .name("patterd-store".into())
-            .spawn(move || writer_loop(writer, rx, retention_days, &thread_path))
+            .spawn(move || writer_loop(writer, &rx, retention_days, &thread_path))
             .map_err(|e| StoreError::Dir {
                 path: path.display().to_string(),
                 source: e,
@@ -335,8 +379,9 @@ impl Store {
         Ok(Self {
             path,
             tx: StoreTx {
-                tx,
+                sender: Arc::new(Sender { queue }),
                 dropped: Arc::new(AtomicU64::new(0)),
+                warned: Arc::new(Mutex::new(None)),
             },
             read: Arc::new(Mutex::new(read)),
         })
@@ -416,27 +461,20 @@ impl Store {
     }
 }
 
-fn writer_loop(mut conn: Connection, rx: Receiver<Write>, retention_days: u32, path: &Path) {
+fn writer_loop(mut conn: Connection, rx: &WriteQueue, retention_days: u32, path: &Path) {
     const PRUNE_EVERY: Duration = Duration::from_secs(3600);
     prune(&conn, retention_days);
     let mut last_prune = std::time::Instant::now();
     loop {
-        let first = match rx.recv_timeout(PRUNE_EVERY) {
-            Ok(w) => w,
-            Err(RecvTimeoutError::Timeout) => {
+        let batch = match rx.pop_batch(256, PRUNE_EVERY) {
+            Popped::Batch(b) => b,
+            Popped::Idle => {
                 prune(&conn, retention_days);
                 last_prune = std::time::Instant::now();
                 continue;
             }
-            Err(RecvTimeoutError::Disconnected) => return,
+            Popped::Closed => return,
         };
-        let mut batch = vec![first];
-        while batch.len() < 256 {
-            match rx.try_recv() {
-                Ok(w) => batch.push(w),
-                Err(_) => break,
-            }
-        }
         let mut flushes = Vec::new();
         // Turns of this batch, logged at debug once committed (tests wait on these lines).
         let log_turns = enabled!(Level::DEBUG);
@@ -659,6 +697,23 @@ mod tests {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("version");
         assert_eq!(v as usize, MIGRATIONS.len());
+    }
+
+    #[test]
+    fn a_newer_schema_refuses_to_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(Store::open(dir.path(), 0, 16).expect("open"));
+        let c = Connection::open(dir.path().join(DB_FILE)).expect("db");
+        c.execute_batch(&format!("PRAGMA user_version = {}", MIGRATIONS.len() + 1))
+            .expect("bump");
+        drop(c);
+        match Store::open(dir.path(), 0, 16) {
+            Err(e @ StoreError::TooNew { .. }) => {
+                assert!(e.to_string().contains("newer than this patterd"), "{e}")
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("a newer schema was opened"),
+        }
     }
 }
 
