@@ -3,7 +3,10 @@
 //! no `stream_id` needed on outgoing frames). Telnyx does not guarantee frame order, so inbound
 //! audio goes through a small jitter buffer keyed on `media.chunk`: a frame that arrives early is
 //! held until the gap before it fills (and released together with it), or released anyway once
-//! [`MAX_HELD`] frames are waiting; frames older than what was already delivered are dropped.
+//! [`MAX_HELD`] frames are waiting; frames older than what was already delivered are dropped,
+//! unless the counter jumped back by more than [`RESYNC_BACK`] frames: that is a restarted
+//! counter (a new stream on the same socket, a carrier-side reset), not a late frame, and the
+//! buffer follows it instead of dropping everything after it.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +22,8 @@ use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamSta
 pub const MAX_FRAME_BYTES: usize = 64 * 1024;
 /// Early frames held back waiting for a missing one before giving up on it.
 pub const MAX_HELD: usize = 3;
+/// A `chunk` this far (1 s of frames) behind the expected one means the counter restarted.
+pub const RESYNC_BACK: u64 = 50;
 
 /// The codec Telnyx streams to us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -183,6 +188,16 @@ impl TelnyxCodec {
     /// Feeds one frame to the jitter buffer; returns the audio that is now in order.
     fn reorder(&mut self, chunk: u64, audio: Bytes) -> Option<Bytes> {
         let next = *self.next_chunk.get_or_insert(chunk);
+        if chunk + RESYNC_BACK < next {
+            // The counter restarted: deliver what was held, then follow the new numbering.
+            let mut out = BytesMut::new();
+            for (_, a) in std::mem::take(&mut self.held) {
+                out.extend_from_slice(&a);
+            }
+            out.extend_from_slice(&audio);
+            self.next_chunk = Some(chunk + 1);
+            return Some(out.freeze());
+        }
         if chunk < next {
             // Late (its slot was given up on) or a duplicate.
             self.reordered += 1;
@@ -306,6 +321,20 @@ mod tests {
         );
         assert_eq!(audio(c.decode(&media(4, 4))), None, "too late");
         assert!(c.reordered >= 3);
+    }
+
+    #[test]
+    fn a_restarted_counter_is_followed_not_dropped() {
+        let mut c = TelnyxCodec::new();
+        for n in 1000..1100 {
+            assert_eq!(audio(c.decode(&media(n, 1))), Some(vec![1; 4]));
+        }
+        // The counter starts again at 1: every frame after it still reaches the call.
+        for n in 1..100 {
+            assert_eq!(audio(c.decode(&media(n, 2))), Some(vec![2; 4]), "chunk {n}");
+        }
+        // A frame a little late is still a late frame, not a restart.
+        assert_eq!(audio(c.decode(&media(90, 3))), None);
     }
 
     #[test]
