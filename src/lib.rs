@@ -5,6 +5,7 @@
 //! `docs/ARCHITECTURE.md` is the map of these modules.
 
 pub mod api;
+pub mod app;
 pub mod audio;
 pub mod call;
 pub mod carrier;

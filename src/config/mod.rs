@@ -9,17 +9,15 @@ pub mod schema;
 mod source;
 pub mod validate;
 
+pub use crate::util::phone::{is_e164, is_e164_prefix, normalize_e164};
 pub use error::{ConfigError, Problem};
 pub use schema::*;
 pub use source::{ENV_PREFIX, ENV_SEPARATOR, SubstError, substitute};
-pub use validate::{is_e164, is_e164_prefix, normalize_e164};
 
 use std::path::Path;
 
 use figment::value::{Dict, Map};
 use figment::{Figment, Metadata, Profile, Provider};
-
-use source::Locator;
 
 /// A configuration that loaded, with the warnings it produced (unconfigured carriers and
 /// providers). `check --strict` turns warnings into errors.
@@ -113,21 +111,6 @@ pub fn load_str_with_env_overrides(
     }
     let warnings = validate::warnings(&config);
     Ok(LoadedConfig { config, warnings })
-}
-
-/// Validates a configuration built in code (no file, so no line numbers).
-pub fn validate_config(config: &Config) -> Result<(), ConfigError> {
-    let problems = validate::validate(config, &Locator::default());
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid(problems))
-    }
-}
-
-/// The warnings [`load`] would report for `config` (unconfigured carriers and providers).
-pub fn unconfigured_warnings(config: &Config) -> Vec<String> {
-    validate::warnings(config)
 }
 
 /// The effective configuration as TOML, for `patterd check`: defaults filled in, overrides

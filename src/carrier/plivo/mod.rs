@@ -4,10 +4,14 @@
 //! ([`rest`]). The protocol reference is carriers.md §3.
 
 pub mod codec;
+pub mod config;
 pub mod rest;
+pub mod routes;
 pub mod signature;
 pub mod xml;
 
+pub use config::Config;
+pub use routes::build;
 pub use codec::PlivoCodec;
 pub use rest::PlivoRest;
 pub use signature::{string_to_sign_v3, validate_request, validate_v2, validate_v3};

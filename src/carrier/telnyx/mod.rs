@@ -4,10 +4,14 @@
 //! protocol reference is carriers.md §2.
 
 pub mod codec;
+pub mod config;
 pub mod rest;
+pub mod routes;
 pub mod signature;
 pub mod webhook;
 
+pub use config::Config;
+pub use routes::build;
 pub use codec::TelnyxCodec;
 pub use rest::{StreamParams, TelnyxRest};
 pub use signature::{SignatureError, TOLERANCE_S, verify_webhook};

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use crate::carrier::CarrierError;
 use crate::carrier::rest_client::{build_client, path_safe, send_error};
-use crate::config::schema::CarrierConfig;
+use super::Config;
+use crate::carrier::AccountConfig;
 
 const CARRIER: &str = "Telnyx";
 /// Telnyx's public API root (the `/v2` is appended).
@@ -155,7 +156,7 @@ impl TelnyxRest {
     }
 
     /// From a `[carriers.*]` entry of kind telnyx.
-    pub fn from_config(cfg: &CarrierConfig) -> Result<Self, CarrierError> {
+    pub fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
         Self::new(cfg.api_base(), cfg.api_key.expose())
     }
 

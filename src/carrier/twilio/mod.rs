@@ -4,11 +4,15 @@
 //! used to hang up calls ([`rest`]). The protocol reference is carriers.md §1.
 
 pub mod codec;
+pub mod config;
 pub mod rest;
+pub mod routes;
 pub mod signature;
 pub mod twiml;
 pub mod webhook;
 
+pub use config::Config;
+pub use routes::build;
 pub use codec::TwilioCodec;
 pub use rest::TwilioRest;
 pub use signature::{
@@ -20,5 +24,3 @@ pub use webhook::{VoiceWebhook, WebhookError, parse_form, public_request_url, pu
 
 /// Header carrying the webhook signature.
 pub const SIGNATURE_HEADER: &str = "X-Twilio-Signature";
-/// Header announcing the shared-key HMAC-SHA256 variant (carriers.md §1.5.5).
-pub const SIGNATURE_SETTINGS_HEADER: &str = "X-Twilio-Webhooks-Signature-Settings";
