@@ -56,10 +56,25 @@ macro_rules! carriers {
         /// `[carriers.NAME]`: one carrier account, tagged by `kind`; each variant holds that
         /// carrier's own keys. A carrier whose credentials are empty is *unconfigured* and its
         /// routes answer 503.
-        #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+        ///
+        /// Serialized as serde's internally tagged enum; deserialized by
+        /// [`account::deserialize_tagged`], which reads every key at its own place (so an error
+        /// names the key and its line, as for every other table) and then the variant's keys.
+        #[derive(Debug, Clone, serde::Serialize)]
         #[serde(tag = "kind", rename_all = "lowercase")]
         pub enum CarrierConfig {
             $($variant($module::Config)),+
+        }
+
+        impl<'de> serde::Deserialize<'de> for CarrierConfig {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                account::deserialize_tagged(d, |kind, keys| match kind {
+                    $(CarrierKind::$variant => {
+                        <$module::Config as serde::Deserialize>::deserialize(keys)
+                            .map(CarrierConfig::$variant)
+                    }),+
+                })
+            }
         }
 
         impl CarrierConfig {
@@ -287,17 +302,5 @@ pub trait SharedCodec: MediaCodec {
 impl<C: MediaCodec + Clone + 'static> SharedCodec for C {
     fn clone_box(&self) -> Box<dyn SharedCodec> {
         Box::new(self.clone())
-    }
-}
-
-impl MediaCodec for Box<dyn SharedCodec> {
-    fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        (**self).decode(frame)
-    }
-    fn encode(&mut self, cmd: &MediaCommand) -> Option<String> {
-        (**self).encode(cmd)
-    }
-    fn stop_on_close(&self) -> bool {
-        (**self).stop_on_close()
     }
 }

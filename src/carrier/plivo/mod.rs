@@ -1,7 +1,8 @@
 //! Plivo: everything patterd needs to speak to Plivo Voice. `X-Plivo-Signature-V3` (and the
 //! legacy V2) webhook signatures ([`signature`]), answer XML with a bidirectional `<Stream>`
-//! ([`xml`]), the audio stream codec including L16 ⇄ μ-law ([`codec`]) and the REST hang-up
-//! ([`rest`]). The protocol reference is carriers.md §3.
+//! ([`xml`]), the audio stream codec including L16 ⇄ μ-law ([`codec`]), the REST calls
+//! ([`rest`]), its `[carriers.NAME]` keys ([`config`]) and its routes and
+//! [`crate::carrier::Carrier`] implementation ([`routes`]).
 
 pub mod codec;
 pub mod config;

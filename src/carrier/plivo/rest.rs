@@ -1,4 +1,4 @@
-//! Plivo's REST API, the calls patterd makes (carriers.md §3.6, HTTP Basic
+//! Plivo's REST API, the calls patterd makes (HTTP Basic
 //! `auth_id:auth_token`, the SDK's JSON bodies): place an outbound call with `POST
 //! {api_base_url}/v1/Account/{auth_id}/Call/` (answered by a `request_uuid`; the call's
 //! `CallUUID` arrives with the answer URL), cancel a call that has not been answered with

@@ -1,4 +1,4 @@
-//! Plivo XML answer documents (carriers.md §3.2): a bidirectional `<Stream>` whose element text
+//! Plivo XML answer documents: a bidirectional `<Stream>` whose element text
 //! is our media WebSocket URL, and the refusals — `<Hangup reason="busy|rejected"/>` without
 //! answering, or `<Speak>` then `<Hangup/>`. All text is XML-escaped.
 

@@ -1,4 +1,4 @@
-//! The Telnyx media streaming codec (carriers.md §2.5): `connected`, `start`, `media`, `dtmf`,
+//! The Telnyx media streaming codec: `connected`, `start`, `media`, `dtmf`,
 //! `mark`, `stop` and `error` frames in; `media`, `mark` and `clear` out (RTP mode, PCMU 8 kHz,
 //! no `stream_id` needed on outgoing frames). Telnyx does not guarantee frame order, so inbound
 //! audio goes through a small jitter buffer keyed on `media.chunk`: a frame that arrives early is

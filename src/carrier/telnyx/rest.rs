@@ -1,4 +1,4 @@
-//! Telnyx Call Control REST commands patterd issues (carriers.md §2.4): `dial` (`POST
+//! Telnyx Call Control REST commands patterd issues: `dial` (`POST
 //! /v2/calls`, outbound calls), `answer`, `streaming_start` (bidirectional RTP, PCMU 8 kHz,
 //! inbound track only), `speak` (voicemail messages), `reject` and `hangup`,
 //! as `POST {api_base_url}/v2/calls/{call_control_id}/actions/{command}` with a Bearer API key

@@ -1,7 +1,8 @@
 //! Twilio: everything patterd needs to speak to Twilio Programmable Voice. Webhook signature
 //! checks ([`signature`]), webhook form parsing and public-URL reconstruction ([`webhook`]),
-//! TwiML answer documents ([`twiml`]), the Media Streams codec ([`codec`]) and the REST client
-//! used to hang up calls ([`rest`]). The protocol reference is carriers.md §1.
+//! TwiML answer documents ([`twiml`]), the Media Streams codec ([`codec`]), the REST client
+//! that places and hangs up calls ([`rest`]), its `[carriers.NAME]` keys ([`config`]) and its
+//! routes and [`crate::carrier::Carrier`] implementation ([`routes`]).
 
 pub mod codec;
 pub mod config;

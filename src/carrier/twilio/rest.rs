@@ -1,7 +1,7 @@
 //! Twilio's REST API, the few calls patterd makes: hang up a live call (`Status=completed`) and
 //! place an outbound call. Requests are byte-compatible with the official SDK (form bodies
 //! encoded like Python's `urlencode`, HTTP Basic auth, `Accept: application/json`), each bounded
-//! by a 10 s timeout; failures map to [`CarrierError`]s that say what to check (carriers.md §1.6).
+//! by a 10 s timeout; failures map to [`CarrierError`]s that say what to check.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;

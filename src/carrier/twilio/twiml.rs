@@ -1,6 +1,6 @@
 //! TwiML answer documents patterd returns to Twilio's voice webhook: `<Connect><Stream>` to
 //! bridge the call to our media socket, `<Reject>` to refuse without answering, and
-//! `<Hangup>` (optionally after `<Say>`). All text is XML-escaped (carriers.md §1.2).
+//! `<Hangup>` (optionally after `<Say>`). All text is XML-escaped.
 
 const XML_DECL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>"#;
 

@@ -1,6 +1,6 @@
 //! Twilio webhook requests: parsing the form body into raw pairs (kept whole for signature
 //! checks) and into a typed [`VoiceWebhook`], and rebuilding the public URL Twilio signed from
-//! `server.public_url` plus the request path and raw query (carriers.md §1.1, §1.5.3).
+//! `server.public_url` plus the request path and raw query.
 
 /// Parses an `application/x-www-form-urlencoded` body into ordered pairs, keeping repeated and
 /// empty fields (every field counts for the signature).
