@@ -21,3 +21,6 @@ pub mod server;
 pub mod sim;
 pub mod store;
 pub mod util;
+
+#[cfg(test)]
+mod layers;
