@@ -17,10 +17,11 @@ pub mod port;
 pub mod registry;
 pub mod rest_client;
 pub mod routes;
+pub mod wire;
 
 pub use account::AccountConfig;
 pub use registry::{Carrier, Registry};
-pub use twilio::webhook::{public_request_url, public_ws_url};
+pub use routes::{public_request_url, public_ws_url};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

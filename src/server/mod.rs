@@ -41,8 +41,12 @@ pub enum ServerError {
     },
     #[error("`server.listen = \"{0}\"` is not an address:port")]
     BadListen(String),
-    #[error("[server.tls]: {0}")]
-    Tls(String),
+    #[error("[server.tls]: {message}")]
+    Tls {
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     #[error(transparent)]
     App(#[from] AppError),
 }
@@ -107,6 +111,13 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
     })
 }
 
+fn tls_error(message: String, e: impl std::error::Error + Send + Sync + 'static) -> ServerError {
+    ServerError::Tls {
+        message,
+        source: Some(Box::new(e)),
+    }
+}
+
 /// Builds the TLS acceptor from PEM files.
 fn tls_acceptor(
     cert: &std::path::Path,
@@ -117,19 +128,22 @@ fn tls_acceptor(
     crate::util::init_tls();
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| ServerError::Tls(format!("cannot read cert {}: {e}", cert.display())))?;
+        .map_err(|e| tls_error(format!("cannot read cert {}: {e}", cert.display()), e))?;
     if certs.is_empty() {
-        return Err(ServerError::Tls(format!(
-            "no certificate found in {}",
-            cert.display()
-        )));
+        return Err(ServerError::Tls {
+            message: format!(
+                "no certificate found in {}; give a PEM file with the certificate chain",
+                cert.display()
+            ),
+            source: None,
+        });
     }
     let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| ServerError::Tls(format!("cannot read key {}: {e}", key.display())))?;
+        .map_err(|e| tls_error(format!("cannot read key {}: {e}", key.display()), e))?;
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| ServerError::Tls(format!("certificate and key do not fit: {e}")))?;
+        .map_err(|e| tls_error(format!("certificate and key do not fit: {e}"), e))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }

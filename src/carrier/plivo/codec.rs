@@ -15,7 +15,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::audio::g711::{linear_to_ulaw, ulaw_to_linear};
-use crate::carrier::telnyx::codec::{parse_digit, unknown_event};
+use crate::carrier::wire::{parse_digit, unknown_event};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.

@@ -13,6 +13,7 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{Value, json};
 
 use crate::audio::g711::{alaw_to_linear, linear_to_ulaw};
+use crate::carrier::wire::{parse_digit, unknown_event};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -54,22 +55,6 @@ fn counter(v: Option<&Value>) -> Option<u64> {
         Value::Number(n) => n.as_u64(),
         _ => None,
     }
-}
-
-pub(crate) fn parse_digit(digit: &str) -> Result<char, CodecError> {
-    let mut chars = digit.chars();
-    match (chars.next(), chars.next()) {
-        (Some(c), None) if c.is_ascii_digit() || matches!(c, '*' | '#' | 'A'..='D') => Ok(c),
-        _ => Err(CodecError::InvalidField("digit")),
-    }
-}
-
-pub(crate) fn unknown_event(other: &str) -> CodecError {
-    let mut name: String = other.chars().take(64).collect();
-    if name.len() < other.len() {
-        name.push('…');
-    }
-    CodecError::UnknownEvent(name)
 }
 
 impl TelnyxCodec {
