@@ -6,7 +6,7 @@
 //! carrier is one folder (`twilio/`, `telnyx/`, `plivo/`) holding its wire formats, its
 //! `[carriers.NAME]` keys (`config.rs`) and its HTTP routes (`routes.rs`), and implements the
 //! [`Carrier`] trait ([`registry`]); the folder is registered by one line in the
-//! [`carriers!`] invocation below, which also makes the `kind = "…"` value of the tagged
+//! `carriers!` invocation below, which also makes the `kind = "…"` value of the tagged
 //! [`CarrierConfig`] and the [`CarrierKind`]. Carrier routes reach the daemon (admission, media
 //! tokens, the call store) only through the [`port::Host`] port; the outbound call lifecycle
 //! they update is [`outbound::Outbound`].
