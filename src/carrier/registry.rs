@@ -209,3 +209,43 @@ pub async fn serve(
     }
     (route.handler)(host, req).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_resolve_and_405_comes_from_the_same_table() {
+        let registry = Registry::from_config(&BTreeMap::new());
+        for kind in CarrierKind::ALL {
+            let c = registry.get(*kind).expect("every kind is registered");
+            assert!(!c.is_configured());
+            assert!(!c.required_keys().is_empty());
+        }
+        let found = |m: Method, p: &str| match registry.resolve(&m, p) {
+            Resolved::Route(c, _) => Some(c.kind()),
+            _ => None,
+        };
+        assert_eq!(
+            found(Method::POST, "/twilio/voice"),
+            Some(CarrierKind::Twilio)
+        );
+        assert_eq!(
+            found(Method::GET, "/telnyx/media/tok"),
+            Some(CarrierKind::Telnyx)
+        );
+        assert_eq!(
+            found(Method::GET, "/plivo/answer"),
+            Some(CarrierKind::Plivo)
+        );
+        assert!(matches!(
+            registry.resolve(&Method::GET, "/twilio/voice"),
+            Resolved::MethodNotAllowed
+        ));
+        assert!(matches!(
+            registry.resolve(&Method::GET, "/nope"),
+            Resolved::NotFound
+        ));
+        assert!(registry.for_account("tw").is_none());
+    }
+}

@@ -137,6 +137,126 @@ pub fn answer_outbound(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::carrier::CarrierKind;
+    use crate::carrier::outbound::{Outbound, Phase};
+    use crate::carrier::port::{Admitted, Counter, Inbound, MediaSocket, Refusal};
+    use std::sync::{Arc, Mutex};
+
+    /// A host with one live call and a record of what carriers report.
+    #[derive(Default)]
+    struct FakeHost {
+        outbound: Outbound,
+        live: Mutex<Vec<String>>,
+        reports: Mutex<Vec<StatusUpdate>>,
+    }
+
+    impl Host for FakeHost {
+        fn public_url(&self) -> &str {
+            "https://voice.example.com"
+        }
+        fn max_body_bytes(&self) -> usize {
+            1024
+        }
+        fn count(&self, _: Counter) {}
+        fn admit(&self, _: Inbound<'_>) -> Result<Admitted, Refusal> {
+            Err(Refusal::Draining)
+        }
+        fn mint_token(&self, call_id: &str) -> String {
+            format!("token-{call_id}")
+        }
+        fn live_call_account(&self, call_id: &str) -> Option<String> {
+            let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            live.iter()
+                .any(|c| c == call_id)
+                .then(|| "acct".to_string())
+        }
+        fn end_call(&self, call_id: &str, _: &str) -> bool {
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            let before = live.len();
+            live.retain(|c| c != call_id);
+            live.len() < before
+        }
+        fn outbound(&self) -> &Outbound {
+            &self.outbound
+        }
+        fn report(&self, update: StatusUpdate) {
+            self.reports
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(update);
+        }
+        fn accept_media(
+            self: Arc<Self>,
+            _: hyper::Request<hyper::body::Incoming>,
+            _: MediaSocket,
+        ) -> hyper::Response<crate::net::http::Body> {
+            crate::net::http::empty(500)
+        }
+    }
+
+    fn host_with(call_id: &str, machine_detection: bool) -> FakeHost {
+        let host = FakeHost::default();
+        host.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(call_id.to_string());
+        host.outbound.register(
+            call_id,
+            OutboundCall {
+                account: "acct".into(),
+                kind: CarrierKind::Twilio,
+                machine_detection,
+                voicemail_message: Some("Call me back".into()),
+                leg_id: None,
+                phase: Phase::Ringing,
+            },
+        );
+        host
+    }
+
+    #[test]
+    fn a_machine_gets_the_voicemail_a_person_the_stream() {
+        let host = host_with("CA1", true);
+        let by = |machine: bool, _: &OutboundCall| {
+            Some(if machine { "machine" } else { "human" }.into())
+        };
+        match answer_outbound(&host, "CA1", true, by) {
+            Answer::Voicemail(m) => assert_eq!(m.as_deref(), Some("Call me back")),
+            _ => panic!("a machine gets the voicemail message"),
+        }
+        assert!(
+            host.live_call_account("CA1").is_none(),
+            "the actor is ended"
+        );
+        let reports = host
+            .reports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        assert_eq!(
+            reports,
+            vec![StatusUpdate::outcome(
+                "CA1",
+                Outcome::Voicemail,
+                Some("machine".into())
+            )]
+        );
+
+        // Without machine detection a machine is treated as a person.
+        let host = host_with("CA2", false);
+        match answer_outbound(&host, "CA2", true, by) {
+            Answer::Connect(token) => assert_eq!(token, "token-CA2"),
+            _ => panic!("connect"),
+        }
+        assert_eq!(
+            host.outbound.live("CA2").map(|c| c.phase),
+            Some(Phase::Connected)
+        );
+        assert!(matches!(
+            answer_outbound(&host, "CAnot-ours", false, by),
+            Answer::NotOurs
+        ));
+    }
 
     #[test]
     fn rebuilds_public_urls() {
