@@ -1,7 +1,7 @@
 //! The command line (clap): `patterd --config FILE` (same as `patterd run --config FILE`) runs
 //! the daemon; `patterd check --config FILE` validates the configuration and prints it with
 //! secrets redacted; `patterd mcp --stdio` serves the MCP tools on stdin/stdout against the
-//! running daemon. The `--help` text is the short manual.
+//! running daemon. The `--help` text is the short manual; nothing here touches sockets.
 
 use std::path::PathBuf;
 
@@ -12,10 +12,13 @@ const ABOUT: &str = "patterd gives an AI agent a phone line.";
 const LONG_ABOUT: &str = "\
 patterd gives an AI agent a phone line.
 
-It answers carrier webhooks (Twilio today; Telnyx and Plivo to follow), terminates their media
-WebSockets, and runs one actor per call that streams the caller's audio to speech-to-text, sends
-each finished turn to the agent's brain (a Hermes Agent or any OpenAI-compatible server) and
-speaks the streamed reply through text-to-speech.
+It answers Twilio, Telnyx and Plivo webhooks, terminates their media WebSockets, and runs one
+actor per call that streams the caller's audio to speech-to-text, decides when the caller's turn
+has ended (voice activity plus the transcript), sends each finished turn to the agent's brain (a
+Hermes Agent or any OpenAI-compatible server) and speaks the streamed reply through
+text-to-speech, letting the caller interrupt. It also places outbound calls, keeps every call's
+transcript and events in SQLite (server.data_dir), and exposes all of it to agents through a REST
+API (/v1) and MCP (/mcp on the same listener, or `patterd mcp --stdio`).
 
 Everything is configured in one TOML file. Start from the documented example:
 
@@ -24,11 +27,13 @@ Everything is configured in one TOML file. Start from the documented example:
 
 Values may reference the environment: ${VAR} (required) or ${VAR:-default} (optional), and any
 key can be overridden with PATTERD_<SECTION>__<KEY>, e.g. PATTERD_SERVER__LISTEN=0.0.0.0:8080.
+A carrier or provider without credentials is a warning and its routes answer 503.
 
 Signals: SIGTERM or SIGINT drains (readiness goes 503, new calls are refused as busy, live calls
 run on for up to server.drain_timeout_s) and exits 0; a second signal exits at once.
 
-Documentation: README.md and docs/ in the source tree.";
+Documentation: README.md and docs/ (configuration.md, api.md, ARCHITECTURE.md) in the source
+tree.";
 
 #[derive(Debug, Parser)]
 #[command(name = "patterd", version, about = ABOUT, long_about = LONG_ABOUT)]

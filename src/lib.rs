@@ -5,6 +5,7 @@
 //! `docs/ARCHITECTURE.md` is the map of these modules.
 
 pub mod api;
+pub mod app;
 pub mod audio;
 pub mod call;
 pub mod carrier;
@@ -20,3 +21,6 @@ pub mod server;
 pub mod sim;
 pub mod store;
 pub mod util;
+
+#[cfg(test)]
+mod layers;

@@ -1,5 +1,9 @@
 //! Small shared helpers that belong to no single module: a task guard that aborts a spawned
-//! task when dropped (how provider streams are cancelled), and the process-wide TLS setup.
+//! task when dropped (how provider streams are cancelled), and the process-wide TLS setup;
+//! phone-number helpers in [`phone`] and the never-printed [`secret::Secret`].
+
+pub mod phone;
+pub mod secret;
 
 use tokio::task::JoinHandle;
 

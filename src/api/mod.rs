@@ -1,10 +1,12 @@
 //! The control API, transport-free: every `/v1` operation as a function of the daemon's state
-//! returning JSON or an [`ApiError`] (an HTTP status, a stable code and a message that says
-//! what to do). The HTTP layer (`server::rest`) adds authentication and bodies around
-//! [`dispatch`]; the in-process MCP server calls [`dispatch`] directly and `patterd mcp
-//! --stdio` reaches the same routes over HTTP, so all three behave identically. Outbound call
-//! placement lives in [`outbound`], runtime inbound overrides in [`inbound`].
+//! ([`crate::app::App`]) returning JSON or an [`ApiError`] (an HTTP status, a stable code and a
+//! message that says what to do), and the access check both HTTP edges apply ([`auth`]). The
+//! HTTP layer (`crate::server`) adds bodies around [`dispatch`]; the in-process MCP server
+//! calls [`dispatch`] directly and `patterd mcp --stdio` reaches the same routes over HTTP, so
+//! all three behave identically. The originate operation is [`outbound`], runtime inbound
+//! overrides [`inbound`].
 
+pub mod auth;
 pub mod inbound;
 pub mod outbound;
 
@@ -13,7 +15,7 @@ use std::sync::Arc;
 use hyper::Method;
 use serde_json::{Value, json};
 
-use crate::server::App;
+use crate::app::App;
 use crate::store::{CallFilter, StoreError, now_ms};
 
 /// A failed API operation.
@@ -157,7 +159,7 @@ async fn list_calls(
         ));
     }
     let number = match param("number") {
-        Some(n) => Some(crate::config::normalize_e164(&n).ok_or_else(|| {
+        Some(n) => Some(crate::util::phone::normalize_e164(&n).ok_or_else(|| {
             ApiError::bad_request(format!(
                 "number {n:?} is not a phone number; use E.164, e.g. +15551234567"
             ))
@@ -232,7 +234,7 @@ async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
                 .await?
                 .is_some_and(|c| c.direction == "outbound" && c.answered_at.is_none());
             if unanswered {
-                outbound::cancel_unanswered(app, &h.carrier_account, id).await;
+                crate::app::outbound::cancel_unanswered(app, &h.carrier_account, id).await;
             }
             h.hang_up("ended through the API")
                 .map_err(|e| ApiError::new(409, "call_busy", e.to_string()))?;
@@ -248,5 +250,45 @@ async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
             )),
             None => Err(ApiError::not_found(id)),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The API runs against an `App` built from a configuration, without any listener.
+    #[tokio::test]
+    async fn operations_run_without_the_listener() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "[server]\ndata_dir = {:?}\n\n[carriers.tw]\nkind = \"twilio\"\n",
+            dir.path().display().to_string()
+        );
+        let loaded = crate::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
+        let app = App::new(loaded.config).expect("app");
+        let (status, v) = dispatch(&app, &Method::GET, "/calls", "", None)
+            .await
+            .expect("list calls");
+        assert_eq!(status, 200);
+        assert_eq!(v, json!({"calls": []}));
+        let (_, v) = dispatch(&app, &Method::GET, "/inbound", "", None)
+            .await
+            .expect("inbound");
+        assert_eq!(v, json!({"overrides": {}}));
+        let e = dispatch(&app, &Method::GET, "/calls/CAnope", "", None)
+            .await
+            .expect_err("unknown call");
+        assert_eq!((e.status, e.code), (404, "not_found"));
+        let e = dispatch(
+            &app,
+            &Method::POST,
+            "/calls",
+            "",
+            Some(json!({"to": "+15550001234"})),
+        )
+        .await
+        .expect_err("outbound is off");
+        assert_eq!((e.status, e.code), (403, "outbound_disabled"));
     }
 }

@@ -1,42 +1,155 @@
-//! The carrier-neutral core. Every carrier module maps its webhooks and media frames onto the
-//! types here, and the call actor only ever sees these: [`MediaEvent`]s in, [`MediaCommand`]s
-//! out. Adding a carrier means one new submodule implementing [`MediaCodec`] and the webhook
-//! handlers; the call actor does not change.
+//! Carriers: everything that speaks a carrier's protocol, and the registry the rest of the
+//! daemon reaches carriers through.
+//!
+//! The carrier-neutral core is here: every carrier maps its media frames onto [`MediaEvent`]s
+//! and [`MediaCommand`]s (the only thing the call actor sees) with a [`MediaCodec`]. Each
+//! carrier is one folder (`twilio/`, `telnyx/`, `plivo/`) holding its wire formats, its
+//! `[carriers.NAME]` keys (`config.rs`) and its HTTP routes (`routes.rs`), and implements the
+//! [`Carrier`] trait ([`registry`]); the folder is registered by one line in the
+//! `carriers!` invocation below, which also makes the `kind = "…"` value of the tagged
+//! [`CarrierConfig`] and the [`CarrierKind`]. Carrier routes reach the daemon (admission, media
+//! tokens, the call store) only through the [`port::Host`] port; the outbound call lifecycle
+//! they update is [`outbound::Outbound`].
 
-pub mod plivo;
+pub mod account;
+pub mod outbound;
+pub mod port;
+pub mod registry;
 pub mod rest_client;
-pub mod telnyx;
-pub mod twilio;
+pub mod routes;
+pub mod wire;
 
-pub use twilio::webhook::{public_request_url, public_ws_url};
+pub use account::AccountConfig;
+pub use registry::{Carrier, Registry};
+pub use routes::{public_request_url, public_ws_url};
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
+
+/// Declares the carriers: each line `module => Variant` adds the folder `carrier/module/`
+/// (which must export `Config`, its `[carriers.NAME]` keys, and `build`, which makes its
+/// [`Carrier`] from the configured accounts), the [`CarrierKind`] variant and the
+/// `kind = "module"` variant of [`CarrierConfig`].
+macro_rules! carriers {
+    ($($module:ident => $variant:ident),+ $(,)?) => {
+        $(pub mod $module;)+
+
+        /// Which carrier a call came through (`kind = "…"` of `[carriers.NAME]`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        pub enum CarrierKind {
+            $($variant),+
+        }
+
+        impl CarrierKind {
+            /// Every registered carrier.
+            pub const ALL: &'static [CarrierKind] = &[$(CarrierKind::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(CarrierKind::$variant => stringify!($module)),+
+                }
+            }
+        }
+
+        /// `[carriers.NAME]`: one carrier account, tagged by `kind`; each variant holds that
+        /// carrier's own keys. A carrier whose credentials are empty is *unconfigured* and its
+        /// routes answer 503.
+        ///
+        /// Serialized as serde's internally tagged enum; deserialized by
+        /// [`account::deserialize_tagged`], which reads every key at its own place (so an error
+        /// names the key and its line, as for every other table) and then the variant's keys.
+        #[derive(Debug, Clone, serde::Serialize)]
+        #[serde(tag = "kind", rename_all = "lowercase")]
+        pub enum CarrierConfig {
+            $($variant($module::Config)),+
+        }
+
+        impl<'de> serde::Deserialize<'de> for CarrierConfig {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                account::deserialize_tagged(d, |kind, keys| match kind {
+                    $(CarrierKind::$variant => {
+                        <$module::Config as serde::Deserialize>::deserialize(keys)
+                            .map(CarrierConfig::$variant)
+                    }),+
+                })
+            }
+        }
+
+        impl CarrierConfig {
+            pub fn kind(&self) -> CarrierKind {
+                match self {
+                    $(CarrierConfig::$variant(_) => CarrierKind::$variant),+
+                }
+            }
+
+            /// The account's keys, carrier-neutrally.
+            pub fn account(&self) -> &dyn AccountConfig {
+                match self {
+                    $(CarrierConfig::$variant(c) => c),+
+                }
+            }
+        }
+
+        /// One [`Carrier`] per registered kind, each with its configured accounts (possibly
+        /// none: its routes then answer 503).
+        fn build_all(configs: &BTreeMap<String, CarrierConfig>) -> Vec<Arc<dyn Carrier>> {
+            vec![$({
+                let accounts: Vec<(String, $module::Config)> = configs
+                    .iter()
+                    .filter_map(|(name, c)| match c {
+                        CarrierConfig::$variant(c) => Some((name.clone(), c.clone())),
+                        #[allow(unreachable_patterns)]
+                        _ => None,
+                    })
+                    .collect();
+                $module::build(accounts)
+            }),+]
+        }
+    };
+}
+
+// The registered carriers: a new carrier is its folder plus one line here.
+carriers! {
+    twilio => Twilio,
+    telnyx => Telnyx,
+    plivo => Plivo,
+}
+
+impl CarrierConfig {
+    /// The REST API root, or the carrier's public default.
+    pub fn api_base(&self) -> &str {
+        self.account().api_base()
+    }
+
+    /// `api_base_url` as written, if set.
+    pub fn api_base_url(&self) -> Option<&str> {
+        self.account().api_base_url()
+    }
+
+    /// The carrier's public REST API root.
+    pub fn default_api_base(&self) -> &'static str {
+        self.account().default_api_base()
+    }
+
+    /// Names of the credentials this account still lacks (empty when configured).
+    pub fn missing_credentials(&self) -> Vec<&'static str> {
+        self.account().missing_credentials()
+    }
+
+    /// Why this account cannot place outbound calls, if it cannot (the end of a sentence
+    /// starting "… through [carriers.NAME], ").
+    pub fn outbound_problem(&self) -> Option<String> {
+        self.account().outbound_problem()
+    }
+}
 
 /// Duration of one carrier audio frame.
 pub const FRAME_MS: u64 = 20;
 /// Bytes of 8 kHz G.711 in one 20 ms frame.
 pub const FRAME_BYTES: usize = 160;
-
-/// Which carrier a call came through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CarrierKind {
-    Twilio,
-    Telnyx,
-    Plivo,
-}
-
-impl CarrierKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CarrierKind::Twilio => "twilio",
-            CarrierKind::Telnyx => "telnyx",
-            CarrierKind::Plivo => "plivo",
-        }
-    }
-}
 
 /// The media stream has started: what the carrier told us about it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -99,7 +212,7 @@ pub enum CodecError {
 }
 
 /// A carrier REST call that failed. Messages say what to check, since they end up in logs and
-/// `patterd doctor` output.
+/// API errors; transport failures keep their cause as the error's source.
 #[derive(Debug, thiserror::Error)]
 pub enum CarrierError {
     #[error(
@@ -123,18 +236,47 @@ pub enum CarrierError {
         carrier: &'static str,
         seconds: u64,
         url: String,
+        #[source]
+        source: reqwest::Error,
     },
-    #[error("could not reach {carrier} at {url}: {message}; check network access or api_base_url")]
+    #[error(
+        "could not reach {carrier} at {url}: {}; check network access or api_base_url",
+        chain(.source)
+    )]
     Network {
         carrier: &'static str,
         url: String,
-        message: String,
+        #[source]
+        source: reqwest::Error,
     },
     #[error("{carrier} is not configured correctly: {message}")]
     Config {
         carrier: &'static str,
         message: String,
     },
+    #[error("{carrier}: could not build the HTTP client: {}", chain(.source))]
+    Client {
+        carrier: &'static str,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{carrier} calls cannot {what} (not supported by patterd for this carrier yet)")]
+    Unsupported {
+        carrier: &'static str,
+        what: &'static str,
+    },
+}
+
+/// An error and its causes, `: `-separated (what a log line or API message should show).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
 }
 
 /// Translates one carrier's media WebSocket text frames to and from the neutral types.
@@ -149,5 +291,17 @@ pub trait MediaCodec: Send {
     /// clean close then counts as [`MediaEvent::Stop`].
     fn stop_on_close(&self) -> bool {
         false
+    }
+}
+
+/// A [`MediaCodec`] that can copy itself as it stands (the media pump encodes with a copy taken
+/// after `start`, which knows the stream id). Every `Clone` codec is one.
+pub trait SharedCodec: MediaCodec {
+    fn clone_box(&self) -> Box<dyn SharedCodec>;
+}
+
+impl<C: MediaCodec + Clone + 'static> SharedCodec for C {
+    fn clone_box(&self) -> Box<dyn SharedCodec> {
+        Box::new(self.clone())
     }
 }

@@ -1,4 +1,4 @@
-//! Plumbing shared by the Telnyx and Plivo REST clients: one `reqwest` client with the 10 s
+//! Plumbing shared by the carriers' REST clients: one `reqwest` client with the 10 s
 //! budget every carrier call gets, and the mapping of transport failures to [`CarrierError`]s
 //! that say what to check.
 
@@ -16,32 +16,24 @@ pub fn build_client(carrier: &'static str) -> Result<reqwest::Client, CarrierErr
         .timeout(REST_TIMEOUT)
         .connect_timeout(Duration::from_secs(5))
         .build()
-        .map_err(|e| CarrierError::Config {
-            carrier,
-            message: format!("could not build the HTTP client: {e}"),
-        })
+        .map_err(|source| CarrierError::Client { carrier, source })
 }
 
-/// Maps a failed send to a timeout or network error naming `url`.
+/// Maps a failed send to a timeout (naming the API root `base`) or a network error naming
+/// `url`; the transport error stays the source.
 pub fn send_error(carrier: &'static str, base: &str, url: &str, e: reqwest::Error) -> CarrierError {
     if e.is_timeout() {
         return CarrierError::Timeout {
             carrier,
             seconds: REST_TIMEOUT.as_secs(),
             url: base.to_string(),
+            source: e,
         };
-    }
-    let mut message = e.to_string();
-    let mut src = std::error::Error::source(&e);
-    while let Some(s) = src {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        src = s.source();
     }
     CarrierError::Network {
         carrier,
         url: url.to_string(),
-        message,
+        source: e,
     }
 }
 

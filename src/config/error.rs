@@ -183,6 +183,15 @@ pub fn from_figment(error: &figment::Error, locator: &Locator) -> Problem {
     let key = describe_key(path);
     let message = match &error.kind {
         Kind::UnknownField(name, expected) => {
+            // Tables read in two steps (a carrier's keys, by its `kind`) report an unknown key
+            // at the table itself; the key belongs below it.
+            if path.len() == table_depth(path) && !path.is_empty() {
+                let mut keyed = path.clone();
+                keyed.push(name.clone());
+                let mut e = error.clone();
+                e.path = keyed;
+                return from_figment(&e, locator);
+            }
             let table = describe_table(&path[..path.len().saturating_sub(1)]);
             let place = if table == "the top level" {
                 "at the top level".to_string()

@@ -9,17 +9,15 @@ pub mod schema;
 mod source;
 pub mod validate;
 
+pub use crate::util::phone::{is_e164, is_e164_prefix, normalize_e164};
 pub use error::{ConfigError, Problem};
 pub use schema::*;
 pub use source::{ENV_PREFIX, ENV_SEPARATOR, SubstError, substitute};
-pub use validate::{is_e164, is_e164_prefix, normalize_e164};
 
 use std::path::Path;
 
 use figment::value::{Dict, Map};
 use figment::{Figment, Metadata, Profile, Provider};
-
-use source::Locator;
 
 /// A configuration that loaded, with the warnings it produced (unconfigured carriers and
 /// providers). `check --strict` turns warnings into errors.
@@ -115,21 +113,6 @@ pub fn load_str_with_env_overrides(
     Ok(LoadedConfig { config, warnings })
 }
 
-/// Validates a configuration built in code (no file, so no line numbers).
-pub fn validate_config(config: &Config) -> Result<(), ConfigError> {
-    let problems = validate::validate(config, &Locator::default());
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid(problems))
-    }
-}
-
-/// The warnings [`load`] would report for `config` (unconfigured carriers and providers).
-pub fn unconfigured_warnings(config: &Config) -> Vec<String> {
-    validate::warnings(config)
-}
-
 /// The effective configuration as TOML, for `patterd check`: defaults filled in, overrides
 /// applied, every secret shown as `***` (or `""` when unset).
 pub fn render_effective(config: &Config) -> String {
@@ -154,5 +137,51 @@ impl Provider for DictProvider {
 
     fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
         Ok(Profile::Default.collect(self.dict.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(carrier: &str) -> String {
+        let text = format!("[carriers.tw]\n{carrier}\n");
+        match load_str_with_vars(&text, "p.toml", &[]) {
+            Ok(_) => panic!("expected an error for {carrier}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// A carrier section is a tagged enum, but its errors read like every other table's.
+    #[test]
+    fn carrier_tables_report_keys_and_lines() {
+        assert_eq!(
+            err("kind = \"twilio\"\nauth_tokn = \"x\""),
+            "p.toml:3: unknown key `auth_tokn` in [carriers.tw]; did you mean `auth_token`?"
+        );
+        assert_eq!(
+            err("kind = \"twilio\"\naccount_sid = 5"),
+            "p.toml:3: [carriers.tw] account_sid: expected a string, found signed int `5`"
+        );
+        assert!(err("kind = \"twillio\"").starts_with(
+            "p.toml:2: [carriers.tw] kind: `twillio` is not one of the allowed values"
+        ),);
+        assert_eq!(
+            err("account_sid = \"x\""),
+            "p.toml:1: [carriers.tw] is missing the required key `kind`"
+        );
+        assert!(err("kind = \"twilio\"\npublic_key = \"p\"").contains(
+            "unknown key `public_key` in [carriers.tw]; valid keys: `account_sid`, `auth_token`, `api_base_url`"
+        ));
+        let ok = load_str_with_vars(
+            "[carriers.tx]\nkind = \"telnyx\"\napi_key = \"k\"\npublic_key = \"p\"\n",
+            "p.toml",
+            &[],
+        )
+        .expect("loads");
+        let tx = &ok.config.carriers["tx"];
+        assert_eq!(tx.kind(), CarrierKind::Telnyx);
+        assert_eq!(tx.api_base(), "https://api.telnyx.com");
+        assert!(tx.missing_credentials().is_empty());
     }
 }

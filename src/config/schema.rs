@@ -3,50 +3,13 @@
 //! an error (with a suggestion) rather than a silently ignored setting.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
-/// A secret value (API key, auth token). Never printed: `Debug` and `Serialize` show `***`
-/// (or an empty string when unset, so `check` still shows what is unconfigured).
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
-    }
-    /// The secret's value, for the one place that needs it (a request header, an HMAC key).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-    pub fn is_empty(&self) -> bool {
-        self.0.trim().is_empty()
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_empty() {
-            f.write_str("\"\"")
-        } else {
-            f.write_str("\"***\"")
-        }
-    }
-}
-
-impl Serialize for Secret {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(if self.is_empty() { "" } else { "***" })
-    }
-}
-
-impl<'de> Deserialize<'de> for Secret {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(Secret)
-    }
-}
+pub use crate::carrier::{CarrierConfig, CarrierKind};
+use crate::util::phone::normalize_e164;
+pub use crate::util::secret::Secret;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -346,82 +309,6 @@ pub enum TtsKind {
     Elevenlabs,
 }
 
-/// `[carriers.NAME]`: credentials for one carrier account. Which keys matter depends on
-/// `kind`; a carrier whose credentials are empty is *unconfigured* and its routes answer 503.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CarrierConfig {
-    pub kind: crate::carrier::CarrierKind,
-    /// Twilio.
-    #[serde(default)]
-    pub account_sid: Secret,
-    /// Twilio and Plivo.
-    #[serde(default)]
-    pub auth_token: Secret,
-    /// Telnyx.
-    #[serde(default)]
-    pub api_key: Secret,
-    /// Telnyx: base64 Ed25519 public key for webhook signatures.
-    #[serde(default)]
-    pub public_key: String,
-    /// Telnyx.
-    #[serde(default)]
-    pub connection_id: String,
-    /// Plivo.
-    #[serde(default)]
-    pub auth_id: Secret,
-    /// The carrier's REST API root (proxies, regions, tests).
-    #[serde(default)]
-    pub api_base_url: Option<String>,
-}
-
-impl CarrierConfig {
-    /// The REST API root, or the carrier's public default.
-    pub fn api_base(&self) -> &str {
-        if let Some(u) = &self.api_base_url {
-            return u.trim_end_matches('/');
-        }
-        match self.kind {
-            crate::carrier::CarrierKind::Twilio => "https://api.twilio.com",
-            crate::carrier::CarrierKind::Telnyx => "https://api.telnyx.com",
-            crate::carrier::CarrierKind::Plivo => "https://api.plivo.com",
-        }
-    }
-
-    /// Names of the credentials this carrier still lacks (empty when configured).
-    pub fn missing_credentials(&self) -> Vec<&'static str> {
-        use crate::carrier::CarrierKind::*;
-        let mut missing = Vec::new();
-        match self.kind {
-            Twilio => {
-                if self.account_sid.is_empty() {
-                    missing.push("account_sid");
-                }
-                if self.auth_token.is_empty() {
-                    missing.push("auth_token");
-                }
-            }
-            Telnyx => {
-                if self.api_key.is_empty() {
-                    missing.push("api_key");
-                }
-                if self.public_key.trim().is_empty() {
-                    missing.push("public_key");
-                }
-            }
-            Plivo => {
-                if self.auth_id.is_empty() {
-                    missing.push("auth_id");
-                }
-                if self.auth_token.is_empty() {
-                    missing.push("auth_token");
-                }
-            }
-        }
-        missing
-    }
-}
-
 /// `[agents.NAME]`: a persona: which brain, ears and voice, and what it says when.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -572,7 +459,7 @@ impl Config {
             .iter()
             .find(|n| n.number == number)
             .or_else(|| {
-                let normalized = super::validate::normalize_e164(number)?;
+                let normalized = normalize_e164(number)?;
                 self.numbers.iter().find(|n| n.number == normalized)
             })
     }
@@ -594,7 +481,7 @@ impl NumberConfig {
         if self.allowed_callers.is_empty() {
             return true;
         }
-        let Some(caller) = super::validate::normalize_e164(caller) else {
+        let Some(caller) = normalize_e164(caller) else {
             return false;
         };
         self.allowed_callers.contains(&caller)
@@ -603,7 +490,7 @@ impl NumberConfig {
     /// Whether this number may call `destination`: only destinations matching an
     /// `allowed_destinations` entry (a number or a prefix); none when the list is empty.
     pub fn allows_destination(&self, destination: &str) -> bool {
-        let Some(destination) = super::validate::normalize_e164(destination) else {
+        let Some(destination) = normalize_e164(destination) else {
             return false;
         };
         self.allowed_destinations

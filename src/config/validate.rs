@@ -1,7 +1,7 @@
 //! Checks a configuration that deserialized cleanly but may still be wrong: cross-references
 //! (agents → llm/stt/tts, numbers → carriers/agents), E.164 numbers, the listener and its API
 //! token, URLs and limits. Every problem is collected, not just the first. Also the warnings
-//! for unconfigured carriers and providers, and the E.164 helpers the rest of the daemon uses.
+//! for unconfigured carriers and providers.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -9,42 +9,7 @@ use std::net::SocketAddr;
 use super::error::{Problem, describe_key, suggest};
 use super::schema::Config;
 use super::source::Locator;
-
-/// True when `s` is an E.164 number: `+`, then 8 to 15 digits, the first not `0`.
-pub fn is_e164(s: &str) -> bool {
-    let Some(digits) = s.strip_prefix('+') else {
-        return false;
-    };
-    (8..=15).contains(&digits.len())
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && !digits.starts_with('0')
-}
-
-/// True when `s` is an E.164 prefix (for `allowed_destinations`): `+` then 1 to 15 digits.
-pub fn is_e164_prefix(s: &str) -> bool {
-    let Some(digits) = s.strip_prefix('+') else {
-        return false;
-    };
-    (1..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// Normalizes a number as carriers and people write it (`+1 (555) 000-1234`, `0044…`,
-/// Plivo's `15550001234`) to E.164, or `None` when it cannot be one.
-pub fn normalize_e164(s: &str) -> Option<String> {
-    let cleaned: String = s
-        .trim()
-        .chars()
-        .filter(|c| !matches!(c, ' ' | '-' | '.' | '(' | ')' | '\t'))
-        .collect();
-    let candidate = if let Some(rest) = cleaned.strip_prefix("00") {
-        format!("+{rest}")
-    } else if cleaned.starts_with('+') {
-        cleaned
-    } else {
-        format!("+{cleaned}")
-    };
-    is_e164(&candidate).then_some(candidate)
-}
+use crate::util::phone::{is_e164, is_e164_prefix};
 
 fn path(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| s.to_string()).collect()
@@ -259,12 +224,12 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         }
     }
     for (name, carrier) in &config.carriers {
-        if let Some(u) = &carrier.api_base_url {
+        if let Some(u) = carrier.api_base_url() {
             c.url(
                 &["carriers", name, "api_base_url"],
                 u,
                 &["http", "https"],
-                carrier.api_base(),
+                carrier.default_api_base(),
             );
         }
     }
@@ -400,15 +365,12 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         }
         if !number.allowed_destinations.is_empty()
             && let Some(carrier) = config.carriers.get(&number.carrier)
-            && carrier.kind == crate::carrier::CarrierKind::Telnyx
-            && carrier.connection_id.trim().is_empty()
+            && let Some(why) = carrier.outbound_problem()
         {
             c.fail(
                 &["numbers", &idx, "allowed_destinations"],
                 format!(
-                    "{entry} may call out (allowed_destinations) through [carriers.{}], which has \
-                     no connection_id: set it to the id of the Call Control application that \
-                     places the calls",
+                    "{entry} may call out (allowed_destinations) through [carriers.{}], {why}",
                     number.carrier
                 ),
             );
@@ -469,40 +431,6 @@ pub(crate) fn warnings(config: &Config) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn e164() {
-        assert!(is_e164("+15550001234"));
-        assert!(is_e164("+44207123456"));
-        assert!(!is_e164("15550001234"));
-        assert!(!is_e164("555-1234"));
-        assert!(!is_e164("+0555000123"));
-        assert!(!is_e164("+1234567"));
-        assert!(!is_e164("+1234567890123456"));
-        assert!(!is_e164("+1555000123a"));
-        assert!(is_e164_prefix("+1"));
-        assert!(is_e164_prefix("+1555"));
-        assert!(!is_e164_prefix("+"));
-        assert!(!is_e164_prefix("1555"));
-    }
-
-    #[test]
-    fn normalizes() {
-        assert_eq!(
-            normalize_e164("+1 (555) 000-1234").as_deref(),
-            Some("+15550001234")
-        );
-        assert_eq!(
-            normalize_e164("15550001234").as_deref(),
-            Some("+15550001234")
-        );
-        assert_eq!(
-            normalize_e164("0044207123456").as_deref(),
-            Some("+44207123456")
-        );
-        assert_eq!(normalize_e164("555-1234"), None);
-        assert_eq!(normalize_e164("anonymous"), None);
-    }
 
     #[test]
     fn log_levels() {

@@ -1,4 +1,4 @@
-//! `/mcp`: rmcp's Streamable HTTP service mounted on our hyper listener. In front of it: the
+//! `/mcp`: rmcp's Streamable HTTP service, mounted on the daemon's listener by the server. In front of it: the
 //! same authorisation as `/v1` (bearer `server.api_token`, or a loopback `Host` when no token
 //! is configured). rmcp itself checks `Host` against loopback names plus the host of
 //! `server.public_url` (DNS-rebinding protection). Session `DELETE` answers 204 (rmcp says 202,
@@ -14,8 +14,10 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::{Local, PatterMcp};
+use crate::api::auth::authorize;
+use crate::app::App;
 use crate::config::Config;
-use crate::server::{AnyBody, App};
+use crate::net::http::{AnyBody, json};
 
 /// The `/mcp` endpoint.
 pub struct McpHttp {
@@ -43,8 +45,8 @@ impl McpHttp {
     }
 
     pub async fn handle(&self, app: &App, req: Request<Incoming>) -> Response<AnyBody> {
-        if let Err(e) = crate::server::rest::authorize(app, req.headers()) {
-            let r = crate::server::rest::json_response(e.status, &e.body());
+        if let Err(e) = authorize(app, req.headers()) {
+            let r = json(e.status, &e.body());
             let mut r = r.map(|b: Full<Bytes>| b.boxed());
             if e.status == 401 {
                 r.headers_mut().insert(

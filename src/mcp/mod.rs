@@ -26,7 +26,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
 use crate::api::ApiError;
-use crate::server::App;
+use crate::app::App;
 
 /// A boxed, sendable future.
 pub type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;

@@ -1,151 +1,36 @@
-//! The HTTP server: one hyper listener serving carrier webhooks, carrier media WebSockets,
-//! health and metrics; limits on connections, header size and time, and body size; and the
-//! graceful drain on SIGTERM. It knows routes and limits, not any carrier's wire format: the
-//! carrier glue lives in [`twilio`], [`telnyx`] and [`plivo`] (with the shared call admission in
-//! [`admission`]) and the carrier-neutral media socket pump in [`media`].
+//! The HTTP server: one hyper listener, its limits (connections, header size and time, body
+//! size) and the graceful drain on SIGTERM. It only routes: `/healthz`, `/readyz`,
+//! `/metrics` ([`metrics`]) itself, `/v1/*` to the API ([`rest`] around [`crate::api`]),
+//! `/mcp` to [`crate::mcp::http`], and every other path to the carrier whose route it is, as
+//! the carrier registry ([`crate::carrier::Registry`]) resolves it — 404 for unknown paths and
+//! 405 for known paths with another method, derived from the same routes. It knows no
+//! carrier's name or wire format; the daemon's state is [`crate::app::App`].
 
-pub mod admission;
-pub mod http;
-pub mod media;
 pub mod metrics;
-pub mod plivo;
 pub mod rest;
-pub mod telnyx;
-pub mod twilio;
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
-use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tracing::{debug, error, info, warn};
 
-use crate::api::inbound::{Overrides, SETTING_KEY};
-use crate::api::outbound::OutboundCall;
-use crate::call::CallRegistry;
+use crate::app::{App, AppError};
+use crate::carrier::port::Host;
+use crate::carrier::registry::{Resolved, RoutePath, serve};
 use crate::config::{Config, LoadedConfig};
-use crate::provider::Providers;
-use crate::security::token::MediaTokens;
-use crate::store::Store;
-use http::{Body, text};
-
-/// Lifetime of a per-call media token.
-pub const MEDIA_TOKEN_TTL: Duration = Duration::from_secs(60);
-
-/// Shared, read-mostly state of the daemon. Everything mutable is behind its own small owner
-/// (the call registry, the token store, atomics).
-pub struct App {
-    pub config: Arc<Config>,
-    pub providers: Providers,
-    pub tokens: MediaTokens,
-    pub calls: Arc<CallRegistry>,
-    pub metrics: metrics::Metrics,
-    pub twilio: twilio::TwilioCarriers,
-    pub telnyx: telnyx::TelnyxCarriers,
-    pub plivo: plivo::PlivoCarriers,
-    /// The call store (`data_dir/patterd.db`).
-    pub store: Store,
-    /// Live outbound calls we placed, by carrier call id.
-    outbound: Mutex<HashMap<String, OutboundCall>>,
-    /// Runtime inbound overrides (`configure_inbound`), persisted in the store.
-    pub inbound: RwLock<Overrides>,
-    /// The MCP endpoint (`/mcp`).
-    pub mcp: crate::mcp::http::McpHttp,
-    draining: watch::Sender<bool>,
-    pub started: Instant,
-}
-
-impl App {
-    pub fn new(config: Config) -> Result<Arc<Self>, ServerError> {
-        crate::util::init_tls();
-        let providers =
-            crate::provider::build_providers(&config).map_err(ServerError::Providers)?;
-        let twilio = twilio::TwilioCarriers::from_config(&config);
-        let telnyx = telnyx::TelnyxCarriers::from_config(&config);
-        let plivo = plivo::PlivoCarriers::from_config(&config);
-        let store = Store::open(
-            &config.server.data_dir,
-            config.store.retention_days,
-            config.store.queue,
-        )
-        .map_err(|e| ServerError::Store(e.to_string()))?;
-        let inbound: Overrides = store
-            .setting_blocking(SETTING_KEY)
-            .map_err(|e| ServerError::Store(e.to_string()))?
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or_default();
-        Ok(Arc::new_cyclic(|app| Self {
-            mcp: crate::mcp::http::McpHttp::new(&config, app.clone()),
-            config: Arc::new(config),
-            providers,
-            tokens: MediaTokens::new(MEDIA_TOKEN_TTL),
-            calls: Arc::new(CallRegistry::new()),
-            metrics: metrics::Metrics::default(),
-            twilio,
-            telnyx,
-            plivo,
-            store,
-            outbound: Mutex::new(HashMap::new()),
-            inbound: RwLock::new(inbound),
-            draining: watch::channel(false).0,
-            started: Instant::now(),
-        }))
-    }
-
-    /// True once a drain has begun: new calls are refused politely.
-    pub fn is_draining(&self) -> bool {
-        *self.draining.borrow()
-    }
-
-    /// The REST control of the `[carriers.NAME]` account, for hanging calls up.
-    pub fn carrier_control(&self, account: &str) -> Option<Arc<dyn media::CarrierControl>> {
-        if let Some(a) = self.twilio.account(account) {
-            return Some(a.rest.clone() as Arc<dyn media::CarrierControl>);
-        }
-        if let Some(a) = self.telnyx.account(account) {
-            return Some(a.rest.clone() as Arc<dyn media::CarrierControl>);
-        }
-        self.plivo
-            .account(account)
-            .map(|a| a.rest.clone() as Arc<dyn media::CarrierControl>)
-    }
-
-    fn outbound_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, OutboundCall>> {
-        self.outbound.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Live outbound calls we placed.
-    pub fn outbound_live(&self) -> usize {
-        self.outbound_map().len()
-    }
-
-    pub fn register_outbound(&self, call_id: &str, call: OutboundCall) {
-        self.outbound_map().insert(call_id.to_string(), call);
-    }
-
-    pub fn forget_outbound(&self, call_id: &str) {
-        self.outbound_map().remove(call_id);
-    }
-
-    /// The outbound call `call_id`, if we placed it and it is live.
-    pub fn outbound_call(&self, call_id: &str) -> Option<OutboundCall> {
-        self.outbound_map().get(call_id).cloned()
-    }
-
-    pub fn start_drain(&self) {
-        self.draining.send_replace(true);
-    }
-}
+use crate::mcp::http::McpHttp;
+pub use crate::net::http::AnyBody;
+use crate::net::http::{Body, text};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -156,12 +41,20 @@ pub enum ServerError {
     },
     #[error("`server.listen = \"{0}\"` is not an address:port")]
     BadListen(String),
-    #[error("providers: {0}")]
-    Providers(#[from] crate::provider::SetupError),
-    #[error("[server.tls]: {0}")]
-    Tls(String),
-    #[error("{0}")]
-    Store(String),
+    #[error("[server.tls]: {message}")]
+    Tls {
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    #[error(transparent)]
+    App(#[from] AppError),
+}
+
+/// What the accept loop serves: the daemon's state and the MCP endpoint on it.
+struct Served {
+    app: Arc<App>,
+    mcp: McpHttp,
 }
 
 /// A bound, serving daemon.
@@ -206,12 +99,23 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
         None => None,
     };
     let app = App::new(config)?;
-    let accept = tokio::spawn(accept_loop(listener, app.clone(), tls));
+    let served = Arc::new(Served {
+        mcp: McpHttp::new(&app.config, Arc::downgrade(&app)),
+        app: app.clone(),
+    });
+    let accept = tokio::spawn(accept_loop(listener, served, tls));
     Ok(Running {
         local_addr,
         app,
         accept,
     })
+}
+
+fn tls_error(message: String, e: impl std::error::Error + Send + Sync + 'static) -> ServerError {
+    ServerError::Tls {
+        message,
+        source: Some(Box::new(e)),
+    }
 }
 
 /// Builds the TLS acceptor from PEM files.
@@ -224,26 +128,34 @@ fn tls_acceptor(
     crate::util::init_tls();
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| ServerError::Tls(format!("cannot read cert {}: {e}", cert.display())))?;
+        .map_err(|e| tls_error(format!("cannot read cert {}: {e}", cert.display()), e))?;
     if certs.is_empty() {
-        return Err(ServerError::Tls(format!(
-            "no certificate found in {}",
-            cert.display()
-        )));
+        return Err(ServerError::Tls {
+            message: format!(
+                "no certificate found in {}; give a PEM file with the certificate chain",
+                cert.display()
+            ),
+            source: None,
+        });
     }
     let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| ServerError::Tls(format!("cannot read key {}: {e}", key.display())))?;
+        .map_err(|e| tls_error(format!("cannot read key {}: {e}", key.display()), e))?;
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| ServerError::Tls(format!("certificate and key do not fit: {e}")))?;
+        .map_err(|e| tls_error(format!("certificate and key do not fit: {e}"), e))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
-async fn accept_loop(listener: TcpListener, app: Arc<App>, tls: Option<tokio_rustls::TlsAcceptor>) {
-    let limit = Arc::new(Semaphore::new(app.config.server.max_connections.max(1)));
-    let header_timeout = Duration::from_secs(app.config.server.header_timeout_s.max(1));
+async fn accept_loop(
+    listener: TcpListener,
+    served: Arc<Served>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
+    let server = &served.app.config.server;
+    let limit = Arc::new(Semaphore::new(server.max_connections.max(1)));
+    let header_timeout = Duration::from_secs(server.header_timeout_s.max(1));
     loop {
         let Ok(permit) = limit.clone().acquire_owned().await else {
             return;
@@ -258,7 +170,7 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, tls: Option<tokio_rus
             }
         };
         let _ = stream.set_nodelay(true);
-        let app = app.clone();
+        let app = served.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
             match tls {
@@ -276,7 +188,7 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, tls: Option<tokio_rus
     }
 }
 
-async fn serve_connection<I>(io: I, app: Arc<App>, peer: SocketAddr, header_timeout: Duration)
+async fn serve_connection<I>(io: I, app: Arc<Served>, peer: SocketAddr, header_timeout: Duration)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -295,49 +207,61 @@ where
     }
 }
 
-/// Any response body: buffered for most routes, streamed (SSE) for `/mcp`.
-pub type AnyBody = BoxBody<bytes::Bytes, Infallible>;
+/// The server's own routes.
+#[derive(Clone, Copy)]
+enum Own {
+    Health,
+    Ready,
+    Metrics,
+}
 
-async fn route_any(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<AnyBody> {
+const OWN_ROUTES: &[(Method, RoutePath, Own)] = &[
+    (Method::GET, RoutePath::Exact("/healthz"), Own::Health),
+    (Method::GET, RoutePath::Exact("/readyz"), Own::Ready),
+    (Method::GET, RoutePath::Exact("/metrics"), Own::Metrics),
+];
+
+async fn route_any(
+    served: Arc<Served>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<AnyBody> {
     let path = req.uri().path();
     if path == "/mcp" || path == "/mcp/" {
         let method = req.method().clone();
-        let resp = app.mcp.handle(&app, req).await;
+        let resp = served.mcp.handle(&served.app, req).await;
         debug!(%peer, %method, path = "/mcp", status = resp.status().as_u16(), "request");
         return resp;
     }
-    route(app, peer, req).await.map(|b| b.boxed())
+    route(served.app.clone(), peer, req)
+        .await
+        .map(|b| b.boxed())
 }
 
 async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
-    let resp = match (method.clone(), path.as_str()) {
-        (Method::GET, "/healthz") => text(200, "ok\n"),
-        (Method::GET, "/readyz") => {
-            if app.is_draining() {
-                text(503, "draining\n")
-            } else {
-                text(200, "ready\n")
-            }
+    let own = OWN_ROUTES.iter().filter(|(_, p, _)| p.matches(&path));
+    let resp = if path == "/v1" || path.starts_with("/v1/") {
+        rest::handle(app, peer, req).await
+    } else if own.clone().next().is_some() {
+        let mut own = own;
+        match own.find(|(m, _, _)| *m == method).map(|r| r.2) {
+            Some(Own::Health) => text(200, "ok\n"),
+            Some(Own::Ready) if app.is_draining() => text(503, "draining\n"),
+            Some(Own::Ready) => text(200, "ready\n"),
+            Some(Own::Metrics) => metrics::render(&app),
+            None => text(405, "method not allowed\n"),
         }
-        (Method::GET, "/metrics") => app.metrics.render(&app),
-        (Method::POST, "/twilio/voice") => twilio::voice(app, req).await,
-        (Method::POST, "/twilio/status") => twilio::status(app, req).await,
-        (Method::POST, "/twilio/outbound") => twilio::outbound_answer(app, req).await,
-        (_, p) if p == "/v1" || p.starts_with("/v1/") => rest::handle(app, peer, req).await,
-        (Method::GET, "/twilio/media") => twilio::media(app, req).await,
-        (Method::POST, "/telnyx/webhook") => telnyx::webhook(app, req).await,
-        (Method::GET, p) if p.starts_with("/telnyx/media/") => telnyx::media(app, req).await,
-        (Method::POST | Method::GET, "/plivo/answer") => plivo::answer(app, req).await,
-        (Method::POST | Method::GET, "/plivo/hangup") => plivo::hangup(app, req).await,
-        (Method::GET, p) if p.starts_with("/plivo/media/") => plivo::media(app, req).await,
-        (
-            _,
-            "/healthz" | "/readyz" | "/metrics" | "/twilio/voice" | "/twilio/status"
-            | "/twilio/outbound" | "/telnyx/webhook" | "/plivo/answer" | "/plivo/hangup",
-        ) => text(405, "method not allowed\n"),
-        _ => text(404, "not found\n"),
+    } else {
+        match app.carriers.resolve(&method, &path) {
+            Resolved::Route(carrier, r) => {
+                let (carrier, r) = (carrier.clone(), r.clone());
+                serve(&carrier, &r, app as Arc<dyn Host>, req).await
+            }
+            Resolved::MethodNotAllowed => text(405, "method not allowed\n"),
+            Resolved::NotFound => text(404, "not found\n"),
+        }
     };
     debug!(%peer, %method, %path, status = resp.status().as_u16(), "request");
     resp

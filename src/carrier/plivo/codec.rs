@@ -1,4 +1,4 @@
-//! The Plivo audio stream codec (carriers.md §3.4): `start`, `media`, `dtmf`, `playedStream`
+//! The Plivo audio stream codec: `start`, `media`, `dtmf`, `playedStream`
 //! (or the older `played`), `clearedAudio` and a `stop` if one comes in; `playAudio`,
 //! `checkpoint` and `clearAudio` out. The core speaks μ-law 8 kHz; when the stream is
 //! `audio/x-l16` (little-endian, 8 or 16 kHz) inbound audio is converted to μ-law (16 kHz is
@@ -15,7 +15,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::audio::g711::{linear_to_ulaw, ulaw_to_linear};
-use crate::carrier::telnyx::codec::{parse_digit, unknown_event};
+use crate::carrier::wire::{parse_digit, unknown_event};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.

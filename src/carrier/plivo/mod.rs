@@ -1,13 +1,18 @@
 //! Plivo: everything patterd needs to speak to Plivo Voice. `X-Plivo-Signature-V3` (and the
 //! legacy V2) webhook signatures ([`signature`]), answer XML with a bidirectional `<Stream>`
-//! ([`xml`]), the audio stream codec including L16 ⇄ μ-law ([`codec`]) and the REST hang-up
-//! ([`rest`]). The protocol reference is carriers.md §3.
+//! ([`xml`]), the audio stream codec including L16 ⇄ μ-law ([`codec`]), the REST calls
+//! ([`rest`]), its `[carriers.NAME]` keys ([`config`]) and its routes and
+//! [`crate::carrier::Carrier`] implementation ([`routes`]).
 
 pub mod codec;
+pub mod config;
 pub mod rest;
+pub mod routes;
 pub mod signature;
 pub mod xml;
 
+pub use config::Config;
+pub use routes::build;
 pub use codec::PlivoCodec;
 pub use rest::PlivoRest;
 pub use signature::{string_to_sign_v3, validate_request, validate_v2, validate_v3};

@@ -1,4 +1,4 @@
-//! Plivo's REST API, the calls patterd makes (carriers.md §3.6, HTTP Basic
+//! Plivo's REST API, the calls patterd makes (HTTP Basic
 //! `auth_id:auth_token`, the SDK's JSON bodies): place an outbound call with `POST
 //! {api_base_url}/v1/Account/{auth_id}/Call/` (answered by a `request_uuid`; the call's
 //! `CallUUID` arrives with the answer URL), cancel a call that has not been answered with
@@ -11,7 +11,8 @@ use serde_json::json;
 
 use crate::carrier::CarrierError;
 use crate::carrier::rest_client::{build_client, path_safe, send_error};
-use crate::config::schema::CarrierConfig;
+use super::Config;
+use crate::carrier::AccountConfig;
 
 const CARRIER: &str = "Plivo";
 /// Plivo's public API root.
@@ -92,7 +93,7 @@ impl PlivoRest {
     }
 
     /// From a `[carriers.*]` entry of kind plivo.
-    pub fn from_config(cfg: &CarrierConfig) -> Result<Self, CarrierError> {
+    pub fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
         Self::new(
             cfg.api_base(),
             cfg.auth_id.expose(),

@@ -1,4 +1,4 @@
-//! Plivo webhook signatures (carriers.md §3.5), as plivo-python's `signature_v3` does them.
+//! Plivo webhook signatures, as plivo-python's `signature_v3` does them.
 //! V3: HMAC-SHA256 (auth token) over the URL without query, then `?` + the query decoded and
 //! sorted as `k=v&…`, then for POSTs with form fields `.` (if there was a query) + the sorted
 //! fields as `keyvalue…`, then `.` + the nonce; the header may list several signatures

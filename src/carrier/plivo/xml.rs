@@ -1,8 +1,8 @@
-//! Plivo XML answer documents (carriers.md §3.2): a bidirectional `<Stream>` whose element text
+//! Plivo XML answer documents: a bidirectional `<Stream>` whose element text
 //! is our media WebSocket URL, and the refusals — `<Hangup reason="busy|rejected"/>` without
 //! answering, or `<Speak>` then `<Hangup/>`. All text is XML-escaped.
 
-use crate::carrier::twilio::twiml::xml_escape;
+use crate::carrier::wire::xml_escape;
 
 const XML_DECL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>"#;
 

@@ -1,4 +1,4 @@
-//! The Telnyx media streaming codec (carriers.md §2.5): `connected`, `start`, `media`, `dtmf`,
+//! The Telnyx media streaming codec: `connected`, `start`, `media`, `dtmf`,
 //! `mark`, `stop` and `error` frames in; `media`, `mark` and `clear` out (RTP mode, PCMU 8 kHz,
 //! no `stream_id` needed on outgoing frames). Telnyx does not guarantee frame order, so inbound
 //! audio goes through a small jitter buffer keyed on `media.chunk`: a frame that arrives early is
@@ -16,6 +16,7 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{Value, json};
 
 use crate::audio::g711::{alaw_to_linear, linear_to_ulaw};
+use crate::carrier::wire::{parse_digit, unknown_event};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -59,22 +60,6 @@ fn counter(v: Option<&Value>) -> Option<u64> {
         Value::Number(n) => n.as_u64(),
         _ => None,
     }
-}
-
-pub(crate) fn parse_digit(digit: &str) -> Result<char, CodecError> {
-    let mut chars = digit.chars();
-    match (chars.next(), chars.next()) {
-        (Some(c), None) if c.is_ascii_digit() || matches!(c, '*' | '#' | 'A'..='D') => Ok(c),
-        _ => Err(CodecError::InvalidField("digit")),
-    }
-}
-
-pub(crate) fn unknown_event(other: &str) -> CodecError {
-    let mut name: String = other.chars().take(64).collect();
-    if name.len() < other.len() {
-        name.push('…');
-    }
-    CodecError::UnknownEvent(name)
 }
 
 impl TelnyxCodec {

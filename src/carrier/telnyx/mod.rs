@@ -1,13 +1,18 @@
 //! Telnyx Call Control: everything patterd needs to speak to Telnyx. Ed25519 webhook signatures
 //! ([`signature`]), the webhook envelope ([`webhook`]), Call Control REST commands — answer,
-//! streaming_start, reject, hangup ([`rest`]) — and the media streaming codec ([`codec`]). The
-//! protocol reference is carriers.md §2.
+//! streaming_start, speak, reject, hangup, dial ([`rest`]) — the media streaming codec
+//! ([`codec`]), its `[carriers.NAME]` keys ([`config`]) and its routes and [`crate::carrier::Carrier`]
+//! implementation ([`routes`]).
 
 pub mod codec;
+pub mod config;
 pub mod rest;
+pub mod routes;
 pub mod signature;
 pub mod webhook;
 
+pub use config::Config;
+pub use routes::build;
 pub use codec::TelnyxCodec;
 pub use rest::{StreamParams, TelnyxRest};
 pub use signature::{SignatureError, TOLERANCE_S, verify_webhook};

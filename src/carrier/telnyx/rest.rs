@@ -1,4 +1,4 @@
-//! Telnyx Call Control REST commands patterd issues (carriers.md §2.4): `dial` (`POST
+//! Telnyx Call Control REST commands patterd issues: `dial` (`POST
 //! /v2/calls`, outbound calls), `answer`, `streaming_start` (bidirectional RTP, PCMU 8 kHz,
 //! inbound track only), `speak` (voicemail messages), `reject` and `hangup`,
 //! as `POST {api_base_url}/v2/calls/{call_control_id}/actions/{command}` with a Bearer API key
@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use crate::carrier::CarrierError;
 use crate::carrier::rest_client::{build_client, path_safe, send_error};
-use crate::config::schema::CarrierConfig;
+use super::Config;
+use crate::carrier::AccountConfig;
 
 const CARRIER: &str = "Telnyx";
 /// Telnyx's public API root (the `/v2` is appended).
@@ -155,7 +156,7 @@ impl TelnyxRest {
     }
 
     /// From a `[carriers.*]` entry of kind telnyx.
-    pub fn from_config(cfg: &CarrierConfig) -> Result<Self, CarrierError> {
+    pub fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
         Self::new(cfg.api_base(), cfg.api_key.expose())
     }
 

@@ -1,4 +1,4 @@
-//! Telnyx webhook signatures (carriers.md §2.3): an Ed25519 signature, base64 in
+//! Telnyx webhook signatures: an Ed25519 signature, base64 in
 //! `telnyx-signature-ed25519`, over `telnyx-timestamp + "|" + raw body`, checked with the
 //! account's public key (base64 of the raw 32 bytes). Timestamps more than [`TOLERANCE_S`]
 //! seconds from `now` are refused either way (replay protection); `now` is a parameter so tests

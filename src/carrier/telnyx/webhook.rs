@@ -1,4 +1,4 @@
-//! The Telnyx Call Control webhook envelope (carriers.md §2.2): `{"data": {"event_type", "id",
+//! The Telnyx Call Control webhook envelope: `{"data": {"event_type", "id",
 //! "occurred_at", "payload": {...}, "record_type"}, "meta": {...}}`. Parsed leniently: only
 //! `data.event_type` and `payload.call_control_id` are required, unknown fields and event types
 //! are kept as they are, and nothing in a body can make the parser panic.

@@ -1,6 +1,6 @@
 //! The Twilio Media Streams codec: turns Twilio's JSON text frames (`connected`, `start`,
 //! `media`, `dtmf`, `mark`, `stop`) into [`MediaEvent`]s and [`MediaCommand`]s into `media` /
-//! `mark` / `clear` frames stamped with the stream's `streamSid` (carriers.md §1.4).
+//! `mark` / `clear` frames stamped with the stream's `streamSid`.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;

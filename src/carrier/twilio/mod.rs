@@ -1,14 +1,19 @@
 //! Twilio: everything patterd needs to speak to Twilio Programmable Voice. Webhook signature
 //! checks ([`signature`]), webhook form parsing and public-URL reconstruction ([`webhook`]),
-//! TwiML answer documents ([`twiml`]), the Media Streams codec ([`codec`]) and the REST client
-//! used to hang up calls ([`rest`]). The protocol reference is carriers.md §1.
+//! TwiML answer documents ([`twiml`]), the Media Streams codec ([`codec`]), the REST client
+//! that places and hangs up calls ([`rest`]), its `[carriers.NAME]` keys ([`config`]) and its
+//! routes and [`crate::carrier::Carrier`] implementation ([`routes`]).
 
 pub mod codec;
+pub mod config;
 pub mod rest;
+pub mod routes;
 pub mod signature;
 pub mod twiml;
 pub mod webhook;
 
+pub use config::Config;
+pub use routes::build;
 pub use codec::TwilioCodec;
 pub use rest::TwilioRest;
 pub use signature::{
@@ -20,5 +25,3 @@ pub use webhook::{VoiceWebhook, WebhookError, parse_form, public_request_url, pu
 
 /// Header carrying the webhook signature.
 pub const SIGNATURE_HEADER: &str = "X-Twilio-Signature";
-/// Header announcing the shared-key HMAC-SHA256 variant (carriers.md §1.5.5).
-pub const SIGNATURE_SETTINGS_HEADER: &str = "X-Twilio-Webhooks-Signature-Settings";

@@ -1,19 +1,18 @@
 //! Twilio's REST API, the few calls patterd makes: hang up a live call (`Status=completed`) and
 //! place an outbound call. Requests are byte-compatible with the official SDK (form bodies
 //! encoded like Python's `urlencode`, HTTP Basic auth, `Accept: application/json`), each bounded
-//! by a 10 s timeout; failures map to [`CarrierError`]s that say what to check (carriers.md §1.6).
-
-use std::time::Duration;
+//! by a 10 s timeout; failures map to [`CarrierError`]s that say what to check.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
+use super::Config;
 use crate::carrier::CarrierError;
-use crate::config::schema::CarrierConfig;
+use crate::carrier::rest_client::{build_client, send_error};
 
 const CARRIER: &str = "Twilio";
 /// Whole-request timeout for every REST call.
-pub const REST_TIMEOUT: Duration = Duration::from_secs(10);
+pub use crate::carrier::rest_client::REST_TIMEOUT;
 /// Twilio's public API root.
 pub const DEFAULT_API_BASE: &str = "https://api.twilio.com";
 
@@ -131,15 +130,7 @@ impl TwilioRest {
                 message: "account_sid and auth_token must both be set".into(),
             });
         }
-        crate::util::init_tls();
-        let client = reqwest::Client::builder()
-            .timeout(REST_TIMEOUT)
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| CarrierError::Config {
-                carrier: CARRIER,
-                message: format!("could not build the HTTP client: {e}"),
-            })?;
+        let client = build_client(CARRIER)?;
         Ok(Self::with_client(client, base, account_sid, auth_token))
     }
 
@@ -159,7 +150,8 @@ impl TwilioRest {
     }
 
     /// From a `[carriers.*]` entry of kind twilio.
-    pub fn from_config(cfg: &CarrierConfig) -> Result<Self, CarrierError> {
+    pub fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
+        use crate::carrier::AccountConfig;
         Self::new(
             cfg.api_base(),
             cfg.account_sid.expose(),
@@ -228,26 +220,7 @@ impl TwilioRest {
     }
 
     fn map_send_error(&self, url: &str, e: reqwest::Error) -> CarrierError {
-        if e.is_timeout() {
-            CarrierError::Timeout {
-                carrier: CARRIER,
-                seconds: REST_TIMEOUT.as_secs(),
-                url: self.base.clone(),
-            }
-        } else {
-            let mut message = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                message.push_str(": ");
-                message.push_str(&s.to_string());
-                src = s.source();
-            }
-            CarrierError::Network {
-                carrier: CARRIER,
-                url: url.to_string(),
-                message,
-            }
-        }
+        send_error(CARRIER, &self.base, url, e)
     }
 
     /// Updates a live call with the given form fields.

@@ -1,5 +1,5 @@
-//! `X-Twilio-Signature` validation, as twilio-python's `RequestValidator` does it (carriers.md
-//! §1.5): HMAC over the full URL plus the sorted form parameters, accepted with or without the
+//! `X-Twilio-Signature` validation, as twilio-python's `RequestValidator` does it:
+//! HMAC over the full URL plus the sorted form parameters, accepted with or without the
 //! scheme's default port, the `bodySHA256` variant for JSON bodies, and the shared-key
 //! HMAC-SHA256 variant announced by `X-Twilio-Webhooks-Signature-Settings`. All comparisons are
 //! constant-time.

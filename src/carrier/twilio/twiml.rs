@@ -1,26 +1,10 @@
 //! TwiML answer documents patterd returns to Twilio's voice webhook: `<Connect><Stream>` to
 //! bridge the call to our media socket, `<Reject>` to refuse without answering, and
-//! `<Hangup>` (optionally after `<Say>`). All text is XML-escaped (carriers.md §1.2).
+//! `<Hangup>` (optionally after `<Say>`). All text is XML-escaped.
 
 const XML_DECL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>"#;
 
-/// Escapes text for use in XML content or a double-quoted attribute.
-pub fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Control characters are not allowed in XML 1.0; drop them.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use crate::carrier::wire::xml_escape;
 
 /// `<Connect><Stream url=..>` with one `<Parameter>` per pair (they arrive in the media
 /// socket's `start.customParameters`) and an optional stream status callback (POST).

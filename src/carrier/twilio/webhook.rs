@@ -1,6 +1,6 @@
 //! Twilio webhook requests: parsing the form body into raw pairs (kept whole for signature
-//! checks) and into a typed [`VoiceWebhook`], and rebuilding the public URL Twilio signed from
-//! `server.public_url` plus the request path and raw query (carriers.md §1.1, §1.5.3).
+//! checks) and into a typed [`VoiceWebhook`]. The public URL Twilio signed is rebuilt by the
+//! carrier-shared [`public_request_url`].
 
 /// Parses an `application/x-www-form-urlencoded` body into ordered pairs, keeping repeated and
 /// empty fields (every field counts for the signature).
@@ -10,53 +10,7 @@ pub fn parse_form(body: &[u8]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Splits a public base URL into `scheme://authority` and a path prefix without trailing `/`.
-fn split_base(public_url: &str) -> (&str, &str) {
-    let base = public_url.trim_end_matches('/');
-    let after_scheme = base.find("://").map_or(0, |i| i + 3);
-    match base[after_scheme..].find('/') {
-        Some(i) => base.split_at(after_scheme + i),
-        None => (base, ""),
-    }
-}
-
-/// Rebuilds the URL Twilio requested (and signed): `public_url` (scheme, host, optional port and
-/// path prefix) + the request `path` + `?raw_query` exactly as received. A prefix in
-/// `public_url` is added unless `path` already starts with it (a proxy that does not strip
-/// it). Slashes are never doubled.
-pub fn public_request_url(public_url: &str, path: &str, raw_query: Option<&str>) -> String {
-    let (origin, prefix) = split_base(public_url);
-    let path = if path.starts_with('/') {
-        path.to_string()
-    } else {
-        format!("/{path}")
-    };
-    let has_prefix =
-        !prefix.is_empty() && (path == prefix || path.starts_with(&format!("{prefix}/")));
-    let mut url = String::with_capacity(origin.len() + prefix.len() + path.len() + 16);
-    url.push_str(origin);
-    if !has_prefix {
-        url.push_str(prefix);
-    }
-    url.push_str(&path);
-    if let Some(q) = raw_query.filter(|q| !q.is_empty()) {
-        url.push('?');
-        url.push_str(q);
-    }
-    url
-}
-
-/// The WebSocket URL for `path` under `public_url`: `https` → `wss`, `http` → `ws`.
-pub fn public_ws_url(public_url: &str, path: &str) -> String {
-    let url = public_request_url(public_url, path, None);
-    if let Some(rest) = url.strip_prefix("https://") {
-        format!("wss://{rest}")
-    } else if let Some(rest) = url.strip_prefix("http://") {
-        format!("ws://{rest}")
-    } else {
-        url
-    }
-}
+pub use crate::carrier::routes::{public_request_url, public_ws_url};
 
 /// Why a webhook body could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -140,44 +94,6 @@ impl VoiceWebhook {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rebuilds_public_urls() {
-        let f = public_request_url;
-        assert_eq!(
-            f("https://gw.example.com", "/twilio/voice", None),
-            "https://gw.example.com/twilio/voice"
-        );
-        assert_eq!(
-            f("https://gw.example.com/", "/twilio/voice", Some("")),
-            "https://gw.example.com/twilio/voice"
-        );
-        assert_eq!(
-            f(
-                "https://gw.example.com/pd/",
-                "/twilio/voice",
-                Some("a=1&b=2")
-            ),
-            "https://gw.example.com/pd/twilio/voice?a=1&b=2"
-        );
-        assert_eq!(
-            f("https://gw.example.com/pd", "/pd/twilio/voice", None),
-            "https://gw.example.com/pd/twilio/voice"
-        );
-        assert_eq!(
-            f("https://gw.example.com/pd", "/pdx/voice", None),
-            "https://gw.example.com/pd/pdx/voice"
-        );
-        assert_eq!(f("http://h:8080", "x", None), "http://h:8080/x");
-        assert_eq!(
-            public_ws_url("https://gw.example.com/pd", "/twilio/media"),
-            "wss://gw.example.com/pd/twilio/media"
-        );
-        assert_eq!(
-            public_ws_url("http://127.0.0.1:9", "/m"),
-            "ws://127.0.0.1:9/m"
-        );
-    }
 
     #[test]
     fn parses_webhook() {

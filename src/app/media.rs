@@ -1,8 +1,10 @@
-//! The carrier-neutral media socket pump. A carrier handler upgrades the WebSocket and hands it
-//! here with its [`MediaCodec`]: we wait for the stream's `start`, check the per-call media
-//! token before anything else, attach the socket to the call's actor, then shuttle decoded
-//! [`MediaEvent`]s to the actor and encoded [`MediaCommand`]s back. Malformed frames are
-//! counted and logged; a flood of them ends that call only.
+//! The carrier-neutral media socket pump. A carrier's media route hands its upgrade request
+//! here (through [`crate::carrier::port::Host::accept_media`]) with its codec: we wait for the
+//! stream's `start`, map the carrier's leg id to our call id through the carrier, check the
+//! per-call media token before anything else, attach the socket to the call's actor, then
+//! shuttle decoded [`MediaEvent`]s to the actor and encoded [`MediaCommand`]s back. Malformed
+//! frames are counted and logged; a flood of them ends that call only. A stream that ends
+//! without the carrier's `stop` has its leg hung up through the carrier.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +18,9 @@ use tracing::{Instrument, info, info_span, warn};
 use super::App;
 use super::metrics::Metrics;
 use crate::call::MediaAttach;
-use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
+use crate::carrier::port::{MediaSocket, TokenSource};
+use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, SharedCodec, StreamStart};
+use crate::net::http::{Body, text};
 
 pub type ServerSocket = WebSocket<TokioIo<Upgraded>>;
 
@@ -30,36 +34,24 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BAD_IN_A_ROW: u32 = 50;
 const MAX_BAD_TOTAL: u32 = 500;
 
-/// Ends a carrier call through its REST API (hang-up when the agent or an operator ends it).
-pub trait CarrierControl: Send + Sync {
-    fn hang_up(
-        &self,
-        call_id: String,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
-}
-
 /// WebSocket close codes we use.
 const CLOSE_NORMAL: u16 = 1000;
 const CLOSE_POLICY: u16 = 1008;
 
-/// How the media token reaches us: in the URL (Telnyx, Plivo) or as a stream parameter named
-/// `token` in `start` (Twilio).
-pub enum TokenSource {
-    Url(Option<String>),
-    StartParameter,
-}
-
 /// Upgrades a carrier's media WebSocket request and serves it with `codec` in the background.
 /// `subprotocol`, when the client offers it in `Sec-WebSocket-Protocol`, is selected in the
 /// response (Plivo's `audio.drachtio.org`). Answers 400 to anything that is not an upgrade.
-pub fn accept<C: MediaCodec + Clone + 'static>(
+pub fn accept(
     app: Arc<App>,
     mut req: hyper::Request<hyper::body::Incoming>,
-    codec: C,
-    token: TokenSource,
-    subprotocol: Option<&'static str>,
-) -> hyper::Response<super::http::Body> {
-    use super::http::text;
+    socket: MediaSocket,
+) -> hyper::Response<Body> {
+    let MediaSocket {
+        carrier,
+        codec,
+        token,
+        subprotocol,
+    } = socket;
     let path = req.uri().path().to_string();
     if !fastwebsockets::upgrade::is_upgrade_request(&req) {
         return text(400, "expected a WebSocket upgrade\n");
@@ -81,7 +73,7 @@ pub fn accept<C: MediaCodec + Clone + 'static>(
     };
     tokio::spawn(async move {
         match fut.await {
-            Ok(ws) => serve(app, ws, codec, token).await,
+            Ok(ws) => serve(app, ws, carrier, codec, token).await,
             Err(e) => warn!(%path, error = %e, "WebSocket upgrade failed"),
         }
     });
@@ -92,14 +84,15 @@ pub fn accept<C: MediaCodec + Clone + 'static>(
             hyper::header::HeaderValue::from_static(p),
         );
     }
-    hyper::Response::from_parts(parts, super::http::Body::default())
+    hyper::Response::from_parts(parts, Body::default())
 }
 
 /// Runs one media socket to its end.
-pub async fn serve<C: MediaCodec + Clone + 'static>(
+pub async fn serve(
     app: Arc<App>,
     mut ws: ServerSocket,
-    mut codec: C,
+    carrier: Arc<dyn crate::carrier::Carrier>,
+    mut codec: Box<dyn SharedCodec>,
     token: TokenSource,
 ) {
     ws.set_auto_close(true);
@@ -122,7 +115,7 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
                 .await;
             match frame {
                 Err(_) => return None,
-                Ok(f) => match decode(&mut codec, f) {
+                Ok(f) => match decode(codec.as_mut(), f) {
                     Decoded::Event(MediaEvent::Start(s)) => return Some(s),
                     Decoded::Event(MediaEvent::Stop) | Decoded::Closed => return None,
                     Decoded::Event(_) | Decoded::Nothing => {}
@@ -158,12 +151,11 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
         TokenSource::Url(t) => t.clone(),
         TokenSource::StartParameter => start.custom_parameters.get("token").cloned(),
     };
-    // The carrier's id for the leg (REST hang-ups use it) and ours (the actor's key): they
-    // differ only for Plivo calls we placed, known by their request_uuid.
+    // The carrier's id for the leg (REST hang-ups use it) and ours (the actor's key): the
+    // carrier says when they differ (Plivo calls we placed are ours by request_uuid).
     let leg_id = start.call_id.clone();
-    let call_id = app
-        .plivo
-        .our_call_id(&leg_id)
+    let call_id = carrier
+        .call_id_for_leg(&app.outbound, &leg_id)
         .unwrap_or_else(|| leg_id.clone());
     let span = info_span!("call", call_id = %call_id);
     if let Err(e) = app.tokens.redeem(&call_id, token_value.as_deref()) {
@@ -183,7 +175,8 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
         return;
     };
 
-    let control = app.carrier_control(&handle.carrier_account);
+    let account = handle.carrier_account.to_string();
+    let control = carrier.has_account(&account).then_some(carrier);
 
     // 3. Attach to the actor and pump.
     let (ev_tx, ev_rx) = mpsc::channel::<MediaEvent>(64);
@@ -202,7 +195,7 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
 
     // The encoder is a copy of the codec as it stands after `start` (it knows the stream id);
     // the original moves into the reader.
-    let mut encoder = codec.clone();
+    let mut encoder = codec.clone_box();
     let reader_app = app.clone();
     // Set when the carrier said the stream is over (`stop`, or a clean close for carriers that
     // end streams that way). A stream that ends any other way may leave the carrier's call leg
@@ -227,7 +220,7 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
                         return;
                     }
                 };
-                match decode(&mut codec, frame) {
+                match decode(codec.as_mut(), frame) {
                     Decoded::Event(ev) => {
                         bad.ok();
                         let stop = ev == MediaEvent::Stop;
@@ -271,12 +264,11 @@ pub async fn serve<C: MediaCodec + Clone + 'static>(
         let mut hung_up = false;
         let hang_up_leg = |why: &'static str| {
             if let Some(c) = &control {
-                let c = c.clone();
-                let id = leg_id.clone();
+                let hang_up = c.hang_up(&account, &leg_id);
                 // The REST call must not hold up closing the socket.
                 tokio::spawn(
                     async move {
-                        if let Err(e) = c.hang_up(id).await {
+                        if let Err(e) = hang_up.await {
                             warn!(error = %e, why, "carrier hang-up request failed");
                         }
                     }
@@ -334,7 +326,7 @@ enum Decoded {
     Bad(CodecError),
 }
 
-fn decode<C: MediaCodec>(codec: &mut C, frame: Frame<'_>) -> Decoded {
+fn decode(codec: &mut dyn MediaCodec, frame: Frame<'_>) -> Decoded {
     match frame.opcode {
         OpCode::Text => {
             if frame.payload.len() > MAX_FRAME {

@@ -1,8 +1,9 @@
 //! The carrier-neutral decision on an incoming call, shared by every carrier's routes: refuse
 //! while draining, find the `[[numbers]]` entry for the dialled number on this carrier account
 //! (numbers normalized to E.164, so Plivo's `15550001234` matches `+15550001234`), check the
-//! caller against `allowed_callers`, find the agent's providers, and start the call's actor
-//! (which refuses beyond `max_calls`). Each carrier turns a [`Refusal`] into its own reject;
+//! caller against `allowed_callers` and the runtime overrides, find the agent's providers, and
+//! start the call's actor (which refuses beyond `max_calls`). Carriers reach it through
+//! [`crate::carrier::port::Host::admit`] and turn a [`Refusal`] into their own reject;
 //! numbers are only ever logged masked.
 
 use std::sync::Arc;
@@ -14,53 +15,10 @@ use super::App;
 use super::metrics::Metrics;
 use crate::call::registry::InsertError;
 use crate::call::{CallSetup, actor};
-use crate::carrier::CarrierKind;
-use crate::config::validate::normalize_e164;
+use crate::carrier::port::{Admitted, Inbound, Refusal};
 use crate::security::mask_number;
 use crate::store::{NewCall, Write};
-
-/// An incoming call as a carrier's webhook describes it.
-#[derive(Debug, Clone, Copy)]
-pub struct Inbound<'a> {
-    pub carrier: CarrierKind,
-    /// Name of the `[carriers.NAME]` account whose signature the webhook carried.
-    pub account: &'a str,
-    pub call_id: &'a str,
-    pub from: &'a str,
-    pub to: &'a str,
-}
-
-/// Why a call is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The daemon is draining.
-    Draining,
-    /// `max_calls` is reached.
-    Full,
-    /// The dialled number is not in `[[numbers]]` for this account.
-    UnknownNumber,
-    /// The caller is not in the number's `allowed_callers`.
-    CallerNotAllowed,
-    /// The agent's providers could not be built.
-    AgentUnavailable,
-    /// Inbound calls to this number were turned off at runtime (`configure_inbound`).
-    Disabled,
-}
-
-impl Refusal {
-    /// Busy-type refusals (try again later) as opposed to rejections.
-    pub fn is_busy(self) -> bool {
-        matches!(self, Refusal::Draining | Refusal::Full)
-    }
-}
-
-/// An accepted call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Admitted {
-    pub agent: String,
-    /// The call was already live (a repeated webhook); no new actor was started.
-    pub repeated: bool,
-}
+use crate::util::phone::normalize_e164;
 
 /// Decides on an incoming call and, when it is accepted, starts its actor (which pre-opens
 /// speech-to-text and synthesises the greeting while the phone rings).
@@ -90,7 +48,7 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         info!(carrier, call_id, %from, %to, "call refused: caller not in allowed_callers");
         return Err(Refusal::CallerNotAllowed);
     }
-    let overrides = crate::api::inbound::effective(app, &number.number);
+    let overrides = super::inbound::effective(app, &number.number);
     if overrides.enabled == Some(false) {
         Metrics::inc(&app.metrics.calls_rejected_caller);
         info!(carrier, call_id, %from, %to, "call refused: inbound disabled by configure_inbound");

@@ -1,14 +1,19 @@
-//! Small HTTP helpers for handlers: the response body type, plain and XML responses, and
-//! reading a request body under a size and time limit.
+//! Small HTTP helpers for handlers (carrier routes, the API edge, the server): the response
+//! body types, plain, XML and JSON responses, and reading a request body under a size and time
+//! limit.
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::Response;
 use hyper::body::Incoming;
 
 pub type Body = Full<Bytes>;
+
+/// Any response body: buffered for most routes, streamed (SSE) for `/mcp`.
+pub type AnyBody = BoxBody<Bytes, std::convert::Infallible>;
 
 /// Time a client gets to send a whole request body.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -18,6 +23,20 @@ pub fn text(status: u16, body: &'static str) -> Response<Body> {
         status,
         "text/plain; charset=utf-8",
         Bytes::from_static(body.as_bytes()),
+    )
+}
+
+/// A plain-text response with an owned body.
+pub fn text_owned(status: u16, body: String) -> Response<Body> {
+    respond(status, "text/plain; charset=utf-8", Bytes::from(body))
+}
+
+/// A JSON response.
+pub fn json(status: u16, v: &serde_json::Value) -> Response<Body> {
+    respond(
+        status,
+        "application/json",
+        Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
     )
 }
 

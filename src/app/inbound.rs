@@ -1,0 +1,69 @@
+//! Runtime overrides of the inbound agent: per number (or for every number, key `*`) a
+//! different system prompt, first message or voice, or inbound calls switched off. Kept in
+//! memory for admission and persisted in the store's settings (key [`SETTING_KEY`]), so they
+//! survive a restart; changed through `crate::api::inbound`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::App;
+use crate::config::AgentConfig;
+
+/// Settings key the overrides are stored under.
+pub const SETTING_KEY: &str = "inbound_overrides";
+
+/// One override; unset fields keep the configured agent's value.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InboundOverride {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_message: Option<String>,
+    /// The name of a `[tts.NAME]` section to speak with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voice: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+/// Overrides by number (`*` = every number).
+pub type Overrides = BTreeMap<String, InboundOverride>;
+
+impl InboundOverride {
+    /// `self` with `more`'s set fields on top.
+    pub fn merged(&self, more: &InboundOverride) -> InboundOverride {
+        InboundOverride {
+            system_prompt: more.system_prompt.clone().or(self.system_prompt.clone()),
+            first_message: more.first_message.clone().or(self.first_message.clone()),
+            voice: more.voice.clone().or(self.voice.clone()),
+            enabled: more.enabled.or(self.enabled),
+        }
+    }
+
+    /// The agent with this override applied.
+    pub fn apply(&self, agent: &AgentConfig) -> AgentConfig {
+        let mut a = agent.clone();
+        if let Some(p) = &self.system_prompt {
+            a.system_prompt = p.clone();
+        }
+        if let Some(m) = &self.first_message {
+            a.first_message = m.clone();
+        }
+        if let Some(v) = &self.voice {
+            a.tts = v.clone();
+        }
+        a
+    }
+}
+
+/// The effective override for `number`: the `*` entry with the number's own on top.
+pub fn effective(app: &App, number: &str) -> InboundOverride {
+    let all = app.inbound.read().unwrap_or_else(|e| e.into_inner());
+    let base = all.get("*").cloned().unwrap_or_default();
+    match all.get(number) {
+        Some(o) => base.merged(o),
+        None => base,
+    }
+}

@@ -1,0 +1,174 @@
+//! The composition root: [`App`] owns everything a running daemon holds — the configuration,
+//! the carrier [`Registry`], the providers, the media tokens, the live calls, the call store,
+//! the outbound calls we placed and the runtime inbound overrides — and is the carriers'
+//! [`Host`]: admission ([`admission`]), the carrier-neutral media pump ([`media`]) and the
+//! outbound call lifecycle ([`outbound`]) live here. The control API (`crate::api`) and MCP
+//! operate on an `App`; the HTTP server (`crate::server`) only routes requests to them and to
+//! the carriers. An `App` is built from a [`Config`] without any listener.
+
+pub mod admission;
+pub mod inbound;
+pub mod media;
+pub mod metrics;
+pub mod outbound;
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use tokio::sync::watch;
+
+use crate::call::CallRegistry;
+use crate::carrier::Registry;
+use crate::carrier::outbound::{Outbound, StatusUpdate};
+use crate::carrier::port::{Admitted, Counter, Host, Inbound, MediaSocket, Refusal};
+use crate::config::Config;
+use crate::net::http::Body;
+use crate::provider::Providers;
+use crate::security::token::MediaTokens;
+use crate::store::{Store, StoreError, Write};
+use inbound::{Overrides, SETTING_KEY};
+pub use metrics::Metrics;
+
+/// Lifetime of a per-call media token.
+pub const MEDIA_TOKEN_TTL: Duration = Duration::from_secs(60);
+
+/// Why the daemon's state could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("providers: {0}")]
+    Providers(#[from] crate::provider::SetupError),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+/// Shared, read-mostly state of the daemon. Everything mutable is behind its own small owner
+/// (the call registry, the token store, the outbound calls, atomics).
+pub struct App {
+    pub config: Arc<Config>,
+    pub carriers: Registry,
+    pub providers: Providers,
+    pub tokens: MediaTokens,
+    pub calls: Arc<CallRegistry>,
+    pub metrics: Metrics,
+    /// The call store (`data_dir/patterd.db`).
+    pub store: Store,
+    /// Outbound calls we placed (live, and recently ended for late carrier callbacks).
+    pub outbound: Outbound,
+    /// Runtime inbound overrides (`configure_inbound`), persisted in the store.
+    pub inbound: RwLock<Overrides>,
+    draining: watch::Sender<bool>,
+    pub started: Instant,
+}
+
+impl App {
+    /// Builds the daemon's state from `config`: providers, carriers, the store (opened at
+    /// `server.data_dir`) and the persisted inbound overrides.
+    pub fn new(config: Config) -> Result<Arc<Self>, AppError> {
+        crate::util::init_tls();
+        let providers = crate::provider::build_providers(&config).map_err(AppError::Providers)?;
+        let carriers = Registry::from_config(&config.carriers);
+        let store = Store::open(
+            &config.server.data_dir,
+            config.store.retention_days,
+            config.store.queue,
+        )?;
+        let inbound: Overrides = store
+            .setting_blocking(SETTING_KEY)?
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default();
+        Ok(Arc::new(Self {
+            config: Arc::new(config),
+            carriers,
+            providers,
+            tokens: MediaTokens::new(MEDIA_TOKEN_TTL),
+            calls: Arc::new(CallRegistry::new()),
+            metrics: Metrics::default(),
+            store,
+            outbound: Outbound::default(),
+            inbound: RwLock::new(inbound),
+            draining: watch::channel(false).0,
+            started: Instant::now(),
+        }))
+    }
+
+    /// True once a drain has begun: new calls are refused politely.
+    pub fn is_draining(&self) -> bool {
+        *self.draining.borrow()
+    }
+
+    pub fn start_drain(&self) {
+        self.draining.send_replace(true);
+    }
+
+    /// Live outbound calls we placed.
+    pub fn outbound_live(&self) -> usize {
+        self.outbound.live_count()
+    }
+}
+
+impl Host for App {
+    fn public_url(&self) -> &str {
+        &self.config.server.public_url
+    }
+
+    fn max_body_bytes(&self) -> usize {
+        self.config.server.max_body_bytes
+    }
+
+    fn count(&self, counter: Counter) {
+        let c = match counter {
+            Counter::WebhookForbidden => &self.metrics.webhooks_forbidden,
+            Counter::MediaRejected => &self.metrics.media_rejected,
+            Counter::MediaFrameBad => &self.metrics.media_frames_bad,
+        };
+        Metrics::inc(c);
+    }
+
+    fn admit(&self, call: Inbound<'_>) -> Result<Admitted, Refusal> {
+        admission::admit(self, call)
+    }
+
+    fn mint_token(&self, call_id: &str) -> String {
+        self.tokens.mint(call_id)
+    }
+
+    fn live_call_account(&self, call_id: &str) -> Option<String> {
+        self.calls
+            .get(call_id)
+            .map(|h| h.carrier_account.to_string())
+    }
+
+    fn end_call(&self, call_id: &str, reason: &str) -> bool {
+        match self.calls.get(call_id) {
+            Some(h) => {
+                let _ = h.hang_up(reason);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn outbound(&self) -> &Outbound {
+        &self.outbound
+    }
+
+    fn report(&self, u: StatusUpdate) {
+        self.store.tx.send(Write::Status {
+            call_id: u.call_id,
+            status: u.status.map(|s| s.as_str().to_string()),
+            outcome: u.outcome.map(|o| o.as_str().to_string()),
+            answered_by: u.answered_by,
+            carrier_duration_s: u.carrier_duration_s,
+        });
+    }
+
+    fn accept_media(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        socket: MediaSocket,
+    ) -> Response<Body> {
+        media::accept(self, req, socket)
+    }
+}

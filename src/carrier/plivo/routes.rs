@@ -1,0 +1,351 @@
+//! Plivo's routes and its [`Carrier`] implementation: `POST /plivo/answer` (signed answer
+//! webhook → admission → Plivo XML with a bidirectional `<Stream>` to
+//! `wss://…/plivo/media/{CallUUID}?t=<token>`, or Plivo's own refusal
+//! `<Hangup reason="busy|rejected"/>`), `POST /plivo/hangup` (signed hangup callback) and
+//! `WS /plivo/media/{call}` (the audio stream, selecting the `audio.drachtio.org` subprotocol
+//! Plivo asks for, handed to the carrier-neutral pump). GET works for both webhooks too, with
+//! the fields in the query. The wire details live in the sibling modules.
+//!
+//! Calls we placed (`Direction: outbound`) are known by the `request_uuid` Plivo answered `POST
+//! Call/` with; the answer URL brings the `CallUUID`, recorded as the call's leg id so the media
+//! stream, REST hang-ups and the hangup callback find the call. The answer is the same
+//! `<Stream>`, or, when synchronous machine detection says `Machine=true`, `<Speak>` of the
+//! voicemail message and `<Hangup/>`. A hangup callback before the answer gives the outcome
+//! from `HangupCause`: `USER_BUSY` → busy, `NO_ANSWER` → no_answer, `CALL_REJECTED` and
+//! unreachable numbers → failed.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use tracing::{info, warn};
+
+use super::rest::MakeCall;
+use super::{self as pv, Config, PlivoCodec, PlivoRest};
+use crate::carrier::account::{Account, Accounts};
+use crate::carrier::outbound::{Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate};
+use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
+use crate::carrier::registry::{BoxFuture, Route, RoutePath};
+use crate::carrier::rest_client::path_safe;
+use crate::carrier::routes::{Answer, answer_outbound, field, header};
+use crate::carrier::{Carrier, CarrierError, CarrierKind, public_request_url, public_ws_url};
+use crate::net::http::{Body, empty, read_body, text, xml};
+use crate::security::mask_number;
+
+/// Every configured Plivo account.
+pub struct PlivoCarrier {
+    accounts: Accounts<PlivoRest>,
+}
+
+/// The Plivo carrier with its usable accounts.
+pub fn build(configs: Vec<(String, Config)>) -> Arc<dyn Carrier> {
+    Arc::new(PlivoCarrier {
+        accounts: Accounts::build(CarrierKind::Plivo, configs, |c| {
+            Ok((c.auth_token.expose().to_string(), PlivoRest::from_config(c)?))
+        }),
+    })
+}
+
+impl PlivoCarrier {
+    fn rest(&self, account: &str) -> Option<Arc<PlivoRest>> {
+        self.accounts.get(account).map(|a| a.rest.clone())
+    }
+}
+
+impl Carrier for PlivoCarrier {
+    fn kind(&self) -> CarrierKind {
+        CarrierKind::Plivo
+    }
+
+    fn is_configured(&self) -> bool {
+        !self.accounts.is_empty()
+    }
+
+    fn has_account(&self, account: &str) -> bool {
+        self.accounts.get(account).is_some()
+    }
+
+    fn required_keys(&self) -> Vec<&'static str> {
+        self.accounts.required.clone()
+    }
+
+    fn routes(self: Arc<Self>) -> Vec<Route> {
+        let (a, b) = (self.clone(), self.clone());
+        vec![
+            Route::new(
+                &[Method::POST, Method::GET],
+                RoutePath::Exact("/plivo/answer"),
+                move |h, r| answer(a.clone(), h, r),
+            ),
+            Route::new(
+                &[Method::POST, Method::GET],
+                RoutePath::Exact("/plivo/hangup"),
+                move |h, r| hangup(b.clone(), h, r),
+            ),
+            Route::new(
+                &[Method::GET],
+                RoutePath::Prefix("/plivo/media/"),
+                move |h, r| media(self.clone(), h, r),
+            ),
+        ]
+    }
+
+    fn hang_up(&self, account: &str, leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
+        let rest = self.rest(account);
+        let id = leg_id.to_string();
+        Box::pin(async move {
+            match rest {
+                Some(r) => r.hang_up(&id).await,
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn place_call(&self, account: &str, p: PlaceCall) -> BoxFuture<Result<String, PlaceError>> {
+        let rest = self.rest(account);
+        let account = account.to_string();
+        Box::pin(async move {
+            let rest = rest.ok_or(PlaceError::Unconfigured {
+                account,
+                what: "auth_id and auth_token",
+            })?;
+            let url = |path: &str| public_request_url(&p.public_url, path, None);
+            let create = MakeCall {
+                from: p.from.clone(),
+                to: p.to.clone(),
+                answer_url: url("/plivo/answer"),
+                hangup_url: url("/plivo/hangup"),
+                ring_timeout: p.ring_timeout_s,
+                time_limit: p.time_limit_s,
+                machine_detection: p.machine_detection,
+            };
+            Ok(rest.make_call(&create).await?)
+        })
+    }
+
+    /// Cancels the request, or hangs up the call once the answer URL has named it.
+    fn cancel(
+        &self,
+        account: &str,
+        call_id: &str,
+        outbound: &Outbound,
+    ) -> BoxFuture<Result<(), CarrierError>> {
+        let rest = self.rest(account);
+        let leg = outbound.leg(call_id);
+        let id = call_id.to_string();
+        Box::pin(async move {
+            match (rest, leg) {
+                (Some(r), Some(uuid)) => r.hang_up(&uuid).await,
+                (Some(r), None) => r.cancel_request(&id).await,
+                (None, _) => Ok(()),
+            }
+        })
+    }
+
+    fn call_id_for_leg(&self, outbound: &Outbound, leg_id: &str) -> Option<String> {
+        outbound.call_id_for_leg(leg_id)
+    }
+}
+
+/// Reads and authenticates a Plivo webhook; returns the account and the call's fields (the
+/// form for POST, the query for GET). `Err` is the response to send.
+async fn signed<'a>(
+    me: &'a PlivoCarrier,
+    host: &dyn Host,
+    req: Request<Incoming>,
+) -> Result<(&'a Account<PlivoRest>, Vec<(String, String)>), Response<Body>> {
+    let (parts, body) = req.into_parts();
+    let body = read_body(body, host.max_body_bytes())
+        .await
+        .map_err(|e| e.response())?;
+    let post = parts.method == Method::POST;
+    let form: Vec<(String, String)> = if post {
+        form_urlencoded::parse(&body).into_owned().collect()
+    } else {
+        Vec::new()
+    };
+    let url = public_request_url(host.public_url(), parts.uri.path(), parts.uri.query());
+    let method = parts.method.as_str();
+    let account = me.accounts.verifying(|auth_token| {
+        pv::validate_request(auth_token, method, &url, &form, |name| {
+            header(&parts.headers, name)
+        })
+    });
+    let fields = if post {
+        form
+    } else {
+        form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect()
+    };
+    match account {
+        Some(a) => Ok((a, fields)),
+        None => {
+            host.count(Counter::WebhookForbidden);
+            let get = |k: &str| field(&fields, k).unwrap_or("");
+            warn!(
+                path = parts.uri.path(),
+                call_id = get("CallUUID"),
+                from = %mask_number(get("From")),
+                to = %mask_number(get("To")),
+                "plivo webhook refused: bad or missing X-Plivo-Signature-V3 (check auth_token and server.public_url)"
+            );
+            Err(empty(403))
+        }
+    }
+}
+
+/// The `<Stream>` answer for the leg `call_uuid` with `token`.
+fn stream(host: &dyn Host, call_uuid: &str, token: &str) -> Response<Body> {
+    let url = format!(
+        "{}?t={token}",
+        public_ws_url(host.public_url(), &format!("/plivo/media/{call_uuid}"))
+    );
+    xml(pv::stream_xml(&url, pv::CONTENT_TYPE))
+}
+
+/// `POST /plivo/answer`: a call to answer.
+async fn answer(me: Arc<PlivoCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
+    let (account, fields) = match signed(&me, host.as_ref(), req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let (Some(call_id), Some(to)) = (field(&fields, "CallUUID"), field(&fields, "To")) else {
+        warn!("plivo answer webhook without CallUUID or To");
+        return text(400, "missing CallUUID or To\n");
+    };
+    if !path_safe(call_id) {
+        return text(400, "bad CallUUID\n");
+    }
+    let from = field(&fields, "From").unwrap_or("");
+    if field(&fields, "Direction").is_some_and(|d| d.starts_with("outbound")) {
+        return outbound_answer(host.as_ref(), call_id, &fields);
+    }
+    let inbound = Inbound {
+        carrier: CarrierKind::Plivo,
+        account: &account.name,
+        call_id,
+        from,
+        to,
+    };
+    match host.admit(inbound) {
+        Ok(_) => {}
+        Err(r) if r.is_busy() => return xml(pv::hangup_xml(Some("busy"))),
+        Err(r) if r.is_rejection() => return xml(pv::hangup_xml(Some("rejected"))),
+        Err(_) => return xml(pv::hangup_xml(None)),
+    }
+    let token = host.mint_token(call_id);
+    stream(host.as_ref(), call_id, &token)
+}
+
+/// The answer URL of a call we placed: a person gets the stream (the media path keys the call
+/// by its `request_uuid`, the stream URL names the `CallUUID`); a machine (with synchronous
+/// machine detection, `Machine=true`) gets the voicemail message spoken by Plivo's `<Speak>`
+/// and `<Hangup/>`, as Twilio's `<Say>` does.
+fn outbound_answer(host: &dyn Host, call_uuid: &str, fields: &[(String, String)]) -> Response<Body> {
+    let request_uuid = field(fields, "RequestUUID")
+        .or_else(|| field(fields, "ALegRequestUUID"))
+        .unwrap_or("");
+    if host.outbound().live(request_uuid).is_some() {
+        host.outbound().set_leg(request_uuid, call_uuid);
+    }
+    let machine = field(fields, "Machine").is_some_and(|m| m.eq_ignore_ascii_case("true"));
+    let answered_by = |machine: bool, call: &crate::carrier::outbound::OutboundCall| {
+        if machine {
+            Some("machine".to_string())
+        } else {
+            call.machine_detection.then(|| "human".to_string())
+        }
+    };
+    match answer_outbound(host, request_uuid, machine, answered_by) {
+        Answer::NotOurs => {
+            warn!(
+                call_id = call_uuid,
+                request_uuid,
+                "plivo answer for an outbound leg that is not a live call of ours; hanging up"
+            );
+            xml(pv::hangup_xml(None))
+        }
+        Answer::Voicemail(message) => xml(match &message {
+            Some(m) => pv::speak_hangup_xml(m),
+            None => pv::hangup_xml(None),
+        }),
+        Answer::Connect(token) => {
+            info!(call_id = request_uuid, call_uuid, "outbound call answered");
+            stream(host, call_uuid, &token)
+        }
+    }
+}
+
+/// The outcome of an outbound call that ended with `cause` before anyone answered.
+fn unanswered_outcome(cause: &str) -> Option<Outcome> {
+    match cause {
+        "USER_BUSY" => Some(Outcome::Busy),
+        "NO_ANSWER" | "ALLOTTED_TIMEOUT" => Some(Outcome::NoAnswer),
+        "CALL_REJECTED" | "UNALLOCATED_NUMBER" | "INVALID_NUMBER_FORMAT" => Some(Outcome::Failed),
+        _ => None,
+    }
+}
+
+/// `POST /plivo/hangup`: the call ended.
+async fn hangup(me: Arc<PlivoCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
+    let (_account, fields) = match signed(&me, host.as_ref(), req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let call_id = field(&fields, "CallUUID").unwrap_or("");
+    info!(
+        call_id,
+        cause = field(&fields, "HangupCause").unwrap_or(""),
+        duration_s = field(&fields, "Duration").unwrap_or(""),
+        "plivo call hung up"
+    );
+    // A call we placed is ours by its request_uuid.
+    let ours = field(&fields, "RequestUUID")
+        .filter(|r| host.outbound().live(r).is_some())
+        .map(str::to_string)
+        .or_else(|| host.outbound().call_id_for_leg(call_id));
+    let call_id = ours.as_deref().unwrap_or(call_id);
+    if ours.is_some() {
+        let cause = field(&fields, "HangupCause").unwrap_or("");
+        let answered = field(&fields, "AnswerTime").is_some();
+        if !answered && let Some(outcome) = unanswered_outcome(cause) {
+            host.report(StatusUpdate::unanswered(call_id, outcome));
+        }
+        if let Some(d) = field(&fields, "Duration").and_then(|d| d.parse().ok()) {
+            host.report(StatusUpdate {
+                call_id: call_id.to_string(),
+                status: None,
+                outcome: None,
+                answered_by: None,
+                carrier_duration_s: Some(d),
+            });
+        }
+    }
+    host.end_call(call_id, "carrier reported hangup");
+    empty(204)
+}
+
+/// `WS /plivo/media/{call}?t=<token>`: Plivo's audio stream.
+async fn media(me: Arc<PlivoCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
+    let call_ok = req
+        .uri()
+        .path()
+        .strip_prefix("/plivo/media/")
+        .is_some_and(|c| !c.is_empty() && !c.contains('/'));
+    if !call_ok {
+        return text(404, "not found\n");
+    }
+    let token = form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "t")
+        .map(|(_, v)| v.into_owned());
+    host.accept_media(
+        req,
+        MediaSocket {
+            carrier: me,
+            codec: Box::new(PlivoCodec::new()),
+            token: TokenSource::Url(token),
+            subprotocol: Some(pv::SUBPROTOCOL),
+        },
+    )
+}

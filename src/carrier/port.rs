@@ -1,0 +1,115 @@
+//! The port between carrier routes and the rest of the daemon. A carrier's webhook handlers
+//! know their carrier's wire format and nothing else: to admit a call, mint a media token, end
+//! a call's actor, record a status or serve a media socket they ask the [`Host`] (implemented
+//! by the composition root, `crate::app::App`). This keeps `carrier` below the modules that
+//! hold call state, so a carrier never imports them.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+
+use super::outbound::{Outbound, StatusUpdate};
+use super::{Carrier, CarrierKind, SharedCodec};
+use crate::net::http::Body;
+
+/// An incoming call as a carrier's webhook describes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Inbound<'a> {
+    pub carrier: CarrierKind,
+    /// Name of the `[carriers.NAME]` account whose signature the webhook carried.
+    pub account: &'a str,
+    pub call_id: &'a str,
+    pub from: &'a str,
+    pub to: &'a str,
+}
+
+/// Why a call is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The daemon is draining.
+    Draining,
+    /// `max_calls` is reached.
+    Full,
+    /// The dialled number is not in `[[numbers]]` for this account.
+    UnknownNumber,
+    /// The caller is not in the number's `allowed_callers`.
+    CallerNotAllowed,
+    /// The agent's providers could not be built.
+    AgentUnavailable,
+    /// Inbound calls to this number were turned off at runtime (`configure_inbound`).
+    Disabled,
+}
+
+impl Refusal {
+    /// Busy-type refusals (try again later) as opposed to rejections.
+    pub fn is_busy(self) -> bool {
+        matches!(self, Refusal::Draining | Refusal::Full)
+    }
+
+    /// Rejections a carrier reports as "rejected" rather than a plain hang-up.
+    pub fn is_rejection(self) -> bool {
+        matches!(self, Refusal::CallerNotAllowed | Refusal::Disabled)
+    }
+}
+
+/// An accepted call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    pub agent: String,
+    /// The call was already live (a repeated webhook); no new actor was started.
+    pub repeated: bool,
+}
+
+/// Carrier-edge counters (exported at `/metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    /// A webhook with a bad or missing signature.
+    WebhookForbidden,
+    /// A media socket closed for a bad token or unknown call.
+    MediaRejected,
+    /// A malformed media frame.
+    MediaFrameBad,
+}
+
+/// How the media token reaches us: in the URL (Telnyx, Plivo) or as a stream parameter named
+/// `token` in `start` (Twilio).
+pub enum TokenSource {
+    Url(Option<String>),
+    StartParameter,
+}
+
+/// A carrier's media WebSocket, ready to be served by the carrier-neutral pump.
+pub struct MediaSocket {
+    /// The carrier that owns the route (hang-ups and leg ids go through it).
+    pub carrier: Arc<dyn Carrier>,
+    pub codec: Box<dyn SharedCodec>,
+    pub token: TokenSource,
+    /// Selected in the upgrade response when the client offers it (Plivo's
+    /// `audio.drachtio.org`).
+    pub subprotocol: Option<&'static str>,
+}
+
+/// What carrier routes may ask of the daemon.
+pub trait Host: Send + Sync + 'static {
+    /// `server.public_url`.
+    fn public_url(&self) -> &str;
+    /// `server.max_body_bytes`.
+    fn max_body_bytes(&self) -> usize;
+    fn count(&self, counter: Counter);
+    /// Decides on an incoming call and, when accepted, starts its actor.
+    fn admit(&self, call: Inbound<'_>) -> Result<Admitted, Refusal>;
+    /// A single-use media token for `call_id`.
+    fn mint_token(&self, call_id: &str) -> String;
+    /// The `[carriers.NAME]` account of the live call `call_id`.
+    fn live_call_account(&self, call_id: &str) -> Option<String>;
+    /// Ends the live call's actor; false when no such call is live.
+    fn end_call(&self, call_id: &str, reason: &str) -> bool;
+    /// The outbound calls we placed.
+    fn outbound(&self) -> &Outbound;
+    /// Records what the carrier reported about a call.
+    fn report(&self, update: StatusUpdate);
+    /// Upgrades `req` and serves the media socket in the background.
+    fn accept_media(self: Arc<Self>, req: Request<Incoming>, socket: MediaSocket)
+    -> Response<Body>;
+}

@@ -1,0 +1,298 @@
+//! Helpers every carrier's routes share: the public URLs carriers call (and sign), reading
+//! form fields and headers, and the decision
+//! on a call we placed when the carrier says it was answered (a machine gets the voicemail
+//! message and the call ends, a person gets the media stream), with the outcome recorded.
+
+use tracing::info;
+
+use super::outbound::{OutboundCall, Outcome, StatusUpdate};
+use super::port::Host;
+
+/// Splits a public base URL into `scheme://authority` and a path prefix without trailing `/`.
+fn split_base(public_url: &str) -> (&str, &str) {
+    let base = public_url.trim_end_matches('/');
+    let after_scheme = base.find("://").map_or(0, |i| i + 3);
+    match base[after_scheme..].find('/') {
+        Some(i) => base.split_at(after_scheme + i),
+        None => (base, ""),
+    }
+}
+
+/// Rebuilds the URL a carrier requested (and signed): `public_url` (scheme, host, optional port and
+/// path prefix) + the request `path` + `?raw_query` exactly as received. A prefix in
+/// `public_url` is added unless `path` already starts with it (a proxy that does not strip
+/// it). Slashes are never doubled.
+pub fn public_request_url(public_url: &str, path: &str, raw_query: Option<&str>) -> String {
+    let (origin, prefix) = split_base(public_url);
+    let path = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    };
+    let has_prefix =
+        !prefix.is_empty() && (path == prefix || path.starts_with(&format!("{prefix}/")));
+    let mut url = String::with_capacity(origin.len() + prefix.len() + path.len() + 16);
+    url.push_str(origin);
+    if !has_prefix {
+        url.push_str(prefix);
+    }
+    url.push_str(&path);
+    if let Some(q) = raw_query.filter(|q| !q.is_empty()) {
+        url.push('?');
+        url.push_str(q);
+    }
+    url
+}
+
+/// The WebSocket URL for `path` under `public_url`: `https` → `wss`, `http` → `ws`.
+pub fn public_ws_url(public_url: &str, path: &str) -> String {
+    let url = public_request_url(public_url, path, None);
+    if let Some(rest) = url.strip_prefix("https://") {
+        format!("wss://{rest}")
+    } else if let Some(rest) = url.strip_prefix("http://") {
+        format!("ws://{rest}")
+    } else {
+        url
+    }
+}
+
+/// The non-empty, trimmed value of form field `name`.
+pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.trim())
+        .filter(|v| !v.is_empty())
+}
+
+/// The value of form field `name`, or `""`.
+pub fn field_or_empty<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
+    fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("")
+}
+
+/// A request header as a string.
+pub fn header(headers: &hyper::HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// What to answer a carrier that says a call we placed was picked up.
+pub enum Answer {
+    /// Not a live outbound call of ours: hang up.
+    NotOurs,
+    /// A machine, with machine detection asked for: speak the message (if any) and hang up.
+    Voicemail(Option<String>),
+    /// Connect the media stream with this token.
+    Connect(String),
+}
+
+/// Decides on an answered outbound call and records the outcome. `machine` is the carrier's
+/// verdict; `answered_by(machine, call)` what to record as who answered.
+pub fn answer_outbound(
+    host: &dyn Host,
+    call_id: &str,
+    machine: bool,
+    answered_by: impl FnOnce(bool, &OutboundCall) -> Option<String>,
+) -> Answer {
+    let (Some(_), Some(call)) = (
+        host.live_call_account(call_id),
+        host.outbound().live(call_id),
+    ) else {
+        return Answer::NotOurs;
+    };
+    if machine && call.machine_detection {
+        info!(call_id, "outbound call reached a machine");
+        host.report(StatusUpdate::outcome(
+            call_id,
+            Outcome::Voicemail,
+            answered_by(true, &call),
+        ));
+        host.end_call(call_id, "voicemail");
+        return Answer::Voicemail(call.voicemail_message);
+    }
+    host.report(StatusUpdate::outcome(
+        call_id,
+        Outcome::Answered,
+        answered_by(false, &call),
+    ));
+    host.outbound()
+        .set_phase(call_id, super::outbound::Phase::Connected);
+    Answer::Connect(host.mint_token(call_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::carrier::CarrierKind;
+    use crate::carrier::outbound::{Outbound, Phase};
+    use crate::carrier::port::{Admitted, Counter, Inbound, MediaSocket, Refusal};
+    use std::sync::{Arc, Mutex};
+
+    /// A host with one live call and a record of what carriers report.
+    #[derive(Default)]
+    struct FakeHost {
+        outbound: Outbound,
+        live: Mutex<Vec<String>>,
+        reports: Mutex<Vec<StatusUpdate>>,
+    }
+
+    impl Host for FakeHost {
+        fn public_url(&self) -> &str {
+            "https://voice.example.com"
+        }
+        fn max_body_bytes(&self) -> usize {
+            1024
+        }
+        fn count(&self, _: Counter) {}
+        fn admit(&self, _: Inbound<'_>) -> Result<Admitted, Refusal> {
+            Err(Refusal::Draining)
+        }
+        fn mint_token(&self, call_id: &str) -> String {
+            format!("token-{call_id}")
+        }
+        fn live_call_account(&self, call_id: &str) -> Option<String> {
+            let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            live.iter()
+                .any(|c| c == call_id)
+                .then(|| "acct".to_string())
+        }
+        fn end_call(&self, call_id: &str, _: &str) -> bool {
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            let before = live.len();
+            live.retain(|c| c != call_id);
+            live.len() < before
+        }
+        fn outbound(&self) -> &Outbound {
+            &self.outbound
+        }
+        fn report(&self, update: StatusUpdate) {
+            self.reports
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(update);
+        }
+        fn accept_media(
+            self: Arc<Self>,
+            _: hyper::Request<hyper::body::Incoming>,
+            _: MediaSocket,
+        ) -> hyper::Response<crate::net::http::Body> {
+            crate::net::http::empty(500)
+        }
+    }
+
+    fn host_with(call_id: &str, machine_detection: bool) -> FakeHost {
+        let host = FakeHost::default();
+        host.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(call_id.to_string());
+        host.outbound.register(
+            call_id,
+            OutboundCall {
+                account: "acct".into(),
+                kind: CarrierKind::Twilio,
+                machine_detection,
+                voicemail_message: Some("Call me back".into()),
+                leg_id: None,
+                phase: Phase::Ringing,
+            },
+        );
+        host
+    }
+
+    #[test]
+    fn a_machine_gets_the_voicemail_a_person_the_stream() {
+        let host = host_with("CA1", true);
+        let by = |machine: bool, _: &OutboundCall| {
+            Some(if machine { "machine" } else { "human" }.into())
+        };
+        match answer_outbound(&host, "CA1", true, by) {
+            Answer::Voicemail(m) => assert_eq!(m.as_deref(), Some("Call me back")),
+            _ => panic!("a machine gets the voicemail message"),
+        }
+        assert!(
+            host.live_call_account("CA1").is_none(),
+            "the actor is ended"
+        );
+        let reports = host
+            .reports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        assert_eq!(
+            reports,
+            vec![StatusUpdate::outcome(
+                "CA1",
+                Outcome::Voicemail,
+                Some("machine".into())
+            )]
+        );
+
+        // Without machine detection a machine is treated as a person.
+        let host = host_with("CA2", false);
+        match answer_outbound(&host, "CA2", true, by) {
+            Answer::Connect(token) => assert_eq!(token, "token-CA2"),
+            _ => panic!("connect"),
+        }
+        assert_eq!(
+            host.outbound.live("CA2").map(|c| c.phase),
+            Some(Phase::Connected)
+        );
+        assert!(matches!(
+            answer_outbound(&host, "CAnot-ours", false, by),
+            Answer::NotOurs
+        ));
+    }
+
+    #[test]
+    fn rebuilds_public_urls() {
+        let f = public_request_url;
+        assert_eq!(
+            f("https://gw.example.com", "/twilio/voice", None),
+            "https://gw.example.com/twilio/voice"
+        );
+        assert_eq!(
+            f("https://gw.example.com/", "/twilio/voice", Some("")),
+            "https://gw.example.com/twilio/voice"
+        );
+        assert_eq!(
+            f(
+                "https://gw.example.com/pd/",
+                "/twilio/voice",
+                Some("a=1&b=2")
+            ),
+            "https://gw.example.com/pd/twilio/voice?a=1&b=2"
+        );
+        assert_eq!(
+            f("https://gw.example.com/pd", "/pd/twilio/voice", None),
+            "https://gw.example.com/pd/twilio/voice"
+        );
+        assert_eq!(
+            f("https://gw.example.com/pd", "/pdx/voice", None),
+            "https://gw.example.com/pd/pdx/voice"
+        );
+        assert_eq!(f("http://h:8080", "x", None), "http://h:8080/x");
+        assert_eq!(
+            public_ws_url("https://gw.example.com/pd", "/twilio/media"),
+            "wss://gw.example.com/pd/twilio/media"
+        );
+        assert_eq!(
+            public_ws_url("http://127.0.0.1:9", "/m"),
+            "ws://127.0.0.1:9/m"
+        );
+    }
+}

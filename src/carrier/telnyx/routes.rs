@@ -1,0 +1,459 @@
+//! Telnyx's routes and its [`Carrier`] implementation: `POST /telnyx/webhook` (Ed25519-signed
+//! Call Control events) and `WS /telnyx/media/{token}` (media streaming, handed to the
+//! carrier-neutral pump). Webhooks are acknowledged at once and commands run in the background,
+//! as Telnyx retries slow webhooks: `call.initiated` → admission → `answer` (or Telnyx's own
+//! `reject`, cause `USER_BUSY` / `CALL_REJECTED`); `call.answered` → `streaming_start` with a
+//! single-use media token as the last path segment of `stream_url`; `call.hangup` and
+//! `streaming.failed` end the call; anything else gets 200 and is ignored. The wire details
+//! live in the sibling modules.
+//!
+//! Calls we dialled (`POST /v2/calls`) use the same events: `call.initiated` (`outgoing`) is
+//! ignored; `call.answered` starts the stream and records the outcome `answered` — unless
+//! machine detection was asked for, in which case the call waits in
+//! [`Phase::Detecting`] for `call.machine.detection.ended` (at most 10 s): a person (or
+//! `not_sure`, or no result in time) gets the stream, a machine gets the voicemail message
+//! spoken by Telnyx's own `speak` verb (the agent's TTS is never connected to a machine) and a
+//! `hangup` when `call.speak.ended` arrives. A `call.hangup` before the answer gives the outcome
+//! from its cause: `user_busy` → busy, `no_answer`/`timeout` → no_answer,
+//! `call_rejected`/`not_found`/`unallocated_number` → failed.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use tracing::{debug, info, warn};
+
+use super::rest::{Dial, OUTBOUND_CLIENT_STATE};
+use super::{self as tx, Config, StreamParams, TelnyxCodec, TelnyxRest, WebhookEnvelope};
+use crate::carrier::account::{Account, Accounts};
+use crate::carrier::outbound::{Outbound, Outcome, Phase, PlaceCall, PlaceError, StatusUpdate};
+use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
+use crate::carrier::registry::{BoxFuture, Route, RoutePath};
+use crate::carrier::routes::{header, unix_now};
+use crate::carrier::{Carrier, CarrierError, CarrierKind, public_request_url, public_ws_url};
+use crate::net::http::{Body, empty, read_body, text};
+
+/// How long a webhook's `data.id` is remembered for de-duplication (retries, replays within
+/// the 300 s signature window).
+const SEEN_TTL_S: u64 = 600;
+/// Most event ids remembered.
+const SEEN_MAX: usize = 100_000;
+
+/// How long an answered call waits for machine detection before it is treated as a person
+/// (Telnyx's `detect` decides within a few seconds; a lost webhook must not leave the callee
+/// listening to silence).
+const DETECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Every configured Telnyx account, and the event ids already handled.
+pub struct TelnyxCarrier {
+    accounts: Accounts<TelnyxRest>,
+    /// `connection_id` of each account (outbound calls).
+    connections: Vec<(String, String)>,
+    /// Event ids already handled, with when.
+    seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+}
+
+/// The Telnyx carrier with its usable accounts.
+pub fn build(configs: Vec<(String, Config)>) -> Arc<dyn Carrier> {
+    let connections = configs
+        .iter()
+        .map(|(n, c)| (n.clone(), c.connection_id.trim().to_string()))
+        .collect();
+    Arc::new(TelnyxCarrier {
+        accounts: Accounts::build(CarrierKind::Telnyx, configs, |c| {
+            tx::signature::decode_public_key(&c.public_key).map_err(|e| {
+                CarrierError::Config {
+                    carrier: "Telnyx",
+                    message: format!("public_key: {e}"),
+                }
+            })?;
+            Ok((c.public_key.trim().to_string(), TelnyxRest::from_config(c)?))
+        }),
+        connections,
+        seen: Default::default(),
+    })
+}
+
+impl TelnyxCarrier {
+    /// Records an event id; false if it was already handled recently (a retry or a replay).
+    fn first_time(&self, id: &str, now: u64) -> bool {
+        if id.is_empty() {
+            return true;
+        }
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() >= SEEN_MAX {
+            seen.retain(|_, t| now.saturating_sub(*t) <= SEEN_TTL_S);
+            if seen.len() >= SEEN_MAX {
+                seen.clear();
+            }
+        }
+        seen.insert(id.to_string(), now).is_none()
+    }
+
+    fn rest(&self, account: &str) -> Option<Arc<TelnyxRest>> {
+        self.accounts.get(account).map(|a| a.rest.clone())
+    }
+}
+
+impl Carrier for TelnyxCarrier {
+    fn kind(&self) -> CarrierKind {
+        CarrierKind::Telnyx
+    }
+
+    fn is_configured(&self) -> bool {
+        !self.accounts.is_empty()
+    }
+
+    fn has_account(&self, account: &str) -> bool {
+        self.accounts.get(account).is_some()
+    }
+
+    fn required_keys(&self) -> Vec<&'static str> {
+        self.accounts.required.clone()
+    }
+
+    fn routes(self: Arc<Self>) -> Vec<Route> {
+        let me = self.clone();
+        vec![
+            Route::new(
+                &[Method::POST],
+                RoutePath::Exact("/telnyx/webhook"),
+                move |h, r| webhook(me.clone(), h, r),
+            ),
+            Route::new(
+                &[Method::GET],
+                RoutePath::Prefix("/telnyx/media/"),
+                move |h, r| media(self.clone(), h, r),
+            ),
+        ]
+    }
+
+    fn hang_up(&self, account: &str, leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
+        let rest = self.rest(account);
+        let id = leg_id.to_string();
+        Box::pin(async move {
+            match rest {
+                Some(r) => r.hang_up(&id).await,
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn place_call(&self, account: &str, p: PlaceCall) -> BoxFuture<Result<String, PlaceError>> {
+        let rest = self.rest(account);
+        let connection_id = self
+            .connections
+            .iter()
+            .find(|(n, _)| n == account)
+            .map(|(_, c)| c.clone())
+            .filter(|c| !c.is_empty());
+        let account = account.to_string();
+        Box::pin(async move {
+            let rest = rest.ok_or_else(|| PlaceError::Unconfigured {
+                account: account.clone(),
+                what: "api_key and public_key",
+            })?;
+            let connection_id = connection_id.ok_or(PlaceError::Unconfigured {
+                account,
+                what: "connection_id (the Call Control application placing outbound calls)",
+            })?;
+            let dial = Dial {
+                connection_id,
+                from: p.from.clone(),
+                to: p.to.clone(),
+                webhook_url: public_request_url(&p.public_url, "/telnyx/webhook", None),
+                client_state: Some(OUTBOUND_CLIENT_STATE.into()),
+                timeout_secs: Some(p.ring_timeout_s),
+                answering_machine_detection: p.machine_detection.then(|| "detect".to_string()),
+                stream_url: None,
+            };
+            Ok(rest.dial(&dial).await?)
+        })
+    }
+
+    fn cancel(
+        &self,
+        account: &str,
+        call_id: &str,
+        outbound: &Outbound,
+    ) -> BoxFuture<Result<(), CarrierError>> {
+        let _ = outbound;
+        self.hang_up(account, call_id)
+    }
+}
+
+/// `POST /telnyx/webhook`: a Call Control event.
+async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let body = match read_body(body, host.max_body_bytes()).await {
+        Ok(b) => b,
+        Err(e) => return e.response(),
+    };
+    let signature = header(&parts.headers, tx::SIGNATURE_HEADER);
+    let timestamp = header(&parts.headers, tx::TIMESTAMP_HEADER);
+    let now = unix_now();
+    let mut last_error = None;
+    let account = me.accounts.verifying(|public_key| {
+        match tx::verify_webhook(
+            public_key,
+            signature.as_deref(),
+            timestamp.as_deref(),
+            &body,
+            now,
+        ) {
+            Ok(()) => true,
+            Err(e) => {
+                last_error = Some(e);
+                false
+            }
+        }
+    });
+    let Some(account) = account else {
+        host.count(Counter::WebhookForbidden);
+        warn!(
+            error = %last_error.map(|e| e.to_string()).unwrap_or_default(),
+            "telnyx webhook refused: bad or missing telnyx-signature-ed25519 (check public_key and the server clock)"
+        );
+        return empty(403);
+    };
+    let event = match WebhookEnvelope::parse(&body) {
+        Ok(e) => e,
+        Err(e) => {
+            warn!(error = %e, "telnyx webhook without the fields patterd needs");
+            return text(400, "not a Call Control event\n");
+        }
+    };
+    let id = event.call.call_control_id.clone();
+    if !me.first_time(&event.id, now) {
+        debug!(call_id = %id, event_id = %event.id, "telnyx webhook already handled");
+        return empty(200);
+    }
+    let outbound = host.outbound().live(&id);
+    match event.event_type.as_str() {
+        "call.initiated" => on_initiated(&host, account, &event),
+        "call.answered" => match outbound {
+            Some(call) if call.machine_detection => {
+                debug!(call_id = %id, "outbound call answered; waiting for machine detection");
+                host.outbound().set_phase(&id, Phase::Detecting);
+                let host = host.clone();
+                let me = me.clone();
+                let account = account.name.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(DETECTION_WAIT).await;
+                    if host
+                        .outbound()
+                        .advance(&id, Phase::Detecting, Phase::Connected)
+                        && let Some(a) = me.accounts.get(&account)
+                    {
+                        warn!(call_id = %id, "no machine detection result; treating the callee as a person");
+                        host.report(StatusUpdate::outcome(
+                            &id,
+                            Outcome::Answered,
+                            Some("unknown".into()),
+                        ));
+                        on_answered(&host, a, &id);
+                    }
+                });
+            }
+            Some(_) => {
+                host.report(StatusUpdate::outcome(&id, Outcome::Answered, None));
+                host.outbound().set_phase(&id, Phase::Connected);
+                on_answered(&host, account, &id);
+            }
+            None => on_answered(&host, account, &id),
+        },
+        "call.machine.detection.ended" => {
+            let pending = host
+                .outbound()
+                .advance(&id, Phase::Detecting, Phase::Connected);
+            if let Some(call) = outbound.filter(|_| pending) {
+                let result = event.call.result.as_deref().unwrap_or("not_sure");
+                if result == "machine" {
+                    on_machine(&host, account, &id, call.voicemail_message);
+                } else {
+                    host.report(StatusUpdate::outcome(
+                        &id,
+                        Outcome::Answered,
+                        Some(result.to_string()),
+                    ));
+                    on_answered(&host, account, &id);
+                }
+            }
+        }
+        "call.speak.ended" => {
+            if host.outbound().advance(&id, Phase::Voicemail, Phase::Ended) {
+                let rest = account.rest.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = rest.hang_up(&id).await {
+                        warn!(call_id = %id, error = %e, "telnyx hangup after the voicemail message failed");
+                    }
+                });
+            }
+        }
+        "call.hangup" => {
+            let cause = event.call.hangup_cause.as_deref().unwrap_or("");
+            info!(
+                call_id = %id,
+                cause,
+                source = event.call.hangup_source.as_deref().unwrap_or(""),
+                "telnyx call hung up"
+            );
+            if outbound.is_some()
+                && let Some(outcome) = unanswered_outcome(cause)
+            {
+                host.report(StatusUpdate::unanswered(&id, outcome));
+            }
+            host.outbound().set_phase(&id, Phase::Ended);
+            host.end_call(&id, "carrier reported hangup");
+        }
+        "streaming.failed" => {
+            warn!(
+                call_id = %id,
+                reason = event.call.failure_reason.as_deref().unwrap_or(""),
+                "telnyx could not open the media stream"
+            );
+            host.end_call(&id, "media stream failed");
+        }
+        other => debug!(call_id = %id, event = other, "telnyx event ignored"),
+    }
+    empty(200)
+}
+
+/// The outcome of an outbound call that ended with `cause` before anyone answered.
+fn unanswered_outcome(cause: &str) -> Option<Outcome> {
+    match cause {
+        "user_busy" => Some(Outcome::Busy),
+        "no_answer" | "timeout" => Some(Outcome::NoAnswer),
+        "call_rejected" | "not_found" | "unallocated_number" => Some(Outcome::Failed),
+        _ => None,
+    }
+}
+
+/// Machine detection heard a machine: the voicemail message (Telnyx speaks it, then we hang
+/// up on `call.speak.ended`) or a hang-up at once. The call's actor ends; it never had media.
+fn on_machine(
+    host: &Arc<dyn Host>,
+    account: &Account<TelnyxRest>,
+    id: &str,
+    message: Option<String>,
+) {
+    info!(call_id = %id, "outbound call reached a machine");
+    host.report(StatusUpdate::outcome(
+        id,
+        Outcome::Voicemail,
+        Some("machine".into()),
+    ));
+    host.end_call(id, "voicemail");
+    let rest = account.rest.clone();
+    let id = id.to_string();
+    host.outbound().set_phase(
+        &id,
+        if message.is_some() {
+            Phase::Voicemail
+        } else {
+            Phase::Ended
+        },
+    );
+    tokio::spawn(async move {
+        let result = match message {
+            Some(m) => rest.speak(&id, &m).await,
+            None => rest.hang_up(&id).await,
+        };
+        if let Err(e) = result {
+            warn!(call_id = %id, error = %e, "telnyx voicemail command failed; hanging up");
+            let _ = rest.hang_up(&id).await;
+        }
+    });
+}
+
+fn on_initiated(host: &Arc<dyn Host>, account: &Account<TelnyxRest>, event: &WebhookEnvelope) {
+    let call = &event.call;
+    if call.direction != "incoming" {
+        debug!(call_id = %call.call_control_id, direction = %call.direction, "telnyx call.initiated for a call we did not receive; ignored");
+        return;
+    }
+    let inbound = Inbound {
+        carrier: CarrierKind::Telnyx,
+        account: &account.name,
+        call_id: &call.call_control_id,
+        from: &call.from,
+        to: &call.to,
+    };
+    let rest = account.rest.clone();
+    let id = call.call_control_id.clone();
+    match host.admit(inbound) {
+        Ok(a) if a.repeated => {}
+        Ok(_) => {
+            let host = host.clone();
+            tokio::spawn(async move {
+                if let Err(e) = rest.answer(&id, &format!("answer-{id}"), None).await {
+                    warn!(call_id = %id, error = %e, "telnyx answer failed; ending the call");
+                    host.end_call(&id, "carrier answer failed");
+                }
+            });
+        }
+        Err(r) => {
+            let cause = if r.is_busy() {
+                "USER_BUSY"
+            } else {
+                "CALL_REJECTED"
+            };
+            tokio::spawn(async move {
+                if let Err(e) = rest.reject(&id, cause).await {
+                    warn!(call_id = %id, error = %e, "telnyx reject failed");
+                }
+            });
+        }
+    }
+}
+
+fn on_answered(host: &Arc<dyn Host>, account: &Account<TelnyxRest>, id: &str) {
+    let Some(call_account) = host.live_call_account(id) else {
+        debug!(call_id = %id, "telnyx call.answered for a call that is not live");
+        return;
+    };
+    if call_account != account.name {
+        warn!(call_id = %id, "telnyx call.answered signed by another account; ignored");
+        return;
+    }
+    let token = host.mint_token(id);
+    let params = StreamParams {
+        stream_url: public_ws_url(host.public_url(), &format!("/telnyx/media/{token}")),
+        ..StreamParams::default()
+    };
+    let rest = account.rest.clone();
+    let id = id.to_string();
+    let host = host.clone();
+    tokio::spawn(async move {
+        if let Err(e) = rest
+            .streaming_start(&id, &format!("stream-{id}"), &params)
+            .await
+        {
+            warn!(call_id = %id, error = %e, "telnyx streaming_start failed; ending the call");
+            host.end_call(&id, "carrier stream failed");
+        }
+    });
+}
+
+/// `WS /telnyx/media/{token}`: Telnyx's media stream; the last path segment is the call's
+/// single-use media token.
+async fn media(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
+    let token = req
+        .uri()
+        .path()
+        .strip_prefix("/telnyx/media/")
+        .filter(|t| !t.is_empty() && !t.contains('/'))
+        .map(str::to_string);
+    let Some(token) = token else {
+        return text(404, "not found\n");
+    };
+    host.accept_media(
+        req,
+        MediaSocket {
+            carrier: me,
+            codec: Box::new(TelnyxCodec::new()),
+            token: TokenSource::Url(Some(token)),
+            subprotocol: None,
+        },
+    )
+}

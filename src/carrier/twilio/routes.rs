@@ -1,0 +1,337 @@
+//! Twilio's routes and its [`Carrier`] implementation: `POST /twilio/voice` (signed
+//! incoming-call webhook → TwiML with a tokenized `<Connect><Stream>`), `POST /twilio/outbound`
+//! (the answer webhook of calls we placed: the same TwiML, or the voicemail message when machine
+//! detection heard a machine), `POST /twilio/status` (signed status callbacks, recorded and
+//! turned into outcomes) and `WS /twilio/media` (Media Streams, handed to the carrier-neutral
+//! pump). Placing a call is `POST Calls.json` with our answer URL and status callback;
+//! cancelling a ringing one is `Status=canceled`. The wire details — signatures, TwiML, frames,
+//! REST — live in the sibling modules; this file only decides.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use tracing::{info, warn};
+
+use super::rest::CreateCall;
+use super::{self as tw, Config, TwilioCodec, TwilioRest};
+use crate::carrier::account::{Account, Accounts};
+use crate::carrier::outbound::{
+    CallStatus, Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate,
+};
+use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
+use crate::carrier::registry::{BoxFuture, Route, RoutePath};
+use crate::carrier::routes::{Answer, answer_outbound, field_or_empty, header};
+use crate::carrier::{Carrier, CarrierError, CarrierKind};
+use crate::net::http::{Body, empty, read_body, text, xml};
+use crate::security::mask_number;
+
+/// Every configured Twilio account.
+pub struct TwilioCarrier {
+    accounts: Accounts<TwilioRest>,
+}
+
+/// The Twilio carrier with its usable accounts.
+pub fn build(configs: Vec<(String, Config)>) -> Arc<dyn Carrier> {
+    Arc::new(TwilioCarrier {
+        accounts: Accounts::build(CarrierKind::Twilio, configs, |c| {
+            Ok((
+                c.auth_token.expose().to_string(),
+                TwilioRest::from_config(c)?,
+            ))
+        }),
+    })
+}
+
+impl TwilioCarrier {
+    fn rest(&self, account: &str) -> Option<Arc<TwilioRest>> {
+        self.accounts.get(account).map(|a| a.rest.clone())
+    }
+}
+
+impl Carrier for TwilioCarrier {
+    fn kind(&self) -> CarrierKind {
+        CarrierKind::Twilio
+    }
+
+    fn is_configured(&self) -> bool {
+        !self.accounts.is_empty()
+    }
+
+    fn has_account(&self, account: &str) -> bool {
+        self.accounts.get(account).is_some()
+    }
+
+    fn required_keys(&self) -> Vec<&'static str> {
+        self.accounts.required.clone()
+    }
+
+    fn routes(self: Arc<Self>) -> Vec<Route> {
+        let me = self;
+        let (a, b, c) = (me.clone(), me.clone(), me.clone());
+        vec![
+            Route::new(
+                &[Method::POST],
+                RoutePath::Exact("/twilio/voice"),
+                move |h, r| voice(a.clone(), h, r),
+            ),
+            Route::new(
+                &[Method::POST],
+                RoutePath::Exact("/twilio/status"),
+                move |h, r| status(b.clone(), h, r),
+            ),
+            Route::new(
+                &[Method::POST],
+                RoutePath::Exact("/twilio/outbound"),
+                move |h, r| outbound_answer(c.clone(), h, r),
+            ),
+            Route::new(
+                &[Method::GET],
+                RoutePath::Exact("/twilio/media"),
+                move |h, r| media(me.clone(), h, r),
+            ),
+        ]
+    }
+
+    fn hang_up(&self, account: &str, leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
+        let rest = self.rest(account);
+        let id = leg_id.to_string();
+        Box::pin(async move {
+            match rest {
+                Some(r) => r.hang_up(&id).await,
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn place_call(&self, account: &str, p: PlaceCall) -> BoxFuture<Result<String, PlaceError>> {
+        let rest = self.rest(account);
+        let account = account.to_string();
+        Box::pin(async move {
+            let rest = rest.ok_or(PlaceError::Unconfigured {
+                account,
+                what: "account_sid and auth_token",
+            })?;
+            let create = CreateCall {
+                to: p.to.clone(),
+                from: p.from.clone(),
+                twiml: None,
+                url: Some(tw::public_request_url(
+                    &p.public_url,
+                    "/twilio/outbound",
+                    None,
+                )),
+                status_callback: Some(tw::public_request_url(
+                    &p.public_url,
+                    "/twilio/status",
+                    None,
+                )),
+                status_callback_events: ["initiated", "ringing", "answered", "completed"]
+                    .map(String::from)
+                    .to_vec(),
+                timeout_s: Some(p.ring_timeout_s),
+                machine_detection: p.machine_detection.then(|| "Enable".to_string()),
+                async_amd_status_callback: None,
+            };
+            Ok(rest.create_call(&create).await?)
+        })
+    }
+
+    fn cancel(
+        &self,
+        account: &str,
+        call_id: &str,
+        _outbound: &Outbound,
+    ) -> BoxFuture<Result<(), CarrierError>> {
+        let rest = self.rest(account);
+        let id = call_id.to_string();
+        Box::pin(async move {
+            match rest {
+                Some(r) => r
+                    .update_call(&id, &[("Status", "canceled")])
+                    .await
+                    .map(|_| ()),
+                None => Ok(()),
+            }
+        })
+    }
+}
+
+/// Reads and authenticates a Twilio webhook. `Err` is the response to send.
+async fn signed_form<'a>(
+    me: &'a TwilioCarrier,
+    host: &dyn Host,
+    req: Request<Incoming>,
+) -> Result<(&'a Account<TwilioRest>, Vec<(String, String)>), Response<Body>> {
+    let (parts, body) = req.into_parts();
+    let body = read_body(body, host.max_body_bytes())
+        .await
+        .map_err(|e| e.response())?;
+    let params: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
+    let url = tw::public_request_url(host.public_url(), parts.uri.path(), parts.uri.query());
+    let signature = header(&parts.headers, tw::SIGNATURE_HEADER).unwrap_or_default();
+    let settings = header(&parts.headers, "X-Twilio-Webhooks-Signature-Settings");
+    let account = me.accounts.verifying(|auth_token| {
+        !signature.is_empty()
+            && tw::validate_signature(auth_token, &url, &params, &signature, settings.as_deref())
+    });
+    match account {
+        Some(a) => Ok((a, params)),
+        None => {
+            host.count(Counter::WebhookForbidden);
+            let get = |k: &str| field_or_empty(&params, k);
+            warn!(
+                path = parts.uri.path(),
+                call_sid = get("CallSid"),
+                from = %mask_number(get("From")),
+                to = %mask_number(get("To")),
+                signature_present = !signature.is_empty(),
+                "twilio webhook refused: bad or missing X-Twilio-Signature (check auth_token and server.public_url)"
+            );
+            Err(empty(403))
+        }
+    }
+}
+
+/// TwiML connecting the media stream with `token`.
+fn connect(host: &dyn Host, token: &str) -> Response<Body> {
+    let stream_url = tw::public_ws_url(host.public_url(), "/twilio/media");
+    xml(tw::twiml_connect_stream(
+        &stream_url,
+        &[("token", token)],
+        None,
+    ))
+}
+
+/// `POST /twilio/voice`: an incoming call.
+async fn voice(me: Arc<TwilioCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
+    let (account, params) = match signed_form(&me, host.as_ref(), req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let hook = match tw::VoiceWebhook::from_params(&params) {
+        Ok(h) => h,
+        Err(e) => {
+            warn!(error = %e, "twilio voice webhook without the fields a call needs");
+            return text(400, "missing CallSid, From or To\n");
+        }
+    };
+    let inbound = Inbound {
+        carrier: CarrierKind::Twilio,
+        account: &account.name,
+        call_id: &hook.call_sid,
+        from: &hook.from,
+        to: &hook.to,
+    };
+    match host.admit(inbound) {
+        Ok(_) => {}
+        Err(r) if r.is_busy() => return xml(tw::twiml_reject(Some("busy"))),
+        Err(r) if r.is_rejection() => return xml(tw::twiml_reject(Some("rejected"))),
+        Err(_) => return xml(tw::twiml_reject(None)),
+    }
+    let token = host.mint_token(&hook.call_sid);
+    connect(host.as_ref(), &token)
+}
+
+/// `POST /twilio/status`: how a call ended (or progressed).
+async fn status(me: Arc<TwilioCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
+    let (_account, params) = match signed_form(&me, host.as_ref(), req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let get = |k: &str| field_or_empty(&params, k);
+    let call_sid = get("CallSid");
+    let status = get("CallStatus");
+    let answered_by = get("AnsweredBy");
+    info!(
+        call_sid,
+        status,
+        answered_by,
+        duration_s = get("CallDuration"),
+        "twilio call status"
+    );
+    if !call_sid.is_empty() {
+        host.report(StatusUpdate {
+            call_id: call_sid.to_string(),
+            // Media start is what makes a call in-progress for us; `initiated` is `queued`.
+            status: match status {
+                "initiated" => Some(CallStatus::Queued),
+                "in-progress" | "answered" => None,
+                s => CallStatus::parse(s),
+            },
+            outcome: outcome_for(status, answered_by),
+            answered_by: (!answered_by.is_empty()).then(|| answered_by.to_string()),
+            carrier_duration_s: get("CallDuration").parse().ok(),
+        });
+    }
+    if matches!(
+        status,
+        "completed" | "busy" | "failed" | "no-answer" | "canceled"
+    ) {
+        host.end_call(call_sid, &format!("carrier reported {status}"));
+    }
+    empty(204)
+}
+
+/// The outcome a status callback (and machine detection) implies, if any.
+fn outcome_for(status: &str, answered_by: &str) -> Option<Outcome> {
+    match status {
+        "busy" => Some(Outcome::Busy),
+        "no-answer" => Some(Outcome::NoAnswer),
+        "failed" | "canceled" => Some(Outcome::Failed),
+        _ if is_machine(answered_by) => Some(Outcome::Voicemail),
+        _ => None,
+    }
+}
+
+/// Twilio's `AnsweredBy` values for anything but a person.
+fn is_machine(answered_by: &str) -> bool {
+    answered_by.starts_with("machine") || answered_by == "fax"
+}
+
+/// `POST /twilio/outbound`: a call we placed was answered. A person gets the media stream,
+/// like an inbound call; a machine (with machine detection) gets the voicemail message, if
+/// any, and the call ends.
+async fn outbound_answer(
+    me: Arc<TwilioCarrier>,
+    host: Arc<dyn Host>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let (_account, params) = match signed_form(&me, host.as_ref(), req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let call_sid = field_or_empty(&params, "CallSid");
+    let answered_by = field_or_empty(&params, "AnsweredBy");
+    let by = (!answered_by.is_empty()).then(|| answered_by.to_string());
+    match answer_outbound(host.as_ref(), call_sid, is_machine(answered_by), |_, _| by) {
+        Answer::NotOurs => {
+            warn!(
+                call_sid,
+                "answer webhook for a call that is not a live outbound call; hanging up"
+            );
+            xml(tw::twiml_hangup())
+        }
+        Answer::Voicemail(message) => xml(match &message {
+            Some(m) => tw::twiml_say_hangup(m),
+            None => tw::twiml_hangup(),
+        }),
+        Answer::Connect(token) => {
+            info!(call_sid, answered_by, "outbound call answered");
+            connect(host.as_ref(), &token)
+        }
+    }
+}
+
+/// `WS /twilio/media`: Twilio's Media Streams socket.
+async fn media(me: Arc<TwilioCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
+    host.accept_media(
+        req,
+        MediaSocket {
+            carrier: me,
+            codec: Box::new(TwilioCodec::new()),
+            token: TokenSource::StartParameter,
+            subprotocol: None,
+        },
+    )
+}
