@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
-use patterd::sim::hermes::HermesReply;
-use patterd::sim::twilio::xml::parse_twiml;
+use patterd_sim::hermes::HermesReply;
+use patterd_sim::twilio::xml::parse_twiml;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "test-api-token-0123456789";

@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 
 use common::*;
 use patterd::call::Speaker;
-use patterd::sim::hermes::{HermesReply, HermesStep};
-use patterd::sim::plivo::PlivoAnswer;
-use patterd::sim::stream::{ClosedBy, Dialect, SimCall, SimCallConfig, TimelineEvent};
-use patterd::sim::twilio::WebhookResponse;
-use patterd::sim::twilio::xml::parse_twiml;
+use patterd_sim::hermes::{HermesReply, HermesStep};
+use patterd_sim::plivo::PlivoAnswer;
+use patterd_sim::stream::{ClosedBy, Dialect, SimCall, SimCallConfig, TimelineEvent};
+use patterd_sim::twilio::WebhookResponse;
+use patterd_sim::twilio::xml::parse_twiml;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Carrier {
@@ -420,7 +420,7 @@ async fn forged_signatures_get_403_and_nothing_else(c: Carrier) {
     let mut refused: Vec<(&str, WebhookResponse)> = Vec::new();
     match c {
         Carrier::Twilio => {
-            let params = patterd::sim::twilio::voice_webhook_params(
+            let params = patterd_sim::twilio::voice_webhook_params(
                 ACCOUNT_SID,
                 "CA11111111111111111111111111111111",
                 CALLER,
@@ -435,7 +435,7 @@ async fn forged_signatures_get_403_and_nothing_else(c: Carrier) {
                 refused.push((what, r));
             }
             let wrong =
-                patterd::sim::twilio::SimTwilio::new(&stack.base, PUBLIC_URL, ACCOUNT_SID, "wrong");
+                patterd_sim::twilio::SimTwilio::new(&stack.base, PUBLIC_URL, ACCOUNT_SID, "wrong");
             refused.push((
                 "wrong key",
                 wrong.post_form("/twilio/voice", &params).await.unwrap(),
@@ -448,7 +448,7 @@ async fn forged_signatures_get_403_and_nothing_else(c: Carrier) {
                 .unwrap()
                 .as_secs();
             let sign = |seed: &[u8; 32], ts: u64, b: &str| {
-                patterd::carrier::telnyx::signature::sign_webhook(seed, ts, b.as_bytes()).unwrap()
+                patterd_sim::telnyx::sign_webhook(seed, ts, b.as_bytes()).unwrap()
             };
             let ok_sig = sign(&telnyx_seed(), now, &body);
             let t = now.to_string();
@@ -502,7 +502,7 @@ async fn forged_signatures_get_403_and_nothing_else(c: Carrier) {
             ));
         }
         Carrier::Plivo => {
-            let params = patterd::sim::plivo::answer_params(
+            let params = patterd_sim::plivo::answer_params(
                 "5b9a3a5e-0000-4000-8000-00000000f0f0",
                 CALLER,
                 PLIVO_NUMBER,
@@ -530,12 +530,12 @@ async fn forged_signatures_get_403_and_nothing_else(c: Carrier) {
                     .await
                     .unwrap(),
             ));
-            let wrong = patterd::sim::plivo::SimPlivo::new(&stack.base, PUBLIC_URL, "wrong");
+            let wrong = patterd_sim::plivo::SimPlivo::new(&stack.base, PUBLIC_URL, "wrong");
             refused.push((
                 "wrong key",
                 wrong.post("/plivo/answer", &params).await.unwrap(),
             ));
-            let other = patterd::sim::plivo::SimPlivo::new(
+            let other = patterd_sim::plivo::SimPlivo::new(
                 &stack.base,
                 "https://attacker.example",
                 PLIVO_AUTH_TOKEN,

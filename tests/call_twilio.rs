@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use patterd::call::Speaker;
-use patterd::sim::hermes::{HermesReply, HermesStep};
+use patterd_sim::hermes::{HermesReply, HermesStep};
 
 #[tokio::test]
 async fn greeting_then_two_turns_with_one_hermes_session() {
@@ -163,7 +163,7 @@ async fn greeting_then_two_turns_with_one_hermes_session() {
 #[tokio::test]
 async fn forged_missing_and_wrong_key_signatures_get_403_and_nothing_else() {
     let stack = Stack::start(Opts::default()).await;
-    let params = patterd::sim::twilio::voice_webhook_params(
+    let params = patterd_sim::twilio::voice_webhook_params(
         ACCOUNT_SID,
         "CA11111111111111111111111111111111",
         CALLER,
@@ -184,11 +184,11 @@ async fn forged_missing_and_wrong_key_signatures_get_403_and_nothing_else() {
         .unwrap();
     assert_eq!((r.status, r.body.as_str()), (403, ""));
     // Signed with the wrong auth token.
-    let wrong = patterd::sim::twilio::SimTwilio::new(&stack.base, PUBLIC_URL, ACCOUNT_SID, "wrong");
+    let wrong = patterd_sim::twilio::SimTwilio::new(&stack.base, PUBLIC_URL, ACCOUNT_SID, "wrong");
     let r = wrong.post_form("/twilio/voice", &params).await.unwrap();
     assert_eq!((r.status, r.body.as_str()), (403, ""));
     // Signed over another URL (public_url mismatch).
-    let other = patterd::sim::twilio::SimTwilio::new(
+    let other = patterd_sim::twilio::SimTwilio::new(
         &stack.base,
         "https://attacker.example",
         ACCOUNT_SID,
@@ -197,7 +197,7 @@ async fn forged_missing_and_wrong_key_signatures_get_403_and_nothing_else() {
     let r = other.post_form("/twilio/voice", &params).await.unwrap();
     assert_eq!((r.status, r.body.as_str()), (403, ""));
     // Tampered parameters after signing.
-    let sig = patterd::sim::twilio::sign_request(
+    let sig = patterd_sim::twilio::sign_request(
         AUTH_TOKEN,
         &format!("{PUBLIC_URL}/twilio/voice"),
         &params,
@@ -239,7 +239,7 @@ async fn forged_missing_and_wrong_key_signatures_get_403_and_nothing_else() {
 
 #[tokio::test]
 async fn media_socket_with_bad_token_is_closed_before_any_provider() {
-    use patterd::sim::twilio::call::{ClosedBy, SimCall, SimCallConfig};
+    use patterd_sim::twilio::call::{ClosedBy, SimCall, SimCallConfig};
     use std::collections::BTreeMap;
     let stack = Stack::start(Opts::default()).await;
     let url = "wss://voice.example.test/twilio/media".to_string();
@@ -286,7 +286,7 @@ async fn media_socket_with_bad_token_is_closed_before_any_provider() {
 
     // Reuse: a real call redeems its token; the same token again is refused.
     let (call_sid, resp) = stack.ring_from(CALLER).await;
-    let answer = patterd::sim::twilio::xml::parse_twiml(&resp.body).unwrap();
+    let answer = patterd_sim::twilio::xml::parse_twiml(&resp.body).unwrap();
     let sim = stack.open(&call_sid, &answer).await;
     sim.wait_for("greeting", WAIT, |s| s.agent_audio_bytes > 0)
         .await
@@ -658,7 +658,7 @@ async fn twiml_answer_carries_a_tokenized_stream() {
     let (call_sid, r) = stack.ring_from(CALLER).await;
     assert_eq!(r.status, 200);
     assert!(r.content_type.as_deref().is_some_and(|c| c.contains("xml")));
-    let answer = patterd::sim::twilio::xml::parse_twiml(&r.body).unwrap();
+    let answer = patterd_sim::twilio::xml::parse_twiml(&r.body).unwrap();
     assert_eq!(
         answer.stream_url.as_deref(),
         Some("wss://voice.example.test/twilio/media")

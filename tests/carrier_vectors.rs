@@ -10,7 +10,7 @@ use serde_json::Value;
 use patterd::carrier::plivo::{self, PlivoCodec};
 use patterd::carrier::telnyx::{self, TelnyxCodec};
 use patterd::carrier::{MediaCodec, MediaCommand, MediaEvent};
-use patterd::sim::twilio::xml::parse_xml;
+use patterd_sim::twilio::xml::parse_xml;
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!(
@@ -42,7 +42,7 @@ fn telnyx_ed25519_every_case() {
         .try_into()
         .expect("32 bytes");
     assert_eq!(
-        telnyx::signature::public_key_for_seed(&seed).as_deref(),
+        patterd_sim::telnyx::public_key_for_seed(&seed).as_deref(),
         v["public_key_base64"].as_str()
     );
     for c in cases {

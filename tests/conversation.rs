@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use patterd::call::{CallRecord, Speaker};
-use patterd::sim::hermes::HermesReply;
-use patterd::sim::twilio::call::{SimCall, TimelineEvent};
+use patterd_sim::hermes::HermesReply;
+use patterd_sim::twilio::call::{SimCall, TimelineEvent};
 
 const S1: &str = "We are open every day from noon until ten.";
 const S2: &str = "We can seat groups of up to twelve people.";

@@ -123,12 +123,12 @@ fn check_prints_redacted_config_and_fails_on_errors() {
 fn sigterm_waits_for_a_live_call_then_exits_zero() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        use patterd::sim::deepgram::FakeDeepgram;
-        use patterd::sim::elevenlabs::FakeElevenLabs;
-        use patterd::sim::hermes::FakeHermes;
-        use patterd::sim::twilio::SimTwilio;
-        use patterd::sim::twilio::rest::FakeTwilioRest;
-        use patterd::sim::twilio::xml::parse_twiml;
+        use patterd_sim::deepgram::FakeDeepgram;
+        use patterd_sim::elevenlabs::FakeElevenLabs;
+        use patterd_sim::hermes::FakeHermes;
+        use patterd_sim::twilio::SimTwilio;
+        use patterd_sim::twilio::rest::FakeTwilioRest;
+        use patterd_sim::twilio::xml::parse_twiml;
         let dg = FakeDeepgram::start(DG_KEY).await.unwrap();
         let el = FakeElevenLabs::start(EL_KEY).await.unwrap();
         let hermes = FakeHermes::start(HERMES_KEY).await.unwrap();
@@ -151,9 +151,9 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
             .await
             .unwrap();
         let answer = parse_twiml(&resp.body).unwrap();
-        let sim = patterd::sim::twilio::call::SimCall::from_answer(
+        let sim = patterd_sim::twilio::call::SimCall::from_answer(
             &answer,
-            patterd::sim::twilio::call::SimCallConfig::new(
+            patterd_sim::twilio::call::SimCallConfig::new(
                 &format!("ws://{}", d.addr),
                 ACCOUNT_SID,
                 &call_sid,
@@ -215,12 +215,12 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
 fn turns_survive_sigkill_mid_call() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        use patterd::sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
-        use patterd::sim::elevenlabs::FakeElevenLabs;
-        use patterd::sim::hermes::{FakeHermes, HermesReply};
-        use patterd::sim::twilio::SimTwilio;
-        use patterd::sim::twilio::rest::FakeTwilioRest;
-        use patterd::sim::twilio::xml::parse_twiml;
+        use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
+        use patterd_sim::elevenlabs::FakeElevenLabs;
+        use patterd_sim::hermes::{FakeHermes, HermesReply};
+        use patterd_sim::twilio::SimTwilio;
+        use patterd_sim::twilio::rest::FakeTwilioRest;
+        use patterd_sim::twilio::xml::parse_twiml;
         let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
             api_key: DG_KEY.into(),
             transcripts: vec!["book a table for two".into()],
@@ -252,9 +252,9 @@ fn turns_survive_sigkill_mid_call() {
             .await
             .unwrap();
         let answer = parse_twiml(&resp.body).unwrap();
-        let sim = patterd::sim::twilio::call::SimCall::from_answer(
+        let sim = patterd_sim::twilio::call::SimCall::from_answer(
             &answer,
-            patterd::sim::twilio::call::SimCallConfig::new(
+            patterd_sim::twilio::call::SimCallConfig::new(
                 &format!("ws://{}", d.addr),
                 ACCOUNT_SID,
                 &call_sid,

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use common::*;
-use patterd::sim::hermes::HermesReply;
-use patterd::sim::twilio::call::SimCall;
-use patterd::sim::twilio::xml::parse_twiml;
+use patterd_sim::hermes::HermesReply;
+use patterd_sim::twilio::call::SimCall;
+use patterd_sim::twilio::xml::parse_twiml;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const TOKEN: &str = "mcp-test-token-0123456789";

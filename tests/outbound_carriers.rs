@@ -9,10 +9,10 @@
 mod common;
 
 use common::*;
-use patterd::sim::hermes::HermesReply;
-use patterd::sim::plivo::PlivoAnswer;
-use patterd::sim::stream::SimCall;
-use patterd::sim::twilio::xml::parse_twiml;
+use patterd_sim::hermes::HermesReply;
+use patterd_sim::plivo::PlivoAnswer;
+use patterd_sim::stream::SimCall;
+use patterd_sim::twilio::xml::parse_twiml;
 use serde_json::{Value, json};
 
 const CALLEE: &str = "+15557654321";

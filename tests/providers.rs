@@ -14,10 +14,10 @@ use patterd::provider::{
     ChatMessage, ChatTurn, LlmEvent, LlmProvider, Role, SttContext, SttEvent, SttInput,
     SttProvider, SttStream, TtsEvent, TtsProvider, build_providers,
 };
-use patterd::sim::deepgram::{DeepgramFailure, FakeDeepgram, FakeDeepgramConfig};
-use patterd::sim::elevenlabs::FakeElevenLabs;
-use patterd::sim::hermes::{FakeHermes, HermesReply, HermesStep};
-use patterd::sim::tone::{mulaw_silence, mulaw_tone};
+use patterd_sim::deepgram::{DeepgramFailure, FakeDeepgram, FakeDeepgramConfig};
+use patterd_sim::elevenlabs::FakeElevenLabs;
+use patterd_sim::hermes::{FakeHermes, HermesReply, HermesStep};
+use patterd_sim::tone::{mulaw_silence, mulaw_tone};
 use tokio::sync::mpsc;
 
 const LIMIT: Duration = Duration::from_secs(10);

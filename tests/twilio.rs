@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use patterd::audio::g711;
 use patterd::carrier::twilio::{self, TwilioCodec, TwilioRest};
 use patterd::carrier::{CarrierError, MediaCodec, MediaCommand, MediaEvent};
-use patterd::sim::twilio::{
+use patterd_sim::twilio::{
     ClosedBy, FakeTwilioRest, SimCall, SimCallConfig, SimTwilio, parse_twiml, parse_xml,
 };
 
@@ -292,7 +292,7 @@ fn rest_vector(op_prefix: &str) -> Value {
         .expect("vector")
 }
 
-fn assert_matches_vector(got: &patterd::sim::twilio::RecordedRequest, want: &Value) {
+fn assert_matches_vector(got: &patterd_sim::twilio::RecordedRequest, want: &Value) {
     assert_eq!(got.method, s(&want["method"]));
     assert_eq!(
         got.path,
@@ -671,7 +671,7 @@ async fn webhook_rejections() {
         parse_twiml(&resp.body).expect("twiml").reject.as_deref(),
         Some("busy")
     );
-    let params = patterd::sim::twilio::voice_webhook_params(ACCOUNT_SID, "CA1", "+1", "+2");
+    let params = patterd_sim::twilio::voice_webhook_params(ACCOUNT_SID, "CA1", "+1", "+2");
     let resp = sim
         .post_form_with_signature("/twilio/voice", &params, "AAAA")
         .await

@@ -9,15 +9,15 @@ pub mod daemon;
 use std::time::Duration;
 
 use patterd::call::CallRecord;
-use patterd::sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
-use patterd::sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
-use patterd::sim::hermes::FakeHermes;
-use patterd::sim::plivo::{FakePlivoRest, SimPlivo};
-use patterd::sim::telnyx::{FakeTelnyxRest, SimTelnyx};
-use patterd::sim::twilio::call::{SimCall, SimCallConfig};
-use patterd::sim::twilio::rest::FakeTwilioRest;
-use patterd::sim::twilio::xml::{TwimlAnswer, parse_twiml};
-use patterd::sim::twilio::{SimTwilio, WebhookResponse};
+use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
+use patterd_sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
+use patterd_sim::hermes::FakeHermes;
+use patterd_sim::plivo::{FakePlivoRest, SimPlivo};
+use patterd_sim::telnyx::{FakeTelnyxRest, SimTelnyx};
+use patterd_sim::twilio::call::{SimCall, SimCallConfig};
+use patterd_sim::twilio::rest::FakeTwilioRest;
+use patterd_sim::twilio::xml::{TwimlAnswer, parse_twiml};
+use patterd_sim::twilio::{SimTwilio, WebhookResponse};
 
 pub const ACCOUNT_SID: &str = "AC00000000000000000000000000000001";
 pub const AUTH_TOKEN: &str = "twilio-test-auth-token";

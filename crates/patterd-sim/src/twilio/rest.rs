@@ -18,7 +18,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::util::TaskGuard;
+use patterd::util::TaskGuard;
 
 /// One request the fake received.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +46,7 @@ impl RecordedRequest {
 
     /// The form body as pairs.
     pub fn form(&self) -> Vec<(String, String)> {
-        crate::carrier::twilio::parse_form(&self.body)
+        patterd::carrier::twilio::parse_form(&self.body)
     }
 
     /// The first form field called `name`.
@@ -295,9 +295,9 @@ async fn handle(
         STANDARD.encode(format!("{account_sid}:{auth_token}"))
     );
     let auth_ok = headers.iter().any(|(k, v)| {
-        k == "authorization" && crate::security::ct_eq(v.as_bytes(), expected_auth.as_bytes())
+        k == "authorization" && patterd::security::ct_eq(v.as_bytes(), expected_auth.as_bytes())
     });
-    let form = crate::carrier::twilio::parse_form(&body);
+    let form = patterd::carrier::twilio::parse_form(&body);
     let prefix = format!("/2010-04-01/Accounts/{account_sid}/Calls");
     let route_path = path.split('?').next().unwrap_or("").to_string();
 

@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::util::TaskGuard;
+use patterd::util::TaskGuard;
 
 /// The response body type of the simulators.
 pub type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;

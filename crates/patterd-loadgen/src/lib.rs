@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
-use crate::sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
-use crate::sim::hermes::FakeHermes;
-use crate::sim::twilio::SimTwilio;
-use crate::sim::twilio::rest::FakeTwilioRest;
+use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
+use patterd_sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
+use patterd_sim::hermes::FakeHermes;
+use patterd_sim::twilio::SimTwilio;
+use patterd_sim::twilio::rest::FakeTwilioRest;
 use caller::{CallCtx, CallPlan, CallResult, SpeechClip};
 use report::{ProviderCounts, Quantiles, RunReport, ServerStats};
 
@@ -293,7 +293,7 @@ const MIB: f64 = 1024.0;
 
 /// One load run at `opts.calls` concurrent calls.
 pub async fn run(opts: &Options) -> Result<RunReport, String> {
-    crate::util::init_tls();
+    patterd::util::init_tls();
     let loadavg_start = procfs::loadavg();
     let fakes = start_fakes().await.map_err(|e| e.to_string())?;
     let server = spawn_server(opts, &fakes)?;

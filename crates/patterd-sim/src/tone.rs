@@ -1,8 +1,8 @@
-//! Test audio for the simulators, on top of [`crate::audio::g711`]: a μ-law 440 Hz tone that the
+//! Test audio for the simulators, on top of [`patterd::audio::g711`]: a μ-law 440 Hz tone that the
 //! fake Deepgram hears as speech, μ-law silence, and the mean absolute level it uses to tell
 //! speech from silence.
 
-use crate::audio::g711;
+use patterd::audio::g711;
 
 /// `ms` of a 440 Hz tone at about -12 dBFS, μ-law 8 kHz: "speech" to the fake Deepgram.
 pub fn mulaw_tone(ms: u32) -> Vec<u8> {

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::http::{self, Body, Recorder, Tasks};
-use crate::util::TaskGuard;
+use patterd::util::TaskGuard;
 
 /// One step of a streamed reply.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,7 +15,7 @@ pub use call::{
 pub use rest::{FakeTwilioRest, RecordedRequest};
 pub use xml::{TwimlAnswer, XmlElement, parse_twiml, parse_xml};
 
-use crate::carrier::twilio::{SignatureAlgorithm, compute_signature, public_request_url};
+use patterd::carrier::twilio::{SignatureAlgorithm, compute_signature, public_request_url};
 
 /// Signs a request as Twilio does (HMAC-SHA1, auth token): the `X-Twilio-Signature` value.
 pub fn sign_request(auth_token: &str, url: &str, params: &[(String, String)]) -> String {
@@ -86,7 +86,7 @@ pub struct SimTwilio {
 
 impl SimTwilio {
     pub fn new(base_url: &str, public_url: &str, account_sid: &str, auth_token: &str) -> Self {
-        crate::util::init_tls();
+        patterd::util::init_tls();
         Self {
             client: reqwest::Client::new(),
             base_url: base_url.trim_end_matches('/').to_string(),
@@ -258,7 +258,7 @@ mod tests {
         let params = voice_webhook_params("AC1", "CA1", "+15550001111", "+15550002222");
         let url = "https://gw.example.com/twilio/voice";
         let sig = sign_request("tok", url, &params);
-        assert!(crate::carrier::twilio::validate_signature(
+        assert!(patterd::carrier::twilio::validate_signature(
             "tok", url, &params, &sig, None
         ));
     }

@@ -20,9 +20,9 @@ use super::http::{Recorder, full, json as json_resp, read_body, serve};
 use super::stream::{Dialect, SimCall, SimCallConfig};
 use super::twilio::xml::parse_xml;
 use super::twilio::{WebhookResponse, new_sid};
-use crate::carrier::plivo::signature::compute_v3;
-use crate::carrier::public_request_url;
-use crate::util::TaskGuard;
+use patterd::carrier::plivo::signature::compute_v3;
+use patterd::carrier::public_request_url;
+use patterd::util::TaskGuard;
 
 /// The Plivo account id the simulator uses.
 pub const ACCOUNT_ID: &str = "MA0000000000000000AB";
@@ -137,7 +137,7 @@ impl FakePlivoRest {
                     .headers()
                     .get("authorization")
                     .and_then(|v| v.to_str().ok())
-                    .is_some_and(|v| crate::security::ct_eq(v.as_bytes(), expected.as_bytes()));
+                    .is_some_and(|v| patterd::security::ct_eq(v.as_bytes(), expected.as_bytes()));
                 let raw = read_body(req, 1 << 20).await.unwrap_or_default();
                 let body: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_default();
                 let uuid = path
@@ -321,7 +321,7 @@ pub fn answer_params(call_uuid: &str, from: &str, to: &str) -> Vec<(String, Stri
 
 impl SimPlivo {
     pub fn new(base_url: &str, public_url: &str, auth_token: &str) -> Self {
-        crate::util::init_tls();
+        patterd::util::init_tls();
         Self {
             client: reqwest::Client::new(),
             base_url: base_url.trim_end_matches('/').to_string(),

@@ -27,8 +27,8 @@ use tokio::time::Instant;
 
 use super::http::{self, Body, Recorder, Tasks};
 use super::tone::mulaw_level;
-use crate::net::ws_pump::{self, WsIn};
-use crate::util::TaskGuard;
+use patterd::net::ws_pump::{self, WsIn};
+use patterd::util::TaskGuard;
 
 /// Mean absolute PCM level above which a 20 ms block counts as speech.
 const SPEECH_LEVEL: f64 = 1000.0;

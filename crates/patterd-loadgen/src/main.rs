@@ -1,4 +1,4 @@
-//! `patterd-loadgen`: runs the load benchmark of issue 7 (see `patterd::loadgen` and
+//! `patterd-loadgen`: runs the load benchmark of issue 7 (see `patterd_loadgen` and
 //! docs/BENCHMARKS.md). For each N in `--calls` it starts fresh fakes and a fresh server
 //! process, ramps N simulated Twilio calls, and prints a markdown table; `--json` writes every
 //! run's full report.
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use patterd::loadgen::{self, Options, Target, report};
+use patterd_loadgen::{Options, Target, report};
 
 /// Load generator: N concurrent simulated Twilio calls against a server on 127.0.0.1 with
 /// zero-latency fake providers.
@@ -91,7 +91,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    let nofile = loadgen::procfs::raise_nofile();
+    let nofile = patterd_loadgen::procfs::raise_nofile();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -131,7 +131,7 @@ fn main() -> ExitCode {
             server_cpus: args.server_cpus.clone(),
         };
         eprintln!("patterd-loadgen: {} calls ...", n);
-        match rt.block_on(loadgen::run(&opts)) {
+        match rt.block_on(patterd_loadgen::run(&opts)) {
             Ok(r) => {
                 eprint!("{}", report::markdown(std::slice::from_ref(&r)));
                 let bad = r.failed_calls + r.turns_missing;

@@ -21,9 +21,47 @@ use serde_json::{Value, json};
 use super::http::{Recorder, json as json_resp, read_body, serve};
 use super::stream::{Dialect, SimCall, SimCallConfig};
 use super::twilio::{WebhookResponse, new_sid};
-use crate::carrier::telnyx::signature::sign_webhook;
-use crate::carrier::telnyx::webhook::envelope_json;
-use crate::util::TaskGuard;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use patterd::util::TaskGuard;
+
+/// Signs a webhook as Telnyx does: base64 Ed25519 over `timestamp|body` with the key pair
+/// derived from a 32-byte `seed` (patterd only verifies; see
+/// `patterd::carrier::telnyx::signature`).
+pub fn sign_webhook(seed: &[u8; 32], timestamp: u64, body: &[u8]) -> Option<String> {
+    let pair = ring::signature::Ed25519KeyPair::from_seed_unchecked(seed).ok()?;
+    let mut msg = format!("{timestamp}|").into_bytes();
+    msg.extend_from_slice(body);
+    Some(STANDARD.encode(pair.sign(&msg).as_ref()))
+}
+
+/// The base64 public key of the key pair derived from `seed` (what `public_key` in patterd's
+/// config holds).
+pub fn public_key_for_seed(seed: &[u8; 32]) -> Option<String> {
+    use ring::signature::KeyPair;
+    let pair = ring::signature::Ed25519KeyPair::from_seed_unchecked(seed).ok()?;
+    Some(STANDARD.encode(pair.public_key().as_ref()))
+}
+
+/// A `call.*` webhook body as Telnyx sends it.
+pub fn envelope_json(
+    event_type: &str,
+    id: &str,
+    payload: serde_json::Value,
+    delivered_to: &str,
+) -> String {
+    serde_json::json!({
+        "data": {
+            "event_type": event_type,
+            "id": id,
+            "occurred_at": "2026-01-01T00:00:00.000000Z",
+            "payload": payload,
+            "record_type": "event",
+        },
+        "meta": {"attempt": 1, "delivered_to": delivered_to},
+    })
+    .to_string()
+}
 
 /// One command the fake received.
 #[derive(Debug, Clone, PartialEq)]
@@ -155,7 +193,7 @@ impl FakeTelnyxRest {
                     .headers()
                     .get("authorization")
                     .and_then(|v| v.to_str().ok())
-                    .is_some_and(|v| crate::security::ct_eq(v.as_bytes(), expected.as_bytes()));
+                    .is_some_and(|v| patterd::security::ct_eq(v.as_bytes(), expected.as_bytes()));
                 let json_ct = req
                     .headers()
                     .get("content-type")
@@ -303,7 +341,7 @@ pub struct SimTelnyx {
 impl SimTelnyx {
     /// `seed` is the Ed25519 seed whose public key patterd is configured with.
     pub fn new(base_url: &str, public_url: &str, seed: [u8; 32]) -> Self {
-        crate::util::init_tls();
+        patterd::util::init_tls();
         Self {
             client: reqwest::Client::new(),
             base_url: base_url.trim_end_matches('/').to_string(),
@@ -569,5 +607,80 @@ impl SimTelnyx {
             .await
             .map_err(|e| e.to_string())?;
         Ok((id, sim))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The signing helpers against patterd's own verifier and parser (these tests lived beside
+    //! the verifier before the helpers moved here).
+    use super::*;
+    use patterd::carrier::telnyx::signature::{SignatureError, verify_webhook};
+    use patterd::carrier::telnyx::webhook::{WebhookEnvelope, WebhookError};
+
+    #[test]
+    fn round_trip_and_window() {
+        let seed = [7u8; 32];
+        let pk = public_key_for_seed(&seed).expect("key");
+        let sig = sign_webhook(&seed, 1000, b"{}").expect("sig");
+        assert_eq!(
+            verify_webhook(&pk, Some(&sig), Some("1000"), b"{}", 1300),
+            Ok(())
+        );
+        assert_eq!(
+            verify_webhook(&pk, Some(&sig), Some("1000"), b"{}", 1301),
+            Err(SignatureError::Stale(301))
+        );
+        assert_eq!(
+            verify_webhook(&pk, Some(&sig), Some("1000"), b"{ }", 1000),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            verify_webhook(&pk, None, Some("1000"), b"{}", 1000),
+            Err(SignatureError::MissingHeader)
+        );
+        assert_eq!(
+            verify_webhook(&pk, Some("abc"), Some("x"), b"{}", 1000),
+            Err(SignatureError::BadTimestamp)
+        );
+        assert_eq!(
+            verify_webhook(&pk, Some("!!"), Some("1000"), b"{}", 1000),
+            Err(SignatureError::BadSignature)
+        );
+        assert_eq!(
+            verify_webhook("AAAA", Some(&sig), Some("1000"), b"{}", 1000),
+            Err(SignatureError::BadPublicKey)
+        );
+    }
+
+    #[test]
+    fn parses_and_refuses() {
+        let body = envelope_json(
+            "call.dtmf.received",
+            "e1",
+            serde_json::json!({"call_control_id": "v3:abc", "digit": "#", "from": "+1", "client_state": null}),
+            "x",
+        );
+        let w = WebhookEnvelope::parse(body.as_bytes()).expect("parses");
+        assert_eq!(w.event_type, "call.dtmf.received");
+        assert_eq!(w.call.call_control_id, "v3:abc");
+        assert_eq!(w.call.digit.as_deref(), Some("#"));
+        assert_eq!(w.call.client_state, None);
+        assert!(matches!(
+            WebhookEnvelope::parse(b"nope"),
+            Err(WebhookError::BadJson(_))
+        ));
+        assert_eq!(
+            WebhookEnvelope::parse(b"{}"),
+            Err(WebhookError::MissingField("data"))
+        );
+        assert_eq!(
+            WebhookEnvelope::parse(br#"{"data":{"event_type":"call.answered","payload":5}}"#),
+            Err(WebhookError::MissingField("data.payload.call_control_id"))
+        );
+        assert!(matches!(
+            WebhookEnvelope::parse(br#"{"data":{"event_type":7}}"#),
+            Err(WebhookError::BadJson(_))
+        ));
     }
 }

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use super::http::{self, Body, Recorder, Tasks};
 use super::tone::mulaw_tone;
-use crate::util::TaskGuard;
+use patterd::util::TaskGuard;
 
 /// Settings of a [`FakeElevenLabs`].
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! One simulated Twilio caller for the load generator: a lean cousin of
-//! [`crate::sim::twilio::SimCall`] that keeps only what a load run measures. It posts the
+//! [`patterd_sim::twilio::SimCall`] that keeps only what a load run measures. It posts the
 //! signed voice webhook, opens the Media Streams socket from the TwiML answer, and then, on a
 //! 20 ms tick, sends one `media` frame (a pre-encoded speech clip while it speaks, otherwise
 //! near-silence carrying the call's tag so the fake Deepgram can tell calls apart). It models
@@ -22,11 +22,11 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::audio::g711::{SILENCE_ULAW, ulaw_tone};
-use crate::carrier::FRAME_BYTES;
-use crate::net::ws_client::connect;
-use crate::sim::twilio::call::map_stream_url;
-use crate::sim::twilio::{SimTwilio, new_sid, parse_twiml};
+use patterd::audio::g711::{SILENCE_ULAW, ulaw_tone};
+use patterd::carrier::FRAME_BYTES;
+use patterd::net::ws_client::connect;
+use patterd_sim::twilio::call::map_stream_url;
+use patterd_sim::twilio::{SimTwilio, new_sid, parse_twiml};
 
 type WsWrite = WebSocketWrite<tokio::io::WriteHalf<TokioIo<Upgraded>>>;
 type WsRead = FragmentCollectorRead<tokio::io::ReadHalf<TokioIo<Upgraded>>>;
@@ -523,7 +523,7 @@ pub async fn run_call(ctx: Arc<CallCtx>, plan: CallPlan) -> CallResult {
     let t0 = Instant::now();
     res.started_at = Some(t0);
     let (in_tx, mut in_rx) = mpsc::unbounded_channel();
-    let reader = crate::util::TaskGuard::new(tokio::spawn(read_loop(
+    let reader = patterd::util::TaskGuard::new(tokio::spawn(read_loop(
         FragmentCollectorRead::new(rd),
         in_tx,
     )));
@@ -601,7 +601,7 @@ mod tests {
         for idx in [0, 1, 7, 1999, 65_535, 1 << 27] {
             let f = tag_frame(idx);
             assert_eq!(read_tag(&f), Some(idx));
-            assert!(crate::audio::g711::ulaw_energy(&f) < 200);
+            assert!(patterd::audio::g711::ulaw_energy(&f) < 200);
         }
         assert_eq!(read_tag(&[SILENCE_ULAW; 16][..]), None);
         assert_eq!(read_tag(&[0x10; 16][..]), None);

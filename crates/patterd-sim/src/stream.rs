@@ -24,12 +24,12 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::audio::g711::{SILENCE_ULAW, ulaw_energy, ulaw_silence, ulaw_tone};
-use crate::carrier::{FRAME_BYTES, FRAME_MS};
-use crate::net::ws_client::{WsConnectError, connect};
-use crate::util::TaskGuard;
+use patterd::audio::g711::{SILENCE_ULAW, ulaw_energy, ulaw_silence, ulaw_tone};
+use patterd::carrier::{FRAME_BYTES, FRAME_MS};
+use patterd::net::ws_client::{WsConnectError, connect};
+use patterd::util::TaskGuard;
 
-use crate::sim::twilio::{TwimlAnswer, new_sid, sign_request};
+use crate::twilio::{TwimlAnswer, new_sid, sign_request};
 
 type WsWrite = WebSocketWrite<tokio::io::WriteHalf<TokioIo<Upgraded>>>;
 type WsRead = FragmentCollectorRead<tokio::io::ReadHalf<TokioIo<Upgraded>>>;
@@ -343,7 +343,7 @@ impl SimCall {
             Dialect::Telnyx => vec![("User-Agent", "Telnyx-Media-Streaming/1.0")],
             Dialect::PlivoMulaw | Dialect::PlivoL16 => vec![
                 ("User-Agent", "Plivo-Stream/1.0"),
-                ("Sec-WebSocket-Protocol", crate::carrier::plivo::SUBPROTOCOL),
+                ("Sec-WebSocket-Protocol", patterd::carrier::plivo::SUBPROTOCOL),
             ],
         };
         if let Some(sig) = &sig {
@@ -354,9 +354,9 @@ impl SimCall {
             let selected = resp_headers
                 .get("sec-websocket-protocol")
                 .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.trim() == crate::carrier::plivo::SUBPROTOCOL);
+                .is_some_and(|v| v.trim() == patterd::carrier::plivo::SUBPROTOCOL);
             if !selected {
-                return Err(SimError::Subprotocol(crate::carrier::plivo::SUBPROTOCOL));
+                return Err(SimError::Subprotocol(patterd::carrier::plivo::SUBPROTOCOL));
             }
         }
         let (rd, mut wr) = ws.split(tokio::io::split);
@@ -742,7 +742,7 @@ impl Driver {
                 let payload = if self.dialect == Dialect::PlivoL16 {
                     frame
                         .iter()
-                        .flat_map(|&u| crate::audio::g711::ulaw_to_linear(u).to_le_bytes())
+                        .flat_map(|&u| patterd::audio::g711::ulaw_to_linear(u).to_le_bytes())
                         .collect::<Vec<u8>>()
                 } else {
                     frame.clone()
@@ -1128,7 +1128,7 @@ impl Driver {
                         let ulaw: Vec<u8> = audio
                             .chunks_exact(2)
                             .map(|b| {
-                                crate::audio::g711::linear_to_ulaw(i16::from_le_bytes([b[0], b[1]]))
+                                patterd::audio::g711::linear_to_ulaw(i16::from_le_bytes([b[0], b[1]]))
                             })
                             .collect();
                         self.on_agent_audio(&ulaw);
