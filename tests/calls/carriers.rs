@@ -5,11 +5,10 @@
 //! and Hermes. A scenario is an `async fn(Carrier)`; `carrier_tests!` makes one test per
 //! carrier of it.
 
-mod common;
 
 use std::collections::BTreeMap;
 
-use common::*;
+use crate::common::*;
 use patterd::call::Speaker;
 use patterd_sim::hermes::{HermesReply, HermesStep};
 use patterd_sim::plivo::PlivoAnswer;

@@ -1,9 +1,8 @@
 //! Whole calls through the real wire protocols on 127.0.0.1: the Twilio simulator signs the
 //! webhook and speaks Media Streams; patterd talks to fake Deepgram, ElevenLabs and Hermes.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use patterd::call::Speaker;
 use patterd_sim::hermes::{HermesReply, HermesStep};
 
@@ -149,7 +148,7 @@ async fn greeting_then_two_turns_with_one_hermes_session() {
         first_frame_us < 1_000_000,
         "greeting took {first_frame_us} µs"
     );
-    // Reported, not asserted: `cargo test --release --test call_twilio greeting -- --nocapture`.
+    // Reported, not asserted: `cargo test --release --test calls twilio::greeting -- --nocapture`.
     let replies: Vec<&str> = record
         .events_of("reply_first_frame")
         .map(|e| e.detail.as_str())

@@ -2,13 +2,12 @@
 //! tests/fixtures/speech: interruptions, backchannels, coughs and clicks, the agent's own voice
 //! echoed back at -20 dB, a long pause mid-sentence and an idle caller. Each test asserts
 //! behaviour; `conversation_figures` also prints the figures of docs/conversation.md
-//! (`cargo test --release --test conversation -- --nocapture conversation_figures`).
+//! (`cargo test --release --test calls -- --nocapture conversation_figures`).
 
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use patterd::call::{CallRecord, Speaker};
 use patterd_sim::hermes::HermesReply;
 use patterd_sim::twilio::call::{SimCall, TimelineEvent};

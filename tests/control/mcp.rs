@@ -5,12 +5,11 @@
 //! the test is skipped with a message, unless `PATTERD_REQUIRE_MCP_VENV` is set (CI), in which
 //! case it fails.
 
-mod common;
 
 use std::path::PathBuf;
 use std::process::Stdio;
 
-use common::*;
+use crate::common::*;
 use patterd_sim::hermes::HermesReply;
 use patterd_sim::twilio::call::SimCall;
 use patterd_sim::twilio::xml::parse_twiml;

@@ -3,9 +3,8 @@
 //! Twilio REST API with the simulator answering, outcomes from status callbacks and machine
 //! detection, and policy refusals that never reach the carrier.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use patterd_sim::hermes::HermesReply;
 use patterd_sim::twilio::xml::parse_twiml;
 use serde_json::{Value, json};

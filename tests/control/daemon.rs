@@ -1,12 +1,11 @@
 //! The daemon as a child process: health, cold start, `check`, and drain on SIGTERM.
 
-mod common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::daemon::Daemon;
-use common::*;
+use crate::common::daemon::Daemon;
+use crate::common::*;
 
 fn minimal_config() -> String {
     r#"
@@ -196,7 +195,7 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
             d.child.try_wait().unwrap().is_none(),
             "exited with a live call"
         );
-        common::speak(&sim, 600);
+        crate::common::speak(&sim, 600);
         sim.wait_for("reply during drain", WAIT, |s| s.marks_echoed.len() >= 2)
             .await
             .unwrap();
@@ -265,7 +264,7 @@ fn turns_survive_sigkill_mid_call() {
         sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
             .await
             .unwrap();
-        common::speak(&sim, 700);
+        crate::common::speak(&sim, 700);
         // Greeting and reply have played: the turns have ended.
         sim.wait_for("reply marks", WAIT, |s| s.marks_echoed.len() >= 2)
             .await

@@ -6,9 +6,8 @@
 //! request; busy and no-answer outcomes; a carrier refusing the call; cancelling a call that
 //! still rings; machine detection and the voicemail message.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use patterd_sim::hermes::HermesReply;
 use patterd_sim::plivo::PlivoAnswer;
 use patterd_sim::stream::SimCall;

@@ -1,0 +1,9 @@
+//! Wire-level tests, one binary: the shared carrier vectors (G.711, signatures, answer
+//! documents, REST bodies, media sessions), the provider clients against their fakes, the HTTP
+//! server's limits and configuration loading. Nothing here places a whole call.
+
+mod carrier_vectors;
+mod config;
+mod providers;
+mod server;
+mod twilio;
