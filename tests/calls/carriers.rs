@@ -5,9 +5,9 @@
 //! and Hermes. A scenario is an `async fn(Carrier)`; `carrier_tests!` makes one test per
 //! carrier of it.
 
-
 use std::collections::BTreeMap;
 
+use crate::common::carrier::{Carrier, Carriers};
 use crate::common::*;
 use patterd::call::Speaker;
 use patterd_sim::hermes::{HermesReply, HermesStep};
@@ -15,138 +15,6 @@ use patterd_sim::plivo::PlivoAnswer;
 use patterd_sim::stream::{ClosedBy, Dialect, SimCall, SimCallConfig, TimelineEvent};
 use patterd_sim::twilio::WebhookResponse;
 use patterd_sim::twilio::xml::parse_twiml;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Carrier {
-    Twilio,
-    Telnyx,
-    Plivo,
-}
-
-impl Carrier {
-    fn number(self) -> &'static str {
-        match self {
-            Carrier::Twilio => OUR_NUMBER,
-            Carrier::Telnyx => TELNYX_NUMBER,
-            Carrier::Plivo => PLIVO_NUMBER,
-        }
-    }
-
-    fn dialect(self) -> Dialect {
-        match self {
-            Carrier::Twilio => Dialect::Twilio,
-            Carrier::Telnyx => Dialect::Telnyx,
-            Carrier::Plivo => Dialect::PlivoMulaw,
-        }
-    }
-
-    /// The media socket URL patterd would hand out for `call_id` with `token`.
-    fn media_url(self, call_id: &str, token: Option<&str>) -> String {
-        match (self, token) {
-            (Carrier::Twilio, _) => "wss://voice.example.test/twilio/media".to_string(),
-            (Carrier::Telnyx, Some(t)) => format!("wss://voice.example.test/telnyx/media/{t}"),
-            (Carrier::Telnyx, None) => "wss://voice.example.test/telnyx/media/".to_string(),
-            (Carrier::Plivo, Some(t)) => {
-                format!("wss://voice.example.test/plivo/media/{call_id}?t={t}")
-            }
-            (Carrier::Plivo, None) => format!("wss://voice.example.test/plivo/media/{call_id}"),
-        }
-    }
-}
-
-/// Carrier-specific views of a stack.
-trait Carriers {
-    async fn call_via(&self, c: Carrier) -> (String, SimCall);
-    async fn ring_via(&self, c: Carrier, from: &str, to: &str) -> (String, WebhookResponse);
-    fn rest_hang_ups(&self, c: Carrier) -> Vec<String>;
-    /// Waits for `call_id` to be hung up through carrier `c`'s REST API (no polling).
-    async fn wait_rest_hang_up(&self, c: Carrier, call_id: &str);
-    async fn open_raw(
-        &self,
-        c: Carrier,
-        call_id: &str,
-        token: Option<&str>,
-    ) -> Result<SimCall, String>;
-}
-
-impl Carriers for Stack {
-    async fn call_via(&self, c: Carrier) -> (String, SimCall) {
-        match c {
-            Carrier::Twilio => self.call().await,
-            Carrier::Telnyx => self
-                .telnyx
-                .place_call(&self.telnyx_rest, &self.ws_base(), CALLER, TELNYX_NUMBER)
-                .await
-                .expect("telnyx call"),
-            Carrier::Plivo => {
-                let (uuid, r) = self.ring_via(c, CALLER, PLIVO_NUMBER).await;
-                assert_eq!(r.status, 200, "{r:?}");
-                let answer = PlivoAnswer::parse(&r.body).expect("plivo xml");
-                let sim = self
-                    .plivo
-                    .open_stream(&answer, &self.ws_base(), &uuid)
-                    .await
-                    .expect("plivo stream opens");
-                (uuid, sim)
-            }
-        }
-    }
-
-    async fn ring_via(&self, c: Carrier, from: &str, to: &str) -> (String, WebhookResponse) {
-        match c {
-            Carrier::Twilio => self.twilio.incoming_call("/twilio/voice", from, to).await,
-            Carrier::Telnyx => self.telnyx.incoming_call(from, to).await,
-            Carrier::Plivo => self.plivo.incoming_call(from, to).await,
-        }
-        .expect("webhook request")
-    }
-
-    fn rest_hang_ups(&self, c: Carrier) -> Vec<String> {
-        match c {
-            Carrier::Twilio => self.rest.hung_up(),
-            Carrier::Telnyx => self.telnyx_rest.hung_up(),
-            Carrier::Plivo => self.plivo_rest.hung_up(),
-        }
-    }
-
-    async fn wait_rest_hang_up(&self, c: Carrier, call_id: &str) {
-        let hung_up = |ids: Vec<String>| ids.iter().any(|i| i == call_id);
-        match c {
-            Carrier::Twilio => {
-                if let Err(seen) = self.rest.wait_for_hang_up(call_id, WAIT).await {
-                    panic!("no REST hang-up for {call_id}: {seen:?}");
-                }
-            }
-            Carrier::Telnyx => {
-                self.telnyx_rest
-                    .wait_until("REST hang-up", |r| hung_up(r.hung_up()))
-                    .await;
-            }
-            Carrier::Plivo => {
-                self.plivo_rest
-                    .wait_until("REST hang-up", |r| hung_up(r.hung_up()))
-                    .await;
-            }
-        }
-    }
-
-    async fn open_raw(
-        &self,
-        c: Carrier,
-        call_id: &str,
-        token: Option<&str>,
-    ) -> Result<SimCall, String> {
-        let mut params = BTreeMap::new();
-        if let (Carrier::Twilio, Some(t)) = (c, token) {
-            params.insert("token".to_string(), t.to_string());
-        }
-        let cfg =
-            SimCallConfig::new(&self.ws_base(), ACCOUNT_SID, call_id).with_dialect(c.dialect());
-        SimCall::connect(&c.media_url(call_id, token), &params, cfg)
-            .await
-            .map_err(|e| e.to_string())
-    }
-}
 
 macro_rules! carrier_tests {
     ($($name:ident),* $(,)?) => {
@@ -182,6 +50,16 @@ async fn agent_hang_up_goes_through_the_carriers_rest_api(c: Carrier) {
     assert_eq!(rec.ended_reason, "hung up: operator");
     stack.wait_rest_hang_up(c, &call_id).await;
     assert_eq!(stack.rest_hang_ups(c), vec![call_id.clone()], "{c:?}");
+    if c == Carrier::Twilio {
+        // The hang-up is the first (and only) request to Twilio's REST API.
+        let reqs = stack.rest.requests();
+        assert_eq!(reqs[0].call_sid(), Some(call_id.as_str()));
+        assert!(
+            reqs[0]
+                .form()
+                .contains(&("Status".to_string(), "completed".to_string()))
+        );
+    }
 }
 
 async fn greeting_then_two_turns_with_one_hermes_session(c: Carrier) {
@@ -204,6 +82,7 @@ async fn greeting_then_two_turns_with_one_hermes_session(c: Carrier) {
         })
         .await
         .expect("greeting");
+    assert!(s.first_agent_audio_ms.is_some(), "{c:?}");
     assert!(
         s.protocol_errors.is_empty(),
         "{c:?}: {:?}",
@@ -211,6 +90,7 @@ async fn greeting_then_two_turns_with_one_hermes_session(c: Carrier) {
     );
     assert_eq!(stack.spoken()[0], GREETING);
 
+    // Turn 1.
     speak(&sim, 700);
     let rec = stack
         .hermes
@@ -220,6 +100,9 @@ async fn greeting_then_two_turns_with_one_hermes_session(c: Carrier) {
     // Hermes' charset keeps `[A-Za-z0-9._-]`: Telnyx's `v3:…` becomes `patter-call-v3-…`.
     let session = patterd::provider::openai::session_id(&call_id);
     assert!(session.starts_with("patter-call-"));
+    if c == Carrier::Twilio {
+        assert_eq!(session, format!("patter-call-{call_id}"));
+    }
     assert_eq!(r1.header("X-Hermes-Session-Id"), Some(session.as_str()));
     assert_eq!(
         r1.header("Authorization"),
@@ -234,6 +117,8 @@ async fn greeting_then_two_turns_with_one_hermes_session(c: Carrier) {
         key.starts_with("patter-caller-") && key.len() == 14 + 16,
         "{key}"
     );
+    assert_eq!(r1.body["user"], session.as_str());
+    assert_eq!(r1.body["stream"], true);
     assert_eq!(
         r1.messages(),
         vec![
@@ -241,10 +126,12 @@ async fn greeting_then_two_turns_with_one_hermes_session(c: Carrier) {
             ("user".to_string(), "I would like a table".to_string()),
         ]
     );
+    // The reply is spoken: two sentences, each followed by a mark that comes back.
     sim.wait_for("reply marks", WAIT, |s| s.marks_echoed.len() >= 3)
         .await
         .expect("reply audio and marks");
 
+    // Turn 2: same session, only the new caller message.
     speak(&sim, 700);
     let rec = stack
         .hermes
@@ -257,10 +144,35 @@ async fn greeting_then_two_turns_with_one_hermes_session(c: Carrier) {
         r2.messages().last().map(|m| m.1.clone()),
         Some("for two people".to_string())
     );
+    assert_eq!(
+        r2.messages(),
+        vec![
+            ("system".to_string(), SYSTEM_PROMPT.to_string()),
+            ("user".to_string(), "for two people".to_string()),
+        ]
+    );
     sim.wait_for("second reply mark", WAIT, |s| s.marks_echoed.len() >= 4)
         .await
         .expect("second reply");
 
+    let spoken = stack.spoken();
+    assert!(spoken.contains(&"Sure.".to_string()), "{spoken:?}");
+    assert!(
+        spoken.contains(&"What day works for you?".to_string()),
+        "{spoken:?}"
+    );
+    assert!(
+        spoken.contains(&"Great, two people it is.".to_string()),
+        "{spoken:?}"
+    );
+    let el = stack.el.record();
+    assert!(el.requests.iter().all(|r| {
+        r.query
+            .iter()
+            .any(|(k, v)| k == "output_format" && v == "ulaw_8000")
+    }));
+
+    // Deepgram got μ-law 8 kHz straight through.
     let dg = stack.dg.record();
     assert_eq!(dg.connections.len(), 1);
     assert_eq!(dg.connections[0].param("encoding"), Some("mulaw"));
@@ -284,7 +196,9 @@ async fn greeting_then_two_turns_with_one_hermes_session(c: Carrier) {
             (Speaker::Agent, "Great, two people it is."),
         ]
     );
+    assert!(!record.from_masked.contains("7654321") || record.from_masked.ends_with("4321"));
     assert_eq!(record.from_masked, "+1555***4321");
+    // The caller hung up: patterd must not also hang up through the REST API.
     assert!(
         stack.rest_hang_ups(c).is_empty(),
         "{c:?}: caller hung up, not us"
@@ -293,6 +207,36 @@ async fn greeting_then_two_turns_with_one_hermes_session(c: Carrier) {
         sim.state().protocol_errors.is_empty(),
         "{:?}",
         sim.state().protocol_errors
+    );
+    // Nothing left running for the call: Deepgram got CloseStream.
+    stack
+        .dg
+        .wait_until("deepgram closed", |r| {
+            r.connections
+                .iter()
+                .all(|c| c.close_streams > 0 || c.closed.is_some())
+        })
+        .await;
+    let first_frame_us: u64 = record
+        .events_of("greeting_first_frame")
+        .next()
+        .expect("greeting first frame event")
+        .detail
+        .parse()
+        .expect("micros");
+    assert!(
+        first_frame_us < 1_000_000,
+        "{c:?}: greeting took {first_frame_us} µs"
+    );
+    // Reported, not asserted:
+    // `cargo test --release --test calls greeting_then_two_turns -- --nocapture`.
+    let replies: Vec<&str> = record
+        .events_of("reply_first_frame")
+        .map(|e| e.detail.as_str())
+        .collect();
+    assert_eq!(replies.len(), 2, "{c:?}: one first reply frame per turn");
+    eprintln!(
+        "{c:?}: start → greeting first frame: {first_frame_us} µs; STT final → first reply frame: {replies:?} µs"
     );
 }
 
@@ -439,6 +383,44 @@ async fn forged_signatures_get_403_and_nothing_else(c: Carrier) {
                 "wrong key",
                 wrong.post_form("/twilio/voice", &params).await.unwrap(),
             ));
+            // Signed over another URL (public_url mismatch).
+            let other = patterd_sim::twilio::SimTwilio::new(
+                &stack.base,
+                "https://attacker.example",
+                ACCOUNT_SID,
+                AUTH_TOKEN,
+            );
+            refused.push((
+                "other url",
+                other.post_form("/twilio/voice", &params).await.unwrap(),
+            ));
+            // Tampered parameters after signing.
+            let sig = patterd_sim::twilio::sign_request(
+                AUTH_TOKEN,
+                &format!("{PUBLIC_URL}/twilio/voice"),
+                &params,
+            );
+            let mut tampered = params.clone();
+            for (k, v) in tampered.iter_mut() {
+                if k == "From" {
+                    *v = "+15550009999".into();
+                }
+            }
+            refused.push((
+                "tampered",
+                stack
+                    .twilio
+                    .post_form_with_signature("/twilio/voice", &tampered, &sig)
+                    .await
+                    .unwrap(),
+            ));
+            // Status callbacks are signed too (refused; the body is not checked).
+            let r = stack
+                .twilio
+                .post_form_with_signature("/twilio/status", &params, "forged")
+                .await
+                .unwrap();
+            assert_eq!(r.status, 403, "status callback");
         }
         Carrier::Telnyx => {
             let body = stack.telnyx.initiated("v3:forged", CALLER, TELNYX_NUMBER);
@@ -566,6 +548,9 @@ async fn forged_signatures_get_403_and_nothing_else(c: Carrier) {
     // A correctly signed one goes through.
     let (_, r) = stack.ring_via(c, CALLER, c.number()).await;
     assert_eq!(r.status, 200, "{c:?}: {r:?}");
+    if c == Carrier::Twilio {
+        assert!(r.body.contains("<Connect><Stream"), "{}", r.body);
+    }
 }
 
 async fn media_socket_with_bad_token_is_closed_before_any_provider(c: Carrier) {
@@ -606,7 +591,15 @@ async fn media_socket_with_bad_token_is_closed_before_any_provider(c: Carrier) {
     assert!(stack.el.record().requests.is_empty());
 
     // Reuse: a real call redeems its token; the same URL/token again is refused.
-    let (call_id, sim) = stack.call_via(c).await;
+    let (call_id, sim, twiml) = if c == Carrier::Twilio {
+        let (call_sid, resp) = stack.ring_from(CALLER).await;
+        let answer = parse_twiml(&resp.body).expect("TwiML parses");
+        let sim = stack.open(&call_sid, &answer).await;
+        (call_sid, sim, Some(answer))
+    } else {
+        let (call_id, sim) = stack.call_via(c).await;
+        (call_id, sim, None)
+    };
     sim.wait_for("greeting", WAIT, |s| s.agent_audio_bytes > 0)
         .await
         .unwrap();
@@ -644,11 +637,18 @@ async fn media_socket_with_bad_token_is_closed_before_any_provider(c: Carrier) {
         .await
         .expect("reused token closed");
     assert_eq!(close.code, Some(1008), "{c:?}");
+    if let Some(answer) = &twiml {
+        // The very TwiML answer the real call used (its token redeemed), opened again.
+        let again = stack.open(&call_id, answer).await;
+        let close = again.wait_closed(WAIT).await.expect("reused token closed");
+        assert_eq!(close.code, Some(1008));
+    }
     assert_eq!(
         stack.dg.record().connections.len(),
         1,
         "only the real call's STT"
     );
+    // The real call is unaffected.
     assert!(!sim.state().is_closed());
 }
 
@@ -713,7 +713,12 @@ async fn routing_rejects_with_the_carriers_own_refusal(c: Carrier) {
     assert!(stack.dg.record().connections.is_empty());
     let (_id, _sim) = stack.call_via(c).await;
     assert_eq!(refusal(&stack, c, CALLER, c.number()).await, expect("busy"));
+    // Draining: busy as well, and /readyz goes 503.
     stack.server.app.start_drain();
+    let ready = reqwest::get(format!("{}/readyz", stack.base))
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
     assert_eq!(refusal(&stack, c, CALLER, c.number()).await, expect("busy"));
 }
 
@@ -728,6 +733,19 @@ async fn malformed_frames_do_not_end_the_call(c: Carrier) {
     sim.send_raw(r#"{"event":"surprise"}"#);
     sim.send_raw(r#"{"event":"dtmf","dtmf":{"digit":"xyz"}}"#);
     sim.send_raw(r#"{"event":"start","start":7}"#);
+    let mut expected_bad = 5;
+    if c == Carrier::Twilio {
+        // Twilio-shaped frames that are still wrong: a bad payload or no payload on a frame
+        // with a streamSid, an unknown event, and a payload far over any frame's size.
+        sim.send_raw(r#"{"event":"media","streamSid":"MZ1","media":{"payload":"!!!not base64"}}"#);
+        sim.send_raw(r#"{"event":"surprise","streamSid":"MZ1"}"#);
+        sim.send_raw(r#"{"event":"media"}"#);
+        sim.send_raw(&format!(
+            r#"{{"event":"media","media":{{"payload":"{}"}}}}"#,
+            "A".repeat(70_000)
+        ));
+        expected_bad += 4;
+    }
     speak(&sim, 600);
     sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
         .await
@@ -741,7 +759,7 @@ async fn malformed_frames_do_not_end_the_call(c: Carrier) {
         .metrics
         .media_frames_bad
         .load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(bad, 5, "{c:?}");
+    assert_eq!(bad, expected_bad, "{c:?}");
 }
 
 #[tokio::test]

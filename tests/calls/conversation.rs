@@ -4,9 +4,9 @@
 //! behaviour; `conversation_figures` also prints the figures of docs/conversation.md
 //! (`cargo test --release --test calls -- --nocapture conversation_figures`).
 
-
 use std::time::Duration;
 
+use crate::common::fixtures::clip;
 use crate::common::*;
 use patterd::call::{CallRecord, Speaker};
 use patterd_sim::hermes::HermesReply;
@@ -17,14 +17,6 @@ const S2: &str = "We can seat groups of up to twelve people.";
 const S3: &str = "The kitchen closes an hour before we do.";
 const S4: &str = "Would you like me to book a table for you?";
 const LONG: Duration = Duration::from_secs(30);
-
-fn clip(name: &str) -> Vec<u8> {
-    let path = format!(
-        "{}/tests/fixtures/speech/{name}.ulaw",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
 
 fn reply() -> String {
     format!("{S1} {S2} {S3} {S4}")

@@ -1,10 +1,15 @@
-//! Shared test harness: a whole patterd stack on 127.0.0.1 — fake Deepgram, ElevenLabs,
-//! Hermes and the Twilio, Telnyx and Plivo REST APIs, patterd bound in-process on port 0 with
-//! one number per carrier, and the three carrier simulators that sign webhooks and open media
-//! streams.
+//! The one shared test harness of the `wire`, `calls` and `control` test binaries: a whole
+//! patterd stack on 127.0.0.1 ([`Stack`]) — fake Deepgram, ElevenLabs, Hermes and the Twilio,
+//! Telnyx and Plivo REST APIs, patterd bound in-process on port 0 with one number per carrier,
+//! and the three carrier simulators that sign webhooks and open media streams — plus the
+//! carriers as a test parameter ([`carrier`]), a REST API client ([`api`]), the daemon as a
+//! child process ([`daemon`]) and the fixture files ([`fixtures`]).
 #![allow(dead_code)]
 
+pub mod api;
+pub mod carrier;
 pub mod daemon;
+pub mod fixtures;
 
 use std::time::Duration;
 

@@ -3,50 +3,14 @@
 //! Twilio REST API with the simulator answering, outcomes from status callbacks and machine
 //! detection, and policy refusals that never reach the carrier.
 
-
+use crate::common::api::Api;
+use crate::common::carrier::{Carrier, Carriers};
 use crate::common::*;
 use patterd_sim::hermes::HermesReply;
 use patterd_sim::twilio::xml::parse_twiml;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "test-api-token-0123456789";
-
-struct Api {
-    client: reqwest::Client,
-    base: String,
-    token: Option<String>,
-}
-
-impl Api {
-    fn new(stack: &Stack, token: Option<&str>) -> Self {
-        Self {
-            client: reqwest::Client::new(),
-            base: stack.base.clone(),
-            token: token.map(str::to_string),
-        }
-    }
-
-    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self.client.request(method, format!("{}{path}", self.base));
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.expect("API request");
-        let status = resp.status().as_u16();
-        (status, resp.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        self.send(reqwest::Method::GET, path, None).await
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        self.send(reqwest::Method::POST, path, Some(body)).await
-    }
-}
 
 fn ids(v: &Value) -> Vec<String> {
     v["calls"]
@@ -339,16 +303,10 @@ async fn originate_answer_talk_and_hang_up() {
     assert_eq!(v["live"], false);
     assert_eq!(v["outcome"], "answered");
     assert_eq!(v["status"], "completed");
-    rest_hung_up(&stack, &sid).await;
+    stack.wait_rest_hang_up(Carrier::Twilio, &sid).await;
     let (_, v) = api.get(&format!("/v1/calls/{sid}/transcript")).await;
     assert_eq!(v["transcript"][1]["text"], "yes this is Bob");
     assert_eq!(v["transcript"][2]["heard_text"], "Great, thanks Bob.");
-}
-
-async fn rest_hung_up(stack: &Stack, sid: &str) {
-    if let Err(seen) = stack.rest.wait_for_hang_up(sid, WAIT).await {
-        panic!("no REST hang-up for {sid}: {seen:?}");
-    }
 }
 
 #[tokio::test]

@@ -1,6 +1,5 @@
 //! The daemon as a child process: health, cold start, `check`, and drain on SIGTERM.
 
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 

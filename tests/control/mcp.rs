@@ -5,7 +5,6 @@
 //! the test is skipped with a message, unless `PATTERD_REQUIRE_MCP_VENV` is set (CI), in which
 //! case it fails.
 
-
 use std::path::PathBuf;
 use std::process::Stdio;
 

@@ -6,7 +6,8 @@
 //! request; busy and no-answer outcomes; a carrier refusing the call; cancelling a call that
 //! still rings; machine detection and the voicemail message.
 
-
+use crate::common::api::Api;
+use crate::common::carrier::{ALL, Carrier, Carriers};
 use crate::common::*;
 use patterd_sim::hermes::HermesReply;
 use patterd_sim::plivo::PlivoAnswer;
@@ -15,45 +16,6 @@ use patterd_sim::twilio::xml::parse_twiml;
 use serde_json::{Value, json};
 
 const CALLEE: &str = "+15557654321";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Carrier {
-    Twilio,
-    Telnyx,
-    Plivo,
-}
-
-const ALL: [Carrier; 3] = [Carrier::Twilio, Carrier::Telnyx, Carrier::Plivo];
-
-impl Carrier {
-    fn number(self) -> &'static str {
-        match self {
-            Carrier::Twilio => OUR_NUMBER,
-            Carrier::Telnyx => TELNYX_NUMBER,
-            Carrier::Plivo => PLIVO_NUMBER,
-        }
-    }
-}
-
-async fn post(stack: &Stack, path: &str, body: Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}{path}", stack.base))
-        .json(&body)
-        .send()
-        .await
-        .expect("API request");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
-async fn get(stack: &Stack, path: &str) -> Value {
-    reqwest::get(format!("{}{path}", stack.base))
-        .await
-        .expect("API request")
-        .json()
-        .await
-        .unwrap_or(Value::Null)
-}
 
 /// Every request any carrier's REST fake received.
 fn carrier_requests(stack: &Stack) -> usize {
@@ -174,22 +136,6 @@ async fn unanswered(stack: &Stack, carrier: Carrier, n: usize, outcome: &str) {
     }
 }
 
-/// Waits until the carrier's REST API was asked to hang up `leg`.
-async fn carrier_hung_up(stack: &Stack, carrier: Carrier, leg: &str) {
-    for _ in 0..250 {
-        let done = match carrier {
-            Carrier::Twilio => stack.rest.hung_up().iter().any(|s| s == leg),
-            Carrier::Telnyx => stack.telnyx_rest.hung_up().iter().any(|s| s == leg),
-            Carrier::Plivo => stack.plivo_rest.hung_up().iter().any(|s| s == leg),
-        };
-        if done {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    panic!("{carrier:?}: no REST hang-up for {leg}");
-}
-
 fn opts() -> Opts {
     Opts {
         allowed_destinations: vec![CALLEE.into()],
@@ -203,14 +149,14 @@ async fn originate_talk_and_hang_up_on_every_carrier() {
     for carrier in ALL {
         let stack = Stack::start(opts()).await;
         stack.hermes.push(HermesReply::text("Great, thanks Bob."));
-        let (s, v) = post(
-            &stack,
-            "/v1/calls",
-            json!({"to": "+1 (555) 765-4321", "from": carrier.number(),
+        let (s, v) = Api::new(&stack, None)
+            .post(
+                "/v1/calls",
+                json!({"to": "+1 (555) 765-4321", "from": carrier.number(),
                    "first_message": "Hi, is this Bob?",
                    "system_prompt": "Confirm the caller is Bob."}),
-        )
-        .await;
+            )
+            .await;
         assert_eq!(s, 201, "{carrier:?}: {v}");
         let id = v["call_id"].as_str().expect("call_id").to_string();
         assert_eq!(v["direction"], "outbound");
@@ -270,14 +216,18 @@ async fn originate_talk_and_hang_up_on_every_carrier() {
             .await
             .unwrap_or_else(|e| panic!("{carrier:?}: reply: {e}"));
 
-        let (s, v) = post(&stack, &format!("/v1/calls/{id}/hangup"), json!({})).await;
+        let (s, v) = Api::new(&stack, None)
+            .post(&format!("/v1/calls/{id}/hangup"), json!({}))
+            .await;
         assert_eq!(s, 200, "{carrier:?}: {v}");
         assert_eq!(v["live"], false);
         assert_eq!(v["outcome"], "answered", "{carrier:?}: {v}");
         assert_eq!(v["status"], "completed");
         assert_eq!(v["carrier"], format!("{carrier:?}").to_lowercase());
-        carrier_hung_up(&stack, carrier, &leg).await;
-        let v = get(&stack, &format!("/v1/calls/{id}/transcript")).await;
+        stack.wait_rest_hang_up(carrier, &leg).await;
+        let (_, v) = Api::new(&stack, None)
+            .get(&format!("/v1/calls/{id}/transcript"))
+            .await;
         assert_eq!(v["transcript"][1]["text"], "yes this is Bob", "{carrier:?}");
         assert_eq!(v["transcript"][2]["heard_text"], "Great, thanks Bob.");
     }
@@ -287,12 +237,12 @@ async fn originate_talk_and_hang_up_on_every_carrier() {
 async fn a_destination_outside_the_allow_list_reaches_no_carrier() {
     let stack = Stack::start(opts()).await;
     for carrier in ALL {
-        let (s, v) = post(
-            &stack,
-            "/v1/calls",
-            json!({"to": "+442071234567", "from": carrier.number()}),
-        )
-        .await;
+        let (s, v) = Api::new(&stack, None)
+            .post(
+                "/v1/calls",
+                json!({"to": "+442071234567", "from": carrier.number()}),
+            )
+            .await;
         assert_eq!(s, 403, "{carrier:?}: {v}");
         assert_eq!(v["error"]["code"], "destination_not_allowed");
     }
@@ -333,18 +283,15 @@ async fn busy_and_no_answer_are_outcomes_on_every_carrier() {
         assert_eq!(v["transcript"], json!([]));
 
         // No answer, without wait.
-        let (s, v) = post(
-            &stack,
-            "/v1/calls",
-            json!({"to": CALLEE, "from": carrier.number()}),
-        )
-        .await;
+        let (s, v) = Api::new(&stack, None)
+            .post("/v1/calls", json!({"to": CALLEE, "from": carrier.number()}))
+            .await;
         assert_eq!(s, 201, "{carrier:?}: {v}");
         let id = v["call_id"].as_str().expect("call_id").to_string();
         unanswered(&stack, carrier, 2, "no_answer").await;
         stack.finished(&id).await;
         stack.server.app.store.tx.flush().await.expect("flush");
-        let v = get(&stack, &format!("/v1/calls/{id}")).await;
+        let (_, v) = Api::new(&stack, None).get(&format!("/v1/calls/{id}")).await;
         assert_eq!(v["outcome"], "no_answer", "{carrier:?}: {v}");
         assert_eq!(v["status"], "no-answer");
     }
@@ -354,15 +301,14 @@ async fn busy_and_no_answer_are_outcomes_on_every_carrier() {
 async fn cancelling_an_unanswered_call_reaches_the_carrier() {
     for carrier in [Carrier::Telnyx, Carrier::Plivo] {
         let stack = Stack::start(opts()).await;
-        let (s, v) = post(
-            &stack,
-            "/v1/calls",
-            json!({"to": CALLEE, "from": carrier.number()}),
-        )
-        .await;
+        let (s, v) = Api::new(&stack, None)
+            .post("/v1/calls", json!({"to": CALLEE, "from": carrier.number()}))
+            .await;
         assert_eq!(s, 201, "{carrier:?}: {v}");
         let id = v["call_id"].as_str().expect("call_id").to_string();
-        let (s, v) = post(&stack, &format!("/v1/calls/{id}/hangup"), json!({})).await;
+        let (s, v) = Api::new(&stack, None)
+            .post(&format!("/v1/calls/{id}/hangup"), json!({}))
+            .await;
         assert_eq!(s, 200, "{carrier:?}: {v}");
         assert_eq!(v["outcome"], "failed");
         match carrier {
@@ -375,13 +321,13 @@ async fn cancelling_an_unanswered_call_reaches_the_carrier() {
 #[tokio::test]
 async fn telnyx_machine_hears_the_voicemail_message_then_hangs_up() {
     let stack = Stack::start(opts()).await;
-    let (s, v) = post(
-        &stack,
-        "/v1/calls",
-        json!({"to": CALLEE, "from": TELNYX_NUMBER, "machine_detection": true,
+    let (s, v) = Api::new(&stack, None)
+        .post(
+            "/v1/calls",
+            json!({"to": CALLEE, "from": TELNYX_NUMBER, "machine_detection": true,
                "voicemail_message": "Please call us back."}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(s, 201, "{v}");
     let id = v["call_id"].as_str().expect("call_id").to_string();
     let d = stack.telnyx_rest.dialled()[0].clone();
@@ -408,10 +354,10 @@ async fn telnyx_machine_hears_the_voicemail_message_then_hangs_up() {
         "hung up mid-message"
     );
     stack.telnyx.speak_ended(&id).await.expect("speak ended");
-    carrier_hung_up(&stack, Carrier::Telnyx, &id).await;
+    stack.wait_rest_hang_up(Carrier::Telnyx, &id).await;
     stack.finished(&id).await;
     stack.server.app.store.tx.flush().await.expect("flush");
-    let v = get(&stack, &format!("/v1/calls/{id}")).await;
+    let (_, v) = Api::new(&stack, None).get(&format!("/v1/calls/{id}")).await;
     assert_eq!(v["outcome"], "voicemail", "{v}");
     assert_eq!(v["answered_by"], "machine");
 }
@@ -419,13 +365,13 @@ async fn telnyx_machine_hears_the_voicemail_message_then_hangs_up() {
 #[tokio::test]
 async fn plivo_machine_hears_the_voicemail_message_then_hangs_up() {
     let stack = Stack::start(opts()).await;
-    let (s, v) = post(
-        &stack,
-        "/v1/calls",
-        json!({"to": CALLEE, "from": PLIVO_NUMBER, "machine_detection": true,
+    let (s, v) = Api::new(&stack, None)
+        .post(
+            "/v1/calls",
+            json!({"to": CALLEE, "from": PLIVO_NUMBER, "machine_detection": true,
                "voicemail_message": "Please call us back."}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(s, 201, "{v}");
     let id = v["call_id"].as_str().expect("call_id").to_string();
     let c = stack.plivo_rest.created()[0].clone();
@@ -441,7 +387,7 @@ async fn plivo_machine_hears_the_voicemail_message_then_hangs_up() {
     assert!(a.hangup.is_some(), "{}", r.body);
     stack.finished(&id).await;
     stack.server.app.store.tx.flush().await.expect("flush");
-    let v = get(&stack, &format!("/v1/calls/{id}")).await;
+    let (_, v) = Api::new(&stack, None).get(&format!("/v1/calls/{id}")).await;
     assert_eq!(v["outcome"], "voicemail", "{v}");
     assert_eq!(v["answered_by"], "machine");
 }
@@ -453,12 +399,9 @@ async fn a_carrier_refusing_the_call_is_a_carrier_error() {
     stack.telnyx_rest.fail_dial_with(Some(500));
     stack.plivo_rest.fail_create_with(Some(500));
     for carrier in ALL {
-        let (s, v) = post(
-            &stack,
-            "/v1/calls",
-            json!({"to": CALLEE, "from": carrier.number()}),
-        )
-        .await;
+        let (s, v) = Api::new(&stack, None)
+            .post("/v1/calls", json!({"to": CALLEE, "from": carrier.number()}))
+            .await;
         assert_eq!(s, 502, "{carrier:?}: {v}");
         assert_eq!(v["error"]["code"], "carrier_error");
         assert!(

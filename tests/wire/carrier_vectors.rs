@@ -12,17 +12,7 @@ use patterd::carrier::telnyx::{self, TelnyxCodec};
 use patterd::carrier::{MediaCodec, MediaCommand, MediaEvent};
 use patterd_sim::twilio::xml::parse_xml;
 
-fn fixture(name: &str) -> String {
-    std::fs::read_to_string(format!(
-        "{}/tests/fixtures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .expect("fixture readable")
-}
-
-fn json(name: &str) -> Value {
-    serde_json::from_str(&fixture(name)).expect("fixture is JSON")
-}
+use crate::common::fixtures::{json, text as fixture};
 
 fn header<'a>(headers: &'a Value, name: &str) -> Option<&'a str> {
     headers

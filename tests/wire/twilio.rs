@@ -3,7 +3,6 @@
 //! of the simulator against a small WebSocket server written here.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -18,6 +17,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use crate::common::fixtures::{json as json_fixture, text as fixture};
 use patterd::audio::g711;
 use patterd::carrier::twilio::{self, TwilioCodec, TwilioRest};
 use patterd::carrier::{CarrierError, MediaCodec, MediaCommand, MediaEvent};
@@ -27,17 +27,6 @@ use patterd_sim::twilio::{
 
 const ACCOUNT_SID: &str = "AC00000000000000000000000000000001";
 const AUTH_TOKEN: &str = "0123456789abcdef0123456789abcdef";
-
-fn fixture(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
-}
-
-fn json_fixture(name: &str) -> Value {
-    serde_json::from_str(&fixture(name)).expect("fixture is JSON")
-}
 
 fn s(v: &Value) -> &str {
     v.as_str().expect("string")

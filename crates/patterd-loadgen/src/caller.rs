@@ -15,9 +15,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use fastwebsockets::{FragmentCollectorRead, Frame, OpCode, Payload, WebSocketWrite};
-use hyper::upgrade::Upgraded;
-use hyper_util::rt::TokioIo;
+use fastwebsockets::{Frame, OpCode, Payload};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -27,9 +25,7 @@ use patterd::carrier::FRAME_BYTES;
 use patterd::net::ws_client::connect;
 use patterd_sim::twilio::call::map_stream_url;
 use patterd_sim::twilio::{SimTwilio, new_sid, parse_twiml};
-
-type WsWrite = WebSocketWrite<tokio::io::WriteHalf<TokioIo<Upgraded>>>;
-type WsRead = FragmentCollectorRead<tokio::io::ReadHalf<TokioIo<Upgraded>>>;
+use patterd_sim::ws::{WsFrame, WsWrite, spawn_reader};
 
 const FRAME: Duration = Duration::from_millis(20);
 /// A gap between two agent frames of one utterance above this counts as late.
@@ -174,39 +170,32 @@ fn b64_len(s: &str) -> usize {
     (s.len() / 4 * 3).saturating_sub(pad)
 }
 
-async fn read_loop(mut rd: WsRead, tx: mpsc::UnboundedSender<In>) {
-    let obligated = tx.clone();
-    let mut send_fn = move |f: Frame<'_>| {
-        let _ = obligated.send(In::Obligated(f.opcode, f.payload.to_vec()));
-        std::future::ready(Ok::<(), std::io::Error>(()))
-    };
-    loop {
-        let frame = match rd.read_frame(&mut send_fn).await {
-            Ok(f) => f,
-            Err(_) => break,
-        };
-        let at = Instant::now();
-        let msg = match frame.opcode {
-            OpCode::Text => match serde_json::from_slice::<OutFrame<'_>>(&frame.payload) {
-                Ok(o) => match (o.event, o.media, o.mark) {
-                    ("media", Some(m), _) => In::Media {
-                        bytes: b64_len(m.payload),
-                        at,
-                    },
-                    ("mark", _, Some(m)) => In::Mark { name: m.name, at },
-                    ("clear", _, _) => In::Clear { at },
-                    _ => continue,
-                },
-                Err(_) => continue,
-            },
-            OpCode::Close => break,
-            _ => continue,
-        };
-        if tx.send(msg).is_err() {
-            return;
-        }
+/// What the driver needs of one frame from patterd; everything else is dropped in the reader
+/// task (media is only counted, never decoded).
+fn incoming(f: WsFrame<'_>) -> Option<In> {
+    let at = Instant::now();
+    match f {
+        WsFrame::Obligated(op, payload) => Some(In::Obligated(op, payload)),
+        WsFrame::Text(t) => match serde_json::from_slice::<OutFrame<'_>>(t).ok()? {
+            OutFrame {
+                event: "media",
+                media: Some(m),
+                ..
+            } => Some(In::Media {
+                bytes: b64_len(m.payload),
+                at,
+            }),
+            OutFrame {
+                event: "mark",
+                mark: Some(m),
+                ..
+            } => Some(In::Mark { name: m.name, at }),
+            OutFrame { event: "clear", .. } => Some(In::Clear { at }),
+            _ => None,
+        },
+        WsFrame::Binary(_) => None,
+        WsFrame::Close(..) | WsFrame::Error(_) => Some(In::Closed),
     }
-    let _ = tx.send(In::Closed);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -497,7 +486,7 @@ pub async fn run_call(ctx: Arc<CallCtx>, plan: CallPlan) -> CallResult {
             return res;
         }
     };
-    let (rd, mut wr) = ws.split(tokio::io::split);
+    let (rd, mut wr) = patterd_sim::ws::split(ws);
     let stream_sid = new_sid("MZ");
     let connected = r#"{"event":"connected","protocol":"Call","version":"1.0.0"}"#;
     let start = serde_json::json!({
@@ -523,10 +512,7 @@ pub async fn run_call(ctx: Arc<CallCtx>, plan: CallPlan) -> CallResult {
     let t0 = Instant::now();
     res.started_at = Some(t0);
     let (in_tx, mut in_rx) = mpsc::unbounded_channel();
-    let reader = patterd::util::TaskGuard::new(tokio::spawn(read_loop(
-        FragmentCollectorRead::new(rd),
-        in_tx,
-    )));
+    let reader = spawn_reader(rd, in_tx, incoming);
     let mut d = Driver {
         ctx: &ctx,
         wr,

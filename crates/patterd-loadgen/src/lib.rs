@@ -23,12 +23,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use caller::{CallCtx, CallPlan, CallResult, SpeechClip};
 use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
 use patterd_sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
 use patterd_sim::hermes::FakeHermes;
 use patterd_sim::twilio::SimTwilio;
 use patterd_sim::twilio::rest::FakeTwilioRest;
-use caller::{CallCtx, CallPlan, CallResult, SpeechClip};
 use report::{ProviderCounts, Quantiles, RunReport, ServerStats};
 
 pub const ACCOUNT_SID: &str = "AC00000000000000000000000000000b07";

@@ -11,3 +11,4 @@ pub mod stream;
 pub mod telnyx;
 pub mod tone;
 pub mod twilio;
+pub mod ws;

@@ -17,9 +17,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use fastwebsockets::{FragmentCollectorRead, Frame, OpCode, Payload, WebSocketWrite};
-use hyper::upgrade::Upgraded;
-use hyper_util::rt::TokioIo;
+use fastwebsockets::{Frame, OpCode, Payload};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -30,9 +28,7 @@ use patterd::net::ws_client::{WsConnectError, connect};
 use patterd::util::TaskGuard;
 
 use crate::twilio::{TwimlAnswer, new_sid, sign_request};
-
-type WsWrite = WebSocketWrite<tokio::io::WriteHalf<TokioIo<Upgraded>>>;
-type WsRead = FragmentCollectorRead<tokio::io::ReadHalf<TokioIo<Upgraded>>>;
+use crate::ws::{WsFrame, WsWrite, spawn_reader};
 
 /// Most timeline entries kept (older ones are not dropped; new ones stop being added).
 const TIMELINE_CAP: usize = 20_000;
@@ -343,7 +339,10 @@ impl SimCall {
             Dialect::Telnyx => vec![("User-Agent", "Telnyx-Media-Streaming/1.0")],
             Dialect::PlivoMulaw | Dialect::PlivoL16 => vec![
                 ("User-Agent", "Plivo-Stream/1.0"),
-                ("Sec-WebSocket-Protocol", patterd::carrier::plivo::SUBPROTOCOL),
+                (
+                    "Sec-WebSocket-Protocol",
+                    patterd::carrier::plivo::SUBPROTOCOL,
+                ),
             ],
         };
         if let Some(sig) = &sig {
@@ -359,8 +358,7 @@ impl SimCall {
                 return Err(SimError::Subprotocol(patterd::carrier::plivo::SUBPROTOCOL));
             }
         }
-        let (rd, mut wr) = ws.split(tokio::io::split);
-        let rd = FragmentCollectorRead::new(rd);
+        let (rd, mut wr) = crate::ws::split(ws);
 
         let stream_sid = match dialect {
             Dialect::Twilio => new_sid("MZ"),
@@ -439,7 +437,15 @@ impl SimCall {
         let (state_tx, state_rx) = watch::channel(initial);
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (in_tx, in_rx) = mpsc::unbounded_channel();
-        let reader = TaskGuard::new(tokio::spawn(read_loop(rd, in_tx)));
+        let reader = spawn_reader(rd, in_tx, |f| {
+            Some(match f {
+                WsFrame::Obligated(op, payload) => Incoming::Obligated(op, payload),
+                WsFrame::Text(t) => Incoming::Text(String::from_utf8_lossy(t).into_owned()),
+                WsFrame::Binary(b) => Incoming::Binary(b.len()),
+                WsFrame::Close(code, reason) => Incoming::Close(code, reason),
+                WsFrame::Error(e) => Incoming::Error(e),
+            })
+        });
         let driver = Driver {
             dialect,
             reorder: cfg.reorder_media && dialect == Dialect::Telnyx,
@@ -553,39 +559,6 @@ impl SimCall {
 async fn write_text(wr: &mut WsWrite, text: String) -> Result<(), fastwebsockets::WebSocketError> {
     wr.write_frame(Frame::text(Payload::Owned(text.into_bytes())))
         .await
-}
-
-async fn read_loop(mut rd: WsRead, tx: mpsc::UnboundedSender<Incoming>) {
-    let obligated = tx.clone();
-    let mut send_fn = move |f: Frame<'_>| {
-        let _ = obligated.send(Incoming::Obligated(f.opcode, f.payload.to_vec()));
-        std::future::ready(Ok::<(), std::io::Error>(()))
-    };
-    loop {
-        let msg = match rd.read_frame(&mut send_fn).await {
-            Ok(frame) => match frame.opcode {
-                OpCode::Text => {
-                    Incoming::Text(String::from_utf8_lossy(&frame.payload).into_owned())
-                }
-                OpCode::Binary => Incoming::Binary(frame.payload.len()),
-                OpCode::Close => {
-                    let p: &[u8] = &frame.payload;
-                    let code = (p.len() >= 2).then(|| u16::from_be_bytes([p[0], p[1]]));
-                    let reason = p.get(2..).map(String::from_utf8_lossy).unwrap_or_default();
-                    let _ = tx.send(Incoming::Close(code, reason.into_owned()));
-                    return;
-                }
-                _ => continue,
-            },
-            Err(e) => {
-                let _ = tx.send(Incoming::Error(e.to_string()));
-                return;
-            }
-        };
-        if tx.send(msg).is_err() {
-            return;
-        }
-    }
 }
 
 struct Driver {
@@ -1128,7 +1101,9 @@ impl Driver {
                         let ulaw: Vec<u8> = audio
                             .chunks_exact(2)
                             .map(|b| {
-                                patterd::audio::g711::linear_to_ulaw(i16::from_le_bytes([b[0], b[1]]))
+                                patterd::audio::g711::linear_to_ulaw(i16::from_le_bytes([
+                                    b[0], b[1],
+                                ]))
                             })
                             .collect();
                         self.on_agent_audio(&ulaw);

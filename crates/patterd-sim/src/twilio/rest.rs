@@ -9,15 +9,11 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::json;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::http::{Body, header_pairs, json as json_response, read_body, serve};
 use patterd::util::TaskGuard;
 
 /// One request the fake received.
@@ -86,8 +82,6 @@ pub struct FakeTwilioRest {
 impl FakeTwilioRest {
     /// Starts on an ephemeral port, accepting `account_sid:auth_token`.
     pub async fn start(account_sid: &str, auth_token: &str) -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
         let inner = Arc::new(Mutex::new(Inner {
             account_sid: account_sid.to_string(),
             auth_token: auth_token.to_string(),
@@ -98,33 +92,14 @@ impl FakeTwilioRest {
         let (count_tx, count_rx) = watch::channel(0usize);
         let count_tx = Arc::new(count_tx);
         let server_inner = inner.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let inner = server_inner.clone();
-                let count_tx = count_tx.clone();
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req| {
-                        let inner = inner.clone();
-                        let count_tx = count_tx.clone();
-                        async move {
-                            Ok::<_, std::convert::Infallible>(handle(req, inner, count_tx).await)
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
+        let (addr, server) =
+            serve(move |req| handle(req, server_inner.clone(), count_tx.clone())).await?;
         Ok(Self {
             addr,
             base_url: format!("http://{addr}"),
             inner,
             count: count_rx,
-            _server: TaskGuard::new(task),
+            _server: server,
         })
     }
 
@@ -231,20 +206,10 @@ impl FakeTwilioRest {
     }
 }
 
-fn json_response(status: u16, v: serde_json::Value) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(v.to_string())));
-    *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::OK);
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
-fn twilio_error(status: u16, code: u32, message: &str) -> Response<Full<Bytes>> {
+fn twilio_error(status: u16, code: u32, message: &str) -> Response<Body> {
     json_response(
         status,
-        json!({
+        &json!({
             "code": code,
             "message": message,
             "more_info": format!("https://www.twilio.com/docs/errors/{code}"),
@@ -257,26 +222,18 @@ async fn handle(
     req: Request<hyper::body::Incoming>,
     inner: Arc<Mutex<Inner>>,
     count: Arc<watch::Sender<usize>>,
-) -> Response<Full<Bytes>> {
+) -> Response<Body> {
     let method = req.method().to_string();
     let path = req
         .uri()
         .path_and_query()
         .map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string());
-    let headers: Vec<(String, String)> = req
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_ascii_lowercase(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let body = match Limited::new(req.into_body(), 1 << 20).collect().await {
-        Ok(b) => b.to_bytes().to_vec(),
-        Err(_) => Vec::new(),
-    };
+    // Header names are lower-case (hyper's `HeaderName`).
+    let headers = header_pairs(&req);
+    let body = read_body(req, 1 << 20)
+        .await
+        .map(|b| b.to_vec())
+        .unwrap_or_default();
     let (account_sid, auth_token, fail_with, delay) = {
         let g = inner.lock().unwrap_or_else(|e| e.into_inner());
         (
@@ -324,7 +281,7 @@ async fn handle(
         };
         json_response(
             201,
-            json!({
+            &json!({
                 "sid": sid,
                 "account_sid": account_sid,
                 "to": field("To"),
@@ -347,7 +304,7 @@ async fn handle(
             .map_or("in-progress", |(_, v)| v.as_str());
         json_response(
             200,
-            json!({
+            &json!({
                 "sid": call_sid,
                 "account_sid": account_sid,
                 "status": status,
