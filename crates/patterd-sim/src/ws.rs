@@ -60,37 +60,27 @@ where
             std::future::ready(Ok::<(), std::io::Error>(()))
         };
         loop {
-            let seen = match rd.read_frame(&mut send_fn).await {
-                Ok(frame) => {
-                    let seen = match frame.opcode {
-                        OpCode::Text => map(WsFrame::Text(&frame.payload)),
-                        OpCode::Binary => map(WsFrame::Binary(&frame.payload)),
-                        OpCode::Close => {
-                            let p: &[u8] = &frame.payload;
-                            let code = (p.len() >= 2).then(|| u16::from_be_bytes([p[0], p[1]]));
-                            let reason =
-                                p.get(2..).map(String::from_utf8_lossy).unwrap_or_default();
-                            let last = map(WsFrame::Close(code, reason.into_owned()));
-                            if let Some(m) = last {
-                                let _ = tx.send(m);
-                            }
-                            return;
-                        }
-                        _ => continue,
-                    };
-                    seen
-                }
-                Err(e) => {
-                    if let Some(m) = map(WsFrame::Error(e.to_string())) {
-                        let _ = tx.send(m);
+            let (seen, last) = match rd.read_frame(&mut send_fn).await {
+                Ok(frame) => match frame.opcode {
+                    OpCode::Text => (map(WsFrame::Text(&frame.payload)), false),
+                    OpCode::Binary => (map(WsFrame::Binary(&frame.payload)), false),
+                    OpCode::Close => {
+                        let p: &[u8] = &frame.payload;
+                        let code = (p.len() >= 2).then(|| u16::from_be_bytes([p[0], p[1]]));
+                        let reason = p.get(2..).map(String::from_utf8_lossy).unwrap_or_default();
+                        (map(WsFrame::Close(code, reason.into_owned())), true)
                     }
-                    return;
-                }
+                    _ => continue,
+                },
+                Err(e) => (map(WsFrame::Error(e.to_string())), true),
             };
-            if let Some(m) = seen {
-                if tx.send(m).is_err() {
-                    return;
-                }
+            if let Some(m) = seen
+                && tx.send(m).is_err()
+            {
+                return;
+            }
+            if last {
+                return;
             }
         }
     }))
