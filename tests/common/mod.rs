@@ -116,21 +116,19 @@ pub fn telnyx_seed() -> [u8; 32] {
         .expect("32 bytes")
 }
 
+/// The inside of a TOML array of strings: `"a", "b"`.
+fn toml_list(v: &[String]) -> String {
+    v.iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `[carriers.telnyx]`, `[carriers.plivo]` and one number each, for [`config_text`]'s
 /// `extra_numbers`.
 pub fn other_carriers(opts: &Opts, telnyx_rest: &str, plivo_rest: &str) -> String {
-    let callers = opts
-        .allowed_callers
-        .iter()
-        .map(|c| format!("\"{c}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let destinations = opts
-        .allowed_destinations
-        .iter()
-        .map(|c| format!("\"{c}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let callers = toml_list(&opts.allowed_callers);
+    let destinations = toml_list(&opts.allowed_destinations);
     format!(
         r#"
 [carriers.telnyx]
@@ -171,19 +169,8 @@ pub fn config_text(
     rest: &str,
     extra_numbers: &str,
 ) -> String {
-    let list = |v: &[String]| {
-        v.iter()
-            .map(|c| format!("\"{c}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let destinations = list(&opts.allowed_destinations);
-    let callers = opts
-        .allowed_callers
-        .iter()
-        .map(|c| format!("\"{c}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let destinations = toml_list(&opts.allowed_destinations);
+    let callers = toml_list(&opts.allowed_callers);
     format!(
         r#"
 [server]

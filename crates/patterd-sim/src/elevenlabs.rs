@@ -118,12 +118,7 @@ impl FakeElevenLabs {
             record: Recorder::default(),
             tasks: Tasks::default(),
         });
-        let s = shared.clone();
-        let (addr, server) = http::serve(move |req| {
-            let s = s.clone();
-            async move { handle(s, req).await }
-        })
-        .await?;
+        let (addr, server) = http::serve_shared(shared.clone(), handle).await?;
         Ok(Self {
             addr,
             shared,

@@ -177,12 +177,7 @@ impl FakeHermes {
             record: Recorder::default(),
             tasks: Tasks::default(),
         });
-        let s = shared.clone();
-        let (addr, server) = http::serve(move |req| {
-            let s = s.clone();
-            async move { handle(s, req).await }
-        })
-        .await?;
+        let (addr, server) = http::serve_shared(shared.clone(), handle).await?;
         Ok(Self {
             addr,
             shared,

@@ -167,6 +167,29 @@ where
     Ok((addr, TaskGuard::new(task)))
 }
 
+/// Serves `handle(shared, request)` on 127.0.0.1:0 until the guard is dropped: the common
+/// shape of a fake whose state lives in one `Arc`.
+pub async fn serve_shared<S, H, F>(
+    shared: Arc<S>,
+    handle: H,
+) -> std::io::Result<(SocketAddr, TaskGuard)>
+where
+    S: Send + Sync + 'static,
+    H: Fn(Arc<S>, Request<Incoming>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    serve(move |req| handle(shared.clone(), req)).await
+}
+
+/// Whether the request's (first) `Authorization` header is exactly `expected` (compared in
+/// constant time, as patterd compares secrets).
+pub fn authorized<B>(req: &Request<B>, expected: &str) -> bool {
+    req.headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| patterd::security::ct_eq(v.as_bytes(), expected.as_bytes()))
+}
+
 /// How long [`Recorder::wait_until`] waits before panicking.
 pub const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 

@@ -17,11 +17,10 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::json;
 
 use super::http::{Recorder, full, json as json_resp, read_body, serve};
-use super::stream::{Dialect, SimCall, SimCallConfig};
+use super::stream::{Dialect, SimCall, SimCallConfig, new_uuid};
 use super::twilio::xml::parse_xml;
-use super::twilio::{WebhookResponse, new_sid};
+use super::twilio::{WebhookResponse, new_sid, signed_url};
 use patterd::carrier::plivo::signature::compute_v3;
-use patterd::carrier::public_request_url;
 use patterd::util::TaskGuard;
 
 /// The Plivo account id the simulator uses.
@@ -84,19 +83,6 @@ impl PlivoRequest {
     }
 }
 
-/// A Plivo-style UUID.
-fn new_uuid() -> String {
-    let h = new_sid("");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
 #[derive(Debug, Clone, Default)]
 pub struct PlivoRestRecord {
     pub requests: Vec<PlivoRequest>,
@@ -133,11 +119,7 @@ impl FakePlivoRest {
             async move {
                 let path = req.uri().path().to_string();
                 let method = req.method().to_string();
-                let auth_ok = req
-                    .headers()
-                    .get("authorization")
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|v| patterd::security::ct_eq(v.as_bytes(), expected.as_bytes()));
+                let auth_ok = super::http::authorized(&req, &expected);
                 let raw = read_body(req, 1 << 20).await.unwrap_or_default();
                 let body: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_default();
                 let uuid = path
@@ -336,11 +318,7 @@ impl SimPlivo {
         path: &str,
         params: &[(String, String)],
     ) -> Result<WebhookResponse, reqwest::Error> {
-        let (p, q) = match path.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
-            None => (path, None),
-        };
-        let url = public_request_url(&self.public_url, p, q);
+        let url = signed_url(&self.public_url, path);
         let nonce: String = new_sid("")
             .bytes()
             .take(20)
@@ -377,19 +355,7 @@ impl SimPlivo {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let resp = req.send().await?;
-        let status = resp.status().as_u16();
-        let content_type = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let body = resp.text().await?;
-        Ok(WebhookResponse {
-            status,
-            content_type,
-            body,
-        })
+        WebhookResponse::read(req.send().await?).await
     }
 
     /// Plivo answering a call patterd placed: fetches its `answer_url` (signed, `Direction:

@@ -59,8 +59,8 @@ impl Dialect {
     }
 }
 
-/// A random UUID-shaped id (Telnyx and Plivo stream ids).
-fn new_uuid() -> String {
+/// A random UUID-shaped id (Telnyx and Plivo stream ids, Plivo call UUIDs).
+pub fn new_uuid() -> String {
     let h = new_sid("");
     format!(
         "{}-{}-{}-{}-{}",

@@ -189,11 +189,7 @@ impl FakeTelnyxRest {
             let fail = fail.load(std::sync::atomic::Ordering::Relaxed);
             async move {
                 let path = req.uri().path().to_string();
-                let auth_ok = req
-                    .headers()
-                    .get("authorization")
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|v| patterd::security::ct_eq(v.as_bytes(), expected.as_bytes()));
+                let auth_ok = super::http::authorized(&req, &expected);
                 let json_ct = req
                     .headers()
                     .get("content-type")
@@ -404,19 +400,7 @@ impl SimTelnyx {
         if let Some(t) = timestamp {
             req = req.header("telnyx-timestamp", t);
         }
-        let resp = req.send().await?;
-        let status = resp.status().as_u16();
-        let content_type = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let body = resp.text().await?;
-        Ok(WebhookResponse {
-            status,
-            content_type,
-            body,
-        })
+        WebhookResponse::read(req.send().await?).await
     }
 
     /// The `call.initiated` body of a new inbound call.

@@ -72,6 +72,33 @@ pub struct WebhookResponse {
     pub body: String,
 }
 
+impl WebhookResponse {
+    /// Reads status, `Content-Type` and body of patterd's answer (every carrier simulator).
+    pub async fn read(resp: reqwest::Response) -> Result<Self, reqwest::Error> {
+        let status = resp.status().as_u16();
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = resp.text().await?;
+        Ok(Self {
+            status,
+            content_type,
+            body,
+        })
+    }
+}
+
+/// The public URL a carrier signs for `path` (which may carry a query) under `public_url`.
+pub fn signed_url(public_url: &str, path: &str) -> String {
+    let (p, q) = match path.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path, None),
+    };
+    public_request_url(public_url, p, q)
+}
+
 /// Twilio's webhook side: posts signed requests to a patterd instance.
 #[derive(Debug, Clone)]
 pub struct SimTwilio {
@@ -102,12 +129,11 @@ impl SimTwilio {
         path: &str,
         params: &[(String, String)],
     ) -> Result<WebhookResponse, reqwest::Error> {
-        let (p, q) = match path.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
-            None => (path, None),
-        };
-        let signed_url = public_request_url(&self.public_url, p, q);
-        let sig = sign_request(&self.auth_token, &signed_url, params);
+        let sig = sign_request(
+            &self.auth_token,
+            &signed_url(&self.public_url, path),
+            params,
+        );
         self.post_form_with_signature(path, params, &sig).await
     }
 
@@ -130,18 +156,7 @@ impl SimTwilio {
             .body(body)
             .send()
             .await?;
-        let status = resp.status().as_u16();
-        let content_type = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let body = resp.text().await?;
-        Ok(WebhookResponse {
-            status,
-            content_type,
-            body,
-        })
+        WebhookResponse::read(resp).await
     }
 
     /// The path (and query) of one of patterd's public URLs, as the simulator posts to it.
