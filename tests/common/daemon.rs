@@ -1,5 +1,6 @@
 //! Runs the real `patterd` binary as a child process for tests: writes a config, starts it,
-//! waits for its "serving" log line (JSON logs) and reads the bound address from it.
+//! waits for its "serving" log line (JSON logs) and reads the bound address from it; signals,
+//! log lines and a simulated Twilio call against it.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -7,6 +8,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+
+use patterd_sim::twilio::SimTwilio;
+use patterd_sim::twilio::call::{SimCall, SimCallConfig};
+use patterd_sim::twilio::xml::parse_twiml;
 
 pub struct Daemon {
     pub child: Child,
@@ -65,6 +70,36 @@ impl Daemon {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    /// The Twilio simulator, signing for this daemon (config from [`super::config_text`]).
+    pub fn twilio(&self) -> SimTwilio {
+        SimTwilio::new(
+            &self.url(""),
+            super::PUBLIC_URL,
+            super::ACCOUNT_SID,
+            super::AUTH_TOKEN,
+        )
+    }
+
+    /// A whole inbound Twilio call to [`super::OUR_NUMBER`] from [`super::CALLER`] (config
+    /// from [`super::config_text`]): signed webhook, TwiML, media stream opened.
+    pub async fn call(&self) -> (String, SimCall) {
+        let (call_sid, resp) = self
+            .twilio()
+            .incoming_call("/twilio/voice", super::CALLER, super::OUR_NUMBER)
+            .await
+            .expect("webhook request");
+        let answer = parse_twiml(&resp.body).expect("TwiML parses");
+        let cfg = SimCallConfig::new(
+            &format!("ws://{}", self.addr),
+            super::ACCOUNT_SID,
+            &call_sid,
+        );
+        let sim = SimCall::from_answer(&answer, cfg)
+            .await
+            .expect("media stream opens");
+        (call_sid, sim)
     }
 
     pub fn signal(&self, sig: i32) {

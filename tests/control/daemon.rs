@@ -124,9 +124,7 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
         use patterd_sim::deepgram::FakeDeepgram;
         use patterd_sim::elevenlabs::FakeElevenLabs;
         use patterd_sim::hermes::FakeHermes;
-        use patterd_sim::twilio::SimTwilio;
         use patterd_sim::twilio::rest::FakeTwilioRest;
-        use patterd_sim::twilio::xml::parse_twiml;
         let dg = FakeDeepgram::start(DG_KEY).await.unwrap();
         let el = FakeElevenLabs::start(EL_KEY).await.unwrap();
         let hermes = FakeHermes::start(HERMES_KEY).await.unwrap();
@@ -143,22 +141,7 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
         );
         let mut d = Daemon::start(&text);
         let base = format!("http://{}", d.addr);
-        let twilio = SimTwilio::new(&base, PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN);
-        let (call_sid, resp) = twilio
-            .incoming_call("/twilio/voice", CALLER, OUR_NUMBER)
-            .await
-            .unwrap();
-        let answer = parse_twiml(&resp.body).unwrap();
-        let sim = patterd_sim::twilio::call::SimCall::from_answer(
-            &answer,
-            patterd_sim::twilio::call::SimCallConfig::new(
-                &format!("ws://{}", d.addr),
-                ACCOUNT_SID,
-                &call_sid,
-            ),
-        )
-        .await
-        .unwrap();
+        let (_call_sid, sim) = d.call().await;
         sim.wait_for("greeting", WAIT, |s| s.agent_audio_bytes > 0)
             .await
             .unwrap();
@@ -185,7 +168,8 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
         // Draining: not ready, new calls refused as busy, the live call goes on.
         let ready = reqwest::get(format!("{base}/readyz")).await.unwrap();
         assert_eq!(ready.status(), 503);
-        let (_, busy) = twilio
+        let (_, busy) = d
+            .twilio()
             .incoming_call("/twilio/voice", CALLER, OUR_NUMBER)
             .await
             .unwrap();
@@ -216,9 +200,7 @@ fn turns_survive_sigkill_mid_call() {
         use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
         use patterd_sim::elevenlabs::FakeElevenLabs;
         use patterd_sim::hermes::{FakeHermes, HermesReply};
-        use patterd_sim::twilio::SimTwilio;
         use patterd_sim::twilio::rest::FakeTwilioRest;
-        use patterd_sim::twilio::xml::parse_twiml;
         let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
             api_key: DG_KEY.into(),
             transcripts: vec!["book a table for two".into()],
@@ -244,22 +226,7 @@ fn turns_survive_sigkill_mid_call() {
         let text = text.replace("level = \"info\"", "level = \"info,patterd::store=debug\"");
         let d = Daemon::start(&text);
         let base = format!("http://{}", d.addr);
-        let twilio = SimTwilio::new(&base, PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN);
-        let (call_sid, resp) = twilio
-            .incoming_call("/twilio/voice", CALLER, OUR_NUMBER)
-            .await
-            .unwrap();
-        let answer = parse_twiml(&resp.body).unwrap();
-        let sim = patterd_sim::twilio::call::SimCall::from_answer(
-            &answer,
-            patterd_sim::twilio::call::SimCallConfig::new(
-                &format!("ws://{}", d.addr),
-                ACCOUNT_SID,
-                &call_sid,
-            ),
-        )
-        .await
-        .unwrap();
+        let (call_sid, sim) = d.call().await;
         sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
             .await
             .unwrap();
