@@ -36,6 +36,15 @@ async fn callee(stack: &Stack, already: usize) {
         let c = created[handled].clone();
         handled += 1;
         let sid = c.created_sid.clone().expect("sid");
+        // patterd registers a placed call once Twilio's 201 is back, and this callee sees the
+        // request before that answer is read (a real one answers seconds later): wait for the
+        // call's actor, which pre-opens one STT session per call, before answering.
+        stack
+            .dg
+            .wait_until("the placed call's STT session", |r| {
+                r.connections.len() >= handled
+            })
+            .await;
         let answer = stack
             .twilio
             .answer_outbound(&c, Some("human"))
