@@ -318,18 +318,32 @@ async fn cancelling_an_unanswered_call_reaches_the_carrier() {
     }
 }
 
-#[tokio::test]
-async fn telnyx_machine_hears_the_voicemail_message_then_hangs_up() {
-    let stack = Stack::start(opts()).await;
-    let (s, v) = Api::new(&stack, None)
+/// Places a call from `from` with machine detection and a voicemail message; our call id.
+async fn originate_with_voicemail(stack: &Stack, from: &str) -> String {
+    let (s, v) = Api::new(stack, None)
         .post(
             "/v1/calls",
-            json!({"to": CALLEE, "from": TELNYX_NUMBER, "machine_detection": true,
+            json!({"to": CALLEE, "from": from, "machine_detection": true,
                "voicemail_message": "Please call us back."}),
         )
         .await;
     assert_eq!(s, 201, "{v}");
-    let id = v["call_id"].as_str().expect("call_id").to_string();
+    v["call_id"].as_str().expect("call_id").to_string()
+}
+
+/// Waits for the call to end and checks the stored outcome: voicemail, answered by a machine.
+async fn assert_ended_as_voicemail(stack: &Stack, id: &str) {
+    stack.finished(id).await;
+    stack.server.app.store.tx.flush().await.expect("flush");
+    let (_, v) = Api::new(stack, None).get(&format!("/v1/calls/{id}")).await;
+    assert_eq!(v["outcome"], "voicemail", "{v}");
+    assert_eq!(v["answered_by"], "machine");
+}
+
+#[tokio::test]
+async fn telnyx_machine_hears_the_voicemail_message_then_hangs_up() {
+    let stack = Stack::start(opts()).await;
+    let id = originate_with_voicemail(&stack, TELNYX_NUMBER).await;
     let d = stack.telnyx_rest.dialled()[0].clone();
     assert_eq!(d.body["answering_machine_detection"], "detect");
     let sim = stack
@@ -355,25 +369,13 @@ async fn telnyx_machine_hears_the_voicemail_message_then_hangs_up() {
     );
     stack.telnyx.speak_ended(&id).await.expect("speak ended");
     stack.wait_rest_hang_up(Carrier::Telnyx, &id).await;
-    stack.finished(&id).await;
-    stack.server.app.store.tx.flush().await.expect("flush");
-    let (_, v) = Api::new(&stack, None).get(&format!("/v1/calls/{id}")).await;
-    assert_eq!(v["outcome"], "voicemail", "{v}");
-    assert_eq!(v["answered_by"], "machine");
+    assert_ended_as_voicemail(&stack, &id).await;
 }
 
 #[tokio::test]
 async fn plivo_machine_hears_the_voicemail_message_then_hangs_up() {
     let stack = Stack::start(opts()).await;
-    let (s, v) = Api::new(&stack, None)
-        .post(
-            "/v1/calls",
-            json!({"to": CALLEE, "from": PLIVO_NUMBER, "machine_detection": true,
-               "voicemail_message": "Please call us back."}),
-        )
-        .await;
-    assert_eq!(s, 201, "{v}");
-    let id = v["call_id"].as_str().expect("call_id").to_string();
+    let id = originate_with_voicemail(&stack, PLIVO_NUMBER).await;
     let c = stack.plivo_rest.created()[0].clone();
     assert_eq!(c.field("machine_detection"), Some("true"));
     let (_, r) = stack
@@ -385,11 +387,7 @@ async fn plivo_machine_hears_the_voicemail_message_then_hangs_up() {
     assert!(a.stream_url.is_none(), "{}", r.body);
     assert_eq!(a.speak, vec!["Please call us back.".to_string()]);
     assert!(a.hangup.is_some(), "{}", r.body);
-    stack.finished(&id).await;
-    stack.server.app.store.tx.flush().await.expect("flush");
-    let (_, v) = Api::new(&stack, None).get(&format!("/v1/calls/{id}")).await;
-    assert_eq!(v["outcome"], "voicemail", "{v}");
-    assert_eq!(v["answered_by"], "machine");
+    assert_ended_as_voicemail(&stack, &id).await;
 }
 
 #[tokio::test]

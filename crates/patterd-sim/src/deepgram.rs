@@ -15,7 +15,6 @@
 //! calls there); a load run turns off the verbatim frame log with `record_frames: false`.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,7 +27,6 @@ use tokio::time::Instant;
 use super::http::{self, Body, Recorder, Tasks};
 use super::tone::mulaw_level;
 use patterd::net::ws_pump::{self, WsIn};
-use patterd::util::TaskGuard;
 
 /// Mean absolute PCM level above which a 20 ms block counts as speech.
 const SPEECH_LEVEL: f64 = 1000.0;
@@ -146,15 +144,11 @@ struct Shared {
 }
 
 /// A running fake; dropping it stops the server and its sessions.
-pub struct FakeDeepgram {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    _server: TaskGuard,
-}
+pub struct FakeDeepgram(http::Server<Shared>);
 
-impl Drop for FakeDeepgram {
-    fn drop(&mut self) {
-        self.shared.tasks.abort_all();
+impl http::FakeState for Shared {
+    fn tasks(&self) -> &Tasks {
+        &self.tasks
     }
 }
 
@@ -169,41 +163,36 @@ impl FakeDeepgram {
     }
 
     pub async fn start_with(cfg: FakeDeepgramConfig) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared {
+        let shared = Shared {
             queue: Mutex::new(cfg.transcripts.iter().cloned().collect()),
             cfg: Mutex::new(cfg),
             record: Recorder::default(),
             tasks: Tasks::default(),
-        });
-        let (addr, server) = http::serve_shared(shared.clone(), handle).await?;
-        Ok(Self {
-            addr,
-            shared,
-            _server: server,
-        })
+        };
+        Ok(Self(http::Server::start(shared, handle).await?))
     }
 
     /// `ws://127.0.0.1:PORT`, the `base_url` to configure.
     pub fn base_url(&self) -> String {
-        format!("ws://{}", self.addr)
+        format!("ws://{}", self.0.addr)
     }
 
     /// Queues a transcript for a later utterance.
     pub fn push_transcript(&self, text: &str) {
-        if let Ok(mut q) = self.shared.queue.lock() {
+        if let Ok(mut q) = self.0.shared.queue.lock() {
             q.push_back(text.into());
         }
     }
 
     /// Sets (or clears) the failure mode for new connections.
     pub fn set_failure(&self, failure: Option<DeepgramFailure>) {
-        if let Ok(mut c) = self.shared.cfg.lock() {
+        if let Ok(mut c) = self.0.shared.cfg.lock() {
             c.failure = failure;
         }
     }
 
     pub fn record(&self) -> DeepgramRecord {
-        self.shared.record.snapshot()
+        self.0.shared.record.snapshot()
     }
 
     /// Waits (up to 10 s, then panics) until `pred` holds; returns that record.
@@ -212,7 +201,7 @@ impl FakeDeepgram {
         what: &str,
         pred: impl FnMut(&DeepgramRecord) -> bool,
     ) -> DeepgramRecord {
-        self.shared.record.wait_until(what, pred).await
+        self.0.shared.record.wait_until(what, pred).await
     }
 }
 

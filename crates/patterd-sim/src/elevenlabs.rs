@@ -9,7 +9,6 @@
 //! `voice` clip set, the audio is that clip (repeated as needed) instead of a tone, so the
 //! agent sounds like speech to a voice-activity detector and can be echoed back.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,7 +19,6 @@ use serde_json::{Value, json};
 
 use super::http::{self, Body, Recorder, Tasks};
 use super::tone::mulaw_tone;
-use patterd::util::TaskGuard;
 
 /// Settings of a [`FakeElevenLabs`].
 #[derive(Debug, Clone)]
@@ -91,15 +89,11 @@ struct Shared {
 }
 
 /// A running fake; dropping it stops the server.
-pub struct FakeElevenLabs {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    _server: TaskGuard,
-}
+pub struct FakeElevenLabs(http::Server<Shared>);
 
-impl Drop for FakeElevenLabs {
-    fn drop(&mut self) {
-        self.shared.tasks.abort_all();
+impl http::FakeState for Shared {
+    fn tasks(&self) -> &Tasks {
+        &self.tasks
     }
 }
 
@@ -113,33 +107,28 @@ impl FakeElevenLabs {
     }
 
     pub async fn start_with(cfg: FakeElevenLabsConfig) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared {
+        let shared = Shared {
             cfg: Mutex::new(cfg),
             record: Recorder::default(),
             tasks: Tasks::default(),
-        });
-        let (addr, server) = http::serve_shared(shared.clone(), handle).await?;
-        Ok(Self {
-            addr,
-            shared,
-            _server: server,
-        })
+        };
+        Ok(Self(http::Server::start(shared, handle).await?))
     }
 
     /// `http://127.0.0.1:PORT`, the `base_url` to configure.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.0.addr)
     }
 
     /// Changes the settings for later requests.
     pub fn configure(&self, f: impl FnOnce(&mut FakeElevenLabsConfig)) {
-        if let Ok(mut c) = self.shared.cfg.lock() {
+        if let Ok(mut c) = self.0.shared.cfg.lock() {
             f(&mut c);
         }
     }
 
     pub fn record(&self) -> ElevenLabsRecord {
-        self.shared.record.snapshot()
+        self.0.shared.record.snapshot()
     }
 
     /// Waits (up to 10 s, then panics) until `pred` holds; returns that record.
@@ -148,12 +137,13 @@ impl FakeElevenLabs {
         what: &str,
         pred: impl FnMut(&ElevenLabsRecord) -> bool,
     ) -> ElevenLabsRecord {
-        self.shared.record.wait_until(what, pred).await
+        self.0.shared.record.wait_until(what, pred).await
     }
 
     /// Bytes of μ-law audio the fake answers for `text` under the current settings.
     pub fn expected_bytes(&self, text: &str) -> usize {
         let c = self
+            .0
             .shared
             .cfg
             .lock()

@@ -10,7 +10,6 @@
 //! before the reply ended (cancellation) and records it.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,7 +20,6 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::http::{self, Body, Recorder, Tasks};
-use patterd::util::TaskGuard;
 
 /// One step of a streamed reply.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,48 +155,39 @@ struct Shared {
 }
 
 /// A running fake; dropping it stops the server.
-pub struct FakeHermes {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    _server: TaskGuard,
-}
+pub struct FakeHermes(http::Server<Shared>);
 
-impl Drop for FakeHermes {
-    fn drop(&mut self) {
-        self.shared.tasks.abort_all();
+impl http::FakeState for Shared {
+    fn tasks(&self) -> &Tasks {
+        &self.tasks
     }
 }
 
 impl FakeHermes {
     pub async fn start(api_key: &str) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared {
+        let shared = Shared {
             api_key: api_key.into(),
             queue: Mutex::new(VecDeque::new()),
             record: Recorder::default(),
             tasks: Tasks::default(),
-        });
-        let (addr, server) = http::serve_shared(shared.clone(), handle).await?;
-        Ok(Self {
-            addr,
-            shared,
-            _server: server,
-        })
+        };
+        Ok(Self(http::Server::start(shared, handle).await?))
     }
 
     /// `http://127.0.0.1:PORT/v1`, the `base_url` to configure.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.0.addr)
     }
 
     /// Queues the answer to a later request (first in, first used).
     pub fn push(&self, reply: HermesReply) {
-        if let Ok(mut q) = self.shared.queue.lock() {
+        if let Ok(mut q) = self.0.shared.queue.lock() {
             q.push_back(reply);
         }
     }
 
     pub fn record(&self) -> HermesRecord {
-        self.shared.record.snapshot()
+        self.0.shared.record.snapshot()
     }
 
     /// Waits (up to 10 s, then panics) until `pred` holds; returns that record.
@@ -207,7 +196,7 @@ impl FakeHermes {
         what: &str,
         pred: impl FnMut(&HermesRecord) -> bool,
     ) -> HermesRecord {
-        self.shared.record.wait_until(what, pred).await
+        self.0.shared.record.wait_until(what, pred).await
     }
 }
 

@@ -167,18 +167,41 @@ where
     Ok((addr, TaskGuard::new(task)))
 }
 
-/// Serves `handle(shared, request)` on 127.0.0.1:0 until the guard is dropped: the common
-/// shape of a fake whose state lives in one `Arc`.
-pub async fn serve_shared<S, H, F>(
-    shared: Arc<S>,
-    handle: H,
-) -> std::io::Result<(SocketAddr, TaskGuard)>
-where
-    S: Send + Sync + 'static,
-    H: Fn(Arc<S>, Request<Incoming>) -> F + Send + Sync + 'static,
-    F: Future<Output = Response<Body>> + Send + 'static,
-{
-    serve(move |req| handle(shared.clone(), req)).await
+/// The shared state of a fake run by [`Server`]: it owns the tasks the fake spawned.
+pub trait FakeState: Send + Sync + 'static {
+    fn tasks(&self) -> &Tasks;
+}
+
+/// A fake's server on 127.0.0.1:0 and its shared state, handed to the handler with each
+/// request. Dropping it stops the server and aborts the fake's tasks (they hold the shared
+/// state, so waiting for the state's own drop would never end them).
+pub struct Server<S: FakeState> {
+    pub addr: SocketAddr,
+    pub shared: Arc<S>,
+    _server: TaskGuard,
+}
+
+impl<S: FakeState> Server<S> {
+    pub async fn start<H, F>(shared: S, handle: H) -> std::io::Result<Self>
+    where
+        H: Fn(Arc<S>, Request<Incoming>) -> F + Send + Sync + 'static,
+        F: Future<Output = Response<Body>> + Send + 'static,
+    {
+        let shared = Arc::new(shared);
+        let s = shared.clone();
+        let (addr, server) = serve(move |req| handle(s.clone(), req)).await?;
+        Ok(Self {
+            addr,
+            shared,
+            _server: server,
+        })
+    }
+}
+
+impl<S: FakeState> Drop for Server<S> {
+    fn drop(&mut self) {
+        self.shared.tasks().abort_all();
+    }
 }
 
 /// Whether the request's (first) `Authorization` header is exactly `expected` (compared in

@@ -1014,19 +1014,22 @@ impl Driver {
                 }
                 true
             }
-            "mark" => {
-                let name = v
-                    .get("mark")
-                    .and_then(|m| m.get("name"))
-                    .and_then(Value::as_str);
-                let Some(name) = name else {
-                    self.protocol_error("mark: missing mark.name string".into());
-                    return true;
-                };
-                self.on_mark(name.to_string()).await
-            }
+            "mark" => self.on_mark_frame(v).await,
             _ => self.on_clear().await,
         }
+    }
+
+    /// A `mark` frame (Twilio, Telnyx): `{"mark": {"name": …}}`.
+    async fn on_mark_frame(&mut self, v: &Value) -> bool {
+        let name = v
+            .get("mark")
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str);
+        let Some(name) = name else {
+            self.protocol_error("mark: missing mark.name string".into());
+            return true;
+        };
+        self.on_mark(name.to_string()).await
     }
 
     async fn on_telnyx_frame(&mut self, event: &str, v: &Value, short: &str) -> bool {
@@ -1052,17 +1055,7 @@ impl Driver {
                 }
                 true
             }
-            "mark" => {
-                let name = v
-                    .get("mark")
-                    .and_then(|m| m.get("name"))
-                    .and_then(Value::as_str);
-                let Some(name) = name else {
-                    self.protocol_error("mark: missing mark.name string".into());
-                    return true;
-                };
-                self.on_mark(name.to_string()).await
-            }
+            "mark" => self.on_mark_frame(v).await,
             _ => self.on_clear().await,
         }
     }

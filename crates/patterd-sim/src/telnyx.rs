@@ -482,14 +482,7 @@ impl SimTelnyx {
         if cmd.status != 200 {
             return Err(format!("streaming_start refused: {cmd:?}"));
         }
-        let url = cmd.body["stream_url"].as_str().unwrap_or("").to_string();
-        let mut cfg = SimCallConfig::new(ws_base, "7C0D9E11-0000-4000-8000-000000000001", &id)
-            .with_dialect(Dialect::Telnyx);
-        cfg.reorder_media = true;
-        let sim = SimCall::connect(&url, &Default::default(), cfg)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(Some(sim))
+        Ok(Some(open_stream(ws_base, &id, &cmd.body).await?))
     }
 
     /// `call.hangup` with `cause` (`user_busy`, `no_answer`, `normal_clearing`, ...).
@@ -583,15 +576,21 @@ impl SimTelnyx {
         if stream.status != 200 {
             return Err(format!("streaming_start refused: {stream:?}"));
         }
-        let url = stream.body["stream_url"].as_str().unwrap_or("").to_string();
-        let mut cfg = SimCallConfig::new(ws_base, "7C0D9E11-0000-4000-8000-000000000001", &id)
-            .with_dialect(Dialect::Telnyx);
-        cfg.reorder_media = true;
-        let sim = SimCall::connect(&url, &Default::default(), cfg)
-            .await
-            .map_err(|e| e.to_string())?;
+        let sim = open_stream(ws_base, &id, &stream.body).await?;
         Ok((id, sim))
     }
+}
+
+/// Opens the media socket a `streaming_start` body names, as Telnyx does (frames partly out of
+/// order).
+async fn open_stream(ws_base: &str, id: &str, streaming_start: &Value) -> Result<SimCall, String> {
+    let url = streaming_start["stream_url"].as_str().unwrap_or("");
+    let mut cfg = SimCallConfig::new(ws_base, "7C0D9E11-0000-4000-8000-000000000001", id)
+        .with_dialect(Dialect::Telnyx);
+    cfg.reorder_media = true;
+    SimCall::connect(url, &Default::default(), cfg)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
