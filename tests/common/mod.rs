@@ -375,3 +375,25 @@ impl Stack {
 pub fn speak(sim: &SimCall, ms: u64) {
     sim.push_tone(440.0, ms, 8000);
 }
+
+/// The outbound calls' conversation (agent `first_message` "Hi, is this Bob?", system prompt
+/// "Confirm the caller is Bob."): the greeting plays, the callee answers, the brain gets the
+/// call's own system prompt, the reply plays. `who` labels failures.
+pub async fn greeted_bob_and_one_turn(stack: &Stack, sim: &SimCall, who: &str) {
+    sim.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .unwrap_or_else(|e| panic!("{who}: greeting: {e}"));
+    assert_eq!(stack.spoken()[0], "Hi, is this Bob?");
+    speak(sim, 700);
+    let rec = stack
+        .hermes
+        .wait_until("turn", |r| r.requests.len() == 1)
+        .await;
+    assert_eq!(
+        rec.requests[0].messages()[0].1,
+        "Confirm the caller is Bob."
+    );
+    sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .unwrap_or_else(|e| panic!("{who}: reply: {e}"));
+}

@@ -278,22 +278,7 @@ async fn originate_answer_talk_and_hang_up() {
         .unwrap();
     assert_eq!(answer.status, 200, "{answer:?}");
     let sim = stack.open(&sid, &parse_twiml(&answer.body).unwrap()).await;
-    sim.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
-        .await
-        .unwrap();
-    assert_eq!(stack.spoken()[0], "Hi, is this Bob?");
-    speak(&sim, 700);
-    let rec = stack
-        .hermes
-        .wait_until("turn", |r| r.requests.len() == 1)
-        .await;
-    assert_eq!(
-        rec.requests[0].messages()[0].1,
-        "Confirm the caller is Bob."
-    );
-    sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
-        .await
-        .unwrap();
+    greeted_bob_and_one_turn(&stack, &sim, "Twilio").await;
 
     // Hang up through the API: the carrier is told.
     let (s, v) = api

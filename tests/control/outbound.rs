@@ -199,22 +199,7 @@ async fn originate_talk_and_hang_up_on_every_carrier() {
         }
 
         let (leg, sim) = answer(&stack, carrier, 1).await;
-        sim.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
-            .await
-            .unwrap_or_else(|e| panic!("{carrier:?}: greeting: {e}"));
-        assert_eq!(stack.spoken()[0], "Hi, is this Bob?");
-        speak(&sim, 700);
-        let rec = stack
-            .hermes
-            .wait_until("turn", |r| r.requests.len() == 1)
-            .await;
-        assert_eq!(
-            rec.requests[0].messages()[0].1,
-            "Confirm the caller is Bob."
-        );
-        sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
-            .await
-            .unwrap_or_else(|e| panic!("{carrier:?}: reply: {e}"));
+        greeted_bob_and_one_turn(&stack, &sim, &format!("{carrier:?}")).await;
 
         let (s, v) = Api::new(&stack, None)
             .post(&format!("/v1/calls/{id}/hangup"), json!({}))
