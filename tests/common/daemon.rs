@@ -9,8 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
+use patterd_sim::elevenlabs::FakeElevenLabs;
+use patterd_sim::hermes::FakeHermes;
 use patterd_sim::twilio::SimTwilio;
 use patterd_sim::twilio::call::{SimCall, SimCallConfig};
+use patterd_sim::twilio::rest::FakeTwilioRest;
 use patterd_sim::twilio::xml::parse_twiml;
 
 pub struct Daemon {
@@ -149,5 +153,50 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The fakes a child daemon talks to: Deepgram (hearing `transcripts` in order), ElevenLabs,
+/// Hermes and Twilio's REST API.
+pub struct Fakes {
+    pub dg: FakeDeepgram,
+    pub el: FakeElevenLabs,
+    pub hermes: FakeHermes,
+    pub rest: FakeTwilioRest,
+}
+
+impl Fakes {
+    pub async fn start(transcripts: Vec<String>) -> Fakes {
+        let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
+            api_key: super::DG_KEY.into(),
+            transcripts,
+            ..Default::default()
+        })
+        .await
+        .expect("fake deepgram");
+        Fakes {
+            dg,
+            el: FakeElevenLabs::start(super::EL_KEY)
+                .await
+                .expect("fake elevenlabs"),
+            hermes: FakeHermes::start(super::HERMES_KEY)
+                .await
+                .expect("fake hermes"),
+            rest: FakeTwilioRest::start(super::ACCOUNT_SID, super::AUTH_TOKEN)
+                .await
+                .expect("fake twilio rest"),
+        }
+    }
+
+    /// [`super::config_text`] with the default options, pointing at these fakes.
+    pub fn config_text(&self) -> String {
+        super::config_text(
+            &super::Opts::default(),
+            &self.dg.base_url(),
+            &self.el.base_url(),
+            &self.hermes.base_url(),
+            &self.rest.base_url,
+            "",
+        )
     }
 }

@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::daemon::Daemon;
+use crate::common::daemon::{Daemon, Fakes};
 use crate::common::*;
 
 fn minimal_config() -> String {
@@ -121,24 +121,8 @@ fn check_prints_redacted_config_and_fails_on_errors() {
 fn sigterm_waits_for_a_live_call_then_exits_zero() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        use patterd_sim::deepgram::FakeDeepgram;
-        use patterd_sim::elevenlabs::FakeElevenLabs;
-        use patterd_sim::hermes::FakeHermes;
-        use patterd_sim::twilio::rest::FakeTwilioRest;
-        let dg = FakeDeepgram::start(DG_KEY).await.unwrap();
-        let el = FakeElevenLabs::start(EL_KEY).await.unwrap();
-        let hermes = FakeHermes::start(HERMES_KEY).await.unwrap();
-        let rest = FakeTwilioRest::start(ACCOUNT_SID, AUTH_TOKEN)
-            .await
-            .unwrap();
-        let text = config_text(
-            &Opts::default(),
-            &dg.base_url(),
-            &el.base_url(),
-            &hermes.base_url(),
-            &rest.base_url,
-            "",
-        );
+        let fakes = Fakes::start(Vec::new()).await;
+        let text = fakes.config_text();
         let mut d = Daemon::start(&text);
         let base = format!("http://{}", d.addr);
         let (_call_sid, sim) = d.call().await;
@@ -197,31 +181,10 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
 fn turns_survive_sigkill_mid_call() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
-        use patterd_sim::elevenlabs::FakeElevenLabs;
-        use patterd_sim::hermes::{FakeHermes, HermesReply};
-        use patterd_sim::twilio::rest::FakeTwilioRest;
-        let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
-            api_key: DG_KEY.into(),
-            transcripts: vec!["book a table for two".into()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        let el = FakeElevenLabs::start(EL_KEY).await.unwrap();
-        let hermes = FakeHermes::start(HERMES_KEY).await.unwrap();
-        hermes.push(HermesReply::text("Sure, for what time?"));
-        let rest = FakeTwilioRest::start(ACCOUNT_SID, AUTH_TOKEN)
-            .await
-            .unwrap();
-        let text = config_text(
-            &Opts::default(),
-            &dg.base_url(),
-            &el.base_url(),
-            &hermes.base_url(),
-            &rest.base_url,
-            "",
-        );
+        use patterd_sim::hermes::HermesReply;
+        let fakes = Fakes::start(vec!["book a table for two".into()]).await;
+        fakes.hermes.push(HermesReply::text("Sure, for what time?"));
+        let text = fakes.config_text();
         // The store says at debug when a turn is committed.
         let text = text.replace("level = \"info\"", "level = \"info,patterd::store=debug\"");
         let d = Daemon::start(&text);
