@@ -22,17 +22,27 @@ fn reply() -> String {
     format!("{S1} {S2} {S3} {S4}")
 }
 
-async fn stack(transcripts: &[&str], agent_extra: &str) -> Stack {
-    Stack::start(Opts {
+fn opts(transcripts: &[&str], agent_extra: &str) -> Opts {
+    Opts {
         transcripts: transcripts.iter().map(|t| t.to_string()).collect(),
         agent_extra: agent_extra.to_string(),
         // The agent speaks with a real voice at about 16 characters a second.
         voice: Some((clip("agent_voice"), 60)),
         long_turn_after_s: 20.0,
         ..Default::default()
-    })
-    .await
+    }
 }
+
+async fn stack(transcripts: &[&str], agent_extra: &str) -> Stack {
+    Stack::start(opts(transcripts, agent_extra)).await
+}
+
+/// The caller's first turn in every scenario, and the booking the reply answers.
+const BOOKING: &str = "I would like to book a table for four people on Tuesday evening.";
+
+/// The caller's turns of the interruption scenarios: the booking, then "no, I meant Tuesday"
+/// over the reply, then silence.
+const TUESDAY: [&str; 4] = [BOOKING, "no, I meant Tuesday", "", ""];
 
 /// Waits until the call's record satisfies `pred` (up to `LONG`): checks a snapshot each time
 /// the call records an event, and the final record once it has ended. No polling.
@@ -113,12 +123,7 @@ async fn scenario(kind: Kind, overlay: &str, transcript: &str) -> Outcome {
     let stack = stack(
         // The fake hands out one transcript per burst of speech it hears; a clip it hears
         // as two bursts gets nothing for the second.
-        &[
-            "I would like to book a table for four people on Tuesday evening.",
-            transcript,
-            "",
-            "",
-        ],
+        &[BOOKING, transcript, "", ""],
         "idle_nudge_after_s = 0",
     )
     .await;
@@ -384,16 +389,7 @@ fn nth_event(r: &CallRecord, kind: &str, n: usize) -> Option<usize> {
 
 #[tokio::test]
 async fn without_barge_in_the_callers_turn_waits_for_the_agent_to_finish() {
-    let stack = stack(
-        &[
-            "I would like to book a table for four people on Tuesday evening.",
-            "no, I meant Tuesday",
-            "",
-            "",
-        ],
-        "barge_in = false\nidle_nudge_after_s = 0",
-    )
-    .await;
+    let stack = stack(&TUESDAY, "barge_in = false\nidle_nudge_after_s = 0").await;
     let (sid, sim) = into_reply(&stack).await;
     stack.hermes.push(HermesReply::text("Tuesday it is."));
     sim.push_audio(&clip("no_tuesday"));
@@ -442,19 +438,10 @@ async fn an_uninterruptible_greeting_plays_through_but_a_later_reply_is_cut() {
                     bookings and the menu.";
     let stack = Stack::start(Opts {
         first_message: greeting.into(),
-        transcripts: [
-            "I would like to book a table for four people on Tuesday evening.",
-            "no, I meant Tuesday",
-            "",
-            "",
-        ]
-        .iter()
-        .map(|t| t.to_string())
-        .collect(),
-        agent_extra: "greeting_interruptible = false\nidle_nudge_after_s = 0".into(),
-        voice: Some((clip("agent_voice"), 60)),
-        long_turn_after_s: 20.0,
-        ..Default::default()
+        ..opts(
+            &TUESDAY,
+            "greeting_interruptible = false\nidle_nudge_after_s = 0",
+        )
     })
     .await;
     stack.hermes.push(HermesReply::text(&reply()));
@@ -521,20 +508,8 @@ async fn an_uninterruptible_greeting_plays_through_but_a_later_reply_is_cut() {
 /// the second request's messages and what the caller heard of the reply.
 async fn interrupted_history(llm: &str) -> (Vec<(String, String)>, String) {
     let stack = Stack::start(Opts {
-        transcripts: [
-            "I would like to book a table for four people on Tuesday evening.",
-            "no, I meant Tuesday",
-            "",
-            "",
-        ]
-        .iter()
-        .map(|t| t.to_string())
-        .collect(),
-        agent_extra: "idle_nudge_after_s = 0".into(),
-        voice: Some((clip("agent_voice"), 60)),
-        long_turn_after_s: 20.0,
         llm: llm.into(),
-        ..Default::default()
+        ..opts(&TUESDAY, "idle_nudge_after_s = 0")
     })
     .await;
     let (sid, sim) = into_reply(&stack).await;
@@ -607,16 +582,7 @@ fn echo_of_agent(ms: usize, gain: f32) -> Vec<u8> {
 async fn a_loud_echo_the_stt_transcribes_is_ignored_and_the_reply_goes_on() {
     // At -6 dB the fake Deepgram hears the echo as speech and "transcribes" it as the
     // sentence the agent is saying (the -20 dB echo of the figures is below its threshold).
-    let stack = stack(
-        &[
-            "I would like to book a table for four people on Tuesday evening.",
-            S2,
-            S2,
-            S2,
-        ],
-        "idle_nudge_after_s = 0",
-    )
-    .await;
+    let stack = stack(&[BOOKING, S2, S2, S2], "idle_nudge_after_s = 0").await;
     let (sid, sim) = into_reply(&stack).await;
     sim.push_audio(&echo_of_agent(1440, 0.5));
     let r = wait_record(&stack, &sid, "the whole reply heard", |r| {
