@@ -1,4 +1,4 @@
-//! `FakeDeepgram`: a Deepgram live-transcription server (`/v1/listen`, providers.md §2) as
+//! `FakeDeepgram`: a Deepgram live-transcription server (`/v1/listen`, as Deepgram documents it) as
 //! strict as the real one. The handshake needs `Authorization: Token <key>` (else 401 JSON),
 //! `model`, and `encoding=mulaw` with `sample_rate=8000` or `encoding=linear16` with
 //! `sample_rate=16000` (else 400). After the upgrade it ends turns

@@ -1,5 +1,5 @@
 //! `FakeElevenLabs`: the ElevenLabs HTTP streaming endpoint
-//! `POST /v1/text-to-speech/{voice_id}/stream` (providers.md §3.1), as strict as the real one:
+//! `POST /v1/text-to-speech/{voice_id}/stream` (as ElevenLabs documents it), as strict as the real one:
 //! `xi-api-key` must match (401 JSON `detail` otherwise), `output_format=ulaw_8000`, and a JSON
 //! body with a non-empty `text` and a `model_id` (422 with a validation `detail` otherwise). It
 //! answers `audio/basic` μ-law: a tone lasting `ms_per_char` per character of text (at least
