@@ -1,9 +1,9 @@
-//! `FakeHermes`: a Hermes Agent API server (its OpenAI-compatible API) for the brain leg. `GET /health`
-//! answers without auth; `POST /v1/chat/completions` needs `Authorization: Bearer <key>` (401
-//! with Hermes' OpenAI-style error otherwise), records each request's headers and JSON body,
-//! and answers from a queue of scripted [`HermesReply`]s — an echo of the last user message
-//! when the queue is empty. Streams follow Hermes' streaming format: a role chunk at once, content
-//! chunks, `event: hermes.tool.progress` events and `: keepalive` comments where scripted, a
+//! `FakeHermes`: a Hermes Agent API server (its OpenAI-compatible API) for the brain leg.
+//! `GET /health` answers without auth; `POST /v1/chat/completions` needs `Authorization: Bearer
+//! <key>` (401 with Hermes' OpenAI-style error otherwise), records each request's headers and
+//! JSON body, and answers from a queue of scripted [`HermesReply`]s — an echo of the last user
+//! message when the queue is empty. Streams follow Hermes' streaming format: a role chunk at
+//! once, content chunks, `event: hermes.tool.progress` events and `: keepalive` comments where scripted, a
 //! finish chunk with usage, then `data: [DONE]`. Scripts can also finish with an error (the
 //! error text in the finish chunk's `error` and `hermes` objects), send an in-stream `error`
 //! object, cut the stream, or answer an HTTP error. The fake notices a client that disconnects
