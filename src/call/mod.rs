@@ -5,6 +5,7 @@
 
 pub mod actor;
 pub mod event;
+pub mod policy;
 pub mod registry;
 pub mod speech;
 pub mod transcript;
