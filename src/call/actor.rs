@@ -1,14 +1,10 @@
-//! The call actor: the I/O shell around the conversation [`Policy`]. One tokio task per call
-//! owns the call's channels and provider streams and runs one `select!` loop over the handle's
-//! messages, carrier media events, speech-to-text events, the brain's reply stream, TTS audio,
-//! the pacer and timers. It turns what arrives into policy [`Input`]s and carries out the
-//! [`Action`]s the policy returns: carrier commands, `Finalize`, opening and dropping the
-//! brain's stream, starting synthesis, recording events and persisting turns. It owns the
-//! plumbing the policy does not judge: our voice-activity detector ([`Vad`]) on caller audio,
-//! the speech-to-text session (and its one reopen), the pacer, the call's timeouts and its
-//! final record. It never blocks and never waits on one stream while another starves: every
-//! wait is a branch of the select, and every send to a peer is a `try_send` on a bounded
-//! channel.
+//! The call actor, the I/O shell around the conversation [`Policy`]: one tokio task per call
+//! owning its channels and provider streams, one `select!` loop over handle messages, carrier
+//! media, speech-to-text, the brain's stream, TTS audio, the pacer and timers. What arrives
+//! becomes policy [`Input`]s; the [`Action`]s returned are carried out here. It also owns what
+//! the policy does not judge: the [`Vad`] on caller audio, the STT session (and its one
+//! reopen), the pacer, call timeouts and the final record. It never blocks: every wait is a
+//! branch of the select, every send to a peer a `try_send` on a bounded channel.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,7 +20,7 @@ use super::registry::InsertError;
 use super::speech::Speech;
 use super::transcript::{CallEvent, CallRecord};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
-use crate::audio::vad::{Vad, VadConfig, VadEvent};
+use crate::audio::vad::{Vad, VadConfig};
 use crate::carrier::{MediaCommand, MediaEvent};
 use crate::provider::{ChatTurn, LlmEvent, LlmStream, SttContext, SttEvent, SttInput, SttStream};
 use crate::security::mask_number;
@@ -175,9 +171,7 @@ impl Actor {
                 }
                 Action::Resume => self.pump(),
                 Action::Finalize => {
-                    if let Some(stt) = &self.stt {
-                        let _ = stt.input.try_send(SttInput::Finalize);
-                    }
+                    self.stt_send(SttInput::Finalize);
                 }
                 Action::StartBrain { history } => {
                     self.llm = Some(self.setup.providers.llm.stream(ChatTurn {
@@ -211,9 +205,7 @@ impl Actor {
             agent = %self.setup.agent_name,
             "call created; waiting for media"
         );
-        self.stt = Some(self.setup.providers.stt.open(&SttContext {
-            call_id: self.setup.call_id.clone(),
-        }));
+        self.stt = Some(self.open_stt());
         self.step(Input::Start);
 
         let reason = loop {
@@ -348,14 +340,13 @@ impl Actor {
             MediaEvent::Start(_) => None,
             MediaEvent::Audio(frame) => {
                 let mut ended = None;
-                for ev in self.vad.push_ulaw(&frame) {
-                    ended = ended.or(self.on_vad(ev));
+                for event in self.vad.push_ulaw(&frame) {
+                    let audio_ms = self.vad.audio_ms();
+                    ended = ended.or(self.step(Input::Vad { event, audio_ms }));
                 }
                 let speech_run_ms = self.vad.speech_run_ms();
                 ended = ended.or(self.step(Input::CallerAudio { speech_run_ms }));
-                if let Some(stt) = &self.stt
-                    && stt.input.try_send(SttInput::Audio(frame)).is_err()
-                {
+                if !self.stt_send(SttInput::Audio(frame)) {
                     self.stt_frames_dropped += 1;
                 }
                 ended
@@ -367,31 +358,6 @@ impl Actor {
                 Some(EndReason::CallerHungUp)
             }
         }
-    }
-
-    /// Our detector heard the caller start or stop speaking: the wall time of the audio it
-    /// means is now minus the audio not yet judged.
-    fn on_vad(&mut self, ev: VadEvent) -> Option<EndReason> {
-        let now = Instant::now();
-        let at = |audio_ms: u64| {
-            let lag = self.vad.audio_ms().saturating_sub(audio_ms);
-            now.checked_sub(Duration::from_millis(lag)).unwrap_or(now)
-        };
-        let input = match ev {
-            VadEvent::SpeechStart { onset_ms } => Input::SpeechStart {
-                onset: at(onset_ms),
-                onset_ms,
-            },
-            VadEvent::SpeechEnd {
-                onset_ms,
-                last_voiced_ms,
-            } => Input::SpeechEnd {
-                end: at(last_voiced_ms),
-                onset_ms,
-                last_voiced_ms,
-            },
-        };
-        self.step(input)
     }
 
     fn on_stt(&mut self, ev: Option<SttEvent>) -> Option<EndReason> {
@@ -441,9 +407,19 @@ impl Actor {
         }
         self.stt_reopened = true;
         self.event(EventKind::SttReopen, "");
-        self.stt = Some(self.setup.providers.stt.open(&SttContext {
-            call_id: self.setup.call_id.clone(),
-        }));
+        self.stt = Some(self.open_stt());
+    }
+
+    fn open_stt(&self) -> SttStream {
+        let call_id = self.setup.call_id.clone();
+        self.setup.providers.stt.open(&SttContext { call_id })
+    }
+
+    /// Sends to the STT session, if any; false when the session refused (its queue is full).
+    fn stt_send(&self, input: SttInput) -> bool {
+        self.stt
+            .as_ref()
+            .is_none_or(|s| s.input.try_send(input).is_ok())
     }
 
     fn start_tts(&mut self) {

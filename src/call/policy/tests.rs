@@ -183,10 +183,9 @@ impl Call {
 
     /// Our detector heard the caller start speaking now.
     fn speech_start(&mut self) {
-        let now = self.now;
-        self.step(Input::SpeechStart {
-            onset: now,
-            onset_ms: 0,
+        self.step(Input::Vad {
+            event: VadEvent::SpeechStart { onset_ms: 0 },
+            audio_ms: 0,
         });
     }
 
@@ -196,10 +195,12 @@ impl Call {
     }
 
     fn speech_end(&mut self) {
-        self.step(Input::SpeechEnd {
-            end: self.now,
-            onset_ms: 0,
-            last_voiced_ms: 500,
+        self.step(Input::Vad {
+            event: VadEvent::SpeechEnd {
+                onset_ms: 0,
+                last_voiced_ms: 500,
+            },
+            audio_ms: 500,
         });
         self.step(Input::CallerAudio { speech_run_ms: 0 });
     }
