@@ -38,6 +38,8 @@ struct Call {
     ended: Option<EndReason>,
     /// The simulated clock: time is passed in, never read.
     now: Instant,
+    /// Synthesis is slow: queued utterances get no audio until this is cleared.
+    tts_stalled: bool,
 }
 
 impl Call {
@@ -56,6 +58,7 @@ impl Call {
         let now = Instant::now();
         let mut c = Call {
             now,
+            tts_stalled: false,
             policy: Policy::new(agent(extra), 0, false, now),
             mouth: Speech::new(),
             synthesised: HashSet::new(),
@@ -103,6 +106,9 @@ impl Call {
 
     /// Every queued utterance gets its second of audio at once.
     fn synthesise(&mut self) {
+        if self.tts_stalled {
+            return;
+        }
         for (id, _) in self.mouth.wants_tts() {
             if self.synthesised.insert(id) {
                 let audio = Bytes::from(vec![0x55u8; UTTERANCE_BYTES]);
@@ -526,6 +532,28 @@ fn tool_progress_speaks_the_filler_early_and_only_once() {
     assert_eq!(c.details(EventKind::Filler), vec!["tool"]);
     c.run(10_000);
     assert_eq!(c.count(EventKind::Filler), 1, "no slow filler after it");
+}
+
+#[test]
+fn repeated_tool_progress_before_the_filler_is_heard_speaks_it_once() {
+    let mut c = Call::answered("");
+    c.caller_says("is my order ready");
+    c.tts_stalled = true;
+    c.step(Input::Llm(LlmEvent::ToolProgress("orders".into())));
+    c.step(Input::Llm(LlmEvent::ToolProgress("kitchen".into())));
+    assert_eq!(c.count(EventKind::ToolProgress), 2);
+    assert_eq!(c.details(EventKind::Filler), vec!["tool"]);
+    c.tts_stalled = false;
+    c.step(Input::Llm(LlmEvent::Delta("Yes, it is ready.".into())));
+    c.step(Input::Llm(LlmEvent::Done));
+    c.run(5000);
+    assert_eq!(c.count(EventKind::Filler), 1);
+    assert_eq!(
+        c.count(EventKind::FirstFrameOfTurn),
+        1,
+        "the filler went first"
+    );
+    assert_eq!(c.count(EventKind::ReplyFirstFrame), 0);
 }
 
 #[test]
