@@ -1,10 +1,14 @@
-//! Calls: one actor per call ([`actor`]) owning all of the call's state, a cheap cloneable
-//! [`CallHandle`] to talk to it, and the [`CallRegistry`] of live calls keyed by the carrier's
-//! call id. The actor sees only carrier-neutral media events and provider traits, so it does not
-//! know which carrier or vendor it talks to.
+//! Calls: one actor per call ([`actor`]) owning all of the call's state and I/O, a cheap
+//! cloneable [`CallHandle`] to talk to it, and the [`CallRegistry`] of live calls keyed by the
+//! carrier's call id. Turn-taking is decided by pure parts the actor drives: the conversation
+//! [`policy`] (agent phase, barge-in, held turns, fillers, idle nudges, transcript and history),
+//! the endpointer and word checks in [`turn`], and the mouth (utterance queue and pacer) in
+//! [`speech`]; [`event`] is the typed timeline. The actor sees only carrier-neutral media events
+//! and provider traits, so it does not know which carrier or vendor it talks to.
 
 pub mod actor;
 pub mod event;
+pub mod policy;
 pub mod registry;
 pub mod speech;
 pub mod transcript;
