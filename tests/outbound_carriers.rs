@@ -37,7 +37,8 @@ impl Carrier {
 }
 
 async fn post(stack: &Stack, path: &str, body: Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
+    let resp = stack
+        .api_client()
         .post(format!("{}{path}", stack.base))
         .json(&body)
         .send()
@@ -48,7 +49,10 @@ async fn post(stack: &Stack, path: &str, body: Value) -> (u16, Value) {
 }
 
 async fn get(stack: &Stack, path: &str) -> Value {
-    reqwest::get(format!("{}{path}", stack.base))
+    stack
+        .api_client()
+        .get(format!("{}{path}", stack.base))
+        .send()
         .await
         .expect("API request")
         .json()
@@ -311,8 +315,9 @@ async fn busy_and_no_answer_are_outcomes_on_every_carrier() {
         // Busy, with wait: the request returns when the carrier says so.
         let base = stack.base.clone();
         let from = carrier.number();
+        let client = stack.api_client();
         let waiter = tokio::spawn(async move {
-            let resp = reqwest::Client::new()
+            let resp = client
                 .post(format!("{base}/v1/calls"))
                 .json(&json!({"to": CALLEE, "from": from, "wait": true}))
                 .send()

@@ -1,0 +1,320 @@
+//! Issue 11's holes, each proved against the daemon on 127.0.0.1: the control plane behind a
+//! proxy and from web pages, `/metrics` with a token, replayed webhooks and second media
+//! streams, and the media socket's `start` deadline.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use fastwebsockets::OpCode;
+use patterd::sim::twilio::new_sid;
+use patterd::sim::twilio::voice_webhook_params;
+use patterd::sim::twilio::xml::parse_twiml;
+use serde_json::json;
+
+/// A daemon bound on port 0 from `server` lines (plus a data dir); no carriers.
+async fn daemon(server: &str) -> (tempfile::TempDir, patterd::server::Running, String) {
+    patterd::util::init_tls();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\n{server}",
+        dir.path().display().to_string()
+    );
+    let loaded = patterd::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
+    let running = patterd::server::bind(loaded.config).await.expect("bind");
+    let base = format!("http://{}", running.local_addr);
+    (dir, running, base)
+}
+
+/// Token-less local mode (both `listen` and `public_url` loopback): a request that came
+/// through a proxy is refused on `/v1` and `/mcp`, whatever its `Host` says.
+#[tokio::test]
+async fn tokenless_api_refuses_proxied_requests() {
+    let (_dir, _d, base) = daemon("public_url = \"http://127.0.0.1:8080\"\n").await;
+    let c = reqwest::Client::new();
+    let r = c.get(format!("{base}/v1/calls")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "local request");
+    for (h, v) in [
+        ("X-Forwarded-For", "203.0.113.7"),
+        ("X-Forwarded-Proto", "https"),
+        ("Forwarded", "for=203.0.113.7"),
+        ("Via", "1.1 nginx"),
+    ] {
+        let r = c
+            .get(format!("{base}/v1/calls"))
+            .header(h, v)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{h}");
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "proxied_request", "{h}");
+        let r = c
+            .post(format!("{base}/mcp"))
+            .header(h, v.to_string())
+            .header("Accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "/mcp {h}");
+    }
+}
+
+/// A web page cannot drive the API: JSON posted as `text/plain` (a no-cors fetch) and any
+/// request from another `Origin` are refused, and nothing changes.
+#[tokio::test]
+async fn cross_site_requests_are_refused() {
+    let (_dir, _d, base) = daemon("public_url = \"http://127.0.0.1:8080\"\n").await;
+    let c = reqwest::Client::new();
+    let body = json!({"enabled": false}).to_string();
+    let r = c
+        .put(format!("{base}/v1/inbound"))
+        .header("Content-Type", "text/plain;charset=UTF-8")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    let r = c
+        .post(format!("{base}/v1/calls"))
+        .body(json!({"to": "+15557654321"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415, "POST without a content type");
+    let r = c
+        .put(format!("{base}/v1/inbound"))
+        .header("Content-Type", "application/json")
+        .header("Origin", "https://evil.example")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "forbidden_origin");
+    let r = c
+        .get(format!("{base}/v1/calls"))
+        .header("Origin", "http://localhost:3000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "another local origin is another origin");
+    // Nothing was changed by the refused requests.
+    let v: serde_json::Value = c
+        .get(format!("{base}/v1/inbound"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v, json!({"overrides": {}}));
+    // Our own origin with JSON is fine.
+    let r = c
+        .put(format!("{base}/v1/inbound"))
+        .header("Content-Type", "application/json")
+        .header("Origin", "http://127.0.0.1:8080")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// With a token set, `/metrics` needs it too, unless `metrics_public = true`.
+#[tokio::test]
+async fn metrics_need_the_token_unless_public() {
+    let (_dir, _d, base) =
+        daemon("public_url = \"https://voice.example.test\"\napi_token = \"sekret\"\n").await;
+    let r = reqwest::get(format!("{base}/metrics")).await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = api_client("sekret")
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("patterd_calls_active"));
+
+    let (_dir, _d, base) = daemon(
+        "public_url = \"https://voice.example.test\"\napi_token = \"sekret\"\nmetrics_public = true\n",
+    )
+    .await;
+    let r = reqwest::get(format!("{base}/metrics")).await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// A captured voice webhook replayed while the call is live gets no second media token; a
+/// second stream (with a second valid token, as the old code handed out) is refused without
+/// touching the live call; replayed after the call ended, or for a call only in the store, it
+/// starts nothing.
+#[tokio::test]
+async fn replayed_webhooks_and_second_streams_never_touch_the_call() {
+    let stack = Stack::start(Opts {
+        transcripts: vec!["what are your hours".into()],
+        ..Opts::default()
+    })
+    .await;
+    stack
+        .hermes
+        .push(patterd::sim::hermes::HermesReply::text("We open at nine."));
+    let call_sid = new_sid("CA");
+    let params = voice_webhook_params(ACCOUNT_SID, &call_sid, CALLER, OUR_NUMBER);
+    let first = stack
+        .twilio
+        .post_form("/twilio/voice", &params)
+        .await
+        .unwrap();
+    let answer = parse_twiml(&first.body).expect("TwiML");
+    let sim = stack.open(&call_sid, &answer).await;
+    sim.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .unwrap();
+
+    // Replayed while live: refused, no stream, no token.
+    let replay = stack
+        .twilio
+        .post_form("/twilio/voice", &params)
+        .await
+        .unwrap();
+    let r = parse_twiml(&replay.body).expect("TwiML");
+    assert!(r.stream_url.is_none(), "{}", replay.body);
+    assert!(r.parameters.get("token").is_none(), "{}", replay.body);
+
+    // A second stream with a distinct valid token for the call: refused at the token check.
+    let second_token = stack
+        .server
+        .app
+        .tokens
+        .mint_with_expiry(&call_sid, unix_now() + 60);
+    let mut with_token = answer.clone();
+    with_token
+        .parameters
+        .insert("token".to_string(), second_token);
+    let second = stack.open(&call_sid, &with_token).await;
+    let close = second
+        .wait_closed(WAIT)
+        .await
+        .expect("second stream closed");
+    assert_eq!(close.code, Some(1008));
+    // The live call goes on: a whole turn, and nobody hung it up at the carrier.
+    speak(&sim, 700);
+    sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .unwrap();
+    assert!(!sim.state().is_closed());
+    assert!(
+        !stack.rest.hung_up().contains(&call_sid),
+        "the refused stream hung up the real call"
+    );
+    sim.hang_up().await;
+    stack.finished(&call_sid).await;
+
+    // Replayed after the call ended: no new call.
+    let replay = stack
+        .twilio
+        .post_form("/twilio/voice", &params)
+        .await
+        .unwrap();
+    let r = parse_twiml(&replay.body).expect("TwiML");
+    assert!(r.stream_url.is_none(), "{}", replay.body);
+    assert!(stack.server.app.calls.get(&call_sid).is_none());
+
+    // A call id known only to the store (a previous run): refused too.
+    let old = new_sid("CA");
+    stack
+        .server
+        .app
+        .store
+        .tx
+        .send(patterd::store::Write::Call(patterd::store::NewCall {
+            call_id: old.clone(),
+            carrier: "twilio".into(),
+            carrier_account: "twilio".into(),
+            direction: "inbound",
+            from: CALLER.into(),
+            to: OUR_NUMBER.into(),
+            agent: "front-desk".into(),
+            status: "completed".into(),
+        }));
+    stack.server.app.store.tx.flush().await.unwrap();
+    let params = voice_webhook_params(ACCOUNT_SID, &old, CALLER, OUR_NUMBER);
+    let replay = stack
+        .twilio
+        .post_form("/twilio/voice", &params)
+        .await
+        .unwrap();
+    let r = parse_twiml(&replay.body).expect("TwiML");
+    assert!(r.stream_url.is_none(), "{}", replay.body);
+    assert!(stack.server.app.calls.get(&old).is_none());
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A media socket that never sends `start` is closed after the short start deadline (5 s).
+#[tokio::test]
+async fn idle_media_socket_is_closed_at_the_start_deadline() {
+    let stack = Stack::start(Opts::default()).await;
+    let url = format!("{}/twilio/media", stack.ws_base());
+    let opened = Instant::now();
+    let (mut ws, _) = patterd::net::ws_client::connect(&url, &[], Duration::from_secs(5))
+        .await
+        .expect("socket opens");
+    let closed = tokio::time::timeout(Duration::from_secs(8), async {
+        loop {
+            match ws.read_frame().await {
+                Ok(f) if f.opcode == OpCode::Close => return,
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "still open after {:?} without start",
+        opened.elapsed()
+    );
+}
+
+/// A Telnyx or Plivo media URL with a token this daemon never minted gets 401/403 and is
+/// never upgraded.
+#[tokio::test]
+async fn url_tokens_are_checked_before_the_upgrade() {
+    let stack = Stack::start(Opts::default()).await;
+    let c = reqwest::Client::new();
+    let addr = stack.server.local_addr;
+    let foreign = patterd::security::token::MediaTokens::new(Duration::from_secs(60)).mint("x");
+    for (path, want) in [
+        (format!("/telnyx/media/{foreign}"), 403),
+        ("/telnyx/media/garbage".to_string(), 401),
+        (format!("/plivo/media/abc?t={foreign}"), 403),
+        ("/plivo/media/abc".to_string(), 401),
+    ] {
+        let r = c
+            .get(format!("http://{addr}{path}"))
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), want, "{path}");
+    }
+    let m = stack
+        .server
+        .app
+        .metrics
+        .media_rejected
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(m, 4);
+}
