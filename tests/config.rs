@@ -469,6 +469,7 @@ fn bad_public_url_is_reported() {
 fn several_errors_are_reported_together() {
     let text = BASE
         .replace("127.0.0.1:8080", "0.0.0.0:8080")
+        .replace("api_token = \"t\"\n", "")
         .replace("https://voice.example.com", "nope")
         .replace("stt = \"deepgram\"", "stt = \"whisper\"")
         .replace("\"+15550001234\"", "\"555-1234\"")
