@@ -147,12 +147,14 @@ async fn metrics_need_the_token_unless_public() {
     assert_eq!(r.status(), 200);
 }
 
-/// A captured voice webhook replayed while the call is live gets no second media token; a
-/// second stream (with a second valid token, as the old code handed out) is refused without
-/// touching the live call; replayed after the call ended, or for a call only in the store, it
-/// starts nothing.
-#[tokio::test]
-async fn replayed_webhooks_and_second_streams_never_touch_the_call() {
+/// Starts a stack and one Twilio call through a webhook the test keeps (to replay it).
+async fn live_call() -> (
+    Stack,
+    String,
+    Vec<(String, String)>,
+    patterd::sim::twilio::xml::TwimlAnswer,
+    patterd::sim::twilio::call::SimCall,
+) {
     let stack = Stack::start(Opts {
         transcripts: vec!["what are your hours".into()],
         ..Opts::default()
@@ -173,6 +175,14 @@ async fn replayed_webhooks_and_second_streams_never_touch_the_call() {
     sim.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
         .await
         .unwrap();
+    (stack, call_sid, params, answer, sim)
+}
+
+/// A captured voice webhook replayed while the call is live gets no second media token;
+/// replayed after the call ended, or for a call only in the store, it starts nothing.
+#[tokio::test]
+async fn replayed_voice_webhooks_are_refused() {
+    let (stack, call_sid, params, _answer, sim) = live_call().await;
 
     // Replayed while live: refused, no stream, no token.
     let replay = stack
@@ -183,33 +193,7 @@ async fn replayed_webhooks_and_second_streams_never_touch_the_call() {
     let r = parse_twiml(&replay.body).expect("TwiML");
     assert!(r.stream_url.is_none(), "{}", replay.body);
     assert!(r.parameters.get("token").is_none(), "{}", replay.body);
-
-    // A second stream with a distinct valid token for the call: refused at the token check.
-    let second_token = stack
-        .server
-        .app
-        .tokens
-        .mint_with_expiry(&call_sid, unix_now() + 60);
-    let mut with_token = answer.clone();
-    with_token
-        .parameters
-        .insert("token".to_string(), second_token);
-    let second = stack.open(&call_sid, &with_token).await;
-    let close = second
-        .wait_closed(WAIT)
-        .await
-        .expect("second stream closed");
-    assert_eq!(close.code, Some(1008));
-    // The live call goes on: a whole turn, and nobody hung it up at the carrier.
-    speak(&sim, 700);
-    sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
-        .await
-        .unwrap();
     assert!(!sim.state().is_closed());
-    assert!(
-        !stack.rest.hung_up().contains(&call_sid),
-        "the refused stream hung up the real call"
-    );
     sim.hang_up().await;
     stack.finished(&call_sid).await;
 
@@ -250,6 +234,48 @@ async fn replayed_webhooks_and_second_streams_never_touch_the_call() {
     let r = parse_twiml(&replay.body).expect("TwiML");
     assert!(r.stream_url.is_none(), "{}", replay.body);
     assert!(stack.server.app.calls.get(&old).is_none());
+    let replayed = stack
+        .server
+        .app
+        .metrics
+        .webhooks_replayed
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(replayed, 3);
+}
+
+/// A second media stream for a live call — with a second valid token, as a replayed webhook
+/// used to hand out — is refused without touching the live call (it used to be hung up at the
+/// carrier when the actor refused the stream).
+#[tokio::test]
+async fn a_second_stream_never_touches_the_live_call() {
+    let (stack, call_sid, _params, answer, sim) = live_call().await;
+    let second_token = stack
+        .server
+        .app
+        .tokens
+        .mint_with_expiry(&call_sid, unix_now() + 60);
+    let mut with_token = answer.clone();
+    with_token
+        .parameters
+        .insert("token".to_string(), second_token);
+    let second = stack.open(&call_sid, &with_token).await;
+    let close = second
+        .wait_closed(WAIT)
+        .await
+        .expect("second stream closed");
+    assert_eq!(close.code, Some(1008));
+    // The live call goes on: a whole turn, and nobody hung it up at the carrier.
+    speak(&sim, 700);
+    sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .unwrap();
+    assert!(!sim.state().is_closed());
+    assert!(
+        !stack.rest.hung_up().contains(&call_sid),
+        "the refused stream hung up the real call"
+    );
+    sim.hang_up().await;
+    stack.finished(&call_sid).await;
 }
 
 fn unix_now() -> u64 {
