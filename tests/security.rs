@@ -345,3 +345,29 @@ async fn url_tokens_are_checked_before_the_upgrade() {
         .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(m, 4);
 }
+
+/// Upgraded media sockets leave the listener's connection count, so they have their own
+/// bound (`2 × max_calls + 16`): beyond it a media socket is refused with 503 before the
+/// upgrade, and the refusal is counted.
+#[tokio::test]
+async fn media_sockets_are_bounded() {
+    let stack = Stack::start(Opts {
+        max_calls: 1,
+        ..Opts::default()
+    })
+    .await;
+    let limit = patterd::app::media_socket_limit(&stack.server.app.config);
+    assert_eq!(limit, 18);
+    let url = format!("{}/twilio/media", stack.ws_base());
+    let mut open = Vec::new();
+    for i in 0..limit {
+        let (ws, _) = patterd::net::ws_client::connect(&url, &[], Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("socket {i} opens: {e}"));
+        open.push(ws);
+    }
+    let refused = patterd::net::ws_client::connect(&url, &[], Duration::from_secs(5)).await;
+    let e = refused.err().expect("one socket over the bound is refused");
+    assert!(e.to_string().contains("503"), "{e}");
+    drop(open);
+}
