@@ -272,10 +272,11 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
 /// `server.metrics_public = true`.
 fn metrics_guarded(app: &App, headers: &hyper::HeaderMap) -> Response<Body> {
     let server = &app.config.server;
-    if !server.api_token.is_empty() && !server.metrics_public {
-        if let Err(e) = crate::api::auth::check_bearer(server, headers) {
-            return rest::error(&e);
-        }
+    if !server.api_token.is_empty()
+        && !server.metrics_public
+        && let Err(e) = crate::api::auth::check_bearer(server, headers)
+    {
+        return rest::error(&e);
     }
     metrics::render(app)
 }
