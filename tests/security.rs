@@ -371,3 +371,49 @@ async fn media_sockets_are_bounded() {
     assert!(e.to_string().contains("503"), "{e}");
     drop(open);
 }
+
+/// Every MCP tool that names a call reaches a live Telnyx call (`v3:` ids, which the tools
+/// percent-encode and the API decodes): listing, transcript, metrics, and hanging it up.
+#[tokio::test]
+async fn mcp_tools_reach_a_live_telnyx_call() {
+    use patterd::mcp::{Local, PatterMcp};
+    let stack = Stack::start(Opts::default()).await;
+    let (call_id, sim) = stack
+        .telnyx
+        .place_call(&stack.telnyx_rest, &stack.ws_base(), CALLER, TELNYX_NUMBER)
+        .await
+        .expect("telnyx call");
+    assert!(call_id.starts_with("v3:"), "{call_id}");
+    sim.wait_for("greeting", WAIT, |s| s.agent_audio_bytes > 0)
+        .await
+        .unwrap();
+    stack.server.app.store.tx.flush().await.unwrap();
+    let mcp = PatterMcp::new(std::sync::Arc::new(Local(std::sync::Arc::downgrade(
+        &stack.server.app,
+    ))));
+    let args = |v: serde_json::Value| v.as_object().cloned().unwrap_or_default();
+    let list = mcp
+        .run_tool("get_calls", serde_json::Map::new())
+        .await
+        .expect("get_calls");
+    assert!(list.contains(&call_id), "{list}");
+    let t = mcp
+        .run_tool("get_transcript", args(json!({"callId": call_id})))
+        .await
+        .expect("get_transcript");
+    assert!(t.contains(&call_id), "{t}");
+    mcp.run_tool("get_metrics", args(json!({"callId": call_id})))
+        .await
+        .expect("get_metrics");
+    let ended = mcp
+        .run_tool("end_call", args(json!({"callId": call_id})))
+        .await
+        .expect("end_call");
+    assert!(ended.contains("ended"), "{ended}");
+    stack
+        .telnyx_rest
+        .wait_until("REST hang-up", |r| {
+            r.hung_up().iter().any(|i| i == &call_id)
+        })
+        .await;
+}
