@@ -417,3 +417,39 @@ async fn mcp_tools_reach_a_live_telnyx_call() {
         })
         .await;
 }
+
+/// Fields an unauthenticated peer controls reach the log cut to 64 characters: a forged
+/// webhook with a 5,000-character `CallSid` (the daemon as a child process, its JSON log read
+/// line by line).
+#[test]
+fn forged_webhook_fields_are_truncated_in_the_log() {
+    patterd::util::init_tls();
+    let nowhere = "http://127.0.0.1:9";
+    let text = config_text(&Opts::default(), nowhere, nowhere, nowhere, nowhere, "");
+    let d = common::daemon::Daemon::start(&text);
+    let long = format!("CA{}", "x".repeat(5000));
+    let params = voice_webhook_params(ACCOUNT_SID, &long, CALLER, OUR_NUMBER);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let status = rt.block_on(async {
+        patterd::sim::twilio::SimTwilio::new(
+            &format!("http://{}", d.addr),
+            PUBLIC_URL,
+            ACCOUNT_SID,
+            AUTH_TOKEN,
+        )
+        .post_form_with_signature("/twilio/voice", &params, "forged")
+        .await
+        .expect("webhook")
+        .status
+    });
+    assert_eq!(status, 403);
+    let line = d
+        .wait_line("twilio webhook refused", WAIT)
+        .expect("the refusal is logged");
+    assert!(line.contains(&"x".repeat(60)), "{line}");
+    assert!(
+        !line.contains(&"x".repeat(65)),
+        "untruncated: {} bytes",
+        line.len()
+    );
+}
