@@ -57,10 +57,16 @@ struct State {
     by_call: HashMap<String, (String, u64)>,
     /// Calls that redeemed a token, with when.
     streamed: HashMap<String, u64>,
+    /// The second of the last prune (at most one a second).
+    pruned_at: u64,
 }
 
 impl State {
     fn prune(&mut self, now: u64) {
+        if now == self.pruned_at {
+            return;
+        }
+        self.pruned_at = now;
         self.used.retain(|_, exp| *exp >= now);
         self.issued.retain(|_, (_, exp)| *exp >= now);
         self.by_call.retain(|_, (_, exp)| *exp >= now);
