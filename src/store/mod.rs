@@ -449,6 +449,18 @@ impl Store {
         .map_err(StoreError::from)
     }
 
+    /// True when the store has a row for `call_id` (a primary-key lookup, read synchronously
+    /// by admission to refuse replayed webhooks).
+    pub fn has_call_blocking(&self, call_id: &str) -> Result<bool, StoreError> {
+        let conn = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        conn.query_row("SELECT 1 FROM calls WHERE call_id = ?1", [call_id], |_| {
+            Ok(())
+        })
+        .optional()
+        .map(|r| r.is_some())
+        .map_err(StoreError::from)
+    }
+
     pub async fn setting(&self, key: &str) -> Result<Option<String>, StoreError> {
         let key = key.to_string();
         self.read(move |c| {
