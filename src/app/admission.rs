@@ -88,7 +88,7 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         providers,
         attach_timeout: super::MEDIA_TOKEN_TTL,
         media_timeout: Duration::from_secs(30),
-        store: Some(app.store.tx.clone()),
+        log: Some(std::sync::Arc::new(app.store.tx.clone())),
     };
     let record = NewCall {
         call_id: setup.call_id.clone(),

@@ -130,7 +130,7 @@ impl Actor {
             .saturating_duration_since(self.created)
             .as_millis() as u64;
         self.events.push(CallEvent { t_ms, kind, detail });
-        if let (Some(store), Some(e)) = (&self.setup.store, self.events.last()) {
+        if let (Some(store), Some(e)) = (&self.setup.log, self.events.last()) {
             store.event(&self.setup.call_id, e);
         }
         let n = self.events.len() as u64;
@@ -139,7 +139,7 @@ impl Actor {
 
     /// Persists transcript entry `i` (a turn is durable once it ends). Never waits.
     fn persist(&self, i: usize) {
-        if let (Some(store), Some(e)) = (&self.setup.store, self.policy.transcript().get(i)) {
+        if let (Some(store), Some(e)) = (&self.setup.log, self.policy.transcript().get(i)) {
             store.turn(&self.setup.call_id, i, e);
         }
     }
@@ -185,7 +185,7 @@ impl Actor {
                 Action::Event(kind, detail) => self.event(kind, detail),
                 Action::Persist(i) => self.persist(i),
                 Action::ReplyLatency(us) => {
-                    if let Some(store) = &self.setup.store {
+                    if let Some(store) = &self.setup.log {
                         store.reply_latency(&self.setup.call_id, us);
                     }
                 }
@@ -327,7 +327,7 @@ impl Actor {
         self.media_rx = Some(m.events);
         self.step(Input::Answered);
         self.event(EventKind::MediaStart, m.start.stream_id.clone());
-        if let Some(store) = &self.setup.store {
+        if let Some(store) = &self.setup.log {
             store.answered(&self.setup.call_id);
         }
         info!(stream_id = %m.start.stream_id, "media stream started");
@@ -468,7 +468,7 @@ impl Actor {
             (0..self.policy.transcript().len()).for_each(|i| self.persist(i));
         }
         self.event(EventKind::CallEnd, reason.to_string());
-        if let Some(store) = &self.setup.store {
+        if let Some(store) = &self.setup.log {
             store.ended(&self.setup.call_id, &reason);
         }
         let duration = self

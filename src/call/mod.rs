@@ -8,6 +8,7 @@
 
 pub mod actor;
 pub mod event;
+pub mod log;
 pub mod policy;
 pub mod registry;
 pub mod speech;
@@ -24,6 +25,7 @@ use crate::config::AgentConfig;
 use crate::provider::AgentProviders;
 
 pub use event::{EndReason, EventKind};
+pub use log::CallLog;
 pub use registry::CallRegistry;
 pub use transcript::{CallEvent, CallRecord, Speaker, TranscriptEntry};
 
@@ -48,7 +50,7 @@ pub struct CallSetup {
     /// A call with no media at all for this long is ended.
     pub media_timeout: Duration,
     /// Where turns and events are persisted as the call goes (never waited on).
-    pub store: Option<crate::store::StoreTx>,
+    pub log: Option<std::sync::Arc<dyn log::CallLog>>,
 }
 
 impl CallSetup {
