@@ -102,8 +102,20 @@ impl Policy {
                             content: msg,
                         });
                     }
-                } else if let Some(rest) = self.chunker.finish() {
-                    self.reply_sentence(&rest, now, mouth);
+                } else {
+                    // The brain failed mid-reply: say what it had said, then the apology, so
+                    // the caller is not left in silence after half a sentence.
+                    if let Some(rest) = self.chunker.finish() {
+                        self.reply_sentence(&rest, now, mouth);
+                    }
+                    let msg = self.agent.llm_error_message.clone();
+                    if !msg.trim().is_empty() {
+                        self.enqueue(UttKind::Error { turn: turn_id }, &msg, now, mouth);
+                        if let Some(t) = self.turn.as_mut() {
+                            t.reply_text.push(' ');
+                            t.reply_text.push_str(&msg);
+                        }
+                    }
                 }
             }
         }

@@ -644,6 +644,40 @@ fn a_brain_that_fails_before_any_reply_is_apologised_for() {
 }
 
 #[test]
+fn a_brain_that_fails_mid_reply_is_apologised_for_after_what_it_said() {
+    let mut c = Call::answered("");
+    c.caller_says("where is my order");
+    c.step(Input::Llm(LlmEvent::Delta(
+        "Your order left the depot. It should".into(),
+    )));
+    c.step(Input::Llm(LlmEvent::Error(
+        "the brain finished with an error".into(),
+    )));
+    let spoken: Vec<(UttKind, String)> = c
+        .log
+        .iter()
+        .filter_map(|a| match a {
+            Action::Speak { kind, text } => Some((kind.clone(), text.clone())),
+            _ => None,
+        })
+        .collect();
+    let texts: Vec<&str> = spoken.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(
+        texts,
+        vec![
+            "Your order left the depot.",
+            "It should",
+            agent("").llm_error_message.as_str()
+        ],
+        "{spoken:?}"
+    );
+    assert!(matches!(spoken[2].0, UttKind::Error { turn: 1 }));
+    // The apology is heard after the partial reply, and the call goes on.
+    c.run(4000);
+    assert_eq!(c.policy.phase(), Phase::Idle);
+}
+
+#[test]
 fn a_brain_that_keeps_history_is_told_what_was_heard() {
     let mut c = Call::replying("");
     c.policy.brain_keeps_history = true;
