@@ -657,7 +657,7 @@ fn a_brain_that_fails_mid_reply_is_apologised_for_after_what_it_said() {
         .log
         .iter()
         .filter_map(|a| match a {
-            Action::Speak { kind, text } => Some((kind.clone(), text.clone())),
+            Action::Speak { kind, text } => Some((*kind, text.clone())),
             _ => None,
         })
         .collect();
