@@ -125,7 +125,7 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
         let text = fakes.config_text();
         let mut d = Daemon::start(&text);
         let base = format!("http://{}", d.addr);
-        let (_call_sid, sim) = d.call().await;
+        let (call_sid, sim) = d.call().await;
         sim.wait_for("greeting", WAIT, |s| s.agent_audio_bytes > 0)
             .await
             .unwrap();
@@ -170,10 +170,16 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
 
         // The caller hangs up: the daemon exits 0.
         sim.hang_up().await;
-        let code = tokio::task::spawn_blocking(move || d.wait_exit(WAIT))
+        let (code, d) = tokio::task::spawn_blocking(move || (d.wait_exit(WAIT), d))
             .await
             .unwrap();
         assert_eq!(code, Some(0));
+        // The call ended during the drain, just before the exit: the store was flushed, so the
+        // next start finds it completed, not open (which it would close as failed).
+        let store = patterd::store::Store::open(d.data_dir(), 30, 16).expect("reopen store");
+        let call = store.call(&call_sid).await.unwrap().expect("call row");
+        assert_eq!(call.status, "completed", "{call:?}");
+        assert_eq!(call.ended_reason.as_deref(), Some("caller hung up"));
     });
 }
 
