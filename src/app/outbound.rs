@@ -200,24 +200,32 @@ pub async fn place_reserved(
         let account = call.account.clone();
         let wanted = || !tx.is_closed();
         let placed = place_if(&task_app, call, &wanted).await;
-        let placed = match placed {
-            Ok(id) => {
-                reservation.commit();
-                Ok(id)
-            }
+        // The reservation is settled before anything else happens: a placed call (even one
+        // cancelled below) counts toward the day; a failed dial is released.
+        match &placed {
+            Ok(_) => reservation.commit(),
+            Err(_) => drop(reservation),
+        }
+        let id = match placed {
+            Ok(Placed::Live(id)) => match tx.send(Ok(id)) {
+                Ok(()) => return,
+                Err(sent) => {
+                    // Gone between the check and now: nobody knows the call's id.
+                    let id = sent.unwrap_or_default();
+                    if let Some(h) = task_app.calls.get(&id) {
+                        let _ = h.hang_up("the request that placed it went away");
+                    }
+                    id
+                }
+            },
+            Ok(Placed::Abandoned(id)) => id,
             Err(e) => {
-                drop(reservation);
-                Err(e)
+                let _ = tx.send(Err(e));
+                return;
             }
         };
-        if let Err(Ok(id)) = tx.send(placed) {
-            // Gone between the check and now: the call runs without anyone knowing its id.
-            warn!(call_id = %id, "outbound request went away after the call was placed; ending it");
-            cancel_unanswered(&task_app, &account, &id).await;
-            if let Some(h) = task_app.calls.get(&id) {
-                let _ = h.hang_up("the request that placed it went away");
-            }
-        }
+        warn!(call_id = %id, "outbound request went away mid-dial; cancelling the call at the carrier");
+        cancel_unanswered(&task_app, &account, &id).await;
     });
     rx.await.unwrap_or(Err(OutboundError::Abandoned))
 }
@@ -225,16 +233,28 @@ pub async fn place_reserved(
 /// Places `call` and starts its actor; returns our call id. The caps are the caller's
 /// ([`reserve`], [`place_reserved`]).
 pub async fn place(app: &Arc<App>, call: NewOutbound) -> Result<String, OutboundError> {
-    place_if(app, call, &|| true).await
+    match place_if(app, call, &|| true).await? {
+        Placed::Live(id) => Ok(id),
+        Placed::Abandoned(_) => Err(OutboundError::Abandoned),
+    }
 }
 
-/// [`place`], cancelling the placed call at the carrier (recorded as canceled) if `wanted`
-/// says nobody waits for it any more once the carrier answers the dial.
+/// A call the carrier placed.
+enum Placed {
+    /// Registered, its actor started.
+    Live(String),
+    /// Nobody waited for it any more: recorded as canceled, not registered; the caller
+    /// cancels it at the carrier.
+    Abandoned(String),
+}
+
+/// [`place`], unless `wanted` says nobody waits for the call any more once the carrier has
+/// answered the dial: then the call is recorded as canceled and returned as abandoned.
 async fn place_if(
     app: &Arc<App>,
     call: NewOutbound,
     wanted: &(dyn Fn() -> bool + Send + Sync),
-) -> Result<String, OutboundError> {
+) -> Result<Placed, OutboundError> {
     let config = &app.config;
     let kind = config
         .carrier(&call.account)
@@ -276,12 +296,8 @@ async fn place_if(
         .into(),
     }));
     if abandoned {
-        warn!(call_id = %id, to = %mask_number(&call.to), "outbound request went away mid-dial; cancelling the call at the carrier");
-        if let Err(e) = carrier.cancel(&call.account, &id, &app.outbound).await {
-            warn!(call_id = %id, error = %e, "could not cancel an abandoned outbound call");
-        }
         app.report(StatusUpdate::outcome(&id, Outcome::Failed, None));
-        return Err(OutboundError::Abandoned);
+        return Ok(Placed::Abandoned(id));
     }
     app.outbound.register(
         &id,
@@ -329,7 +345,7 @@ async fn place_if(
         watcher.calls.wait_finished(&watched).await;
         watcher.outbound.ended(&watched);
     });
-    Ok(id)
+    Ok(Placed::Live(id))
 }
 
 /// Ends a call we placed that has not been answered (it has no media stream to close), through
