@@ -43,7 +43,9 @@ impl SentenceChunker {
         let mut out = Vec::new();
         loop {
             let end = match self.find_cut() {
-                Some(end) => end,
+                Some(end) if end <= MAX_PIECE_BYTES => end,
+                // A boundary past the cap (a long run-on sentence): cut inside it.
+                Some(_) => self.forced_cut(),
                 None if self.buf.len() >= MAX_PIECE_BYTES => self.forced_cut(),
                 None => break,
             };
@@ -248,6 +250,19 @@ fn is_emoji(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the parser property tests: a sentence boundary past the cap made a piece
+    /// longer than [`MAX_PIECE_BYTES`].
+    #[test]
+    fn a_boundary_past_the_cap_still_cuts_at_the_cap() {
+        let long = format!("{} {}. Next.", "word ".repeat(110), "x".repeat(80));
+        let pieces = run(&[&long]);
+        assert!(
+            pieces.iter().all(|p| p.len() <= MAX_PIECE_BYTES),
+            "{pieces:?}"
+        );
+        assert_eq!(pieces.concat().replace(' ', ""), long.replace(' ', ""));
+    }
 
     fn run(deltas: &[&str]) -> Vec<String> {
         let mut c = SentenceChunker::new();
