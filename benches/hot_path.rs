@@ -1,6 +1,6 @@
 //! Micro-benchmarks of the per-frame hot path (issue 7): parse a Twilio `media` frame, decode
-//! its μ-law, measure its energy (the level a voice detector would start from; patterd itself
-//! leaves voice detection to the STT), forward it to the STT input channel; encode an outgoing
+//! its μ-law, measure its energy (a cheap level as a baseline; patterd's voice detector,
+//! `audio::vad`, is not measured here), forward it to the STT input channel; encode an outgoing
 //! agent frame; the SSE parser on a Hermes stream; the sentence chunker on a streamed reply.
 //! Run with `cargo bench --bench hot_path`.
 

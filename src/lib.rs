@@ -1,7 +1,9 @@
 //! patterd: a voice gateway daemon that gives an AI agent a phone line.
 //!
 //! The library crate holds every piece of the daemon so that integration tests and the
-//! benchmark tools can drive them directly; `src/main.rs` is only the command line.
+//! benchmark tools can drive them directly; `src/main.rs` is only the command line. The
+//! simulators (`crates/patterd-sim`) and the load generator (`crates/patterd-loadgen`) are
+//! separate workspace crates, so nothing here exists only for them.
 //! `docs/ARCHITECTURE.md` is the map of these modules.
 
 pub mod api;
@@ -11,14 +13,12 @@ pub mod call;
 pub mod carrier;
 pub mod cli;
 pub mod config;
-pub mod loadgen;
 pub mod logging;
 pub mod mcp;
 pub mod net;
 pub mod provider;
 pub mod security;
 pub mod server;
-pub mod sim;
 pub mod store;
 pub mod util;
 

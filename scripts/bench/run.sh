@@ -39,7 +39,7 @@ echo "== machine"
 { nproc; grep -m1 'model name' /proc/cpuinfo; free -h | head -2; uname -r; cat /proc/loadavg; } |
   tee "$OUT/machine.txt"
 
-cargo build --release --bin patterd --bin patterd-loadgen
+cargo build --release -p patterd --bin patterd -p patterd-loadgen --bin patterd-loadgen
 LG=(target/release/patterd-loadgen)
 SRV_PIN=()
 if [ "${PIN:-1}" = 1 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then

@@ -1,5 +1,6 @@
 //! Runs the real `patterd` binary as a child process for tests: writes a config, starts it,
-//! waits for its "serving" log line (JSON logs) and reads the bound address from it.
+//! waits for its "serving" log line (JSON logs) and reads the bound address from it; signals,
+//! log lines and a simulated Twilio call against it.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -7,6 +8,14 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+
+use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
+use patterd_sim::elevenlabs::FakeElevenLabs;
+use patterd_sim::hermes::FakeHermes;
+use patterd_sim::twilio::SimTwilio;
+use patterd_sim::twilio::call::{SimCall, SimCallConfig};
+use patterd_sim::twilio::rest::FakeTwilioRest;
+use patterd_sim::twilio::xml::parse_twiml;
 
 pub struct Daemon {
     pub child: Child,
@@ -67,6 +76,36 @@ impl Daemon {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// The Twilio simulator, signing for this daemon (config from [`super::config_text`]).
+    pub fn twilio(&self) -> SimTwilio {
+        SimTwilio::new(
+            &self.url(""),
+            super::PUBLIC_URL,
+            super::ACCOUNT_SID,
+            super::AUTH_TOKEN,
+        )
+    }
+
+    /// A whole inbound Twilio call to [`super::OUR_NUMBER`] from [`super::CALLER`] (config
+    /// from [`super::config_text`]): signed webhook, TwiML, media stream opened.
+    pub async fn call(&self) -> (String, SimCall) {
+        let (call_sid, resp) = self
+            .twilio()
+            .incoming_call("/twilio/voice", super::CALLER, super::OUR_NUMBER)
+            .await
+            .expect("webhook request");
+        let answer = parse_twiml(&resp.body).expect("TwiML parses");
+        let cfg = SimCallConfig::new(
+            &format!("ws://{}", self.addr),
+            super::ACCOUNT_SID,
+            &call_sid,
+        );
+        let sim = SimCall::from_answer(&answer, cfg)
+            .await
+            .expect("media stream opens");
+        (call_sid, sim)
+    }
+
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
         let rc = unsafe { libc::kill(self.child.id() as i32, sig) };
@@ -114,5 +153,50 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The fakes a child daemon talks to: Deepgram (hearing `transcripts` in order), ElevenLabs,
+/// Hermes and Twilio's REST API.
+pub struct Fakes {
+    pub dg: FakeDeepgram,
+    pub el: FakeElevenLabs,
+    pub hermes: FakeHermes,
+    pub rest: FakeTwilioRest,
+}
+
+impl Fakes {
+    pub async fn start(transcripts: Vec<String>) -> Fakes {
+        let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
+            api_key: super::DG_KEY.into(),
+            transcripts,
+            ..Default::default()
+        })
+        .await
+        .expect("fake deepgram");
+        Fakes {
+            dg,
+            el: FakeElevenLabs::start(super::EL_KEY)
+                .await
+                .expect("fake elevenlabs"),
+            hermes: FakeHermes::start(super::HERMES_KEY)
+                .await
+                .expect("fake hermes"),
+            rest: FakeTwilioRest::start(super::ACCOUNT_SID, super::AUTH_TOKEN)
+                .await
+                .expect("fake twilio rest"),
+        }
+    }
+
+    /// [`super::config_text`] with the default options, pointing at these fakes.
+    pub fn config_text(&self) -> String {
+        super::config_text(
+            &super::Opts::default(),
+            &self.dg.base_url(),
+            &self.el.base_url(),
+            &self.hermes.base_url(),
+            &self.rest.base_url,
+            "",
+        )
     }
 }

@@ -1,23 +1,28 @@
-//! Shared test harness: a whole patterd stack on 127.0.0.1 — fake Deepgram, ElevenLabs,
-//! Hermes and the Twilio, Telnyx and Plivo REST APIs, patterd bound in-process on port 0 with
-//! one number per carrier, and the three carrier simulators that sign webhooks and open media
-//! streams.
+//! The one shared test harness of the `wire`, `calls` and `control` test binaries: a whole
+//! patterd stack on 127.0.0.1 ([`Stack`]) — fake Deepgram, ElevenLabs, Hermes and the Twilio,
+//! Telnyx and Plivo REST APIs, patterd bound in-process on port 0 with one number per carrier,
+//! and the three carrier simulators that sign webhooks and open media streams — plus the
+//! carriers as a test parameter ([`carrier`]), a REST API client ([`api`]), the daemon as a
+//! child process ([`daemon`]) and the fixture files ([`fixtures`]).
 #![allow(dead_code)]
 
+pub mod api;
+pub mod carrier;
 pub mod daemon;
+pub mod fixtures;
 
 use std::time::Duration;
 
 use patterd::call::CallRecord;
-use patterd::sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
-use patterd::sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
-use patterd::sim::hermes::FakeHermes;
-use patterd::sim::plivo::{FakePlivoRest, SimPlivo};
-use patterd::sim::telnyx::{FakeTelnyxRest, SimTelnyx};
-use patterd::sim::twilio::call::{SimCall, SimCallConfig};
-use patterd::sim::twilio::rest::FakeTwilioRest;
-use patterd::sim::twilio::xml::{TwimlAnswer, parse_twiml};
-use patterd::sim::twilio::{SimTwilio, WebhookResponse};
+use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
+use patterd_sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
+use patterd_sim::hermes::FakeHermes;
+use patterd_sim::plivo::{FakePlivoRest, SimPlivo};
+use patterd_sim::telnyx::{FakeTelnyxRest, SimTelnyx};
+use patterd_sim::twilio::call::{SimCall, SimCallConfig};
+use patterd_sim::twilio::rest::FakeTwilioRest;
+use patterd_sim::twilio::xml::{TwimlAnswer, parse_twiml};
+use patterd_sim::twilio::{SimTwilio, WebhookResponse};
 
 pub const ACCOUNT_SID: &str = "AC00000000000000000000000000000001";
 pub const AUTH_TOKEN: &str = "twilio-test-auth-token";
@@ -111,21 +116,19 @@ pub fn telnyx_seed() -> [u8; 32] {
         .expect("32 bytes")
 }
 
+/// The inside of a TOML array of strings: `"a", "b"`.
+fn toml_list(v: &[String]) -> String {
+    v.iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `[carriers.telnyx]`, `[carriers.plivo]` and one number each, for [`config_text`]'s
 /// `extra_numbers`.
 pub fn other_carriers(opts: &Opts, telnyx_rest: &str, plivo_rest: &str) -> String {
-    let callers = opts
-        .allowed_callers
-        .iter()
-        .map(|c| format!("\"{c}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let destinations = opts
-        .allowed_destinations
-        .iter()
-        .map(|c| format!("\"{c}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let callers = toml_list(&opts.allowed_callers);
+    let destinations = toml_list(&opts.allowed_destinations);
     format!(
         r#"
 [carriers.telnyx]
@@ -166,19 +169,8 @@ pub fn config_text(
     rest: &str,
     extra_numbers: &str,
 ) -> String {
-    let list = |v: &[String]| {
-        v.iter()
-            .map(|c| format!("\"{c}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let destinations = list(&opts.allowed_destinations);
-    let callers = opts
-        .allowed_callers
-        .iter()
-        .map(|c| format!("\"{c}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let destinations = toml_list(&opts.allowed_destinations);
+    let callers = toml_list(&opts.allowed_callers);
     format!(
         r#"
 [server]
@@ -382,4 +374,26 @@ impl Stack {
 /// Caller speech: a 440 Hz tone for `ms` (the fake Deepgram hears it as speech).
 pub fn speak(sim: &SimCall, ms: u64) {
     sim.push_tone(440.0, ms, 8000);
+}
+
+/// The outbound calls' conversation (agent `first_message` "Hi, is this Bob?", system prompt
+/// "Confirm the caller is Bob."): the greeting plays, the callee answers, the brain gets the
+/// call's own system prompt, the reply plays. `who` labels failures.
+pub async fn greeted_bob_and_one_turn(stack: &Stack, sim: &SimCall, who: &str) {
+    sim.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .unwrap_or_else(|e| panic!("{who}: greeting: {e}"));
+    assert_eq!(stack.spoken()[0], "Hi, is this Bob?");
+    speak(sim, 700);
+    let rec = stack
+        .hermes
+        .wait_until("turn", |r| r.requests.len() == 1)
+        .await;
+    assert_eq!(
+        rec.requests[0].messages()[0].1,
+        "Confirm the caller is Bob."
+    );
+    sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .unwrap_or_else(|e| panic!("{who}: reply: {e}"));
 }

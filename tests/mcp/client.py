@@ -5,7 +5,7 @@ Usage:
   client.py stdio EXE URL TOKEN   `EXE mcp --stdio --url URL --token TOKEN`
 
 Runs one scenario and prints one JSON line per step on stdout; exits non-zero on the first
-failed check. The Rust test (tests/mcp.rs) answers the calls this places through the Twilio
+failed check. The Rust test (tests/control/mcp.rs) answers the calls this places through the Twilio
 simulator: calls to +15557654321 are answered, talked to and hung up by the caller; calls to
 +15557654322 are answered and kept live until end_call.
 """

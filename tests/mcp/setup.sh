@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates the Python virtual environment the MCP interop tests use (tests/mcp.rs drives the
+# Creates the Python virtual environment the MCP interop tests use (tests/control/mcp.rs drives the
 # official Python `mcp` client against patterd's /mcp endpoint and `patterd mcp --stdio`).
 # Idempotent: re-running only installs what is missing. Override the location with
 # PATTERD_MCP_VENV (default: tests/mcp/.venv).

@@ -1,0 +1,557 @@
+//! The load generator behind `patterd-loadgen` (issue 7): it starts the fake Deepgram,
+//! ElevenLabs, Hermes and Twilio REST in its own process with zero added latency, writes a
+//! config, spawns the server under test as a separate process (a patterd binary, or any
+//! command that serves Twilio webhooks against the fakes), measures its cold start (spawn →
+//! `/healthz` 200), then ramps N simulated Twilio callers ([`caller`]) in at a fixed rate and
+//! keeps them all talking for a hold period. Per turn it measures end of the caller's speech →
+//! first reply frame, and fake Deepgram's `speech_final` sent → first reply frame (the latency
+//! the server adds); per utterance, late frames; for the server process, CPU seconds and RSS
+//! from `/proc` ([`procfs`]) at idle, at peak and after the calls. One run per N; the result
+//! is JSON plus a markdown table ([`report`]).
+
+pub mod caller;
+pub mod procfs;
+pub mod report;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use caller::{CallCtx, CallPlan, CallResult, SpeechClip};
+use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
+use patterd_sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
+use patterd_sim::hermes::FakeHermes;
+use patterd_sim::twilio::SimTwilio;
+use patterd_sim::twilio::rest::FakeTwilioRest;
+use report::{ProviderCounts, Quantiles, RunReport, ServerStats};
+
+pub const ACCOUNT_SID: &str = "AC00000000000000000000000000000b07";
+pub const AUTH_TOKEN: &str = "loadgen-auth-token";
+pub const PUBLIC_URL: &str = "https://voice.loadgen.test";
+pub const OUR_NUMBER: &str = "+15550001234";
+pub const DG_KEY: &str = "dg-loadgen-key";
+pub const EL_KEY: &str = "el-loadgen-key";
+pub const HERMES_KEY: &str = "hermes-loadgen-key";
+/// What the fake Deepgram "hears" each turn; the fake Hermes echoes it as the reply.
+pub const CALLER_SAYS: &str =
+    "I would like to book a table for two tomorrow evening. Is that possible?";
+
+/// The server under test.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A patterd binary: the load generator writes its config.
+    Patterd { bin: PathBuf },
+    /// Any other server: run through `sh -c`, told the fakes' URLs through `BENCH_*`
+    /// environment variables (see docs/BENCHMARKS.md).
+    Command { shell: String },
+}
+
+/// One load run's settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub label: String,
+    pub target: Target,
+    pub calls: usize,
+    /// Calls started per second.
+    pub rate: f64,
+    /// How long all calls stay up after the last one started.
+    pub hold: Duration,
+    pub speech_ms: u64,
+    pub pause: Duration,
+    pub barge_in: bool,
+    /// Webhook path on the server.
+    pub voice_path: String,
+    /// Health path polled for the cold start (answers 200 when ready).
+    pub health_path: String,
+    /// Keep the server's log here (else a temporary directory).
+    pub log_dir: Option<PathBuf>,
+    /// Pin the server to these CPUs (a `taskset -c` list such as `0`).
+    pub server_cpus: Option<String>,
+}
+
+/// Picks a free loopback port (bind to 0, read it, let it go).
+fn free_port() -> std::io::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// A blocking `GET path` on a fresh connection; the status code, if any answer came.
+pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).ok()?;
+    let head = std::str::from_utf8(&buf[..n]).ok()?;
+    head.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn patterd_config(port: u16, calls: usize, dg: &str, el: &str, hermes: &str, rest: &str) -> String {
+    format!(
+        r#"[server]
+listen = "127.0.0.1:{port}"
+public_url = "{PUBLIC_URL}"
+max_calls = {max_calls}
+max_connections = {max_conns}
+drain_timeout_s = 5
+
+[log]
+format = "json"
+level = "info"
+
+[llm.hermes]
+kind = "hermes"
+base_url = "{hermes}"
+api_key = "{HERMES_KEY}"
+model = "hermes-agent"
+
+[stt.deepgram]
+kind = "deepgram"
+api_key = "{DG_KEY}"
+base_url = "{dg}"
+
+[tts.elevenlabs]
+kind = "elevenlabs"
+api_key = "{EL_KEY}"
+voice_id = "voice123"
+base_url = "{el}"
+
+[carriers.twilio]
+kind = "twilio"
+account_sid = "{ACCOUNT_SID}"
+auth_token = "{AUTH_TOKEN}"
+api_base_url = "{rest}"
+
+[agents.bench]
+system_prompt = "You are a benchmark agent."
+first_message = "Hello, thanks for calling."
+llm = "hermes"
+stt = "deepgram"
+tts = "elevenlabs"
+
+[[numbers]]
+number = "{OUR_NUMBER}"
+carrier = "twilio"
+agent = "bench"
+"#,
+        max_calls = calls + 16,
+        max_conns = (calls * 4).max(4096),
+    )
+}
+
+/// The server process and where it listens.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    cold_start: Duration,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Fakes {
+    dg: FakeDeepgram,
+    el: FakeElevenLabs,
+    hermes: FakeHermes,
+    rest: FakeTwilioRest,
+}
+
+async fn start_fakes() -> std::io::Result<Fakes> {
+    let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
+        api_key: DG_KEY.into(),
+        default_transcript: CALLER_SAYS.into(),
+        idle_timeout: Duration::from_secs(60),
+        record_frames: false,
+        ..Default::default()
+    })
+    .await?;
+    let el = FakeElevenLabs::start_with(FakeElevenLabsConfig {
+        api_key: EL_KEY.into(),
+        first_chunk_delay: Duration::ZERO,
+        chunk_interval: Duration::ZERO,
+        ..Default::default()
+    })
+    .await?;
+    let hermes = FakeHermes::start(HERMES_KEY).await?;
+    let rest = FakeTwilioRest::start(ACCOUNT_SID, AUTH_TOKEN).await?;
+    Ok(Fakes {
+        dg,
+        el,
+        hermes,
+        rest,
+    })
+}
+
+/// `program`, run through `taskset -c CPUS` when the server is pinned (taskset execs it, so
+/// the child's pid is the server's).
+fn pinned(opts: &Options, program: &std::ffi::OsStr) -> Command {
+    match &opts.server_cpus {
+        Some(cpus) => {
+            let mut c = Command::new("taskset");
+            c.arg("-c").arg(cpus).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+fn spawn_server(opts: &Options, fakes: &Fakes) -> Result<Server, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let port = free_port().map_err(|e| e.to_string())?;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let log_dir = opts.log_dir.clone().unwrap_or_else(|| dir.path().into());
+    let _ = std::fs::create_dir_all(&log_dir);
+    let log_path = log_dir.join(format!("{}-{}.log", opts.label, opts.calls));
+    let log = std::fs::File::create(&log_path).map_err(|e| format!("{log_path:?}: {e}"))?;
+    let mut cmd = match &opts.target {
+        Target::Patterd { bin } => {
+            let cfg = dir.path().join("patter.toml");
+            let text = patterd_config(
+                port,
+                opts.calls,
+                &fakes.dg.base_url(),
+                &fakes.el.base_url(),
+                &fakes.hermes.base_url(),
+                &fakes.rest.base_url,
+            );
+            std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
+            let mut c = pinned(opts, bin.as_os_str());
+            c.arg("--config")
+                .arg(&cfg)
+                .env_remove("RUST_LOG")
+                .env("PATTERD_DATA_DIR", dir.path());
+            c
+        }
+        Target::Command { shell } => {
+            let mut c = pinned(opts, "sh".as_ref());
+            c.arg("-c").arg(shell);
+            c
+        }
+    };
+    cmd.env("BENCH_PORT", port.to_string())
+        .env("BENCH_PUBLIC_URL", PUBLIC_URL)
+        .env("BENCH_ACCOUNT_SID", ACCOUNT_SID)
+        .env("BENCH_AUTH_TOKEN", AUTH_TOKEN)
+        .env("BENCH_NUMBER", OUR_NUMBER)
+        .env("BENCH_DEEPGRAM_URL", fakes.dg.base_url())
+        .env("BENCH_DEEPGRAM_KEY", DG_KEY)
+        .env("BENCH_ELEVENLABS_URL", fakes.el.base_url())
+        .env("BENCH_ELEVENLABS_KEY", EL_KEY)
+        .env("BENCH_HERMES_URL", fakes.hermes.base_url())
+        .env("BENCH_HERMES_KEY", HERMES_KEY)
+        .env("BENCH_TWILIO_REST_URL", &fakes.rest.base_url)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log);
+    let t = std::time::Instant::now();
+    let mut child = cmd.spawn().map_err(|e| format!("spawn server: {e}"))?;
+    let cold_start = loop {
+        if http_status(addr, &opts.health_path) == Some(200) {
+            break t.elapsed();
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(format!("server exited early ({st}); log: {log_path:?}"));
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            return Err(format!("server not healthy after 60 s; log: {log_path:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    Ok(Server {
+        child,
+        addr,
+        cold_start,
+        _dir: dir,
+    })
+}
+
+const MIB: f64 = 1024.0;
+
+/// One load run at `opts.calls` concurrent calls.
+pub async fn run(opts: &Options) -> Result<RunReport, String> {
+    patterd::util::init_tls();
+    let loadavg_start = procfs::loadavg();
+    let fakes = start_fakes().await.map_err(|e| e.to_string())?;
+    let server = spawn_server(opts, &fakes)?;
+    let pid = server.child.id().to_string();
+    // Let it settle, then read the idle figures.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = procfs::mem(&pid).unwrap_or_default();
+    let cpu0 = procfs::cpu_seconds(&pid).unwrap_or(0.0);
+    let own_cpu0 = procfs::cpu_seconds("self").unwrap_or(0.0);
+
+    let ctx = Arc::new(CallCtx {
+        twilio: SimTwilio::new(
+            &format!("http://{}", server.addr),
+            PUBLIC_URL,
+            ACCOUNT_SID,
+            AUTH_TOKEN,
+        ),
+        ws_base: format!("ws://{}", server.addr),
+        to: OUR_NUMBER.into(),
+        voice_path: opts.voice_path.clone(),
+        speech: SpeechClip::tone(opts.speech_ms),
+        pause: opts.pause,
+        reply_timeout: Duration::from_secs(10),
+        barge_in: opts.barge_in,
+    });
+    let t0 = Instant::now() + Duration::from_millis(50);
+    let n = opts.calls.max(1);
+    let step = Duration::from_secs_f64(1.0 / opts.rate.max(0.1));
+    let ramp_end = t0 + step * (n as u32 - 1);
+    let end_at = ramp_end + opts.hold;
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let plan = CallPlan {
+            idx: i as u32,
+            start_at: t0 + step * i as u32,
+            end_at,
+        };
+        set.spawn(caller::run_call(ctx.clone(), plan));
+    }
+
+    // Sample the server while the calls run: peak RSS, CPU over the steady window (every
+    // call up, from 2 s after the last started until 0.5 s before they stop).
+    let steady_from = ramp_end + Duration::from_secs(2).min(opts.hold / 3);
+    let steady_to = end_at - Duration::from_millis(500).min(opts.hold / 3);
+    let sampler = {
+        let pid = pid.clone();
+        tokio::spawn(async move {
+            let mut peak = 0u64;
+            let mut steady_cpu = (None, None);
+            let mut own_steady = (None, None);
+            let mut steady_rss = Vec::new();
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                let now = tick.tick().await;
+                if let Some(m) = procfs::mem(&pid) {
+                    peak = peak.max(m.rss_kib);
+                    if now >= steady_from && now <= steady_to {
+                        steady_rss.push(m.rss_kib);
+                    }
+                }
+                if now >= steady_from && steady_cpu.0.is_none() {
+                    steady_cpu.0 = procfs::cpu_seconds(&pid).map(|c| (c, now));
+                    own_steady.0 = procfs::cpu_seconds("self");
+                }
+                if now >= steady_to && steady_cpu.1.is_none() {
+                    steady_cpu.1 = procfs::cpu_seconds(&pid).map(|c| (c, now));
+                    own_steady.1 = procfs::cpu_seconds("self");
+                    return (peak, steady_cpu, own_steady, steady_rss);
+                }
+            }
+        })
+    };
+    let mut results: Vec<CallResult> = Vec::with_capacity(n);
+    while let Some(r) = set.join_next().await {
+        if let Ok(r) = r {
+            results.push(r);
+        }
+    }
+    let (peak_kib, steady_cpu, own_steady, steady_rss) =
+        sampler.await.map_err(|e| e.to_string())?;
+    let cpu_calls_done = procfs::cpu_seconds(&pid).unwrap_or(0.0);
+    let own_cpu1 = procfs::cpu_seconds("self").unwrap_or(0.0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = procfs::mem(&pid).unwrap_or_default();
+    let health_after = http_status(server.addr, &opts.health_path);
+
+    let finals = finals_by_call(&fakes.dg, &results);
+    let mut report = summarize(opts, &results, &finals);
+    let dg = fakes.dg.record();
+    report.stt_heard_ms = Quantiles::of(
+        dg.connections
+            .iter()
+            .flat_map(|c| c.finals_speech_ms.iter().map(|&m| m as f64))
+            .collect(),
+    );
+    report.provider_requests = ProviderCounts {
+        stt_sessions: dg.connections.len(),
+        stt_rejected: dg
+            .rejected
+            .iter()
+            .take(3)
+            .map(|r| format!("{} {}", r.0, r.1))
+            .collect(),
+        llm_requests: fakes.hermes.record().requests.len(),
+        tts_requests: fakes.el.record().requests.len(),
+    };
+    let (steady_s, steady_cpu_s) = match steady_cpu {
+        (Some((c0, t0)), Some((c1, t1))) => ((t1 - t0).as_secs_f64(), c1 - c0),
+        _ => (0.0, 0.0),
+    };
+    let own_steady_s = match own_steady {
+        (Some(a), Some(b)) => b - a,
+        _ => 0.0,
+    };
+    let steady_rss_kib = if steady_rss.is_empty() {
+        peak_kib
+    } else {
+        steady_rss.iter().sum::<u64>() / steady_rss.len() as u64
+    };
+    let pct = |cpu: f64| {
+        if steady_s > 0.0 {
+            100.0 * cpu / steady_s
+        } else {
+            0.0
+        }
+    };
+    report.server = ServerStats {
+        cold_start_ms: server.cold_start.as_secs_f64() * 1000.0,
+        idle_rss_mib: idle.rss_kib as f64 / MIB,
+        steady_rss_mib: steady_rss_kib as f64 / MIB,
+        peak_rss_mib: peak_kib.max(after.hwm_kib) as f64 / MIB,
+        after_rss_mib: after.rss_kib as f64 / MIB,
+        rss_per_call_kib: steady_rss_kib.saturating_sub(idle.rss_kib) as f64 / n as f64,
+        cpu_s_total: cpu_calls_done - cpu0,
+        steady_window_s: steady_s,
+        cpu_pct_steady: pct(steady_cpu_s),
+        cpu_pct_per_call: pct(steady_cpu_s) / n as f64,
+        healthy_after: health_after == Some(200),
+    };
+    report.loadgen_cpu_s = own_cpu1 - own_cpu0;
+    report.loadavg_start = loadavg_start;
+    report.loadgen_cpu_pct_steady = pct(own_steady_s);
+    drop(server);
+    Ok(report)
+}
+
+/// `speech_final` send times per call, from the tags in each connection's first audio.
+///
+/// A server that decodes the caller's μ-law before the STT (Patter sends 16 kHz linear PCM)
+/// destroys the tags; its sessions are matched to the remaining calls in order instead (the
+/// n-th session opened ↔ the n-th media stream started). Calls start `1 / rate` apart, so
+/// this holds while the server opens its STT sessions in the order the calls arrive; a
+/// mismatch shows up as turns whose `speech_final` is not inside their reply window
+/// (`turns_unmatched`).
+fn finals_by_call(dg: &FakeDeepgram, results: &[CallResult]) -> HashMap<u32, Vec<Instant>> {
+    let mut map: HashMap<u32, Vec<Instant>> = HashMap::new();
+    let mut untagged = Vec::new();
+    for c in dg.record().connections {
+        let tagged = c.param("encoding") == Some("mulaw");
+        match caller::read_tag(&c.first_audio).filter(|_| tagged) {
+            Some(idx) => map.entry(idx).or_default().extend(c.finals_at),
+            // A session that never carried audio (e.g. a pre-call warm-up) is no call's.
+            None if c.audio_frames == 0 && c.finals_at.is_empty() => {}
+            None => untagged.push(c),
+        }
+    }
+    if !untagged.is_empty() {
+        untagged.sort_by_key(|c| c.opened_at);
+        let mut calls: Vec<_> = results
+            .iter()
+            .filter(|r| !map.contains_key(&r.idx))
+            .filter_map(|r| r.started_at.map(|t| (t, r.idx)))
+            .collect();
+        calls.sort();
+        for (c, (_, idx)) in untagged.into_iter().zip(calls) {
+            map.entry(idx).or_default().extend(c.finals_at);
+        }
+    }
+    for v in map.values_mut() {
+        v.sort();
+    }
+    map
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn summarize(
+    opts: &Options,
+    results: &[CallResult],
+    finals: &HashMap<u32, Vec<Instant>>,
+) -> RunReport {
+    let mut e2e = Vec::new();
+    let mut added = Vec::new();
+    let mut greeting = Vec::new();
+    let mut clear = Vec::new();
+    let mut errors: HashMap<String, usize> = HashMap::new();
+    let mut r = RunReport {
+        label: opts.label.clone(),
+        calls: opts.calls,
+        rate: opts.rate,
+        hold_s: opts.hold.as_secs_f64(),
+        ..Default::default()
+    };
+    for c in results {
+        match &c.error {
+            Some(e) if c.turns.is_empty() => {
+                r.failed_calls += 1;
+                *errors.entry(e.clone()).or_default() += 1;
+            }
+            Some(e) => {
+                r.completed_calls += 1;
+                *errors.entry(e.clone()).or_default() += 1;
+            }
+            None => r.completed_calls += 1,
+        }
+        if let Some(g) = c.greeting {
+            greeting.push(ms(g));
+        }
+        r.frames_received += c.frames_received;
+        r.late_gaps += c.late_gaps;
+        r.underruns += c.underruns;
+        r.max_gap_ms = r.max_gap_ms.max(ms(c.max_gap));
+        r.loadgen_lag_ticks += c.own_lag_ticks;
+        r.loadgen_max_lag_ms = r.loadgen_max_lag_ms.max(ms(c.own_max_lag));
+        let call_finals = finals.get(&c.idx);
+        for t in &c.turns {
+            r.turns += 1;
+            if t.barge_in {
+                r.barge_ins += 1;
+                if let Some(at) = t.clear_at {
+                    clear.push(ms(at.saturating_duration_since(t.speech_end)));
+                }
+            }
+            let Some(first) = t.first_frame else {
+                r.turns_missing += 1;
+                continue;
+            };
+            r.turns_answered += 1;
+            e2e.push(ms(first.saturating_duration_since(t.speech_end)));
+            let f = call_finals.and_then(|v| {
+                v.iter()
+                    .find(|&&f| f >= t.speech_end && f <= first)
+                    .copied()
+            });
+            match f {
+                Some(f) => added.push(ms(first.saturating_duration_since(f))),
+                None => r.turns_unmatched += 1,
+            }
+        }
+    }
+    r.e2e_ms = Quantiles::of(e2e);
+    r.added_ms = Quantiles::of(added);
+    r.greeting_ms = Quantiles::of(greeting);
+    r.barge_in_clear_ms = Quantiles::of(clear);
+    let mut errs: Vec<_> = errors.into_iter().collect();
+    errs.sort_by_key(|e| std::cmp::Reverse(e.1));
+    r.errors = errs.into_iter().take(5).collect();
+    r
+}

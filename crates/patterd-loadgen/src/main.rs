@@ -1,0 +1,171 @@
+//! `patterd-loadgen`: runs the load benchmark of issue 7 (see `patterd_loadgen` and
+//! docs/BENCHMARKS.md). For each N in `--calls` it starts fresh fakes and a fresh server
+//! process, ramps N simulated Twilio calls, and prints a markdown table; `--json` writes every
+//! run's full report.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use patterd_loadgen::{Options, Target, report};
+
+/// Load generator: N concurrent simulated Twilio calls against a server on 127.0.0.1 with
+/// zero-latency fake providers.
+#[derive(Parser, Debug)]
+#[command(name = "patterd-loadgen", version)]
+struct Args {
+    /// The patterd binary to benchmark.
+    #[arg(long, default_value = "target/release/patterd")]
+    server: PathBuf,
+    /// Benchmark another server instead: a shell command that serves Twilio webhooks on
+    /// $BENCH_PORT against the fakes named in $BENCH_* variables.
+    #[arg(long)]
+    server_cmd: Option<String>,
+    /// Name of the server in the report.
+    #[arg(long, default_value = "patterd")]
+    label: String,
+    /// Concurrent calls, one run per value (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,50")]
+    calls: Vec<usize>,
+    /// Calls started per second.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Seconds all calls stay up after the last one started.
+    #[arg(long, default_value_t = 10.0)]
+    hold_s: f64,
+    /// Length of the caller's speech clip per turn, ms.
+    #[arg(long, default_value_t = 1000)]
+    speech_ms: u64,
+    /// Silence between a reply and the caller's next turn, ms.
+    #[arg(long, default_value_t = 500)]
+    pause_ms: u64,
+    /// On each call's second turn, speak again 300 ms into the reply.
+    #[arg(long)]
+    barge_in: bool,
+    /// Twilio voice webhook path on the server.
+    #[arg(long, default_value = "/twilio/voice")]
+    voice_path: String,
+    /// Health path polled for the cold start.
+    #[arg(long, default_value = "/healthz")]
+    health_path: String,
+    /// Stop the sweep after a run in which this share of calls failed or turns went
+    /// unanswered (the server is past its limit).
+    #[arg(long, default_value_t = 0.5)]
+    stop_at_failure: f64,
+    /// Write all runs' reports as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown table here too.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Keep the server logs in this directory.
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+    /// Pin the server to these CPUs (`taskset -c` list, e.g. `0`); pin the load generator
+    /// itself with `taskset -c 1 patterd-loadgen ...`.
+    #[arg(long)]
+    server_cpus: Option<String>,
+    /// Only print the markdown table of runs saved earlier with --json (several files' runs
+    /// merged into one JSON array), then exit.
+    #[arg(long)]
+    markdown_from: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(path) = &args.markdown_from {
+        let runs = std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                serde_json::from_slice::<Vec<report::RunReport>>(&b).map_err(|e| e.to_string())
+            });
+        return match runs {
+            Ok(runs) => {
+                print!("{}", report::markdown(&runs));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {path:?}: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let nofile = patterd_loadgen::procfs::raise_nofile();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let target = match &args.server_cmd {
+        Some(shell) => Target::Command {
+            shell: shell.clone(),
+        },
+        None => Target::Patterd {
+            bin: args.server.clone(),
+        },
+    };
+    eprintln!(
+        "patterd-loadgen: {} against {:?}, calls {:?}, open-file limit {nofile}",
+        args.label, target, args.calls
+    );
+    let mut runs = Vec::new();
+    for &n in &args.calls {
+        let opts = Options {
+            label: args.label.clone(),
+            target: target.clone(),
+            calls: n,
+            rate: args.rate,
+            hold: Duration::from_secs_f64(args.hold_s),
+            speech_ms: args.speech_ms,
+            pause: Duration::from_millis(args.pause_ms),
+            barge_in: args.barge_in,
+            voice_path: args.voice_path.clone(),
+            health_path: args.health_path.clone(),
+            log_dir: args.log_dir.clone(),
+            server_cpus: args.server_cpus.clone(),
+        };
+        eprintln!("patterd-loadgen: {} calls ...", n);
+        match rt.block_on(patterd_loadgen::run(&opts)) {
+            Ok(r) => {
+                eprint!("{}", report::markdown(std::slice::from_ref(&r)));
+                let bad = r.failed_calls + r.turns_missing;
+                let total = (r.completed_calls + r.failed_calls).max(1) + r.turns;
+                runs.push(r);
+                if bad as f64 / total as f64 >= args.stop_at_failure {
+                    eprintln!("patterd-loadgen: stopping the sweep: the server is past its limit");
+                    break;
+                }
+            }
+            Err(e) => {
+                eprintln!("patterd-loadgen: run with {n} calls failed: {e}");
+                break;
+            }
+        }
+    }
+    let table = report::markdown(&runs);
+    println!("{table}");
+    if let Some(path) = &args.markdown
+        && let Err(e) = std::fs::write(path, &table)
+    {
+        eprintln!("error: {path:?}: {e}");
+        return ExitCode::FAILURE;
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&runs).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("error: {path:?}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if runs.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

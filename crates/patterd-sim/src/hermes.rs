@@ -1,0 +1,439 @@
+//! `FakeHermes`: a Hermes Agent API server (its OpenAI-compatible API) for the brain leg.
+//! `GET /health` answers without auth; `POST /v1/chat/completions` needs `Authorization: Bearer
+//! <key>` (401 with Hermes' OpenAI-style error otherwise), records each request's headers and
+//! JSON body, and answers from a queue of scripted [`HermesReply`]s — an echo of the last user
+//! message when the queue is empty. Streams follow Hermes' streaming format: a role chunk at
+//! once, content chunks, `event: hermes.tool.progress` events and `: keepalive` comments where scripted, a
+//! finish chunk with usage, then `data: [DONE]`. Scripts can also finish with an error (the
+//! error text in the finish chunk's `error` and `hermes` objects), send an in-stream `error`
+//! object, cut the stream, or answer an HTTP error. The fake notices a client that disconnects
+//! before the reply ended (cancellation) and records it.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::Request;
+use hyper::body::Incoming;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::http::{self, Body, Recorder, Tasks};
+
+/// One step of a streamed reply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HermesStep {
+    /// One `delta.content` chunk.
+    Text(String),
+    Delay(Duration),
+    /// `event: hermes.tool.progress` with status `running`.
+    ToolStarted {
+        tool: String,
+        label: String,
+    },
+    /// `event: hermes.tool.progress` with status `completed`.
+    ToolCompleted {
+        tool: String,
+    },
+    /// A `: keepalive` comment.
+    KeepAlive,
+    /// Any other named event (clients must ignore it).
+    NamedEvent {
+        event: String,
+        data: String,
+    },
+    /// Final chunk with `finish_reason:"error"`, the text in `error` and `hermes`, then
+    /// `[DONE]`. Ends the reply.
+    FinishError(String),
+    /// A `data:` object with a top-level `error`, then the stream closes. Ends the reply.
+    StreamError(String),
+    /// Close the stream without a finish chunk. Ends the reply.
+    Cut,
+}
+
+/// How the fake answers one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HermesReply {
+    /// A stream: role chunk, these steps, then (unless a step ended it) finish `stop`,
+    /// usage and `[DONE]`.
+    Stream(Vec<HermesStep>),
+    /// A non-2xx answer with Hermes' error envelope.
+    Http { status: u16, message: String },
+}
+
+impl HermesReply {
+    /// `text` streamed in chunks of about two words.
+    pub fn text(text: &str) -> Self {
+        Self::Stream(text_steps(text, Duration::ZERO))
+    }
+
+    /// `text` streamed in chunks with `delay` before each chunk.
+    pub fn text_paced(text: &str, delay: Duration) -> Self {
+        Self::Stream(text_steps(text, delay))
+    }
+
+    pub fn http(status: u16, message: &str) -> Self {
+        Self::Http {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+/// Splits `text` into content steps of about two words each, `delay` before each.
+pub fn text_steps(text: &str, delay: Duration) -> Vec<HermesStep> {
+    let mut steps = Vec::new();
+    let mut piece = String::new();
+    let mut words = 0;
+    for (i, part) in text.split_inclusive(' ').enumerate() {
+        piece.push_str(part);
+        words += 1;
+        if words == 2 || i == text.split_inclusive(' ').count() - 1 {
+            if !delay.is_zero() {
+                steps.push(HermesStep::Delay(delay));
+            }
+            steps.push(HermesStep::Text(std::mem::take(&mut piece)));
+            words = 0;
+        }
+    }
+    steps
+}
+
+/// One chat-completions request.
+#[derive(Debug, Clone, Default)]
+pub struct HermesRequest {
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+    /// The HTTP status answered.
+    pub status: u16,
+    /// The whole reply was handed to the connection.
+    pub completed: bool,
+    /// The client went away before the reply ended.
+    pub disconnected: bool,
+}
+
+impl HermesRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The request's `messages` as (role, content) pairs.
+    pub fn messages(&self) -> Vec<(String, String)> {
+        self.body
+            .get("messages")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|m| {
+                        let f =
+                            |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                        (f("role"), f("content"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct HermesRecord {
+    pub requests: Vec<HermesRequest>,
+    /// Requests refused for a bad or missing key.
+    pub unauthorized: usize,
+    pub health_checks: usize,
+}
+
+struct Shared {
+    api_key: String,
+    queue: Mutex<VecDeque<HermesReply>>,
+    record: Recorder<HermesRecord>,
+    tasks: Tasks,
+}
+
+/// A running fake; dropping it stops the server.
+pub struct FakeHermes(http::Server<Shared>);
+
+impl http::FakeState for Shared {
+    fn tasks(&self) -> &Tasks {
+        &self.tasks
+    }
+}
+
+impl FakeHermes {
+    pub async fn start(api_key: &str) -> std::io::Result<Self> {
+        let shared = Shared {
+            api_key: api_key.into(),
+            queue: Mutex::new(VecDeque::new()),
+            record: Recorder::default(),
+            tasks: Tasks::default(),
+        };
+        Ok(Self(http::Server::start(shared, handle).await?))
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the `base_url` to configure.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.0.addr)
+    }
+
+    /// Queues the answer to a later request (first in, first used).
+    pub fn push(&self, reply: HermesReply) {
+        if let Ok(mut q) = self.0.shared.queue.lock() {
+            q.push_back(reply);
+        }
+    }
+
+    pub fn record(&self) -> HermesRecord {
+        self.0.shared.record.snapshot()
+    }
+
+    /// Waits (up to 10 s, then panics) until `pred` holds; returns that record.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        pred: impl FnMut(&HermesRecord) -> bool,
+    ) -> HermesRecord {
+        self.0.shared.record.wait_until(what, pred).await
+    }
+}
+
+fn error_body(message: &str, kind: &str, code: &str) -> Value {
+    json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+}
+
+async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body> {
+    let path = req.uri().path().to_string();
+    if req.method() == hyper::Method::GET && (path == "/health" || path == "/v1/health") {
+        s.record.modify(|r| r.health_checks += 1);
+        return http::json(
+            200,
+            &json!({"status": "ok", "platform": "hermes-agent", "version": "0.19.0"}),
+        );
+    }
+    let authorized = req
+        .headers()
+        .get("authorization")
+        .is_some_and(|v| v.as_bytes() == format!("Bearer {}", s.api_key).as_bytes());
+    if !authorized {
+        s.record.modify(|r| r.unauthorized += 1);
+        return http::json(
+            401,
+            &error_body(
+                "Invalid API key",
+                "invalid_request_error",
+                "invalid_api_key",
+            ),
+        );
+    }
+    if req.method() != hyper::Method::POST || path != "/v1/chat/completions" {
+        return http::json(
+            404,
+            &error_body("Not found", "invalid_request_error", "not_found"),
+        );
+    }
+    let mut rq = HermesRequest {
+        headers: http::header_pairs(&req),
+        ..Default::default()
+    };
+    let session_id = rq.header("x-hermes-session-id").map(str::to_string);
+    let session_key = rq.header("x-hermes-session-key").map(str::to_string);
+    let body = match http::read_body(req, 10 << 20).await {
+        Ok(b) => b,
+        Err(_) => {
+            return http::json(
+                413,
+                &error_body(
+                    "Request body too large",
+                    "invalid_request_error",
+                    "body_too_large",
+                ),
+            );
+        }
+    };
+    rq.body = match serde_json::from_slice::<Value>(&body) {
+        Ok(v) => v,
+        Err(_) => {
+            rq.status = 400;
+            s.record.modify(|r| r.requests.push(rq));
+            return http::json(
+                400,
+                &error_body(
+                    "Invalid JSON in request body",
+                    "invalid_request_error",
+                    "invalid_json",
+                ),
+            );
+        }
+    };
+    let messages = rq.messages();
+    if messages.is_empty() {
+        rq.status = 400;
+        s.record.modify(|r| r.requests.push(rq));
+        return http::json(
+            400,
+            &error_body(
+                "Missing or invalid 'messages' field",
+                "invalid_request_error",
+                "invalid_messages",
+            ),
+        );
+    }
+    let reply = s
+        .queue
+        .lock()
+        .ok()
+        .and_then(|mut q| q.pop_front())
+        .unwrap_or_else(|| {
+            let last = messages.last().map(|m| m.1.clone()).unwrap_or_default();
+            HermesReply::text(&format!("You said: {last}"))
+        });
+    let stream = matches!(rq.body.get("stream"), Some(Value::Bool(true)))
+        || matches!(
+            rq.body.get("stream").and_then(Value::as_str),
+            Some("true" | "1" | "yes" | "on")
+        );
+    let steps = match reply {
+        HermesReply::Http { status, message } => {
+            rq.status = status;
+            rq.completed = true;
+            s.record.modify(|r| r.requests.push(rq));
+            return http::json(
+                status,
+                &error_body(&message, "server_error", "server_error"),
+            );
+        }
+        HermesReply::Stream(_) if !stream => {
+            rq.status = 400;
+            s.record.modify(|r| r.requests.push(rq));
+            return http::json(
+                400,
+                &error_body(
+                    "this fake only streams",
+                    "invalid_request_error",
+                    "stream_required",
+                ),
+            );
+        }
+        HermesReply::Stream(steps) => steps,
+    };
+    rq.status = 200;
+    let mut idx = 0;
+    s.record.modify(|r| {
+        idx = r.requests.len();
+        r.requests.push(rq);
+    });
+    let mut headers = vec![
+        ("content-type", "text/event-stream"),
+        ("cache-control", "no-cache"),
+        ("x-accel-buffering", "no"),
+    ];
+    if let Some(id) = &session_id {
+        headers.push(("x-hermes-session-id", id));
+    }
+    if let Some(k) = &session_key {
+        headers.push(("x-hermes-session-key", k));
+    }
+    let (resp, tx) = http::streaming(200, &headers);
+    let model = rq_model(&s, idx);
+    let s2 = s.clone();
+    s.tasks.spawn(async move {
+        let ok = play(&tx, &model, steps).await;
+        s2.record.modify(|r| {
+            if ok {
+                r.requests[idx].completed = true;
+            } else {
+                r.requests[idx].disconnected = true;
+            }
+        });
+    });
+    resp
+}
+
+fn rq_model(s: &Shared, idx: usize) -> String {
+    // Reads one request in place: cloning the whole record per request would make a long
+    // load run quadratic.
+    let mut model = String::new();
+    s.record.modify(|r| {
+        model = r.requests[idx]
+            .body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("hermes-agent")
+            .to_string();
+    });
+    model
+}
+
+/// Streams the reply; false when the client went away first.
+async fn play(tx: &mpsc::Sender<Bytes>, model: &str, steps: Vec<HermesStep>) -> bool {
+    let id = "chatcmpl-fake0001";
+    let chunk = |delta: Value, finish: Value, extra: Option<(&str, Value)>| {
+        let mut c = json!({
+            "id": id, "object": "chat.completion.chunk", "created": 1_760_000_000u64, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        });
+        if let Some((k, v)) = extra {
+            c[k] = v;
+        }
+        format!("data: {c}\n\n")
+    };
+    let send = |s: String| async move {
+        tokio::select! {
+            r = tx.send(Bytes::from(s)) => r.is_ok(),
+            _ = tx.closed() => false,
+        }
+    };
+    if !send(chunk(json!({"role": "assistant"}), Value::Null, None)).await {
+        return false;
+    }
+    let mut content_chunks = 0u64;
+    for step in steps {
+        let ok = match step {
+            HermesStep::Text(t) => {
+                content_chunks += 1;
+                send(chunk(json!({"content": t}), Value::Null, None)).await
+            }
+            HermesStep::Delay(d) => tokio::select! {
+                _ = tokio::time::sleep(d) => true,
+                _ = tx.closed() => false,
+            },
+            HermesStep::ToolStarted { tool, label } => {
+                let d = json!({"tool": tool, "emoji": "🔧", "label": label, "toolCallId": "call_1", "status": "running"});
+                send(format!("event: hermes.tool.progress\ndata: {d}\n\n")).await
+            }
+            HermesStep::ToolCompleted { tool } => {
+                let d = json!({"tool": tool, "toolCallId": "call_1", "status": "completed"});
+                send(format!("event: hermes.tool.progress\ndata: {d}\n\n")).await
+            }
+            HermesStep::KeepAlive => send(": keepalive\n\n".into()).await,
+            HermesStep::NamedEvent { event, data } => {
+                send(format!("event: {event}\ndata: {data}\n\n")).await
+            }
+            HermesStep::FinishError(msg) => {
+                let mut c = json!({
+                    "id": id, "object": "chat.completion.chunk", "created": 1_760_000_000u64, "model": model,
+                    "choices": [{"index": 0, "delta": {}, "finish_reason": "error"}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": content_chunks, "total_tokens": 10 + content_chunks},
+                });
+                c["error"] = json!({"message": msg, "type": "agent_error"});
+                c["hermes"] = json!({"completed": false, "partial": false, "failed": true, "error": msg, "error_code": "agent_failed"});
+                return send(format!("data: {c}\n\n")).await
+                    && send("data: [DONE]\n\n".into()).await;
+            }
+            HermesStep::StreamError(msg) => {
+                let e = error_body(&msg, "server_error", "server_error");
+                return send(format!("data: {e}\n\n")).await;
+            }
+            HermesStep::Cut => return true,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    let usage = json!({"prompt_tokens": 10, "completion_tokens": content_chunks, "total_tokens": 10 + content_chunks});
+    send(chunk(json!({}), json!("stop"), Some(("usage", usage)))).await
+        && send("data: [DONE]\n\n".into()).await
+}

@@ -1,0 +1,387 @@
+//! A fake of Twilio's REST API on 127.0.0.1 ([`FakeTwilioRest`]): accepts call updates
+//! (`POST /2010-04-01/Accounts/{sid}/Calls/{CallSid}.json`) and call creation
+//! (`POST .../Calls.json`), checks HTTP Basic auth against the configured account, answers with
+//! Twilio-shaped JSON (401 / 404 errors included), and records every request for assertions.
+//! Call creations are also counted as they arrive ([`FakeTwilioRest::dials_started`]) and can be
+//! held until released ([`FakeTwilioRest::hold_dials`]), to test a dial in flight.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use hyper::{Request, Response};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::http::{Body, header_pairs, json as json_response, read_body, serve};
+use patterd::util::TaskGuard;
+
+/// One request the fake received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRequest {
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// Header names lower-cased, in arrival order.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// What the fake answered.
+    pub status: u16,
+    /// For a created call (`POST .../Calls.json` answered 201): the new `CallSid`.
+    pub created_sid: Option<String>,
+}
+
+impl RecordedRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The form body as pairs.
+    pub fn form(&self) -> Vec<(String, String)> {
+        patterd::carrier::twilio::parse_form(&self.body)
+    }
+
+    /// The first form field called `name`.
+    pub fn field(&self, name: &str) -> Option<String> {
+        self.form()
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+    }
+
+    /// The `CallSid` in a `.../Calls/{CallSid}.json` path.
+    pub fn call_sid(&self) -> Option<&str> {
+        let rest = self.path.split('?').next()?;
+        let (_, tail) = rest.rsplit_once("/Calls/")?;
+        tail.strip_suffix(".json")
+    }
+}
+
+/// Call creations as they arrive, and the hold on answering them.
+struct Gates {
+    started: watch::Sender<usize>,
+    hold: watch::Sender<bool>,
+}
+
+struct Inner {
+    account_sid: String,
+    auth_token: String,
+    fail_with: Option<u16>,
+    delay: Duration,
+    requests: Vec<RecordedRequest>,
+}
+
+/// The fake REST server. Dropping it stops the server.
+pub struct FakeTwilioRest {
+    pub addr: SocketAddr,
+    /// `http://127.0.0.1:port`: use as the carrier's `api_base_url`.
+    pub base_url: String,
+    inner: Arc<Mutex<Inner>>,
+    count: watch::Receiver<usize>,
+    gates: Arc<Gates>,
+    _server: TaskGuard,
+}
+
+impl FakeTwilioRest {
+    /// Starts on an ephemeral port, accepting `account_sid:auth_token`.
+    pub async fn start(account_sid: &str, auth_token: &str) -> std::io::Result<Self> {
+        let inner = Arc::new(Mutex::new(Inner {
+            account_sid: account_sid.to_string(),
+            auth_token: auth_token.to_string(),
+            fail_with: None,
+            delay: Duration::ZERO,
+            requests: Vec::new(),
+        }));
+        let (count_tx, count_rx) = watch::channel(0usize);
+        let count_tx = Arc::new(count_tx);
+        let gates = Arc::new(Gates {
+            started: watch::Sender::new(0),
+            hold: watch::Sender::new(false),
+        });
+        let server_gates = gates.clone();
+        let server_inner = inner.clone();
+        let (addr, server) = serve(move |req| {
+            handle(
+                req,
+                server_inner.clone(),
+                count_tx.clone(),
+                server_gates.clone(),
+            )
+        })
+        .await?;
+        Ok(Self {
+            addr,
+            base_url: format!("http://{addr}"),
+            inner,
+            count: count_rx,
+            gates,
+            _server: server,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.lock().requests.clone()
+    }
+
+    /// `CallSid`s that were hung up (`Status=completed`, answered 200).
+    pub fn hung_up(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter(|r| r.status == 200)
+            .filter(|r| {
+                r.form()
+                    .iter()
+                    .any(|(k, v)| k == "Status" && v == "completed")
+            })
+            .filter_map(|r| r.call_sid().map(str::to_string))
+            .collect()
+    }
+
+    /// Calls created so far (`POST .../Calls.json` answered 201), oldest first.
+    pub fn created(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.created_sid.is_some())
+            .collect()
+    }
+
+    /// Waits until at least `n` calls have been created; returns them.
+    pub async fn wait_for_created(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<RecordedRequest>, Vec<RecordedRequest>> {
+        let mut rx = self.count.clone();
+        let fut = async {
+            loop {
+                let created = self.created();
+                if created.len() >= n {
+                    return created;
+                }
+                if rx.changed().await.is_err() {
+                    return created;
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(c) if c.len() >= n => Ok(c),
+            _ => Err(self.created()),
+        }
+    }
+
+    /// Answer every following request with this HTTP status (`None` → normal behaviour).
+    pub fn fail_with(&self, status: Option<u16>) {
+        self.lock().fail_with = status;
+    }
+
+    /// While `hold` is true, call creations (`POST .../Calls.json`) are received (and counted
+    /// by [`FakeTwilioRest::dials_started`]) but not answered; releasing answers them all.
+    pub fn hold_dials(&self, hold: bool) {
+        self.gates.hold.send_replace(hold);
+    }
+
+    /// Call creations received so far, answered or not.
+    pub fn dials_started(&self) -> usize {
+        *self.gates.started.borrow()
+    }
+
+    /// Waits until at least `n` call creations have arrived (answered or not).
+    pub async fn wait_for_dials_started(&self, n: usize, timeout: Duration) -> Result<(), usize> {
+        let mut rx = self.gates.started.subscribe();
+        match tokio::time::timeout(timeout, rx.wait_for(|c| *c >= n)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(self.dials_started()),
+        }
+    }
+
+    /// Delay every answer (timeout tests).
+    pub fn set_delay(&self, delay: Duration) {
+        self.lock().delay = delay;
+    }
+
+    /// Waits (up to `timeout`) until `call_sid` has been hung up through the API; on timeout
+    /// returns every request seen.
+    pub async fn wait_for_hang_up(
+        &self,
+        call_sid: &str,
+        timeout: Duration,
+    ) -> Result<(), Vec<RecordedRequest>> {
+        let mut rx = self.count.clone();
+        let fut = async {
+            loop {
+                if self.hung_up().iter().any(|s| s == call_sid) {
+                    return true;
+                }
+                if rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(true) => Ok(()),
+            _ => Err(self.requests()),
+        }
+    }
+
+    /// Waits until at least `n` requests have arrived; returns them.
+    pub async fn wait_for_requests(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<RecordedRequest>, Vec<RecordedRequest>> {
+        let mut rx = self.count.clone();
+        match tokio::time::timeout(timeout, rx.wait_for(|c| *c >= n)).await {
+            Ok(Ok(_)) => Ok(self.requests()),
+            _ => Err(self.requests()),
+        }
+    }
+}
+
+fn twilio_error(status: u16, code: u32, message: &str) -> Response<Body> {
+    json_response(
+        status,
+        &json!({
+            "code": code,
+            "message": message,
+            "more_info": format!("https://www.twilio.com/docs/errors/{code}"),
+            "status": status,
+        }),
+    )
+}
+
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    inner: Arc<Mutex<Inner>>,
+    count: Arc<watch::Sender<usize>>,
+    gates: Arc<Gates>,
+) -> Response<Body> {
+    let method = req.method().to_string();
+    let is_create = method == "POST" && req.uri().path().ends_with("/Calls.json");
+    if is_create {
+        gates.started.send_modify(|n| *n += 1);
+        let mut hold = gates.hold.subscribe();
+        let _ = hold.wait_for(|held| !*held).await;
+    }
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string());
+    // Header names are lower-case (hyper's `HeaderName`).
+    let headers = header_pairs(&req);
+    let body = read_body(req, 1 << 20)
+        .await
+        .map(|b| b.to_vec())
+        .unwrap_or_default();
+    let (account_sid, auth_token, fail_with, delay) = {
+        let g = inner.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            g.account_sid.clone(),
+            g.auth_token.clone(),
+            g.fail_with,
+            g.delay,
+        )
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+
+    let expected_auth = format!(
+        "Basic {}",
+        STANDARD.encode(format!("{account_sid}:{auth_token}"))
+    );
+    let auth_ok = headers.iter().any(|(k, v)| {
+        k == "authorization" && patterd::security::ct_eq(v.as_bytes(), expected_auth.as_bytes())
+    });
+    let form = patterd::carrier::twilio::parse_form(&body);
+    let prefix = format!("/2010-04-01/Accounts/{account_sid}/Calls");
+    let route_path = path.split('?').next().unwrap_or("").to_string();
+
+    let mut created_sid = None;
+    let resp = if let Some(status) = fail_with {
+        twilio_error(status, 20500, "Injected failure")
+    } else if !auth_ok {
+        let mut r = twilio_error(401, 20003, "Authenticate");
+        r.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Basic realm=\"Twilio API\""),
+        );
+        r
+    } else if method != "POST" {
+        twilio_error(405, 20004, "Method not allowed")
+    } else if route_path == format!("{prefix}.json") {
+        let sid = super::new_sid("CA");
+        created_sid = Some(sid.clone());
+        let field = |n: &str| {
+            form.iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        json_response(
+            201,
+            &json!({
+                "sid": sid,
+                "account_sid": account_sid,
+                "to": field("To"),
+                "from": field("From"),
+                "status": "queued",
+                "direction": "outbound-api",
+                "api_version": "2010-04-01",
+            }),
+        )
+    } else if let Some(call_sid) = route_path
+        .strip_prefix(&format!("{prefix}/"))
+        .and_then(|t| t.strip_suffix(".json"))
+        .filter(|s| {
+            s.starts_with("CA") && s.len() == 34 && s.bytes().all(|b| b.is_ascii_alphanumeric())
+        })
+    {
+        let status = form
+            .iter()
+            .find(|(k, _)| k == "Status")
+            .map_or("in-progress", |(_, v)| v.as_str());
+        json_response(
+            200,
+            &json!({
+                "sid": call_sid,
+                "account_sid": account_sid,
+                "status": status,
+                "api_version": "2010-04-01",
+                "uri": format!("{prefix}/{call_sid}.json"),
+            }),
+        )
+    } else {
+        twilio_error(
+            404,
+            20404,
+            &format!("The requested resource {route_path} was not found"),
+        )
+    };
+
+    let status = resp.status().as_u16();
+    let n = {
+        let mut g = inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.requests.push(RecordedRequest {
+            method,
+            path,
+            headers,
+            body,
+            status,
+            created_sid,
+        });
+        g.requests.len()
+    };
+    count.send_replace(n);
+    resp
+}

@@ -1,0 +1,12 @@
+//! Whole calls through the simulators, one binary: the carrier matrix (`carriers`, every
+//! cross-carrier scenario over Twilio, Telnyx and Plivo), the Twilio-only scenarios
+//! (`twilio`) and the conversation scenarios with real speech (`conversation`).
+//!
+//! `cargo test --test calls conversation::` runs one module's tests.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod carriers;
+mod conversation;
+mod twilio;

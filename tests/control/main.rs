@@ -1,0 +1,12 @@
+//! The control surfaces, one binary: the REST API (`api`), outbound calls over every carrier
+//! (`outbound`), the outbound caps under a race (`outbound_caps`), MCP with the official Python client (`mcp`) and the daemon as a child process
+//! (`daemon`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod api;
+mod daemon;
+mod mcp;
+mod outbound;
+mod outbound_caps;
