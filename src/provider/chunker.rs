@@ -80,8 +80,13 @@ impl SentenceChunker {
         while !self.buf.is_char_boundary(limit) {
             limit -= 1;
         }
-        match self.buf[..limit].rfind(char::is_whitespace) {
-            Some(i) if !self.buf[..i].trim().is_empty() => i + 1,
+        // Past the whole whitespace character: it may be multi-byte (U+00A0, U+3000).
+        let space = self.buf[..limit]
+            .char_indices()
+            .rev()
+            .find(|(_, c)| c.is_whitespace());
+        match space {
+            Some((i, c)) if !self.buf[..i].trim().is_empty() => i + c.len_utf8(),
             _ => limit.max(self.buf.ceil_char_boundary(1)),
         }
     }
@@ -262,6 +267,22 @@ mod tests {
             "{pieces:?}"
         );
         assert_eq!(pieces.concat().replace(' ', ""), long.replace(' ', ""));
+    }
+
+    /// Found by the parser property tests: a forced cut after a multi-byte space (U+00A0)
+    /// sliced inside the character and panicked.
+    #[test]
+    fn a_forced_cut_after_a_multibyte_space_does_not_panic() {
+        for pad in 590..600 {
+            let text = format!("{}\u{a0}{}", "x".repeat(pad), "y".repeat(700));
+            let pieces = run(&[&text]);
+            assert!(pieces.iter().all(|p| p.len() <= MAX_PIECE_BYTES), "{pad}");
+            assert_eq!(
+                pieces.concat().len(),
+                text.trim().len() - "\u{a0}".len(),
+                "{pad}"
+            );
+        }
     }
 
     fn run(deltas: &[&str]) -> Vec<String> {
