@@ -1,7 +1,8 @@
 //! Faulty peers during a live Twilio call (docs/ROBUSTNESS.md, "Faults"): the brain rate
 //! limited or overloaded (429 / 503 with `Retry-After`), the brain's stream cut mid-sentence,
-//! and the speech-to-text socket dropped in the middle of the caller's utterance. Each time
-//! the caller is never left in silence and the call goes on.
+//! the speech-to-text socket dropped in the middle of the caller's utterance, and one
+//! sentence's synthesis failing (500) or stalling. Each time the caller is never left in
+//! silence and the call goes on.
 
 use crate::common::*;
 use patterd_sim::deepgram::DeepgramFailure;
@@ -114,4 +115,67 @@ async fn stt_dropped_mid_utterance_reopens_and_the_turn_reaches_the_brain() {
     sim.hang_up().await;
     let rec = stack.finished(&call_sid).await;
     assert!(rec.events_of("stt_reopen").count() >= 1, "reopen recorded");
+}
+
+/// A reply whose sentence containing `bad` fails at text-to-speech as `configure` makes it:
+/// the caller still hears the next sentence, and the failure is an event of the call.
+async fn a_failed_sentence_is_skipped(
+    configure: impl FnOnce(&mut patterd_sim::elevenlabs::FakeElevenLabsConfig),
+    wait: std::time::Duration,
+    marks: usize,
+) {
+    let stack = Stack::start(Opts::default()).await;
+    stack.el.configure(configure);
+    stack.hermes.push(HermesReply::text(
+        "This first sentence is bad. But this second one is fine.",
+    ));
+    let (call_sid, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .unwrap();
+    speak(&sim, 600);
+    let rec = stack
+        .el
+        .wait_until("the good sentence synthesised", |r| {
+            r.requests
+                .iter()
+                .any(|q| q.text.contains("fine") && q.completed)
+        })
+        .await;
+    let bad = rec
+        .requests
+        .iter()
+        .find(|q| q.text.contains("bad"))
+        .expect("the bad sentence was asked for");
+    assert!(!bad.completed, "{bad:?}");
+    sim.wait_for("the good sentence played", wait, |s| {
+        s.marks_echoed.len() >= marks
+    })
+    .await
+    .unwrap();
+    assert!(!sim.state().is_closed());
+    sim.hang_up().await;
+    let rec = stack.finished(&call_sid).await;
+    assert!(rec.events_of("tts_error").count() >= 1, "failure recorded");
+}
+
+#[tokio::test]
+async fn tts_500_on_one_sentence_goes_on_with_the_next() {
+    // Marks: the greeting, the good sentence.
+    a_failed_sentence_is_skipped(|c| c.fail_text_containing = Some("bad".into()), WAIT, 2).await;
+}
+
+/// The synthesis of one sentence answers and then sends nothing: after the read deadline
+/// (10 s, `DEFAULT_STALL` in `provider::elevenlabs`, not configurable) it is given up on and
+/// the next sentence is spoken. The caller is not left in silence meanwhile: the long-turn
+/// filler plays after 4 s.
+#[tokio::test]
+async fn tts_stalled_on_one_sentence_goes_on_with_the_next() {
+    a_failed_sentence_is_skipped(
+        |c| c.stall_text_containing = Some("bad".into()),
+        std::time::Duration::from_secs(30),
+        // Marks: the greeting, the filler, the good sentence.
+        3,
+    )
+    .await;
 }
