@@ -86,9 +86,36 @@ pub enum CapError {
 }
 
 /// The outbound caps' shared state: reservations in flight and calls placed today.
-#[derive(Default)]
 pub struct Caps {
     state: Mutex<CapState>,
+    /// Requests waiting in [`place_reserved`] for their dial (observability and tests: a
+    /// request that went away is no longer counted).
+    waiting: tokio::sync::watch::Sender<usize>,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            waiting: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+/// Counts one request waiting for its dial while it lives.
+struct Waiting<'a>(&'a Caps);
+
+impl<'a> Waiting<'a> {
+    fn new(caps: &'a Caps) -> Self {
+        caps.waiting.send_modify(|n| *n += 1);
+        Self(caps)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 #[derive(Default)]
@@ -111,6 +138,11 @@ impl Caps {
     /// Reservations whose dial is in flight.
     pub fn pending(&self) -> usize {
         self.lock().pending
+    }
+
+    /// The number of requests waiting for their dial, as it changes.
+    pub fn requests_waiting(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.waiting.subscribe()
     }
 }
 
@@ -194,6 +226,7 @@ pub async fn place_reserved(
     call: NewOutbound,
     reservation: Reservation,
 ) -> Result<String, OutboundError> {
+    let _waiting = Waiting::new(&app.outbound_caps);
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task_app = app.clone();
     tokio::spawn(async move {

@@ -119,9 +119,16 @@ async fn originate_dropped_mid_dial_cancels_the_call_and_frees_its_place() {
         .wait_for_dials_started(1, WAIT)
         .await
         .expect("the dial reaches the carrier");
-    // The client disconnects (its connection closes with the task).
+    // The client disconnects (its connection closes with the task); the dial is released
+    // once patterd has seen the request go.
+    let mut waiting = stack.server.app.outbound_caps.requests_waiting();
+    assert_eq!(*waiting.borrow(), 1, "the request waits for its dial");
     client.abort();
     let _ = client.await;
+    tokio::time::timeout(WAIT, waiting.wait_for(|n| *n == 0))
+        .await
+        .expect("patterd notices the client went away")
+        .expect("caps alive");
     stack.rest.hold_dials(false);
     let created = stack
         .rest
