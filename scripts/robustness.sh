@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The robustness suite of docs/ROBUSTNESS.md, in one command.
 #
-#   scripts/robustness.sh          fixed-seed parser properties (about 3,100 cases), the tests of
+#   scripts/robustness.sh          fixed-seed parser properties (3,628 cases), the tests of
 #                                  issue 11's holes 4 and 5, every fault test (debug build)
 #   scripts/robustness.sh --long   the parser properties only, 200,000 cases a target with a
 #                                  random seed, release build (PROPTEST_CASES and
