@@ -2,7 +2,8 @@
 # The robustness suite of docs/ROBUSTNESS.md, in one command.
 #
 #   scripts/robustness.sh          fixed-seed parser properties (3,628 cases), the tests of
-#                                  issue 11's holes 4 and 5, every fault test (debug build)
+#                                  issue 11's holes 4 and 5, every fault test, the small
+#                                  forged-webhook flood (debug build)
 #   scripts/robustness.sh --long   the parser properties only, 200,000 cases a target with a
 #                                  random seed, release build (PROPTEST_CASES and
 #                                  PROPTEST_RNG_SEED override; a failure prints its seed)
@@ -22,7 +23,7 @@ echo "== outbound caps under a race"
 cargo test --test control outbound_caps::
 echo "== the daemon under SIGTERM and SIGKILL"
 cargo test --test control daemon::
-echo "== faulty peers during calls"
-cargo test --test calls -- faults:: twilio:: caller_hanging_up_mid_reply malformed_frames forged_signatures media_socket_with_bad_token
+echo "== faulty peers during calls, forged-webhook flood"
+cargo test --test calls -- faults:: flood:: twilio:: caller_hanging_up_mid_reply malformed_frames forged_signatures media_socket_with_bad_token
 echo "== provider clients against failing fakes"
 cargo test --test wire providers::
