@@ -1,6 +1,6 @@
 //! Whole calls through the simulators, one binary: the carrier matrix (`carriers`, every
 //! cross-carrier scenario over Twilio, Telnyx and Plivo), the Twilio-only scenarios
-//! (`twilio`), the conversation scenarios with real speech (`conversation`) faulty peers
+//! (`twilio`), the conversation scenarios with real speech (`conversation`), faulty peers
 //! during a call (`faults`) and a forged-webhook flood during live calls (`flood`).
 //!
 //! `cargo test --test calls conversation::` runs one module's tests.
