@@ -75,7 +75,14 @@ pub async fn dispatch(
     query: &str,
     body: Option<Value>,
 ) -> Result<(u16, Value), ApiError> {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // Call ids travel percent-encoded in the path (Telnyx ids contain `:`; MCP and clients
+    // escape them): every segment is decoded before it is matched or used.
+    let decoded: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(decode_segment)
+        .collect::<Result<_, _>>()?;
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     let q: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
         .into_owned()
         .collect();
@@ -167,9 +174,10 @@ async fn list_calls(
         None => None,
     };
     let since_ms = match param("since") {
-        Some(s) => Some(parse_since(&s).ok_or_else(|| {
+        Some(s) => Some(parse_since(&s, now_ms()).ok_or_else(|| {
             ApiError::bad_request(
-                "since must be milliseconds since the Unix epoch or a duration like 15m, 2h, 7d",
+                "since must be milliseconds since the Unix epoch (0 or more) or a look-back \
+                 like 90s, 15m, 2h, 7d (at most 100 years)",
             )
         })?),
         None => None,
@@ -187,21 +195,43 @@ async fn list_calls(
     Ok(json!({"calls": calls}))
 }
 
-/// `since`: epoch milliseconds, or a look-back like `90s`, `15m`, `2h`, `7d`.
-fn parse_since(s: &str) -> Option<i64> {
+/// Decodes one percent-encoded path segment; a segment that is not UTF-8 once decoded is a
+/// bad request.
+fn decode_segment(seg: &str) -> Result<String, ApiError> {
+    percent_encoding::percent_decode_str(seg)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| {
+            ApiError::bad_request(
+                "a path segment is not UTF-8 once percent-decoded; percent-encode call ids as UTF-8",
+            )
+        })
+}
+
+/// The longest look-back `since` accepts (100 years), so the arithmetic cannot overflow.
+const MAX_LOOKBACK_S: i64 = 100 * 366 * 86_400;
+
+/// `since`: epoch milliseconds (not negative), or a look-back like `90s`, `15m`, `2h`, `7d`
+/// from `now_ms`. None for anything else (never panics, never overflows).
+fn parse_since(s: &str, now_ms: i64) -> Option<i64> {
     if let Ok(ms) = s.parse::<i64>() {
-        return Some(ms);
+        return (ms >= 0).then_some(ms);
     }
-    let (n, unit) = s.split_at(s.len().checked_sub(1)?);
-    let n: i64 = n.parse().ok()?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
+    // The unit is the last character, which may be any Unicode scalar: split on a char
+    // boundary, never on a byte index.
+    let unit = s.chars().next_back()?;
+    let n: i64 = s[..s.len() - unit.len_utf8()].parse().ok()?;
+    let per = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
         _ => return None,
     };
-    Some(now_ms() - secs * 1000)
+    let secs = n
+        .checked_mul(per)
+        .filter(|s| (0..=MAX_LOOKBACK_S).contains(s))?;
+    now_ms.checked_sub(secs.checked_mul(1000)?)
 }
 
 /// A call with `live` (an actor is running for it).
@@ -256,6 +286,83 @@ async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn since_never_panics_or_overflows() {
+        let now = 1_700_000_000_000;
+        assert_eq!(parse_since("1000", now), Some(1000));
+        assert_eq!(parse_since("90s", now), Some(now - 90_000));
+        assert_eq!(parse_since("2h", now), Some(now - 7_200_000));
+        assert_eq!(parse_since("7d", now), Some(now - 604_800_000));
+        for bad in [
+            "€",
+            "5€",
+            "€d",
+            "",
+            "d",
+            "-5m",
+            "-1",
+            "9223372036854775807d",
+            "9223372036854775807s",
+            "106751991167300d",
+            "1x",
+        ] {
+            assert_eq!(parse_since(bad, now), None, "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn since_that_is_not_a_time_is_a_400() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "[server]\ndata_dir = {:?}\n\n[carriers.tw]\nkind = \"twilio\"\n",
+            dir.path().display().to_string()
+        );
+        let loaded = crate::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
+        let app = App::new(loaded.config).expect("app");
+        for q in ["since=%E2%82%AC", "since=9223372036854775807d", "since=-3m"] {
+            let e = dispatch(&app, &Method::GET, "/calls", q, None)
+                .await
+                .expect_err(q);
+            assert_eq!((e.status, e.code), (400, "invalid_request"), "{q}");
+            assert!(e.message.contains("since must be"), "{}", e.message);
+        }
+    }
+
+    #[tokio::test]
+    async fn percent_encoded_call_ids_are_decoded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "[server]\ndata_dir = {:?}\n\n[carriers.tw]\nkind = \"twilio\"\n",
+            dir.path().display().to_string()
+        );
+        let loaded = crate::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
+        let app = App::new(loaded.config).expect("app");
+        let id = "v3:abc_DEF-1";
+        app.store
+            .tx
+            .send(crate::store::Write::Call(crate::store::NewCall {
+                call_id: id.into(),
+                carrier: "telnyx".into(),
+                carrier_account: "tx".into(),
+                direction: "inbound",
+                from: "+15550001111".into(),
+                to: "+15550002222".into(),
+                agent: "a".into(),
+                status: "completed".into(),
+            }));
+        app.store.tx.flush().await.expect("flush");
+        for path in ["/calls/v3%3Aabc_DEF-1", "/calls/v3:abc_DEF-1/transcript"] {
+            let (_, v) = dispatch(&app, &Method::GET, path, "", None)
+                .await
+                .expect(path);
+            assert_eq!(v["call_id"], json!(id), "{path}");
+        }
+        let e = dispatch(&app, &Method::GET, "/calls/%FF", "", None)
+            .await
+            .expect_err("not UTF-8");
+        assert_eq!(e.status, 400);
+    }
 
     /// The API runs against an `App` built from a configuration, without any listener.
     #[tokio::test]

@@ -4,7 +4,8 @@
 //! caller against `allowed_callers` and the runtime overrides, find the agent's providers, and
 //! start the call's actor (which refuses beyond `max_calls`). Carriers reach it through
 //! [`crate::carrier::port::Host::admit`] and turn a [`Refusal`] into their own reject;
-//! numbers are only ever logged masked.
+//! numbers are only ever logged masked. A call id is admitted once: one that is live, recently
+//! finished or in the call store is a replayed webhook ([`Refusal::Repeated`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +32,14 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         Metrics::inc(&app.metrics.calls_rejected_busy);
         info!(carrier, call_id, %from, %to, "call refused: draining");
         return Err(Refusal::Draining);
+    }
+    if already_handled(app, call_id) {
+        Metrics::inc(&app.metrics.webhooks_replayed);
+        app.log_limited(&format!(
+            "call refused: call id {} was already handled (a replayed webhook)",
+            crate::security::truncate_for_log(call_id, crate::security::LOG_FIELD_MAX)
+        ));
+        return Err(Refusal::Repeated);
     }
     let dialled = normalize_e164(call.to).unwrap_or_else(|| call.to.to_string());
     let Some(number) = app
@@ -79,7 +88,7 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         providers,
         attach_timeout: super::MEDIA_TOKEN_TTL,
         media_timeout: Duration::from_secs(30),
-        store: Some(app.store.tx.clone()),
+        log: Some(std::sync::Arc::new(app.store.tx.clone())),
     };
     let record = NewCall {
         call_id: setup.call_id.clone(),
@@ -91,27 +100,39 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         agent: number.agent.clone(),
         status: "ringing".into(),
     };
-    let repeated = match actor::start(setup, app.calls.clone(), app.config.server.max_calls) {
-        Ok(_) => {
-            app.store.tx.send(Write::Call(record));
-            false
-        }
+    match actor::start(setup, app.calls.clone(), app.config.server.max_calls) {
+        Ok(_) => app.store.tx.send(Write::Call(record)),
         Err(InsertError::Full) => {
             Metrics::inc(&app.metrics.calls_rejected_busy);
             info!(carrier, call_id, %from, %to, "call refused: max_calls reached");
             return Err(Refusal::Full);
         }
         Err(InsertError::Duplicate) => {
-            info!(carrier, call_id, "repeated webhook for a live call");
-            true
+            // Two copies of one webhook racing: the first one started the call.
+            Metrics::inc(&app.metrics.webhooks_replayed);
+            info!(carrier, call_id, "repeated webhook for a live call refused");
+            return Err(Refusal::Repeated);
         }
     };
-    if !repeated {
-        Metrics::inc(&app.metrics.calls_accepted);
-        info!(carrier, call_id, %from, %to, agent = %number.agent, "call accepted");
-    }
+    Metrics::inc(&app.metrics.calls_accepted);
+    info!(carrier, call_id, %from, %to, agent = %number.agent, "call accepted");
     Ok(Admitted {
         agent: number.agent.clone(),
-        repeated,
     })
+}
+
+/// True when `call_id` was already handled: live, recently finished, or in the call store.
+/// A call id is admitted once; a replayed webhook (captured, re-sent) never starts a call.
+fn already_handled(app: &App, call_id: &str) -> bool {
+    if app.calls.get(call_id).is_some() || app.calls.finished(call_id).is_some() {
+        return true;
+    }
+    match app.store.has_call_blocking(call_id) {
+        Ok(found) => found,
+        Err(e) => {
+            // Fail closed: a call we cannot check is not started.
+            warn!(error = %e, "cannot check the call store for a repeated call id; refusing");
+            true
+        }
+    }
 }

@@ -4,12 +4,19 @@
 //! per-call media token before anything else, attach the socket to the call's actor, then
 //! shuttle decoded [`MediaEvent`]s to the actor and encoded [`MediaCommand`]s back. Malformed
 //! frames are counted and logged; a flood of them ends that call only. A stream that ends
-//! without the carrier's `stop` has its leg hung up through the carrier.
+//! without the carrier's `stop` has its leg hung up through the carrier — unless the call's
+//! actor refused this stream (a second stream for a live call), which never touches the call.
+//!
+//! Before authentication a socket costs little: a URL token (Telnyx, Plivo) is checked before
+//! the upgrade (401/403 without upgrading), every media socket holds a permit of
+//! [`super::App::media_sockets`] (upgraded sockets leave the listener's connection count), a
+//! message is capped at [`MAX_FRAME`] while its fragments are read ([`CappedReader`]), and
+//! `start` must come within [`START_TIMEOUT`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use fastwebsockets::{Frame, OpCode, Payload, WebSocket, WebSocketError};
+use fastwebsockets::{Frame, OpCode, Payload, WebSocket, WebSocketError, WebSocketRead};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
@@ -21,15 +28,17 @@ use crate::call::MediaAttach;
 use crate::carrier::port::{MediaSocket, TokenSource};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, SharedCodec, StreamStart};
 use crate::net::http::{Body, text};
+use crate::security::token::TokenError;
 
 pub type ServerSocket = WebSocket<TokioIo<Upgraded>>;
 
-/// Largest media frame accepted as a frame (larger ones are counted as bad and dropped).
+/// Largest media message accepted (larger ones are counted as bad and dropped; a fragmented
+/// one stops being buffered as soon as its fragments pass this size).
 pub const MAX_FRAME: usize = 64 * 1024;
-/// Beyond this a frame cannot be skipped safely and the socket is closed.
+/// Beyond this a single frame cannot be skipped safely and the socket is closed.
 const MAX_WIRE_FRAME: usize = 1024 * 1024;
-/// How long a carrier has to send `start` after connecting.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a carrier has to send `start` after connecting (carriers send it at once).
+pub const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bad frames tolerated in a row / in total before the call is ended.
 const MAX_BAD_IN_A_ROW: u32 = 50;
 const MAX_BAD_TOTAL: u32 = 500;
@@ -52,10 +61,27 @@ pub fn accept(
         token,
         subprotocol,
     } = socket;
-    let path = req.uri().path().to_string();
+    let path = crate::security::truncate_for_log(req.uri().path(), 64);
     if !fastwebsockets::upgrade::is_upgrade_request(&req) {
         return text(400, "expected a WebSocket upgrade\n");
     }
+    // A token in the URL is checked before anything is upgraded.
+    if let TokenSource::Url(t) = &token
+        && let Err(e) = app.tokens.precheck(t.as_deref())
+    {
+        Metrics::inc(&app.metrics.media_rejected);
+        app.log_limited(&format!("media socket refused before the upgrade: {e}"));
+        return match e {
+            TokenError::Missing | TokenError::Malformed => text(401, "media token required\n"),
+            _ => text(403, "invalid media token\n"),
+        };
+    }
+    // Every media socket holds a permit until it ends.
+    let Ok(permit) = app.media_sockets.clone().try_acquire_owned() else {
+        Metrics::inc(&app.metrics.media_rejected);
+        app.log_limited("media socket refused: too many media sockets open");
+        return text(503, "too many media sockets\n");
+    };
     let offered = subprotocol.filter(|want| {
         req.headers()
             .get_all(hyper::header::SEC_WEBSOCKET_PROTOCOL)
@@ -67,7 +93,7 @@ pub fn accept(
     let (resp, fut) = match fastwebsockets::upgrade::upgrade(&mut req) {
         Ok(x) => x,
         Err(e) => {
-            warn!(%path, error = %e, "bad WebSocket upgrade");
+            app.log_limited(&format!("bad WebSocket upgrade on {path}: {e}"));
             return text(400, "bad WebSocket upgrade\n");
         }
     };
@@ -76,6 +102,7 @@ pub fn accept(
             Ok(ws) => serve(app, ws, carrier, codec, token).await,
             Err(e) => warn!(%path, error = %e, "WebSocket upgrade failed"),
         }
+        drop(permit);
     });
     let (mut parts, _) = resp.into_parts();
     if let Some(p) = offered {
@@ -99,7 +126,7 @@ pub async fn serve(
     ws.set_auto_pong(true);
     ws.set_max_message_size(MAX_WIRE_FRAME);
     let (read, mut write) = ws.split(tokio::io::split);
-    let mut read = fastwebsockets::FragmentCollectorRead::new(read);
+    let mut read = CappedReader::new(read, MAX_FRAME);
     let (obligated_tx, mut obligated_rx) = mpsc::channel::<Frame<'static>>(8);
     let mut bad = BadFrames::default();
 
@@ -107,7 +134,7 @@ pub async fn serve(
     let start = tokio::time::timeout(START_TIMEOUT, async {
         loop {
             let frame = read
-                .read_frame(&mut |f: Frame<'_>| {
+                .read_message(&mut |f: Frame<'_>| {
                     let tx = obligated_tx.clone();
                     let owned = own(f);
                     async move { tx.send(owned).await.map_err(|_| "writer gone") }
@@ -138,7 +165,7 @@ pub async fn serve(
     }
     let Some(start) = start else {
         Metrics::inc(&app.metrics.media_rejected);
-        warn!("media socket closed before a valid start frame");
+        app.log_limited("media socket closed before a valid start frame");
         let _ = write
             .write_frame(Frame::close(CLOSE_POLICY, b"expected start"))
             .await;
@@ -157,10 +184,15 @@ pub async fn serve(
     let call_id = carrier
         .call_id_for_leg(&app.outbound, &leg_id)
         .unwrap_or_else(|| leg_id.clone());
-    let span = info_span!("call", call_id = %call_id);
+    let span = info_span!(
+        "call",
+        call_id = %crate::security::truncate_for_log(&call_id, crate::security::LOG_FIELD_MAX)
+    );
     if let Err(e) = app.tokens.redeem(&call_id, token_value.as_deref()) {
         Metrics::inc(&app.metrics.media_rejected);
-        warn!(parent: &span, error = %e, "media socket refused");
+        if let Some(suppressed) = app.peer_warnings.allow() {
+            warn!(parent: &span, error = %e, suppressed, "media socket refused");
+        }
         let _ = write
             .write_frame(Frame::close(CLOSE_POLICY, b"invalid media token"))
             .await;
@@ -206,7 +238,7 @@ pub async fn serve(
         async move {
             loop {
                 let frame = read
-                    .read_frame(&mut |f: Frame<'_>| {
+                    .read_message(&mut |f: Frame<'_>| {
                         let tx = obligated_tx.clone();
                         let owned = own(f);
                         async move { tx.send(owned).await.map_err(|_| "writer gone") }
@@ -262,6 +294,7 @@ pub async fn serve(
 
     async move {
         let mut hung_up = false;
+        let mut refused = false;
         let hang_up_leg = |why: &'static str| {
             if let Some(c) = &control {
                 let hang_up = c.hang_up(&account, &leg_id);
@@ -279,7 +312,13 @@ pub async fn serve(
         loop {
             tokio::select! {
                 cmd = cmd_rx.recv() => match cmd {
-                    None => break,
+                    None => {
+                        // The actor dropped our command channel while the call is still live:
+                        // it refused this stream (the call has another one). That is not the
+                        // call ending, and its leg must not be hung up.
+                        refused = app.calls.get(&call_id).is_some();
+                        break;
+                    }
                     Some(MediaCommand::HangUp) => {
                         hung_up = true;
                         hang_up_leg("the call ended");
@@ -309,7 +348,9 @@ pub async fn serve(
                 .await;
         }
         reader.abort();
-        if !hung_up && !caller_ended.load(std::sync::atomic::Ordering::Acquire) {
+        if refused {
+            warn!("the call's actor refused this media stream; the call goes on");
+        } else if !hung_up && !caller_ended.load(std::sync::atomic::Ordering::Acquire) {
             warn!("media stream ended without a stop from the carrier; hanging up the call leg");
             hang_up_leg("the media stream dropped");
         }
@@ -319,6 +360,107 @@ pub async fn serve(
     .await;
 }
 
+/// Reads whole messages from a media socket's read half, joining fragments itself so that a
+/// message's size is capped while it is read: once the fragments of one message pass `max`
+/// bytes the rest are read and discarded (never buffered), and the message is reported as
+/// [`CodecError::TooLarge`]. Control frames (ping, pong, close) pass through between fragments.
+pub struct CappedReader<S> {
+    read: WebSocketRead<S>,
+    max: usize,
+    /// The message being joined: its opcode, bytes so far (empty once discarding) and its
+    /// total size.
+    partial: Option<(OpCode, Vec<u8>, usize)>,
+    /// The most bytes ever held for one message.
+    peak: usize,
+}
+
+/// What a [`CappedReader`] yields.
+pub enum Message {
+    Frame(Frame<'static>),
+    TooLarge(usize),
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> CappedReader<S> {
+    pub fn new(read: WebSocketRead<S>, max: usize) -> Self {
+        Self {
+            read,
+            max,
+            partial: None,
+            peak: 0,
+        }
+    }
+
+    /// The most bytes ever held for one message (never more than `max`).
+    pub fn peak_buffered(&self) -> usize {
+        self.peak
+    }
+
+    /// Bytes held for the message being joined (never more than `max`).
+    pub fn buffered(&self) -> usize {
+        self.partial.as_ref().map_or(0, |(_, b, _)| b.len())
+    }
+
+    /// The next whole message (or control frame); `send_fn` gets the frames the protocol
+    /// obliges us to send (pong, close echo).
+    pub async fn read_message<R, E>(
+        &mut self,
+        send_fn: &mut impl FnMut(Frame<'_>) -> R,
+    ) -> Result<Message, WebSocketError>
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+        R: std::future::Future<Output = Result<(), E>>,
+    {
+        loop {
+            let frame = self.read.read_frame(send_fn).await?;
+            match frame.opcode {
+                OpCode::Text | OpCode::Binary => {
+                    if self.partial.is_some() {
+                        return Err(WebSocketError::InvalidFragment);
+                    }
+                    if frame.fin {
+                        return Ok(Message::Frame(own(frame)));
+                    }
+                    let n = frame.payload.len();
+                    let bytes = if n > self.max {
+                        Vec::new()
+                    } else {
+                        frame.payload.to_vec()
+                    };
+                    self.peak = self.peak.max(bytes.len());
+                    self.partial = Some((frame.opcode, bytes, n));
+                }
+                OpCode::Continuation => {
+                    let Some((opcode, mut bytes, total)) = self.partial.take() else {
+                        return Err(WebSocketError::InvalidContinuationFrame);
+                    };
+                    let total = total.saturating_add(frame.payload.len());
+                    if total > self.max {
+                        // Over the cap: stop buffering, keep reading to the end of the message.
+                        bytes = Vec::new();
+                    } else {
+                        bytes.extend_from_slice(&frame.payload);
+                        self.peak = self.peak.max(bytes.len());
+                    }
+                    if !frame.fin {
+                        self.partial = Some((opcode, bytes, total));
+                        continue;
+                    }
+                    if total > self.max {
+                        return Ok(Message::TooLarge(total));
+                    }
+                    return Ok(Message::Frame(Frame::new(
+                        true,
+                        opcode,
+                        None,
+                        Payload::Owned(bytes),
+                    )));
+                }
+                _ => return Ok(Message::Frame(own(frame))),
+            }
+        }
+    }
+}
+
 enum Decoded {
     Event(MediaEvent),
     Nothing,
@@ -326,7 +468,11 @@ enum Decoded {
     Bad(CodecError),
 }
 
-fn decode(codec: &mut dyn MediaCodec, frame: Frame<'_>) -> Decoded {
+fn decode(codec: &mut dyn MediaCodec, message: Message) -> Decoded {
+    let frame = match message {
+        Message::Frame(f) => f,
+        Message::TooLarge(n) => return Decoded::Bad(CodecError::TooLarge(n)),
+    };
     match frame.opcode {
         OpCode::Text => {
             if frame.payload.len() > MAX_FRAME {
@@ -370,5 +516,112 @@ impl BadFrames {
             warn!(error = %e, total = self.total, "malformed media frame");
         }
         self.in_a_row >= MAX_BAD_IN_A_ROW || self.total >= MAX_BAD_TOTAL
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastwebsockets::Role;
+
+    async fn pair() -> (
+        CappedReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+        WebSocket<tokio::io::DuplexStream>,
+    ) {
+        let (server, client) = tokio::io::duplex(1 << 16);
+        let mut ws = WebSocket::after_handshake(server, Role::Server);
+        ws.set_max_message_size(MAX_WIRE_FRAME);
+        let (read, _write) = ws.split(tokio::io::split);
+        let client = WebSocket::after_handshake(client, Role::Client);
+        (CappedReader::new(read, MAX_FRAME), client)
+    }
+
+    async fn next(r: &mut CappedReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>) -> Message {
+        r.read_message(&mut |_f: Frame<'_>| async { Ok::<_, &'static str>(()) })
+            .await
+            .expect("message")
+    }
+
+    #[tokio::test]
+    async fn fragments_are_joined() {
+        let (mut r, mut c) = pair().await;
+        let w = tokio::spawn(async move {
+            c.write_frame(Frame::new(
+                false,
+                OpCode::Text,
+                None,
+                Payload::Owned(b"ab".to_vec()),
+            ))
+            .await
+            .expect("write");
+            c.write_frame(Frame::new(
+                true,
+                OpCode::Continuation,
+                None,
+                Payload::Owned(b"cd".to_vec()),
+            ))
+            .await
+            .expect("write");
+            c
+        });
+        match next(&mut r).await {
+            Message::Frame(f) => {
+                assert_eq!(f.opcode, OpCode::Text);
+                assert_eq!(&f.payload[..], b"abcd");
+            }
+            Message::TooLarge(n) => panic!("too large: {n}"),
+        }
+        drop(w.await);
+    }
+
+    /// Many fragments under the per-frame limit add up to far more than 64 KiB: the reader
+    /// stops buffering at the cap (memory stays bounded while reading) and reports the
+    /// message as too large; the socket goes on.
+    #[tokio::test]
+    async fn joined_message_is_capped_while_reading() {
+        let (mut r, mut c) = pair().await;
+        let w = tokio::spawn(async move {
+            let chunk = vec![b'A'; 32 * 1024];
+            c.write_frame(Frame::new(
+                false,
+                OpCode::Text,
+                None,
+                Payload::Owned(chunk.clone()),
+            ))
+            .await
+            .expect("write");
+            for _ in 0..62 {
+                c.write_frame(Frame::new(
+                    false,
+                    OpCode::Continuation,
+                    None,
+                    Payload::Owned(chunk.clone()),
+                ))
+                .await
+                .expect("write");
+            }
+            c.write_frame(Frame::new(
+                true,
+                OpCode::Continuation,
+                None,
+                Payload::Owned(chunk),
+            ))
+            .await
+            .expect("write");
+            c.write_frame(Frame::text(Payload::Owned(b"next".to_vec())))
+                .await
+                .expect("write");
+            c
+        });
+        match next(&mut r).await {
+            Message::TooLarge(n) => assert_eq!(n, 64 * 32 * 1024),
+            Message::Frame(f) => panic!("joined {} bytes", f.payload.len()),
+        }
+        assert!(r.peak_buffered() <= MAX_FRAME, "held {}", r.peak_buffered());
+        match next(&mut r).await {
+            Message::Frame(f) => assert_eq!(&f.payload[..], b"next"),
+            Message::TooLarge(n) => panic!("too large: {n}"),
+        }
+        drop(w.await);
     }
 }

@@ -9,6 +9,8 @@ pub struct Metrics {
     pub calls_rejected_caller: AtomicU64,
     pub calls_rejected_busy: AtomicU64,
     pub webhooks_forbidden: AtomicU64,
+    /// Webhooks for a call id already handled (replays), refused.
+    pub webhooks_replayed: AtomicU64,
     pub media_rejected: AtomicU64,
     pub media_frames_bad: AtomicU64,
 }

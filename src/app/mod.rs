@@ -26,6 +26,7 @@ use crate::carrier::port::{Admitted, Counter, Host, Inbound, MediaSocket, Refusa
 use crate::config::Config;
 use crate::net::http::Body;
 use crate::provider::Providers;
+use crate::security::LogLimiter;
 use crate::security::token::MediaTokens;
 use crate::store::{Store, StoreError, Write};
 use inbound::{Overrides, SETTING_KEY};
@@ -62,6 +63,17 @@ pub struct App {
     pub inbound: RwLock<Overrides>,
     draining: watch::Sender<bool>,
     pub started: Instant,
+    /// One permit per media socket, held until it ends: upgraded sockets leave the listener's
+    /// connection count, so they are bounded here ([`media_socket_limit`]).
+    pub media_sockets: Arc<tokio::sync::Semaphore>,
+    /// Rate limit for warnings unauthenticated peers can trigger.
+    pub peer_warnings: LogLimiter,
+}
+
+/// How many media sockets may be open at once: two per call (a carrier may reconnect) plus
+/// a few sockets still waiting for `start`.
+pub fn media_socket_limit(config: &Config) -> usize {
+    config.server.max_calls.saturating_mul(2).saturating_add(16)
 }
 
 impl App {
@@ -81,7 +93,6 @@ impl App {
             .and_then(|s| serde_json::from_str(&s).ok())
             .unwrap_or_default();
         Ok(Arc::new(Self {
-            config: Arc::new(config),
             carriers,
             providers,
             tokens: MediaTokens::new(MEDIA_TOKEN_TTL),
@@ -93,6 +104,9 @@ impl App {
             inbound: RwLock::new(inbound),
             draining: watch::channel(false).0,
             started: Instant::now(),
+            media_sockets: Arc::new(tokio::sync::Semaphore::new(media_socket_limit(&config))),
+            peer_warnings: LogLimiter::new(20, Duration::from_secs(1)),
+            config: Arc::new(config),
         }))
     }
 
@@ -103,6 +117,13 @@ impl App {
 
     pub fn start_drain(&self) {
         self.draining.send_replace(true);
+    }
+
+    /// A warning an unauthenticated peer triggered, rate limited ([`Self::peer_warnings`]).
+    pub fn log_limited(&self, message: &str) {
+        if let Some(suppressed) = self.peer_warnings.allow() {
+            tracing::warn!(suppressed, "{message}");
+        }
     }
 
     /// Live outbound calls we placed.

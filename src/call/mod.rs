@@ -1,10 +1,15 @@
-//! Calls: one actor per call ([`actor`]) owning all of the call's state, a cheap cloneable
-//! [`CallHandle`] to talk to it, and the [`CallRegistry`] of live calls keyed by the carrier's
-//! call id. The actor sees only carrier-neutral media events and provider traits, so it does not
-//! know which carrier or vendor it talks to.
+//! Calls: one actor per call ([`actor`]) owning all of the call's state and I/O, a cheap
+//! cloneable [`CallHandle`] to talk to it, and the [`CallRegistry`] of live calls keyed by the
+//! carrier's call id. Turn-taking is decided by pure parts the actor drives: the conversation
+//! [`policy`] (agent phase, barge-in, held turns, fillers, idle nudges, transcript and history),
+//! the endpointer and word checks in [`turn`], and the mouth (utterance queue and pacer) in
+//! [`speech`]; [`event`] is the typed timeline. The actor sees only carrier-neutral media events
+//! and provider traits, so it does not know which carrier or vendor it talks to.
 
 pub mod actor;
 pub mod event;
+pub mod log;
+pub mod policy;
 pub mod registry;
 pub mod speech;
 pub mod transcript;
@@ -20,6 +25,7 @@ use crate::config::AgentConfig;
 use crate::provider::AgentProviders;
 
 pub use event::{EndReason, EventKind};
+pub use log::CallLog;
 pub use registry::CallRegistry;
 pub use transcript::{CallEvent, CallRecord, Speaker, TranscriptEntry};
 
@@ -44,7 +50,7 @@ pub struct CallSetup {
     /// A call with no media at all for this long is ended.
     pub media_timeout: Duration,
     /// Where turns and events are persisted as the call goes (never waited on).
-    pub store: Option<crate::store::StoreTx>,
+    pub log: Option<std::sync::Arc<dyn log::CallLog>>,
 }
 
 impl CallSetup {

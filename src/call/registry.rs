@@ -9,7 +9,8 @@ use tokio::sync::watch;
 
 use super::{CallHandle, CallRecord};
 
-/// How many finished calls' records are kept in memory (storage arrives in a later issue).
+/// How many finished calls' records are kept in memory for quick lookup; the durable record is
+/// in the store (`src/store/`) when one is configured.
 const RECENT_LIMIT: usize = 256;
 
 pub struct CallRegistry {

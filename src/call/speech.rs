@@ -4,7 +4,8 @@
 //! what the caller has heard. Barge-in can [`Speech::pause`] it: audio at the carrier whose mark
 //! has not come back is taken back (each utterance keeps its sent-but-unconfirmed bytes) and
 //! re-sent from the start of the first unheard utterance on [`Speech::resume`]. Pure state: the
-//! actor drives it and sends what it returns.
+//! conversation policy ([`super::policy`]) queues, pauses, resumes and clears it; the actor
+//! starts the synthesis it asks for, pumps it and sends what it returns.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -325,10 +326,10 @@ impl Speech {
     /// Stops speaking: drops every queued utterance (cancelling their synthesis), settles every
     /// utterance still awaiting its mark as not heard (some carriers never acknowledge a mark
     /// whose audio was cleared, so nothing may wait on one), and forgets the pacing clock.
-    pub fn clear(&mut self) -> Cleared {
+    pub fn clear(&mut self, now: Instant) -> Cleared {
         let need_clear = !self.awaiting_mark.is_empty()
             || self.queue.iter().any(|u| u.sent_bytes > 0)
-            || self.play_until.is_some_and(|t| t > Instant::now());
+            || self.play_until.is_some_and(|t| t > now);
         let dropped: Vec<Utterance> = self.queue.drain(..).collect();
         let unheard: Vec<Sent> = self.awaiting_mark.drain(..).collect();
         self.play_until = None;
@@ -345,10 +346,10 @@ impl Speech {
     /// caller will hear an unconfirmed sentence again from its start), synthesis carries on,
     /// and nothing is sent until [`Speech::resume`]. The caller sends the carrier a `clear`
     /// when `need_clear` says so.
-    pub fn pause(&mut self) -> Paused {
+    pub fn pause(&mut self, now: Instant) -> Paused {
         let need_clear = !self.awaiting_mark.is_empty()
             || self.queue.iter().any(|u| u.sent_bytes > 0)
-            || self.play_until.is_some_and(|t| t > Instant::now());
+            || self.play_until.is_some_and(|t| t > now);
         if let Some(front) = self.queue.front_mut()
             && front.sent_bytes > 0
         {
@@ -387,10 +388,6 @@ impl Speech {
     /// Sends again after a [`Speech::pause`].
     pub fn resume(&mut self) {
         self.paused = false;
-    }
-
-    pub fn is_paused(&self) -> bool {
-        self.paused
     }
 
     /// True while agent audio may be playing at the carrier (sent and not confirmed played,
@@ -433,19 +430,8 @@ impl Speech {
             || self.awaiting_mark.iter().any(|s| pred(s.kind))
     }
 
-    /// Utterances still awaiting their mark (sent, not confirmed).
-    pub fn awaiting(&self) -> impl Iterator<Item = &Sent> {
-        self.awaiting_mark.iter()
-    }
-
     pub fn queued(&self) -> impl Iterator<Item = &Utterance> {
         self.queue.iter()
-    }
-}
-
-impl Utterance {
-    pub fn sent_bytes(&self) -> usize {
-        self.sent_bytes
     }
 }
 
@@ -546,7 +532,7 @@ mod tests {
         let t0 = Instant::now();
         let p = s.pump(t0);
         assert_eq!(audio_frames(&p), 3);
-        let cleared = s.clear();
+        let cleared = s.clear(t0);
         assert!(cleared.need_clear);
         assert_eq!(cleared.unheard.len(), 1);
         assert_eq!(cleared.unheard[0].text, "one");
@@ -570,7 +556,7 @@ mod tests {
         assert_eq!(audio_frames(&p), 7);
         assert_eq!(s.on_mark("u1").map(|x| x.text), Some("one".into()));
         assert!(s.is_playing(t0));
-        let paused = s.pause();
+        let paused = s.pause(t0);
         assert!(paused.need_clear);
         assert_eq!(paused.withdrawn, vec!["u2".to_string()]);
         assert!(!s.is_playing(t0));

@@ -1,6 +1,6 @@
 //! What a call remembers: the transcript (who said what, and what the caller actually heard of
 //! the agent) and the timeline of decisions. Kept in memory by the actor and handed to the
-//! registry when the call ends; the shape is what the store will persist.
+//! registry when the call ends; the store persists the same shapes as the call goes.
 
 use serde::Serialize;
 

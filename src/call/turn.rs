@@ -3,7 +3,8 @@
 //! with the speech-to-text's signals (`speech_final`, `UtteranceEnd`, the answer to our
 //! `Finalize`) inside per-agent `min_endpointing_ms` / `max_endpointing_ms` bounds, and
 //! [`Words`] tells real words from backchannels ("mm-hmm") and the agent's own voice coming
-//! back as echo. The actor feeds them events and acts on what they return.
+//! back as echo. The conversation policy ([`super::policy`]) feeds them events and acts on what
+//! they return.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -71,6 +72,41 @@ pub fn looks_unfinished(text: &str) -> bool {
         .is_some_and(|w| UNFINISHED.contains(&w.as_str()))
 }
 
+/// How we knew the caller's turn was over. Its name is the first word of a `turn_end` event's
+/// detail (`"speech_final silence_ms=300"`); `Dtmf` turns have no `turn_end` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// The speech-to-text said the utterance ended after its own endpointing silence.
+    SpeechFinal,
+    /// The speech-to-text's `UtteranceEnd` (a gap between words).
+    UtteranceEnd,
+    /// The answer to the `Finalize` we sent when our detector was sure.
+    Finalize,
+    /// `max_endpointing_ms` of silence passed: committed with whatever text there is.
+    MaxEndpointing,
+    /// The caller pressed a key: a turn of its own, never an interruption to judge.
+    Dtmf,
+}
+
+impl TurnEnd {
+    /// The name stored in `turn_end` event details.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnEnd::SpeechFinal => "speech_final",
+            TurnEnd::UtteranceEnd => "utterance_end",
+            TurnEnd::Finalize => "finalize",
+            TurnEnd::MaxEndpointing => "max_endpointing",
+            TurnEnd::Dtmf => "dtmf",
+        }
+    }
+}
+
+impl std::fmt::Display for TurnEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What the endpointer wants.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
@@ -81,7 +117,7 @@ pub enum Decision {
     /// The turn is over.
     Commit {
         text: String,
-        reason: &'static str,
+        reason: TurnEnd,
         /// Silence between the end of the caller's speech and this decision.
         silence_ms: u64,
     },
@@ -95,8 +131,9 @@ pub struct Endpointer {
     stt_endpointing: Duration,
     finals: String,
     interim: String,
-    /// The speech-to-text said the utterance ended (and why).
-    stt_done: Option<&'static str>,
+    /// The speech-to-text said the utterance ended (and how: `SpeechFinal`, `UtteranceEnd`
+    /// or `Finalize`).
+    stt_done: Option<TurnEnd>,
     finalize_sent: bool,
     speaking: bool,
     /// When the caller's speech last ended (our detector), or when text last arrived.
@@ -166,15 +203,15 @@ impl Endpointer {
         }
         self.interim.clear();
         if from_finalize {
-            self.stt_done = Some("finalize");
+            self.stt_done = Some(TurnEnd::Finalize);
         } else if speech_final {
-            self.stt_done = Some("speech_final");
+            self.stt_done = Some(TurnEnd::SpeechFinal);
         }
     }
 
     pub fn on_utterance_end(&mut self) {
         if self.stt_done.is_none() {
-            self.stt_done = Some("utterance_end");
+            self.stt_done = Some(TurnEnd::UtteranceEnd);
         }
     }
 
@@ -215,7 +252,7 @@ impl Endpointer {
         }
         let quiet = self.quiet_since.unwrap_or(now);
         let mut silence = now.saturating_duration_since(quiet);
-        if self.stt_done == Some("speech_final") {
+        if self.stt_done == Some(TurnEnd::SpeechFinal) {
             silence = silence.max(self.stt_endpointing);
         }
         let commit = |s: &mut Self, reason| {
@@ -228,7 +265,7 @@ impl Endpointer {
             }
         };
         if silence >= self.max {
-            return commit(self, "max_endpointing");
+            return commit(self, TurnEnd::MaxEndpointing);
         }
         let hold = looks_unfinished(&self.text());
         if let Some(reason) = self.stt_done
@@ -302,7 +339,7 @@ mod tests {
         match e.decide(t0 + Duration::from_millis(1300)) {
             Decision::Commit { text, reason, .. } => {
                 assert_eq!(text, "book a table");
-                assert_eq!(reason, "speech_final");
+                assert_eq!(reason, TurnEnd::SpeechFinal);
             }
             d => panic!("{d:?}"),
         }
@@ -323,7 +360,7 @@ mod tests {
             t0 + Duration::from_millis(1300),
         );
         match e.decide(t0 + Duration::from_millis(1300)) {
-            Decision::Commit { reason, .. } => assert_eq!(reason, "speech_final"),
+            Decision::Commit { reason, .. } => assert_eq!(reason, TurnEnd::SpeechFinal),
             d => panic!("{d:?}"),
         }
         // It survives the reset that follows a commit.
@@ -385,7 +422,7 @@ mod tests {
         assert!(matches!(
             e.decide(t0 + Duration::from_millis(1250)),
             Decision::Commit {
-                reason: "finalize",
+                reason: TurnEnd::Finalize,
                 ..
             }
         ));
@@ -419,7 +456,7 @@ mod tests {
         assert!(matches!(
             e.decide(t0 + Duration::from_millis(3000)),
             Decision::Commit {
-                reason: "max_endpointing",
+                reason: TurnEnd::MaxEndpointing,
                 ..
             }
         ));

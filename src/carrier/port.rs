@@ -39,6 +39,9 @@ pub enum Refusal {
     AgentUnavailable,
     /// Inbound calls to this number were turned off at runtime (`configure_inbound`).
     Disabled,
+    /// The call id was already handled (it is live, or in the call store): a replayed
+    /// webhook. The carrier answers it without touching the call.
+    Repeated,
 }
 
 impl Refusal {
@@ -53,12 +56,10 @@ impl Refusal {
     }
 }
 
-/// An accepted call.
+/// An accepted call (a new actor was started for it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admitted {
     pub agent: String,
-    /// The call was already live (a repeated webhook); no new actor was started.
-    pub repeated: bool,
 }
 
 /// Carrier-edge counters (exported at `/metrics`).

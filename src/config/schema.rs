@@ -78,8 +78,12 @@ pub struct ServerConfig {
     /// How carriers reach us (scheme + host, optional path prefix); used to build media
     /// stream URLs and to verify webhook signatures.
     pub public_url: String,
-    /// Bearer token for `/v1/*` and `/mcp`; required unless `listen` is a loopback address.
+    /// Bearer token for `/v1/*`, `/mcp` and `/metrics`; required unless both `listen` and
+    /// `public_url` are loopback (local development).
     pub api_token: Secret,
+    /// Serve `/metrics` without the bearer token even when `api_token` is set (for a
+    /// Prometheus that cannot send one). Default false.
+    pub metrics_public: bool,
     /// Where the SQLite database and recordings live.
     pub data_dir: PathBuf,
     /// On SIGTERM, how long live calls may run on before the daemon exits anyway.
@@ -102,6 +106,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8080".into(),
             public_url: "http://127.0.0.1:8080".into(),
             api_token: Secret::default(),
+            metrics_public: false,
             data_dir: PathBuf::from("/var/lib/patterd"),
             drain_timeout_s: 300,
             max_calls: 500,
@@ -110,6 +115,26 @@ impl Default for ServerConfig {
             max_body_bytes: 64 * 1024,
             tls: None,
         }
+    }
+}
+
+impl ServerConfig {
+    /// True when both `listen` and `public_url` are loopback: the only setting in which the
+    /// API may run without `api_token` (nothing outside this machine can reach it, and no
+    /// carrier or proxy forwards to it).
+    pub fn api_is_local(&self) -> bool {
+        let listen = self
+            .listen
+            .trim()
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback());
+        let public = url::Url::parse(&self.public_url).is_ok_and(|u| match u.host() {
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        });
+        listen && public
     }
 }
 

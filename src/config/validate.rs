@@ -125,6 +125,19 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
                 server.listen
             ),
         ),
+        Ok(addr) if server.api_token.is_empty() && !server.api_is_local() => c.fail(
+            &["server", "public_url"],
+            format!(
+                "[server] api_token is empty but public_url = {:?} is not a loopback address: \
+                 behind a reverse proxy (listen = {:?}) /v1 and /mcp would be open to anyone \
+                 who can reach {:?}; set server.api_token = \"${{PATTERD_API_TOKEN}}\" (and \
+                 send `Authorization: Bearer <token>`), or use a loopback public_url for local \
+                 development",
+                server.public_url,
+                addr.to_string(),
+                server.public_url,
+            ),
+        ),
         Ok(_) => {}
     }
     c.url(

@@ -1,6 +1,7 @@
 //! `/mcp`: rmcp's Streamable HTTP service, mounted on the daemon's listener by the server. In front of it: the
-//! same authorisation as `/v1` (bearer `server.api_token`, or a loopback `Host` when no token
-//! is configured). rmcp itself checks `Host` against loopback names plus the host of
+//! same access check as `/v1` ([`crate::api::auth`]: bearer `server.api_token`, or in
+//! token-less local mode a loopback peer and `Host` without proxy headers; our own `Origin`
+//! only; `POST` with `Content-Type: application/json`). rmcp itself checks `Host` against loopback names plus the host of
 //! `server.public_url` (DNS-rebinding protection). Session `DELETE` answers 204 (rmcp says 202,
 //! which the Python client logs as a failed termination).
 
@@ -14,7 +15,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::{Local, PatterMcp};
-use crate::api::auth::authorize;
+use crate::api::auth::{Access, authorize};
 use crate::app::App;
 use crate::config::Config;
 use crate::net::http::{AnyBody, json};
@@ -44,8 +45,18 @@ impl McpHttp {
         Self { service }
     }
 
-    pub async fn handle(&self, app: &App, req: Request<Incoming>) -> Response<AnyBody> {
-        if let Err(e) = authorize(app, req.headers()) {
+    pub async fn handle(
+        &self,
+        app: &App,
+        peer: std::net::SocketAddr,
+        req: Request<Incoming>,
+    ) -> Response<AnyBody> {
+        let access = Access {
+            peer,
+            method: req.method(),
+            headers: req.headers(),
+        };
+        if let Err(e) = authorize(&app.config.server, access) {
             let r = json(e.status, &e.body());
             let mut r = r.map(|b: Full<Bytes>| b.boxed());
             if e.status == 401 {

@@ -204,9 +204,15 @@ impl Args {
     }
 }
 
-/// Path segment escaping for a call id.
+/// Path segment escaping for a call id (RFC 3986 unreserved characters stay; `api::dispatch`
+/// decodes every segment).
 fn seg(id: &str) -> String {
-    form_urlencoded::byte_serialize(id.as_bytes()).collect()
+    const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(id, SEGMENT).to_string()
 }
 
 impl PatterMcp {
@@ -442,5 +448,81 @@ impl ServerHandler for PatterMcp {
         let r: ReadResourceResult = serde_json::from_value(v)
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         Ok(r.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "v3:Wq-9x_AbC.d~e";
+
+    /// An `App` without a listener holding one ended Telnyx-style call.
+    async fn app_with_telnyx_call() -> (tempfile::TempDir, Arc<App>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "[server]\ndata_dir = {:?}\n\n[carriers.tx]\nkind = \"telnyx\"\n",
+            dir.path().display().to_string()
+        );
+        let loaded = crate::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
+        let app = App::new(loaded.config).expect("app");
+        app.store
+            .tx
+            .send(crate::store::Write::Call(crate::store::NewCall {
+                call_id: ID.into(),
+                carrier: "telnyx".into(),
+                carrier_account: "tx".into(),
+                direction: "inbound",
+                from: "+15550001111".into(),
+                to: "+15550002222".into(),
+                agent: "front".into(),
+                status: "completed".into(),
+            }));
+        app.store.tx.flush().await.expect("flush");
+        (dir, app)
+    }
+
+    #[test]
+    fn call_ids_are_escaped_as_one_path_segment() {
+        assert_eq!(seg("v3:a/b c"), "v3%3Aa%2Fb%20c");
+        assert_eq!(seg("CA1-x_y.z~"), "CA1-x_y.z~");
+    }
+
+    /// Every tool and resource that names a call reaches a Telnyx call (`v3:` ids), and the
+    /// listings show it.
+    #[tokio::test]
+    async fn every_tool_and_resource_reaches_a_telnyx_call() {
+        let (_dir, app) = app_with_telnyx_call().await;
+        let mcp = PatterMcp::new(Arc::new(Local(Arc::downgrade(&app))));
+        let args = |v: Value| v.as_object().cloned().unwrap_or_default();
+
+        let list = mcp
+            .run_tool("get_calls", Map::new())
+            .await
+            .expect("get_calls");
+        assert!(list.contains(ID), "{list}");
+        let t = mcp
+            .run_tool("get_transcript", args(json!({"callId": ID})))
+            .await
+            .expect("get_transcript");
+        assert!(t.contains(ID) && !t.contains("not found"), "{t}");
+        let m = mcp
+            .run_tool("get_metrics", args(json!({"callId": ID})))
+            .await
+            .expect("get_metrics");
+        assert!(!m.contains("not found"), "{m}");
+        // The call has ended: end_call finds it and says so (not "not found").
+        let e = mcp
+            .run_tool("end_call", args(json!({"callId": ID})))
+            .await
+            .expect_err("ended call");
+        assert!(e.contains("has already ended"), "{e}");
+        let d = mcp.read("patter://dashboard").await.expect("dashboard");
+        assert!(d.contains(ID), "{d}");
+        let c = mcp
+            .read(&format!("patter://call/{ID}"))
+            .await
+            .expect("call resource");
+        assert!(!c.contains("Not Found") && c.contains(ID), "{c}");
     }
 }

@@ -25,6 +25,8 @@ impl Remote {
     pub fn new(base: &str, token: &str) -> Result<Self, String> {
         crate::util::init_tls();
         let client = reqwest::Client::builder()
+            // The bearer token must never follow a redirect elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;

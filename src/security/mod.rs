@@ -4,6 +4,70 @@
 
 pub mod token;
 
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The longest a peer-controlled field may be in a log line before authentication.
+pub const LOG_FIELD_MAX: usize = 64;
+
+/// A peer-controlled string for a log line: cut to `max` characters (with `…` when cut) and
+/// with control characters escaped, so an unauthenticated peer can neither flood nor forge
+/// log lines.
+pub fn truncate_for_log(s: &str, max: usize) -> String {
+    let mut out: String = s.chars().take(max).flat_map(char::escape_debug).collect();
+    if s.chars().nth(max).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// The process-wide limit for warnings unauthenticated peers trigger in carrier webhook
+/// handlers (20 a second): `Some(suppressed)` when one may be logged now.
+pub fn peer_warning_allowed() -> Option<u64> {
+    static LIMIT: std::sync::LazyLock<LogLimiter> =
+        std::sync::LazyLock::new(|| LogLimiter::new(20, Duration::from_secs(1)));
+    LIMIT.allow()
+}
+
+/// Rate limit for warnings a peer can trigger before authentication: at most `per_window`
+/// lines per window; the rest are counted and the count is reported with the next line let
+/// through.
+pub struct LogLimiter {
+    per_window: u32,
+    window: Duration,
+    state: Mutex<(Instant, u32, u64)>,
+}
+
+impl LogLimiter {
+    pub fn new(per_window: u32, window: Duration) -> Self {
+        Self {
+            per_window,
+            window,
+            state: Mutex::new((Instant::now(), 0, 0)),
+        }
+    }
+
+    /// `Some(suppressed)` when a line may be logged now (with how many were suppressed since
+    /// the last one), `None` when it must be dropped.
+    pub fn allow(&self) -> Option<u64> {
+        self.allow_at(Instant::now())
+    }
+
+    fn allow_at(&self, now: Instant) -> Option<u64> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if now.duration_since(st.0) >= self.window {
+            st.0 = now;
+            st.1 = 0;
+        }
+        if st.1 >= self.per_window {
+            st.2 += 1;
+            return None;
+        }
+        st.1 += 1;
+        Some(std::mem::take(&mut st.2))
+    }
+}
+
 /// Masks a phone number for logs: keeps a leading `+`, the first four characters after it and
 /// the last four digits, e.g. `+15550001234` → `+1555***1234`. Short or odd inputs are masked
 /// entirely except their last four characters, so a number never reaches a log whole.
@@ -43,6 +107,26 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_fields_are_cut_and_escaped() {
+        assert_eq!(truncate_for_log("abc", 64), "abc");
+        assert_eq!(truncate_for_log(&"x".repeat(10_000), 4), "xxxx…");
+        assert_eq!(truncate_for_log("a\nb\u{1b}", 64), "a\\nb\\u{1b}");
+        assert_eq!(truncate_for_log(&"€".repeat(70), 64).chars().count(), 65);
+    }
+
+    #[test]
+    fn warnings_are_rate_limited() {
+        let l = LogLimiter::new(2, Duration::from_secs(1));
+        let t0 = Instant::now();
+        assert_eq!(l.allow_at(t0), Some(0));
+        assert_eq!(l.allow_at(t0), Some(0));
+        for _ in 0..1000 {
+            assert_eq!(l.allow_at(t0), None);
+        }
+        assert_eq!(l.allow_at(t0 + Duration::from_secs(2)), Some(1000));
+    }
 
     #[test]
     fn masks_e164_to_last_four() {

@@ -55,8 +55,14 @@ pub fn render(app: &App) -> Response<Body> {
         g(&m.webhooks_forbidden),
     );
     put(
+        "patterd_webhooks_replayed_total",
+        "Webhooks for a call id already handled (replayed), refused.",
+        "counter",
+        g(&m.webhooks_replayed),
+    );
+    put(
         "patterd_media_rejected_total",
-        "Media sockets closed for a bad token or unknown call.",
+        "Media sockets refused (bad token, unknown call, too many sockets).",
         "counter",
         g(&m.media_rejected),
     );

@@ -229,7 +229,7 @@ async fn route_any(
     let path = req.uri().path();
     if path == "/mcp" || path == "/mcp/" {
         let method = req.method().clone();
-        let resp = served.mcp.handle(&served.app, req).await;
+        let resp = served.mcp.handle(&served.app, peer, req).await;
         debug!(%peer, %method, path = "/mcp", status = resp.status().as_u16(), "request");
         return resp;
     }
@@ -250,7 +250,7 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
             Some(Own::Health) => text(200, "ok\n"),
             Some(Own::Ready) if app.is_draining() => text(503, "draining\n"),
             Some(Own::Ready) => text(200, "ready\n"),
-            Some(Own::Metrics) => metrics::render(&app),
+            Some(Own::Metrics) => metrics_guarded(&app, req.headers()),
             None => text(405, "method not allowed\n"),
         }
     } else {
@@ -263,8 +263,22 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
             Resolved::NotFound => text(404, "not found\n"),
         }
     };
+    let path = crate::api::auth::for_log(&path, 64);
     debug!(%peer, %method, %path, status = resp.status().as_u16(), "request");
     resp
+}
+
+/// `/metrics`: with `api_token` set it needs the bearer token too, unless
+/// `server.metrics_public = true`.
+fn metrics_guarded(app: &App, headers: &hyper::HeaderMap) -> Response<Body> {
+    let server = &app.config.server;
+    if !server.api_token.is_empty()
+        && !server.metrics_public
+        && let Err(e) = crate::api::auth::check_bearer(server, headers)
+    {
+        return rest::error(&e);
+    }
+    metrics::render(app)
 }
 
 /// Runs the daemon until a signal: the first SIGTERM/SIGINT drains (no new calls, live calls

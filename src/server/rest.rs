@@ -10,7 +10,7 @@ use hyper::{Request, Response};
 use serde_json::Value;
 use tracing::info;
 
-use crate::api::auth::authorize;
+use crate::api::auth::{Access, authorize, for_log};
 use crate::api::{self, ApiError};
 use crate::app::App;
 use crate::net::http::{Body, BodyError, json as json_response, read_body};
@@ -29,8 +29,13 @@ pub fn error(e: &ApiError) -> Response<Body> {
 
 /// `/v1/*`.
 pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
-    if let Err(e) = authorize(&app, req.headers()) {
-        info!(%peer, path = req.uri().path(), code = e.code, "API request refused");
+    let access = Access {
+        peer,
+        method: req.method(),
+        headers: req.headers(),
+    };
+    if let Err(e) = authorize(&app.config.server, access) {
+        info!(%peer, path = %for_log(req.uri().path(), 64), code = e.code, "API request refused");
         return error(&e);
     }
     let method = req.method().clone();

@@ -22,7 +22,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 use tracing::{Level, debug, enabled, info, warn};
 
-use crate::call::{CallEvent, EndReason, TranscriptEntry};
+use crate::call::{CallEvent, CallLog, EndReason, TranscriptEntry};
 pub use model::{CallFilter, CallRow, EventRow, Metrics, TurnRow};
 use queue::{Popped, Pushed, WriteQueue};
 
@@ -176,6 +176,25 @@ impl Write {
     /// call rows, statuses, turns, call ends, settings or flushes.
     fn droppable(&self) -> bool {
         matches!(self, Write::Event { .. } | Write::ReplyLatency { .. })
+    }
+}
+
+/// The store is where calls log themselves ([`CallLog`]); each method queues and returns.
+impl CallLog for StoreTx {
+    fn event(&self, call_id: &str, event: &CallEvent) {
+        StoreTx::event(self, call_id, event);
+    }
+    fn turn(&self, call_id: &str, seq: usize, entry: &TranscriptEntry) {
+        StoreTx::turn(self, call_id, seq, entry);
+    }
+    fn answered(&self, call_id: &str) {
+        StoreTx::answered(self, call_id);
+    }
+    fn reply_latency(&self, call_id: &str, latency_us: u64) {
+        StoreTx::reply_latency(self, call_id, latency_us);
+    }
+    fn ended(&self, call_id: &str, reason: &EndReason) {
+        StoreTx::ended(self, call_id, reason);
     }
 }
 
@@ -446,6 +465,18 @@ impl Store {
             r.get(0)
         })
         .optional()
+        .map_err(StoreError::from)
+    }
+
+    /// True when the store has a row for `call_id` (a primary-key lookup, read synchronously
+    /// by admission to refuse replayed webhooks).
+    pub fn has_call_blocking(&self, call_id: &str) -> Result<bool, StoreError> {
+        let conn = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        conn.query_row("SELECT 1 FROM calls WHERE call_id = ?1", [call_id], |_| {
+            Ok(())
+        })
+        .optional()
+        .map(|r| r.is_some())
         .map_err(StoreError::from)
     }
 

@@ -20,6 +20,11 @@ impl Api {
         }
     }
 
+    /// A client that sends the stack's bearer token (`[server] api_token`).
+    pub fn authed(stack: &Stack) -> Self {
+        Self::new(stack, Some(&stack.api_token))
+    }
+
     pub async fn send(
         &self,
         method: reqwest::Method,

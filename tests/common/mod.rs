@@ -46,6 +46,21 @@ pub const FILLER: &str = "One moment please.";
 pub const LLM_ERROR: &str = "Sorry, something went wrong on my side.";
 pub const SYSTEM_PROMPT: &str = "You are a test agent.";
 pub const WAIT: Duration = Duration::from_secs(15);
+/// `[server] api_token` of every stack unless a test sets its own: a `public_url` that is not
+/// loopback needs one.
+pub const API_TOKEN: &str = "patterd-test-api-token";
+
+/// A `reqwest` client that sends `Authorization: Bearer <token>` with every request.
+pub fn api_client(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Ok(v) = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")) {
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("API client")
+}
 
 /// Knobs for a stack.
 pub struct Opts {
@@ -57,7 +72,8 @@ pub struct Opts {
     /// Overrides `[llm.hermes] base_url` (e.g. a closed port).
     pub llm_base_url: Option<String>,
     pub max_duration_s: u64,
-    /// `[server] api_token` (empty: none, loopback only).
+    /// `[server] api_token` (default [`API_TOKEN`]; empty only loads with a loopback
+    /// `public_url`).
     pub api_token: String,
     /// `allowed_destinations` of every number (empty: outbound refused).
     pub allowed_destinations: Vec<String>,
@@ -82,7 +98,7 @@ impl Default for Opts {
             transcripts: Vec::new(),
             llm_base_url: None,
             max_duration_s: 3600,
-            api_token: String::new(),
+            api_token: API_TOKEN.into(),
             allowed_destinations: Vec::new(),
             outbound_max_concurrent: 5,
             outbound_max_per_day: 100,
@@ -107,6 +123,8 @@ pub struct Stack {
     pub base: String,
     /// `server.data_dir` (holds patterd.db).
     pub data: tempfile::TempDir,
+    /// `[server] api_token`.
+    pub api_token: String,
 }
 
 pub fn telnyx_seed() -> [u8; 32] {
@@ -288,6 +306,7 @@ impl Stack {
             .llm_base_url
             .clone()
             .unwrap_or_else(|| hermes.base_url());
+        let api_token = opts.api_token.clone();
         let text = config_text(
             &opts,
             &dg.base_url(),
@@ -324,7 +343,13 @@ impl Stack {
             plivo,
             base,
             data,
+            api_token,
         }
+    }
+
+    /// A `reqwest` client that sends the stack's bearer token with every request.
+    pub fn api_client(&self) -> reqwest::Client {
+        api_client(&self.api_token)
     }
 
     pub fn ws_base(&self) -> String {

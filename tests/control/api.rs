@@ -148,7 +148,7 @@ async fn auth_filters_transcript_and_events() {
 async fn outbound_refused_by_policy_never_reaches_the_carrier() {
     // No allowed_destinations: outbound is off.
     let stack = Stack::start(Opts::default()).await;
-    let api = Api::new(&stack, None);
+    let api = Api::authed(&stack);
     let (s, v) = api.post("/v1/calls", json!({"to": "+15557654321"})).await;
     assert_eq!(s, 403, "{v}");
     assert_eq!(v["error"]["code"], "outbound_disabled");
@@ -167,7 +167,7 @@ async fn outbound_refused_by_policy_never_reaches_the_carrier() {
         ..Opts::default()
     })
     .await;
-    let api = Api::new(&stack, None);
+    let api = Api::authed(&stack);
     let (s, v) = api.post("/v1/calls", json!({"to": "+442071234567"})).await;
     assert_eq!(s, 403);
     assert_eq!(v["error"]["code"], "destination_not_allowed");
@@ -243,7 +243,7 @@ async fn originate_answer_talk_and_hang_up() {
     })
     .await;
     stack.hermes.push(HermesReply::text("Great, thanks Bob."));
-    let api = Api::new(&stack, None);
+    let api = Api::authed(&stack);
     let (s, v) = api
         .post(
             "/v1/calls",
@@ -301,7 +301,7 @@ async fn machine_gets_the_voicemail_message_and_busy_is_an_outcome() {
         ..Opts::default()
     })
     .await;
-    let api = Api::new(&stack, None);
+    let api = Api::authed(&stack);
     let (s, v) = api
         .post(
             "/v1/calls",
@@ -340,7 +340,7 @@ async fn machine_gets_the_voicemail_message_and_busy_is_an_outcome() {
     assert_eq!(v["carrier_duration_s"], 7);
 
     // Busy, with wait: the request returns when the carrier says so.
-    let api2 = Api::new(&stack, None);
+    let api2 = Api::authed(&stack);
     let waiter = tokio::spawn(async move {
         api2.post("/v1/calls", json!({"to": "+15557654321", "wait": true}))
             .await
@@ -365,7 +365,7 @@ async fn machine_gets_the_voicemail_message_and_busy_is_an_outcome() {
 #[tokio::test]
 async fn inbound_overrides_apply_and_persist() {
     let stack = Stack::start(Opts::default()).await;
-    let api = Api::new(&stack, None);
+    let api = Api::authed(&stack);
     let (s, v) = api
         .send(
             reqwest::Method::PUT,

@@ -217,7 +217,7 @@ fn turns_survive_sigkill_mid_call() {
         .unwrap();
         let mut d = d;
         assert!(found.is_some(), "the reply was not stored before the kill");
-        let client = reqwest::Client::new();
+        let client = api_client(API_TOKEN);
         let url = format!("{base}/v1/calls/{call_sid}/transcript");
         let v: serde_json::Value = client.get(&url).send().await.unwrap().json().await.unwrap();
         assert_eq!(v["transcript"][2]["heard_text"], "Sure, for what time?");

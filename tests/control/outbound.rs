@@ -149,7 +149,7 @@ async fn originate_talk_and_hang_up_on_every_carrier() {
     for carrier in ALL {
         let stack = Stack::start(opts()).await;
         stack.hermes.push(HermesReply::text("Great, thanks Bob."));
-        let (s, v) = Api::new(&stack, None)
+        let (s, v) = Api::authed(&stack)
             .post(
                 "/v1/calls",
                 json!({"to": "+1 (555) 765-4321", "from": carrier.number(),
@@ -201,7 +201,7 @@ async fn originate_talk_and_hang_up_on_every_carrier() {
         let (leg, sim) = answer(&stack, carrier, 1).await;
         greeted_bob_and_one_turn(&stack, &sim, &format!("{carrier:?}")).await;
 
-        let (s, v) = Api::new(&stack, None)
+        let (s, v) = Api::authed(&stack)
             .post(&format!("/v1/calls/{id}/hangup"), json!({}))
             .await;
         assert_eq!(s, 200, "{carrier:?}: {v}");
@@ -210,7 +210,7 @@ async fn originate_talk_and_hang_up_on_every_carrier() {
         assert_eq!(v["status"], "completed");
         assert_eq!(v["carrier"], format!("{carrier:?}").to_lowercase());
         stack.wait_rest_hang_up(carrier, &leg).await;
-        let (_, v) = Api::new(&stack, None)
+        let (_, v) = Api::authed(&stack)
             .get(&format!("/v1/calls/{id}/transcript"))
             .await;
         assert_eq!(v["transcript"][1]["text"], "yes this is Bob", "{carrier:?}");
@@ -222,7 +222,7 @@ async fn originate_talk_and_hang_up_on_every_carrier() {
 async fn a_destination_outside_the_allow_list_reaches_no_carrier() {
     let stack = Stack::start(opts()).await;
     for carrier in ALL {
-        let (s, v) = Api::new(&stack, None)
+        let (s, v) = Api::authed(&stack)
             .post(
                 "/v1/calls",
                 json!({"to": "+442071234567", "from": carrier.number()}),
@@ -245,8 +245,9 @@ async fn busy_and_no_answer_are_outcomes_on_every_carrier() {
         // Busy, with wait: the request returns when the carrier says so.
         let base = stack.base.clone();
         let from = carrier.number();
+        let client = stack.api_client();
         let waiter = tokio::spawn(async move {
-            let resp = reqwest::Client::new()
+            let resp = client
                 .post(format!("{base}/v1/calls"))
                 .json(&json!({"to": CALLEE, "from": from, "wait": true}))
                 .send()
@@ -268,7 +269,7 @@ async fn busy_and_no_answer_are_outcomes_on_every_carrier() {
         assert_eq!(v["transcript"], json!([]));
 
         // No answer, without wait.
-        let (s, v) = Api::new(&stack, None)
+        let (s, v) = Api::authed(&stack)
             .post("/v1/calls", json!({"to": CALLEE, "from": carrier.number()}))
             .await;
         assert_eq!(s, 201, "{carrier:?}: {v}");
@@ -276,7 +277,7 @@ async fn busy_and_no_answer_are_outcomes_on_every_carrier() {
         unanswered(&stack, carrier, 2, "no_answer").await;
         stack.finished(&id).await;
         stack.server.app.store.tx.flush().await.expect("flush");
-        let (_, v) = Api::new(&stack, None).get(&format!("/v1/calls/{id}")).await;
+        let (_, v) = Api::authed(&stack).get(&format!("/v1/calls/{id}")).await;
         assert_eq!(v["outcome"], "no_answer", "{carrier:?}: {v}");
         assert_eq!(v["status"], "no-answer");
     }
@@ -286,12 +287,12 @@ async fn busy_and_no_answer_are_outcomes_on_every_carrier() {
 async fn cancelling_an_unanswered_call_reaches_the_carrier() {
     for carrier in [Carrier::Telnyx, Carrier::Plivo] {
         let stack = Stack::start(opts()).await;
-        let (s, v) = Api::new(&stack, None)
+        let (s, v) = Api::authed(&stack)
             .post("/v1/calls", json!({"to": CALLEE, "from": carrier.number()}))
             .await;
         assert_eq!(s, 201, "{carrier:?}: {v}");
         let id = v["call_id"].as_str().expect("call_id").to_string();
-        let (s, v) = Api::new(&stack, None)
+        let (s, v) = Api::authed(&stack)
             .post(&format!("/v1/calls/{id}/hangup"), json!({}))
             .await;
         assert_eq!(s, 200, "{carrier:?}: {v}");
@@ -305,7 +306,7 @@ async fn cancelling_an_unanswered_call_reaches_the_carrier() {
 
 /// Places a call from `from` with machine detection and a voicemail message; our call id.
 async fn originate_with_voicemail(stack: &Stack, from: &str) -> String {
-    let (s, v) = Api::new(stack, None)
+    let (s, v) = Api::authed(stack)
         .post(
             "/v1/calls",
             json!({"to": CALLEE, "from": from, "machine_detection": true,
@@ -320,7 +321,7 @@ async fn originate_with_voicemail(stack: &Stack, from: &str) -> String {
 async fn assert_ended_as_voicemail(stack: &Stack, id: &str) {
     stack.finished(id).await;
     stack.server.app.store.tx.flush().await.expect("flush");
-    let (_, v) = Api::new(stack, None).get(&format!("/v1/calls/{id}")).await;
+    let (_, v) = Api::authed(stack).get(&format!("/v1/calls/{id}")).await;
     assert_eq!(v["outcome"], "voicemail", "{v}");
     assert_eq!(v["answered_by"], "machine");
 }
@@ -382,7 +383,7 @@ async fn a_carrier_refusing_the_call_is_a_carrier_error() {
     stack.telnyx_rest.fail_dial_with(Some(500));
     stack.plivo_rest.fail_create_with(Some(500));
     for carrier in ALL {
-        let (s, v) = Api::new(&stack, None)
+        let (s, v) = Api::authed(&stack)
             .post("/v1/calls", json!({"to": CALLEE, "from": carrier.number()}))
             .await;
         assert_eq!(s, 502, "{carrier:?}: {v}");

@@ -11,6 +11,7 @@ use crate::common::*;
 async fn originate(base: &str, body: Value) -> (u16, Value) {
     let resp = reqwest::Client::new()
         .post(format!("{base}/v1/calls"))
+        .bearer_auth(API_TOKEN)
         .json(&body)
         .send()
         .await

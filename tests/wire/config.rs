@@ -10,6 +10,7 @@ const ORIGIN: &str = "patter.toml";
 const BASE: &str = r#"[server]
 listen = "127.0.0.1:8080"
 public_url = "https://voice.example.com"
+api_token = "t"
 
 [llm.hermes]
 kind = "hermes"
@@ -260,10 +261,7 @@ fn substitution_only_through_injected_lookup() {
 
 #[test]
 fn env_override_applies_and_wins_over_file() {
-    let text = BASE.replace(
-        "listen = \"127.0.0.1:8080\"",
-        "listen = \"127.0.0.1:8080\"\napi_token = \"t\"",
-    );
+    let text = BASE.to_string();
     let loaded = config::load_str_with_vars(
         &text,
         ORIGIN,
@@ -408,7 +406,9 @@ fn number_naming_undefined_carrier() {
 
 #[test]
 fn non_loopback_listen_needs_api_token() {
-    let text = BASE.replace("127.0.0.1:8080", "0.0.0.0:8080");
+    let text = BASE
+        .replace("127.0.0.1:8080", "0.0.0.0:8080")
+        .replace("api_token = \"t\"\n", "");
     let err = load_err(&text);
     assert!(
         err.starts_with("patter.toml:2: [server] listen = \"0.0.0.0:8080\""),
@@ -421,6 +421,29 @@ fn non_loopback_listen_needs_api_token() {
         "listen = \"0.0.0.0:8080\"\napi_token = \"${TOKEN}\"",
     );
     config::load_str_with_vars(&ok, ORIGIN, &[("TOKEN", "abc")]).expect("loads with a token");
+}
+
+/// The README's deployment: loopback `listen` behind a reverse proxy, public `public_url`.
+/// Without a token the proxy would forward anyone to /v1 and /mcp: refused at load.
+#[test]
+fn exposed_public_url_needs_api_token() {
+    let text = BASE.replace("api_token = \"t\"\n", "");
+    let err = load_err(&text);
+    assert_eq!(
+        err,
+        "patter.toml:3: [server] api_token is empty but public_url = \"https://voice.example.com\" \
+         is not a loopback address: behind a reverse proxy (listen = \"127.0.0.1:8080\") /v1 and \
+         /mcp would be open to anyone who can reach \"https://voice.example.com\"; set \
+         server.api_token = \"${PATTERD_API_TOKEN}\" (and send `Authorization: Bearer <token>`), \
+         or use a loopback public_url for local development"
+    );
+    // Both loopback: local development runs without a token.
+    let local = text.replace("https://voice.example.com", "http://127.0.0.1:8080");
+    load(&local).expect("loopback listen and public_url load without a token");
+    let local = text.replace("https://voice.example.com", "http://localhost:8080");
+    load(&local).expect("localhost public_url loads without a token");
+    // A token fixes it.
+    load(BASE).expect("loads with a token");
 }
 
 #[test]
@@ -446,6 +469,7 @@ fn bad_public_url_is_reported() {
 fn several_errors_are_reported_together() {
     let text = BASE
         .replace("127.0.0.1:8080", "0.0.0.0:8080")
+        .replace("api_token = \"t\"\n", "")
         .replace("https://voice.example.com", "nope")
         .replace("stt = \"deepgram\"", "stt = \"whisper\"")
         .replace("\"+15550001234\"", "\"555-1234\"")
@@ -533,10 +557,7 @@ fn render_effective_redacts_secrets() {
         .replace("api_key = \"k\"", "api_key = \"${API_KEY}\"")
         .replace("account_sid = \"AC123\"", "account_sid = \"${SID}\"")
         .replace("auth_token = \"tok\"", "auth_token = \"${TOKEN}\"")
-        .replace(
-            "listen = \"127.0.0.1:8080\"",
-            "listen = \"127.0.0.1:8080\"\napi_token = \"${API_TOKEN}\"",
-        );
+        .replace("api_token = \"t\"", "api_token = \"${API_TOKEN}\"");
     let loaded = config::load_str_with_vars(&text, ORIGIN, &secrets).expect("loads");
     assert_eq!(loaded.config.server.api_token.expose(), "ptd_4f5e6d7c8b9a");
     let out = config::render_effective(&loaded.config);

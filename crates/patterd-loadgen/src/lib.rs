@@ -98,6 +98,7 @@ fn patterd_config(port: u16, calls: usize, dg: &str, el: &str, hermes: &str, res
         r#"[server]
 listen = "127.0.0.1:{port}"
 public_url = "{PUBLIC_URL}"
+api_token = "loadgen-api-token"
 max_calls = {max_calls}
 max_connections = {max_conns}
 drain_timeout_s = 5

@@ -27,7 +27,7 @@ use super::rest::{Dial, OUTBOUND_CLIENT_STATE};
 use super::{self as tx, Config, StreamParams, TelnyxCodec, TelnyxRest, WebhookEnvelope};
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::outbound::{Outbound, Outcome, Phase, PlaceCall, PlaceError, StatusUpdate};
-use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
+use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, Refusal, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath};
 use crate::carrier::routes::{header, unix_now};
 use crate::carrier::{Carrier, CarrierError, CarrierKind, public_request_url, public_ws_url};
@@ -210,10 +210,16 @@ async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incom
     });
     let Some(account) = account else {
         host.count(Counter::WebhookForbidden);
-        warn!(
-            error = %last_error.map(|e| e.to_string()).unwrap_or_default(),
-            "telnyx webhook refused: bad or missing telnyx-signature-ed25519 (check public_key and the server clock)"
-        );
+        if let Some(suppressed) = crate::security::peer_warning_allowed() {
+            warn!(
+                error = %crate::security::truncate_for_log(
+                    &last_error.map(|e| e.to_string()).unwrap_or_default(),
+                    crate::security::LOG_FIELD_MAX,
+                ),
+                suppressed,
+                "telnyx webhook refused: bad or missing telnyx-signature-ed25519 (check public_key and the server clock)"
+            );
+        }
         return empty(403);
     };
     let event = match WebhookEnvelope::parse(&body) {
@@ -382,7 +388,8 @@ fn on_initiated(host: &Arc<dyn Host>, account: &Account<TelnyxRest>, event: &Web
     let rest = account.rest.clone();
     let id = call.call_control_id.clone();
     match host.admit(inbound) {
-        Ok(a) if a.repeated => {}
+        // A replayed `call.initiated` for a call we already handled: leave that call alone.
+        Err(Refusal::Repeated) => {}
         Ok(_) => {
             let host = host.clone();
             tokio::spawn(async move {

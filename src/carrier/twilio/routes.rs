@@ -24,7 +24,7 @@ use crate::carrier::registry::{BoxFuture, Route, RoutePath};
 use crate::carrier::routes::{Answer, answer_outbound, field_or_empty, header};
 use crate::carrier::{Carrier, CarrierError, CarrierKind};
 use crate::net::http::{Body, empty, read_body, text, xml};
-use crate::security::mask_number;
+use crate::security::{LOG_FIELD_MAX, mask_number, peer_warning_allowed, truncate_for_log};
 
 /// Every configured Twilio account.
 pub struct TwilioCarrier {
@@ -179,15 +179,18 @@ async fn signed_form<'a>(
         Some(a) => Ok((a, params)),
         None => {
             host.count(Counter::WebhookForbidden);
-            let get = |k: &str| field_or_empty(&params, k);
-            warn!(
-                path = parts.uri.path(),
-                call_sid = get("CallSid"),
-                from = %mask_number(get("From")),
-                to = %mask_number(get("To")),
-                signature_present = !signature.is_empty(),
-                "twilio webhook refused: bad or missing X-Twilio-Signature (check auth_token and server.public_url)"
-            );
+            let get = |k: &str| truncate_for_log(field_or_empty(&params, k), LOG_FIELD_MAX);
+            if let Some(suppressed) = peer_warning_allowed() {
+                warn!(
+                    path = %truncate_for_log(parts.uri.path(), LOG_FIELD_MAX),
+                    call_sid = %get("CallSid"),
+                    from = %mask_number(&get("From")),
+                    to = %mask_number(&get("To")),
+                    signature_present = !signature.is_empty(),
+                    suppressed,
+                    "twilio webhook refused: bad or missing X-Twilio-Signature (check auth_token and server.public_url)"
+                );
+            }
             Err(empty(403))
         }
     }

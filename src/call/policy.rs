@@ -1,0 +1,670 @@
+//! The conversation policy: who has the floor, as a pure state machine. It owns the call's
+//! turn-taking state (the explicit agent [`Phase`], the [`Endpointer`], barge-in, held turns,
+//! fillers, idle nudges and the goodbye) and what the conversation remembers (transcript,
+//! chat history, the note for a brain that keeps its own history). The actor feeds it
+//! [`Input`]s (caller speech from our detector, speech-to-text results, brain events, playback
+//! marks, timers, DTMF, `say`) with the time they happened, and carries out the [`Action`]s it
+//! returns (carrier `clear`, `Finalize`, start or cancel the brain, synthesise, events,
+//! persistence, hang up). The agent's mouth ([`Speech`], itself pure state) is lent to every
+//! step so the policy can queue, pause, resume and clear it and see what is playing. Nothing
+//! here does I/O, reads the clock, holds a channel or spawns a task.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::event::{EndReason, EventKind};
+use super::speech::{Speech, UttKind};
+use super::transcript::{Speaker, TranscriptEntry};
+use super::turn::{Decision, Endpointer, TurnEnd, Words};
+use crate::audio::vad::VadEvent;
+use crate::config::AgentConfig;
+use crate::provider::chunker::SentenceChunker;
+use crate::provider::{ChatMessage, LlmEvent, Role};
+
+mod speaking;
+#[cfg(test)]
+mod tests;
+
+/// Longest wait for the idle goodbye to play before hanging up anyway.
+pub const GOODBYE_GRACE: Duration = Duration::from_secs(15);
+
+/// What the agent is doing, as far as turn-taking is concerned. `Idle`, `Thinking` and
+/// `Speaking` follow the mouth and the brain (refreshed on every step); `BargeIn` and
+/// `Goodbye` are entered and left only by the policy's own decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Nothing queued or playing and no reply coming: listening.
+    Idle,
+    /// The brain is working on a reply and nothing is queued or playing yet.
+    Thinking,
+    /// Agent audio is queued, being sent or not yet confirmed played (the brain may still be
+    /// streaming the rest of the reply).
+    Speaking,
+    /// Caller speech stopped the agent (carrier `clear`, mouth paused with its audio kept);
+    /// enough real words commit the interruption, otherwise the agent resumes at `deadline`.
+    BargeIn {
+        /// When the agent was stopped.
+        at: Instant,
+        /// Resume unless confirmed by then.
+        deadline: Instant,
+    },
+    /// The idle goodbye is playing; the call is hung up when it is done or at `until`.
+    Goodbye { until: Instant },
+}
+
+/// Something that happened on the call, as the policy needs to know it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// The call was created: queue the greeting (synthesised while the phone rings).
+    Start,
+    /// The carrier's media stream started: the call is answered.
+    Answered,
+    /// Our detector heard the caller start or stop speaking; `audio_ms` is the audio time it
+    /// has judged so far (the event's audio times become wall times by their lag behind it).
+    Vad { event: VadEvent, audio_ms: u64 },
+    /// A caller audio frame went through the detector (after its speech events);
+    /// `speech_run_ms` is the voiced audio in the current run (0 when not speaking).
+    CallerAudio { speech_run_ms: u64 },
+    /// A speech-to-text interim transcript.
+    Interim(String),
+    /// A speech-to-text final transcript.
+    Final {
+        text: String,
+        speech_final: bool,
+        from_finalize: bool,
+    },
+    /// The speech-to-text's `UtteranceEnd`.
+    UtteranceEnd,
+    /// An event of the brain's reply stream (a stream that ends early arrives as an error).
+    Llm(LlmEvent),
+    /// The carrier played everything up to this mark.
+    Mark(String),
+    /// Utterances whose first audio frame just went out (the pacer's `started`).
+    Started(Vec<(u64, UttKind)>),
+    /// The caller pressed a key.
+    Dtmf(char),
+    /// Speak this text (a handle's `say`).
+    Say(String),
+    /// A time returned by [`Policy::deadline`] has come.
+    Timer,
+    /// Something else changed (synthesis, pacing, any event): release a held turn whose
+    /// time has come, end the goodbye. Sent after every event the actor handles.
+    Settle,
+}
+
+/// What the actor must do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Tell the carrier to drop the audio it has queued.
+    Clear,
+    /// An utterance was queued on the mouth: start synthesis for what wants it and pump.
+    Speak { kind: UttKind, text: String },
+    /// The mouth was resumed after a barge-in: pump.
+    Resume,
+    /// Ask the speech-to-text to finalize the current utterance now.
+    Finalize,
+    /// Start the brain on this history (replacing any reply stream in flight).
+    StartBrain { history: Vec<ChatMessage> },
+    /// Drop the brain's reply stream (cancelling it if it is still running).
+    CancelBrain,
+    /// Record an event on the call's timeline.
+    Event(EventKind, String),
+    /// Persist transcript entry `i` (see [`Policy::transcript`]).
+    Persist(usize),
+    /// The first audio of the reply to a caller turn went out this many µs after the turn ended.
+    ReplyLatency(u64),
+    /// Hang up and end the call for this reason.
+    HangUp(EndReason),
+}
+
+/// The reply to one caller turn.
+struct Turn {
+    id: u64,
+    /// When the caller's turn ended.
+    ended_at: Instant,
+    /// Some reply (or filler) audio has gone out for this turn.
+    audio_started: bool,
+    filler_done: bool,
+    /// Transcript entry of the agent's reply, created with its first sentence.
+    entry: Option<usize>,
+    reply_text: String,
+}
+
+/// How to treat a caller turn that ends while the agent is busy.
+enum Overlap {
+    /// Nothing to cut: take the turn.
+    Free,
+    /// Cut the agent and take the turn.
+    Cut,
+    /// Take the turn without cutting (the uninterruptible greeting plays on; the reply follows).
+    Queue,
+    /// Keep the turn until the agent is done (`barge_in = false`).
+    Hold,
+}
+
+/// One call's conversation policy.
+pub struct Policy {
+    agent: Arc<AgentConfig>,
+    /// The brain keeps its own copy of its replies (tell it what the caller heard instead).
+    brain_keeps_history: bool,
+    phase: Phase,
+    /// A reply stream is open.
+    brain: bool,
+    answered: Option<Instant>,
+    endpointer: Endpointer,
+    /// When the endpointer wants to be asked again.
+    eot_at: Option<Instant>,
+    words: Words,
+    /// Between our detector's speech start and end.
+    caller_speaking: bool,
+    /// A caller turn waiting for the agent to finish (`barge_in = false`).
+    held_turn: Option<(String, TurnEnd)>,
+    /// Last time either side made a sound (for idle nudges).
+    last_activity: Instant,
+    nudges: u64,
+    turn: Option<Turn>,
+    turns: u64,
+    chunker: SentenceChunker,
+    history: Vec<ChatMessage>,
+    transcript: Vec<TranscriptEntry>,
+    /// For a brain that keeps its own history: what to tell it about the last interruption.
+    brain_note: Option<String>,
+    greeting_sent: bool,
+    out: Vec<Action>,
+}
+
+impl Policy {
+    /// A policy for a call created at `now`; `stt_endpointing_ms` is the speech-to-text's own
+    /// endpointing silence (see [`Endpointer::with_stt_endpointing`]).
+    pub fn new(
+        agent: Arc<AgentConfig>,
+        stt_endpointing_ms: u64,
+        brain_keeps_history: bool,
+        now: Instant,
+    ) -> Self {
+        Self {
+            endpointer: Endpointer::new(agent.min_endpointing_ms, agent.max_endpointing_ms)
+                .with_stt_endpointing(stt_endpointing_ms),
+            words: Words::new(&agent.backchannel_words),
+            agent,
+            brain_keeps_history,
+            phase: Phase::Idle,
+            brain: false,
+            answered: None,
+            eot_at: None,
+            caller_speaking: false,
+            held_turn: None,
+            last_activity: now,
+            nudges: 0,
+            turn: None,
+            turns: 0,
+            chunker: SentenceChunker::new(),
+            history: Vec::new(),
+            transcript: Vec::new(),
+            brain_note: None,
+            greeting_sent: false,
+            out: Vec::new(),
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The transcript so far (what was said, and what the caller heard of the agent).
+    pub fn transcript(&self) -> &[TranscriptEntry] {
+        &self.transcript
+    }
+
+    /// The chat history the brain is given.
+    pub fn history(&self) -> &[ChatMessage] {
+        &self.history
+    }
+
+    /// Caller turns sent to the brain so far.
+    pub fn turns(&self) -> u64 {
+        self.turns
+    }
+
+    /// Applies one input at `now`; returns what the actor must do, in order.
+    pub fn handle(&mut self, input: Input, now: Instant, mouth: &mut Speech) -> Vec<Action> {
+        self.refresh(mouth);
+        match input {
+            Input::Start => {
+                let greeting = self.agent.first_message.trim().to_string();
+                if !greeting.is_empty() {
+                    self.enqueue(UttKind::Greeting, &greeting, now, mouth);
+                }
+            }
+            Input::Answered => self.answered = Some(now),
+            Input::Vad { event, audio_ms } => {
+                let at = |t: u64| {
+                    let lag = Duration::from_millis(audio_ms.saturating_sub(t));
+                    now.checked_sub(lag).unwrap_or(now)
+                };
+                self.last_activity = now;
+                match event {
+                    VadEvent::SpeechStart { onset_ms } => {
+                        self.caller_speaking = true;
+                        self.endpointer.on_speech_start(at(onset_ms));
+                        self.eot_at = None;
+                        self.event(EventKind::SpeechStart, format!("audio_ms={onset_ms}"));
+                    }
+                    VadEvent::SpeechEnd {
+                        onset_ms,
+                        last_voiced_ms,
+                    } => {
+                        self.caller_speaking = false;
+                        self.endpointer.on_speech_end(at(last_voiced_ms));
+                        let length_ms = last_voiced_ms.saturating_sub(onset_ms);
+                        self.event(
+                            EventKind::SpeechEnd,
+                            format!("audio_ms={last_voiced_ms} length_ms={length_ms}"),
+                        );
+                        self.check_end_of_turn(now, mouth);
+                    }
+                }
+            }
+            Input::CallerAudio { speech_run_ms } => self.check_barge_in(speech_run_ms, now, mouth),
+            Input::Interim(text) => {
+                self.endpointer.on_interim(&text, now);
+                self.on_caller_words(now, mouth);
+            }
+            Input::Final {
+                text,
+                speech_final,
+                from_finalize,
+            } => {
+                self.endpointer
+                    .on_final(&text, speech_final, from_finalize, now);
+                self.on_caller_words(now, mouth);
+            }
+            Input::UtteranceEnd => {
+                self.endpointer.on_utterance_end();
+                self.check_end_of_turn(now, mouth);
+            }
+            Input::Llm(ev) => self.on_llm(ev, now, mouth),
+            Input::Mark(name) => self.on_mark(&name, now, mouth),
+            Input::Started(started) => self.on_started(&started, now),
+            Input::Dtmf(d) => {
+                self.event(EventKind::Dtmf, d.to_string());
+                self.caller_turn(
+                    format!("The caller pressed {d}."),
+                    TurnEnd::Dtmf,
+                    now,
+                    mouth,
+                );
+            }
+            Input::Say(text) => self.enqueue(UttKind::Say, &text, now, mouth),
+            Input::Timer => self.on_timer(now, mouth),
+            Input::Settle => self.settle(now, mouth),
+        }
+        self.refresh(mouth);
+        std::mem::take(&mut self.out)
+    }
+
+    /// The earliest time the policy wants an [`Input::Timer`]: the filler, the end of turn,
+    /// the barge-in decision, the idle nudge or the end of the goodbye.
+    pub fn deadline(&self, mouth: &Speech) -> Option<Instant> {
+        let phase_at = match self.phase {
+            Phase::BargeIn { deadline, .. } => Some(deadline),
+            Phase::Goodbye { until } => Some(until),
+            _ => None,
+        };
+        [
+            self.filler_deadline(mouth),
+            self.eot_at,
+            phase_at,
+            self.idle_deadline(mouth),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Follows the mouth and the brain in the phases the policy does not hold itself.
+    fn refresh(&mut self, mouth: &Speech) {
+        if matches!(self.phase, Phase::BargeIn { .. } | Phase::Goodbye { .. }) {
+            return;
+        }
+        self.phase = if mouth.is_speaking() {
+            Phase::Speaking
+        } else if self.brain {
+            Phase::Thinking
+        } else {
+            Phase::Idle
+        };
+    }
+
+    fn event(&mut self, kind: EventKind, detail: impl Into<String>) {
+        self.out.push(Action::Event(kind, detail.into()));
+    }
+
+    fn persist(&mut self, i: usize) {
+        self.out.push(Action::Persist(i));
+    }
+
+    fn answered_ms(&self, t: Instant) -> u64 {
+        self.answered
+            .map(|a| t.saturating_duration_since(a).as_millis() as u64)
+            .unwrap_or(0)
+    }
+
+    fn on_mark(&mut self, name: &str, now: Instant, mouth: &mut Speech) {
+        let Some(sent) = mouth.on_mark(name) else {
+            return;
+        };
+        self.last_activity = now;
+        let end = self.answered_ms(now);
+        if let Some(e) = self.transcript.get_mut(sent.entry) {
+            if !e.heard_text.is_empty() {
+                e.heard_text.push(' ');
+            }
+            e.heard_text.push_str(&sent.text);
+            e.end_ms = end;
+        }
+        self.persist(sent.entry);
+        self.event(EventKind::MarkPlayed, name);
+    }
+
+    /// Stage one of barge-in: enough caller speech over agent audio stops the agent at once
+    /// (carrier `clear`, mouth paused) while keeping everything unheard for a resume.
+    fn check_barge_in(&mut self, run_ms: u64, now: Instant, mouth: &mut Speech) {
+        let agent = &self.agent;
+        if !agent.barge_in
+            || matches!(self.phase, Phase::BargeIn { .. } | Phase::Goodbye { .. })
+            || run_ms < agent.barge_in_min_speech_ms
+            || !mouth.is_playing(now)
+        {
+            return;
+        }
+        if mouth.current_kind() == Some(UttKind::Greeting) && !agent.greeting_interruptible {
+            return;
+        }
+        let confirm = Duration::from_millis(agent.barge_in_confirm_ms);
+        let paused = mouth.pause(now);
+        if paused.need_clear {
+            self.out.push(Action::Clear);
+        }
+        for mark in paused.withdrawn {
+            self.event(EventKind::MarkWithdrawn, mark);
+        }
+        self.phase = Phase::BargeIn {
+            at: now,
+            deadline: now + confirm,
+        };
+        self.event(EventKind::BargeInStop, format!("speech_ms={run_ms}"));
+        // Words may already be in (the STT can be faster than our detector).
+        self.on_caller_words(now, mouth);
+    }
+
+    /// The caller's words changed: confirm a pending barge-in, then look for the end of turn.
+    fn on_caller_words(&mut self, now: Instant, mouth: &mut Speech) {
+        if self.endpointer.has_text() {
+            self.last_activity = now;
+        }
+        if let Phase::BargeIn { at, .. } = self.phase {
+            let text = self.endpointer.text();
+            let words = self.words.content_words(&text);
+            if self.words.is_echo(&text, &mouth.current_text()) {
+                // The agent's own voice: not an interruption; the deadline resumes it.
+            } else if words >= self.agent.barge_in_min_words as usize {
+                let ms = now.saturating_duration_since(at).as_millis();
+                self.event(
+                    EventKind::BargeInCommit,
+                    format!("words={words} after_ms={ms}"),
+                );
+                self.interrupt(now, mouth);
+            }
+        }
+        self.check_end_of_turn(now, mouth);
+    }
+
+    fn check_end_of_turn(&mut self, now: Instant, mouth: &mut Speech) {
+        match self.endpointer.decide(now) {
+            Decision::Wait(at) => self.eot_at = at,
+            Decision::Finalize => {
+                self.eot_at = None;
+                self.out.push(Action::Finalize);
+                self.event(EventKind::FinalizeSent, "");
+                // The answer to Finalize (or the maximum) decides.
+                if let Decision::Wait(at) = self.endpointer.decide(now) {
+                    self.eot_at = at;
+                }
+            }
+            Decision::Commit {
+                text,
+                reason,
+                silence_ms,
+            } => {
+                self.eot_at = None;
+                self.event(
+                    EventKind::TurnEnd,
+                    format!("{reason} silence_ms={silence_ms}"),
+                );
+                self.caller_turn(text, reason, now, mouth);
+            }
+        }
+    }
+
+    fn on_timer(&mut self, now: Instant, mouth: &mut Speech) {
+        if self.filler_deadline(mouth).is_some_and(|t| t <= now) {
+            self.filler("slow", now, mouth);
+        }
+        if self.eot_at.is_some_and(|t| t <= now) {
+            self.eot_at = None;
+            self.check_end_of_turn(now, mouth);
+        }
+        if let Phase::BargeIn { deadline, .. } = self.phase
+            && deadline <= now
+        {
+            self.resume("no_words", now, mouth);
+        }
+        self.refresh(mouth);
+        if self.idle_deadline(mouth).is_some_and(|t| t <= now) {
+            self.idle(now, mouth);
+        }
+        // The goodbye's own deadline is checked by `settle`.
+    }
+
+    /// Stage two of barge-in, false alarm: play on from the last sentence the caller heard.
+    fn resume(&mut self, why: &str, now: Instant, mouth: &mut Speech) {
+        if let Phase::BargeIn { at, .. } = self.phase {
+            mouth.resume();
+            self.phase = Phase::Idle;
+            self.refresh(mouth);
+            let ms = now.saturating_duration_since(at).as_millis();
+            self.event(EventKind::BargeInResume, format!("{why} after_ms={ms}"));
+            self.out.push(Action::Resume);
+        }
+    }
+
+    /// A held turn whose time has come is taken; the goodbye ends when it has played.
+    fn settle(&mut self, now: Instant, mouth: &mut Speech) {
+        if self.held_turn.is_some()
+            && !self.brain
+            && !mouth.is_speaking()
+            && let Some((text, reason)) = self.held_turn.take()
+        {
+            self.caller_turn(text, reason, now, mouth);
+        }
+        if let Phase::Goodbye { until } = self.phase
+            && (!mouth.is_speaking() || now >= until)
+        {
+            self.event(EventKind::IdleHangUp, "");
+            self.out.push(Action::HangUp(EndReason::CallerSilent));
+        }
+    }
+
+    fn idle_deadline(&self, mouth: &Speech) -> Option<Instant> {
+        let after = self.agent.idle_nudge_after_s;
+        if after <= 0.0
+            || self.answered.is_none()
+            || !matches!(self.phase, Phase::Idle)
+            || mouth.is_speaking()
+            || self.held_turn.is_some()
+            || self.caller_speaking
+            || self.endpointer.has_text()
+        {
+            return None;
+        }
+        Some(self.last_activity + Duration::from_secs_f64(after))
+    }
+
+    /// How a caller turn relates to what the agent is doing.
+    fn overlap(&self, mouth: &Speech) -> Overlap {
+        let agent = &self.agent;
+        let replying = self.brain
+            || mouth.any_audio_for(|k| !matches!(k, UttKind::Greeting))
+            || mouth.queued().any(|u| !matches!(u.kind, UttKind::Greeting));
+        let greeting = mouth.is_speaking() && !replying;
+        if !replying && !greeting {
+            return Overlap::Free;
+        }
+        if !agent.barge_in {
+            return if replying {
+                Overlap::Hold
+            } else {
+                Overlap::Queue
+            };
+        }
+        if greeting && !agent.greeting_interruptible {
+            return Overlap::Queue;
+        }
+        Overlap::Cut
+    }
+
+    /// The caller finished a turn (`reason` says how we knew). Backchannels and echo over a
+    /// busy agent are dropped; otherwise the agent is cut (if allowed) and the brain asked.
+    fn caller_turn(&mut self, text: String, reason: TurnEnd, now: Instant, mouth: &mut Speech) {
+        let dtmf = reason == TurnEnd::Dtmf;
+        let overlap = self.overlap(mouth);
+        let barge = matches!(self.phase, Phase::BargeIn { .. });
+        let busy = !matches!(overlap, Overlap::Free) || barge;
+        if busy && !dtmf {
+            let ignored = if self.words.is_echo(&text, &mouth.current_text()) {
+                Some(EventKind::EchoIgnored)
+            } else if self.words.content_words(&text) < self.agent.barge_in_min_words as usize {
+                Some(EventKind::BackchannelIgnored)
+            } else {
+                None
+            };
+            if let Some(kind) = ignored {
+                self.event(kind, text);
+                self.resume(kind.as_str(), now, mouth);
+                return;
+            }
+        }
+        match overlap {
+            Overlap::Hold if !dtmf => {
+                self.event(EventKind::TurnHeld, "");
+                self.held_turn = Some((text, reason));
+                return;
+            }
+            Overlap::Cut | Overlap::Hold => {
+                if barge {
+                    self.event(EventKind::BargeInCommit, "turn_end");
+                }
+                self.interrupt(now, mouth);
+            }
+            Overlap::Queue | Overlap::Free => {
+                if barge {
+                    self.interrupt(now, mouth);
+                }
+            }
+        }
+        self.settle_turn();
+        self.nudges = 0;
+        self.last_activity = now;
+        let start = self.endpointer.started().unwrap_or(now);
+        self.transcript.push(TranscriptEntry {
+            speaker: Speaker::Caller,
+            text: text.clone(),
+            heard_text: text.clone(),
+            interrupted: false,
+            start_ms: self.answered_ms(start.min(now)),
+            end_ms: self.answered_ms(now),
+        });
+        self.persist(self.transcript.len() - 1);
+        self.turns += 1;
+        let content = match self.brain_note.take() {
+            Some(note) => format!("{note} {text}"),
+            None => text,
+        };
+        self.history.push(ChatMessage {
+            role: Role::User,
+            content,
+        });
+        self.out.push(Action::StartBrain {
+            history: self.history.clone(),
+        });
+        self.brain = true;
+        self.chunker = SentenceChunker::new();
+        self.turn = Some(Turn {
+            id: self.turns,
+            ended_at: now,
+            audio_started: false,
+            filler_done: false,
+            entry: None,
+            reply_text: String::new(),
+        });
+        self.event(EventKind::LlmRequest, self.turns.to_string());
+    }
+
+    /// Stops the agent for good: clear the carrier's queue, cancel the brain and the
+    /// synthesis, and keep in history only what the caller heard.
+    fn interrupt(&mut self, now: Instant, mouth: &mut Speech) {
+        self.out.push(Action::CancelBrain);
+        self.brain = false;
+        if matches!(self.phase, Phase::BargeIn { .. }) {
+            self.phase = Phase::Idle;
+        }
+        let cleared = mouth.clear(now);
+        let need_clear = cleared.need_clear;
+        if need_clear {
+            self.out.push(Action::Clear);
+        }
+        for sent in cleared.unheard {
+            self.event(EventKind::MarkCleared, sent.mark);
+        }
+        self.refresh(mouth);
+        if let Some(turn) = self.turn.take() {
+            let heard = match turn.entry.and_then(|i| self.transcript.get_mut(i)) {
+                Some(e) => {
+                    e.interrupted = true;
+                    Some(e.heard_text.clone())
+                }
+                None => None,
+            };
+            if let Some(i) = turn.entry {
+                self.persist(i);
+            }
+            if let Some(heard) = heard {
+                self.event(EventKind::Heard, heard.clone());
+                if self.brain_keeps_history {
+                    // The brain remembers its whole reply: tell it what actually got through.
+                    self.brain_note = Some(if heard.is_empty() {
+                        "[The caller interrupted you before hearing any of your last reply.]"
+                            .to_string()
+                    } else {
+                        format!(
+                            "[The caller interrupted you; of your last reply they heard only: \"{heard}\"]"
+                        )
+                    });
+                }
+                if !heard.is_empty() {
+                    self.history.push(ChatMessage {
+                        role: Role::Assistant,
+                        content: format!("{heard} [interrupted by the caller]"),
+                    });
+                }
+            }
+        }
+        self.event(
+            EventKind::Interrupted,
+            if need_clear { "clear" } else { "" },
+        );
+    }
+}

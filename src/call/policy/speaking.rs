@@ -1,0 +1,237 @@
+//! What the agent says, for the [`Policy`]: the brain's reply streamed into sentences (each a
+//! mouth utterance and part of one transcript entry), the apology when the brain fails, the
+//! long-turn filler (slow brain or tool progress), idle nudges and the goodbye, the settled
+//! reply joining history, and the first-frame latencies when the pacer starts an utterance.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Action, GOODBYE_GRACE, Phase, Policy};
+use crate::call::event::EventKind;
+use crate::call::speech::{Speech, UttKind};
+use crate::call::transcript::{Speaker, TranscriptEntry};
+use crate::provider::chunker::speakable;
+use crate::provider::{ChatMessage, LlmEvent, Role};
+
+impl Policy {
+    pub(super) fn filler_deadline(&self, mouth: &Speech) -> Option<Instant> {
+        let turn = self.turn.as_ref()?;
+        if turn.filler_done || turn.audio_started || self.agent.long_turn_message.is_empty() {
+            return None;
+        }
+        if !self.brain && !mouth.is_speaking() {
+            return None;
+        }
+        let after = Duration::from_secs_f64(self.agent.long_turn_message_after_s.max(0.0));
+        Some(turn.ended_at + after)
+    }
+
+    /// The caller has been silent too long: nudge, or say goodbye.
+    pub(super) fn idle(&mut self, now: Instant, mouth: &mut Speech) {
+        self.last_activity = now;
+        let agent = self.agent.clone();
+        if self.nudges < agent.idle_max_nudges {
+            self.nudges += 1;
+            self.event(EventKind::IdleNudge, self.nudges.to_string());
+            self.enqueue(UttKind::Idle, &agent.idle_nudge_message, now, mouth);
+            self.history.push(ChatMessage {
+                role: Role::Assistant,
+                content: agent.idle_nudge_message.clone(),
+            });
+        } else {
+            self.event(EventKind::IdleGoodbye, "");
+            self.phase = Phase::Goodbye {
+                until: now + GOODBYE_GRACE,
+            };
+            self.enqueue(UttKind::Idle, &agent.idle_goodbye_message, now, mouth);
+        }
+    }
+
+    /// The previous reply was not interrupted: it goes into history whole.
+    pub(super) fn settle_turn(&mut self) {
+        if let Some(turn) = self.turn.take()
+            && !turn.reply_text.trim().is_empty()
+        {
+            self.history.push(ChatMessage {
+                role: Role::Assistant,
+                content: turn.reply_text,
+            });
+        }
+    }
+
+    pub(super) fn on_llm(&mut self, ev: LlmEvent, now: Instant, mouth: &mut Speech) {
+        match ev {
+            LlmEvent::Delta(text) => {
+                if let Some(t) = self.turn.as_mut() {
+                    t.reply_text.push_str(&text);
+                }
+                for sentence in self.chunker.push(&text) {
+                    self.reply_sentence(&sentence, now, mouth);
+                }
+            }
+            LlmEvent::ToolProgress(label) => {
+                self.event(EventKind::ToolProgress, label);
+                self.filler("tool", now, mouth);
+            }
+            LlmEvent::Done => {
+                self.brain = false;
+                self.out.push(Action::CancelBrain);
+                if let Some(rest) = self.chunker.finish() {
+                    self.reply_sentence(&rest, now, mouth);
+                }
+                // The reply joins history when the next caller turn settles it (whole), or
+                // when it is interrupted (what was heard).
+                self.event(EventKind::LlmDone, "");
+            }
+            LlmEvent::Error(message) => {
+                self.brain = false;
+                self.out.push(Action::CancelBrain);
+                self.event(EventKind::LlmError, message);
+                let Some(turn) = self.turn.as_ref() else {
+                    return;
+                };
+                let turn_id = turn.id;
+                if turn.entry.is_none() && !turn.audio_started {
+                    mouth.drop_unstarted(|k| matches!(k, UttKind::Filler { .. }));
+                    let msg = self.agent.llm_error_message.clone();
+                    if !msg.trim().is_empty() {
+                        self.enqueue(UttKind::Error { turn: turn_id }, &msg, now, mouth);
+                        self.history.push(ChatMessage {
+                            role: Role::Assistant,
+                            content: msg,
+                        });
+                    }
+                } else {
+                    // The brain failed mid-reply: say what it had said, then the apology, so
+                    // the caller is not left in silence after half a sentence.
+                    if let Some(rest) = self.chunker.finish() {
+                        self.reply_sentence(&rest, now, mouth);
+                    }
+                    let msg = self.agent.llm_error_message.clone();
+                    if !msg.trim().is_empty() {
+                        self.enqueue(UttKind::Error { turn: turn_id }, &msg, now, mouth);
+                        if let Some(t) = self.turn.as_mut() {
+                            t.reply_text.push(' ');
+                            t.reply_text.push_str(&msg);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn reply_sentence(&mut self, sentence: &str, now: Instant, mouth: &mut Speech) {
+        let Some(turn) = self.turn.as_ref() else {
+            return;
+        };
+        let turn_id = turn.id;
+        let text = speakable(sentence);
+        if text.is_empty() {
+            return;
+        }
+        let entry = match turn.entry {
+            Some(i) => {
+                if let Some(e) = self.transcript.get_mut(i) {
+                    e.text.push(' ');
+                    e.text.push_str(&text);
+                }
+                i
+            }
+            None => {
+                let at = self.answered_ms(now);
+                self.transcript.push(TranscriptEntry {
+                    speaker: Speaker::Agent,
+                    text: text.clone(),
+                    heard_text: String::new(),
+                    interrupted: false,
+                    start_ms: at,
+                    end_ms: at,
+                });
+                let i = self.transcript.len() - 1;
+                if let Some(t) = self.turn.as_mut() {
+                    t.entry = Some(i);
+                }
+                i
+            }
+        };
+        let kind = UttKind::Reply { turn: turn_id };
+        mouth.push(kind, text.clone(), entry, None);
+        self.out.push(Action::Speak { kind, text });
+    }
+
+    /// Speaks `text` as its own transcript entry (a filler goes before unstarted replies).
+    pub(super) fn enqueue(&mut self, kind: UttKind, text: &str, now: Instant, mouth: &mut Speech) {
+        let text = speakable(text);
+        if text.is_empty() {
+            return;
+        }
+        let at = self.answered_ms(now);
+        self.transcript.push(TranscriptEntry {
+            speaker: Speaker::Agent,
+            text: text.clone(),
+            heard_text: String::new(),
+            interrupted: false,
+            start_ms: at,
+            end_ms: at,
+        });
+        let entry = self.transcript.len() - 1;
+        if matches!(kind, UttKind::Filler { .. }) {
+            mouth.push_front_unstarted(kind, text.clone(), entry, None);
+        } else {
+            mouth.push(kind, text.clone(), entry, None);
+        }
+        self.out.push(Action::Speak { kind, text });
+    }
+
+    /// Speaks the long-turn filler once per turn, if no reply audio has gone out yet.
+    pub(super) fn filler(&mut self, why: &str, now: Instant, mouth: &mut Speech) {
+        let Some(turn) = self.turn.as_mut() else {
+            return;
+        };
+        if turn.filler_done || turn.audio_started {
+            return;
+        }
+        turn.filler_done = true;
+        let turn_id = turn.id;
+        let msg = self.agent.long_turn_message.clone();
+        if msg.trim().is_empty() {
+            return;
+        }
+        self.event(EventKind::Filler, why);
+        self.enqueue(UttKind::Filler { turn: turn_id }, &msg, now, mouth);
+    }
+
+    /// The pacer started sending these utterances: first-frame latencies.
+    pub(super) fn on_started(&mut self, started: &[(u64, UttKind)], now: Instant) {
+        for (_, kind) in started {
+            match *kind {
+                UttKind::Greeting if !self.greeting_sent => {
+                    self.greeting_sent = true;
+                    let us = self
+                        .answered
+                        .map(|a| now.saturating_duration_since(a).as_micros())
+                        .unwrap_or(0);
+                    self.event(EventKind::GreetingFirstFrame, us.to_string());
+                }
+                UttKind::Reply { turn } | UttKind::Filler { turn } | UttKind::Error { turn } => {
+                    let is_reply = matches!(kind, UttKind::Reply { .. });
+                    if let Some(t) = self.turn.as_mut().filter(|t| t.id == turn)
+                        && !t.audio_started
+                    {
+                        t.audio_started = true;
+                        let us = now.saturating_duration_since(t.ended_at).as_micros();
+                        let kind = if is_reply {
+                            EventKind::ReplyFirstFrame
+                        } else {
+                            EventKind::FirstFrameOfTurn
+                        };
+                        self.event(kind, us.to_string());
+                        self.out.push(Action::ReplyLatency(us as u64));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
