@@ -1,7 +1,8 @@
 //! The originate operation (`POST /v1/calls`, MCP `make_call`). The request is checked before
 //! any carrier is contacted — E.164 normalisation, the `from` number's `allowed_destinations`
-//! (empty means outbound is refused), the agent and its providers, drain, the concurrent and
-//! per-day caps — then [`crate::app::outbound::place`] has the `from` number's carrier place
+//! (empty means outbound is refused), the agent and its providers, drain, then a reservation
+//! under the concurrent and per-day caps taken atomically ([`crate::app::outbound::reserve`],
+//! so parallel requests cannot all pass) — then [`crate::app::outbound::place_reserved`] has the `from` number's carrier place
 //! the call and starts its actor. Answers, machine detection and the outcome are each
 //! carrier's routes' (`crate::carrier::<name>::routes`). With `wait` the request returns when
 //! the call has ended, with its outcome and transcript.
@@ -14,9 +15,8 @@ use serde_json::{Value, json};
 
 use super::ApiError;
 use crate::app::App;
-use crate::app::outbound::{self, ATTACH_MARGIN, NewOutbound, OutboundError};
+use crate::app::outbound::{self, ATTACH_MARGIN, CapError, NewOutbound, OutboundError};
 use crate::carrier::outbound::PlaceError;
-use crate::store::now_ms;
 
 /// An originate request (`POST /v1/calls`).
 #[derive(Debug, Clone, Deserialize)]
@@ -150,30 +150,13 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
             "the daemon is shutting down and places no new calls; try again after it restarts",
         ));
     }
-    let live = app.outbound_live();
-    if live >= config.outbound.max_concurrent {
-        return Err(ApiError::new(
-            429,
-            "concurrent_limit",
-            format!(
-                "{live} outbound calls are live, the limit ([outbound] max_concurrent); wait for \
-                 one to end (get_calls) and try again"
-            ),
-        ));
-    }
-    let day_start = now_ms() - now_ms().rem_euclid(86_400_000);
-    let today = app.store.outbound_since(day_start).await?;
-    if today >= u64::from(config.outbound.max_per_day) {
-        return Err(ApiError::new(
-            429,
-            "daily_limit",
-            format!(
-                "{today} outbound calls were placed today (UTC), the limit ([outbound] \
-                 max_per_day); try again tomorrow or raise the limit"
-            ),
-        ));
-    }
-    let placed = outbound::place(
+    // The caps, reserved atomically before the carrier is dialled (released if the dial fails).
+    let reservation = outbound::reserve(app).await.map_err(|e| match e {
+        CapError::Concurrent { .. } => ApiError::new(429, "concurrent_limit", e.to_string()),
+        CapError::Daily { .. } => ApiError::new(429, "daily_limit", e.to_string()),
+        CapError::Store(e) => ApiError::from(e),
+    })?;
+    let placed = outbound::place_reserved(
         app,
         NewOutbound {
             account: number.carrier.clone(),
@@ -185,6 +168,7 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
             machine_detection: req.machine_detection,
             voicemail_message: req.voicemail_message.clone(),
         },
+        reservation,
     )
     .await;
     let sid = match placed {
@@ -205,6 +189,9 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
         Err(e @ OutboundError::Full) => return Err(ApiError::new(503, "busy", e.to_string())),
         Err(e @ OutboundError::Duplicate) => {
             return Err(ApiError::new(409, "duplicate", e.to_string()));
+        }
+        Err(e @ OutboundError::Abandoned) => {
+            return Err(ApiError::new(503, "abandoned", e.to_string()));
         }
     };
     if req.wait {

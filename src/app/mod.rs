@@ -57,6 +57,8 @@ pub struct App {
     pub store: Store,
     /// Outbound calls we placed (live, and recently ended for late carrier callbacks).
     pub outbound: Outbound,
+    /// The outbound caps' reservations ([`outbound::reserve`]).
+    pub outbound_caps: outbound::Caps,
     /// Runtime inbound overrides (`configure_inbound`), persisted in the store.
     pub inbound: RwLock<Overrides>,
     draining: watch::Sender<bool>,
@@ -98,6 +100,7 @@ impl App {
             metrics: Metrics::default(),
             store,
             outbound: Outbound::default(),
+            outbound_caps: outbound::Caps::default(),
             inbound: RwLock::new(inbound),
             draining: watch::channel(false).0,
             started: Instant::now(),

@@ -5,9 +5,18 @@
 //! so the answered call joins the same media path as an inbound one; when the actor ends the
 //! call is marked ended (kept a while for late callbacks). The carrier's routes move the call
 //! through its phases (answer, machine detection, voicemail) and report outcomes. Request
-//! validation and limits are the API's (`crate::api::outbound`).
+//! validation is the API's (`crate::api::outbound`).
+//!
+//! The caps (`[outbound] max_concurrent`, `max_per_day`) are a [`Reservation`] taken with
+//! [`reserve`] before the carrier is dialled, atomically (one lock over the live calls and the
+//! reservations in flight), so N parallel requests cannot all pass the check before any of them
+//! is registered. The reservation is released if the dial fails and becomes the placed call when
+//! it succeeds. [`place_reserved`] dials in a task of its own: a requester that goes away
+//! mid-dial (an HTTP client disconnecting drops the request's future) cannot leave a call the
+//! carrier placed that we never recorded — when the dial returns and nobody waits for it, the
+//! call is cancelled at the carrier and recorded as canceled.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tracing::{info, warn};
@@ -22,7 +31,7 @@ use crate::carrier::port::Host;
 use crate::config::AgentConfig;
 use crate::provider::AgentProviders;
 use crate::security::mask_number;
-use crate::store::{NewCall, Write};
+use crate::store::{NewCall, StoreError, Write, now_ms};
 
 /// Extra time an outbound call's actor waits for media beyond the ring time: answering-machine
 /// detection (up to 30 s at Twilio) and a margin.
@@ -52,10 +61,233 @@ pub enum OutboundError {
     Full,
     #[error("duplicate call id")]
     Duplicate,
+    #[error(
+        "the request went away while the carrier was dialling; the call was cancelled at the \
+         carrier — place it again if it is still wanted"
+    )]
+    Abandoned,
 }
 
-/// Places `call` and starts its actor; returns our call id.
+/// Why a reservation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CapError {
+    #[error(
+        "{live} outbound calls are live or being placed, the limit ([outbound] max_concurrent); \
+         wait for one to end (get_calls) and try again"
+    )]
+    Concurrent { live: usize },
+    #[error(
+        "{today} outbound calls were placed today (UTC), the limit ([outbound] max_per_day); \
+         try again tomorrow or raise the limit"
+    )]
+    Daily { today: u64 },
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+/// The outbound caps' shared state: reservations in flight and calls placed today.
+pub struct Caps {
+    state: Mutex<CapState>,
+    /// Requests waiting in [`place_reserved`] for their dial (observability and tests: a
+    /// request that went away is no longer counted).
+    waiting: tokio::sync::watch::Sender<usize>,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            waiting: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+/// Counts one request waiting for its dial while it lives.
+struct Waiting<'a>(&'a Caps);
+
+impl<'a> Waiting<'a> {
+    fn new(caps: &'a Caps) -> Self {
+        caps.waiting.send_modify(|n| *n += 1);
+        Self(caps)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+#[derive(Default)]
+struct CapState {
+    /// Start of the UTC day `base` and `placed` count (ms since the epoch).
+    day: i64,
+    /// Outbound calls the store held for `day` when it was first needed (earlier runs).
+    base: Option<u64>,
+    /// Reservations of `day` that became placed calls since.
+    placed: u64,
+    /// Reservations whose dial is in flight.
+    pending: usize,
+}
+
+impl Caps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CapState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reservations whose dial is in flight.
+    pub fn pending(&self) -> usize {
+        self.lock().pending
+    }
+
+    /// The number of requests waiting for their dial, as it changes.
+    pub fn requests_waiting(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.waiting.subscribe()
+    }
+}
+
+/// The start (ms) of the UTC day holding `ms`.
+fn day_start(ms: i64) -> i64 {
+    ms - ms.rem_euclid(86_400_000)
+}
+
+/// A place under the outbound caps, held while the carrier is dialled. Dropped uncommitted it
+/// is released; committed (the call was placed and registered) it counts as today's call.
+#[must_use = "a reservation is released when dropped"]
+pub struct Reservation {
+    app: Arc<App>,
+    day: i64,
+    committed: bool,
+}
+
+impl Reservation {
+    /// The call was placed (and is registered as live): the reservation becomes it.
+    pub fn commit(mut self) {
+        self.committed = true;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut s = self.app.outbound_caps.lock();
+        s.pending = s.pending.saturating_sub(1);
+        if self.committed && s.day == self.day {
+            s.placed += 1;
+        }
+    }
+}
+
+/// Reserves a place under `[outbound] max_concurrent` and `max_per_day`, atomically with every
+/// other reservation; see the module docs.
+pub async fn reserve(app: &Arc<App>) -> Result<Reservation, CapError> {
+    let limits = &app.config.outbound;
+    loop {
+        let day = day_start(now_ms());
+        let known = {
+            let s = app.outbound_caps.lock();
+            s.day == day && s.base.is_some()
+        };
+        if !known {
+            // Calls of earlier runs today; read once a day (this run's own are counted here).
+            let stored = app.store.outbound_since(day).await?;
+            let mut s = app.outbound_caps.lock();
+            if s.day != day || s.base.is_none() {
+                s.day = day;
+                s.base = Some(stored);
+                s.placed = 0;
+            }
+        }
+        let mut s = app.outbound_caps.lock();
+        if s.day != day {
+            continue; // the day turned meanwhile
+        }
+        let live = app.outbound.live_count() + s.pending;
+        if live >= limits.max_concurrent {
+            return Err(CapError::Concurrent { live });
+        }
+        let today = s.base.unwrap_or(0) + s.placed + s.pending as u64;
+        if today >= u64::from(limits.max_per_day) {
+            return Err(CapError::Daily { today });
+        }
+        s.pending += 1;
+        return Ok(Reservation {
+            app: app.clone(),
+            day,
+            committed: false,
+        });
+    }
+}
+
+/// Places `call` under `reservation` in a task of its own and waits for it; see the module
+/// docs. If this future is dropped mid-dial, the task still finishes the dial and cancels the
+/// placed call at the carrier; the reservation is released (or becomes the call) either way.
+pub async fn place_reserved(
+    app: &Arc<App>,
+    call: NewOutbound,
+    reservation: Reservation,
+) -> Result<String, OutboundError> {
+    let _waiting = Waiting::new(&app.outbound_caps);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task_app = app.clone();
+    tokio::spawn(async move {
+        let account = call.account.clone();
+        let wanted = || !tx.is_closed();
+        let placed = place_if(&task_app, call, &wanted).await;
+        // The reservation is settled before anything else happens: a placed call (even one
+        // cancelled below) counts toward the day; a failed dial is released.
+        match &placed {
+            Ok(_) => reservation.commit(),
+            Err(_) => drop(reservation),
+        }
+        let id = match placed {
+            Ok(Placed::Live(id)) => match tx.send(Ok(id)) {
+                Ok(()) => return,
+                Err(sent) => {
+                    // Gone between the check and now: nobody knows the call's id.
+                    let id = sent.unwrap_or_default();
+                    if let Some(h) = task_app.calls.get(&id) {
+                        let _ = h.hang_up("the request that placed it went away");
+                    }
+                    id
+                }
+            },
+            Ok(Placed::Abandoned(id)) => id,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        warn!(call_id = %id, "outbound request went away mid-dial; cancelling the call at the carrier");
+        cancel_unanswered(&task_app, &account, &id).await;
+    });
+    rx.await.unwrap_or(Err(OutboundError::Abandoned))
+}
+
+/// Places `call` and starts its actor; returns our call id. The caps are the caller's
+/// ([`reserve`], [`place_reserved`]).
 pub async fn place(app: &Arc<App>, call: NewOutbound) -> Result<String, OutboundError> {
+    match place_if(app, call, &|| true).await? {
+        Placed::Live(id) => Ok(id),
+        Placed::Abandoned(_) => Err(OutboundError::Abandoned),
+    }
+}
+
+/// A call the carrier placed.
+enum Placed {
+    /// Registered, its actor started.
+    Live(String),
+    /// Nobody waited for it any more: recorded as canceled, not registered; the caller
+    /// cancels it at the carrier.
+    Abandoned(String),
+}
+
+/// [`place`], unless `wanted` says nobody waits for the call any more once the carrier has
+/// answered the dial: then the call is recorded as canceled and returned as abandoned.
+async fn place_if(
+    app: &Arc<App>,
+    call: NewOutbound,
+    wanted: &(dyn Fn() -> bool + Send + Sync),
+) -> Result<Placed, OutboundError> {
     let config = &app.config;
     let kind = config
         .carrier(&call.account)
@@ -79,6 +311,7 @@ pub async fn place(app: &Arc<App>, call: NewOutbound) -> Result<String, Outbound
         .inspect_err(|e| {
             warn!(to = %mask_number(&call.to), error = %e, "outbound call failed");
         })?;
+    let abandoned = !wanted();
     app.store.tx.send(Write::Call(NewCall {
         call_id: id.clone(),
         carrier: kind.as_str().to_string(),
@@ -87,8 +320,18 @@ pub async fn place(app: &Arc<App>, call: NewOutbound) -> Result<String, Outbound
         from: call.from.clone(),
         to: call.to.clone(),
         agent: call.agent_name.clone(),
-        status: CallStatus::Queued.as_str().into(),
+        status: if abandoned {
+            CallStatus::Canceled
+        } else {
+            CallStatus::Queued
+        }
+        .as_str()
+        .into(),
     }));
+    if abandoned {
+        app.report(StatusUpdate::outcome(&id, Outcome::Failed, None));
+        return Ok(Placed::Abandoned(id));
+    }
     app.outbound.register(
         &id,
         OutboundCall {
@@ -135,7 +378,7 @@ pub async fn place(app: &Arc<App>, call: NewOutbound) -> Result<String, Outbound
         watcher.calls.wait_finished(&watched).await;
         watcher.outbound.ended(&watched);
     });
-    Ok(id)
+    Ok(Placed::Live(id))
 }
 
 /// Ends a call we placed that has not been answered (it has no media stream to close), through
@@ -146,5 +389,74 @@ pub async fn cancel_unanswered(app: &Arc<App>, account: &str, id: &str) {
     };
     if let Err(e) = carrier.cancel(account, id, &app.outbound).await {
         warn!(call_id = %id, error = %e, "could not cancel an unanswered outbound call");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(max_concurrent: usize, max_per_day: u32, dir: &tempfile::TempDir) -> Arc<App> {
+        let text = format!(
+            "[server]\ndata_dir = {:?}\n\n[outbound]\nmax_concurrent = {max_concurrent}\n\
+             max_per_day = {max_per_day}\n\n[carriers.tw]\nkind = \"twilio\"\n",
+            dir.path().display().to_string()
+        );
+        let loaded = crate::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
+        App::new(loaded.config).expect("app")
+    }
+
+    /// Twenty parallel reservations against `max_concurrent = 2`: exactly two pass, and a
+    /// released one makes room again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reservations_are_atomic_and_released() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let app = app(2, 100, &dir);
+        let tries = (0..20).map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { reserve(&app).await })
+        });
+        let mut held = Vec::new();
+        let mut refused = 0;
+        for t in tries {
+            match t.await.expect("task") {
+                Ok(r) => held.push(r),
+                Err(CapError::Concurrent { live }) => {
+                    assert_eq!(live, 2);
+                    refused += 1;
+                }
+                Err(e) => panic!("unexpected refusal: {e}"),
+            }
+        }
+        assert_eq!((held.len(), refused), (2, 18));
+        assert_eq!(app.outbound_caps.pending(), 2);
+        drop(held.pop());
+        assert_eq!(app.outbound_caps.pending(), 1);
+        let again = reserve(&app).await.expect("a released place is free again");
+        drop(again);
+        drop(held);
+        assert_eq!(app.outbound_caps.pending(), 0);
+    }
+
+    /// Committed reservations count toward the day; released ones do not.
+    #[tokio::test]
+    async fn the_daily_cap_counts_committed_and_pending() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let app = app(10, 3, &dir);
+        reserve(&app).await.expect("first").commit();
+        drop(reserve(&app).await.expect("second, released"));
+        let pending = reserve(&app).await.expect("second");
+        reserve(&app).await.expect("third").commit();
+        match reserve(&app).await {
+            Err(CapError::Daily { today }) => assert_eq!(today, 3),
+            Err(e) => panic!("wrong refusal: {e}"),
+            Ok(_) => panic!("the fourth call of the day passed max_per_day = 3"),
+        }
+        drop(pending);
+        reserve(&app).await.expect("the released place").commit();
+        assert!(matches!(
+            reserve(&app).await,
+            Err(CapError::Daily { today: 3 })
+        ));
     }
 }

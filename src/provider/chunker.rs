@@ -43,7 +43,9 @@ impl SentenceChunker {
         let mut out = Vec::new();
         loop {
             let end = match self.find_cut() {
-                Some(end) => end,
+                Some(end) if end <= MAX_PIECE_BYTES => end,
+                // A boundary past the cap (a long run-on sentence): cut inside it.
+                Some(_) => self.forced_cut(),
                 None if self.buf.len() >= MAX_PIECE_BYTES => self.forced_cut(),
                 None => break,
             };
@@ -78,8 +80,13 @@ impl SentenceChunker {
         while !self.buf.is_char_boundary(limit) {
             limit -= 1;
         }
-        match self.buf[..limit].rfind(char::is_whitespace) {
-            Some(i) if !self.buf[..i].trim().is_empty() => i + 1,
+        // Past the whole whitespace character: it may be multi-byte (U+00A0, U+3000).
+        let space = self.buf[..limit]
+            .char_indices()
+            .rev()
+            .find(|(_, c)| c.is_whitespace());
+        match space {
+            Some((i, c)) if !self.buf[..i].trim().is_empty() => i + c.len_utf8(),
             _ => limit.max(self.buf.ceil_char_boundary(1)),
         }
     }
@@ -248,6 +255,35 @@ fn is_emoji(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the parser property tests: a sentence boundary past the cap made a piece
+    /// longer than [`MAX_PIECE_BYTES`].
+    #[test]
+    fn a_boundary_past_the_cap_still_cuts_at_the_cap() {
+        let long = format!("{} {}. Next.", "word ".repeat(110), "x".repeat(80));
+        let pieces = run(&[&long]);
+        assert!(
+            pieces.iter().all(|p| p.len() <= MAX_PIECE_BYTES),
+            "{pieces:?}"
+        );
+        assert_eq!(pieces.concat().replace(' ', ""), long.replace(' ', ""));
+    }
+
+    /// Found by the parser property tests: a forced cut after a multi-byte space (U+00A0)
+    /// sliced inside the character and panicked.
+    #[test]
+    fn a_forced_cut_after_a_multibyte_space_does_not_panic() {
+        for pad in 590..600 {
+            let text = format!("{}\u{a0}{}", "x".repeat(pad), "y".repeat(700));
+            let pieces = run(&[&text]);
+            assert!(pieces.iter().all(|p| p.len() <= MAX_PIECE_BYTES), "{pad}");
+            assert_eq!(
+                pieces.concat().len(),
+                text.trim().len() - "\u{a0}".len(),
+                "{pad}"
+            );
+        }
+    }
 
     fn run(deltas: &[&str]) -> Vec<String> {
         let mut c = SentenceChunker::new();

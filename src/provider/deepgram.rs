@@ -260,7 +260,8 @@ fn handshake_message(e: &WsConnectError) -> String {
 }
 
 /// Maps one server text frame onto events (usually one; none for `Metadata` and unknowns).
-fn map_message(text: &str) -> Vec<SttEvent> {
+/// Public for the parser property tests (`tests/parsers.rs`).
+pub fn map_message(text: &str) -> Vec<SttEvent> {
     let v: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(_) => {

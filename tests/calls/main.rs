@@ -1,6 +1,7 @@
 //! Whole calls through the simulators, one binary: the carrier matrix (`carriers`, every
 //! cross-carrier scenario over Twilio, Telnyx and Plivo), the Twilio-only scenarios
-//! (`twilio`) and the conversation scenarios with real speech (`conversation`).
+//! (`twilio`), the conversation scenarios with real speech (`conversation`), faulty peers
+//! during a call (`faults`) and a forged-webhook flood during live calls (`flood`).
 //!
 //! `cargo test --test calls conversation::` runs one module's tests.
 
@@ -9,4 +10,6 @@ mod common;
 
 mod carriers;
 mod conversation;
+mod faults;
+mod flood;
 mod twilio;

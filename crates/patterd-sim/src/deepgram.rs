@@ -38,7 +38,8 @@ const INTERIM_EVERY_MS: u64 = 300;
 pub enum DeepgramFailure {
     /// Answer the handshake with this HTTP status instead of upgrading.
     RefuseHandshake(u16),
-    /// Drop the TCP connection (no close frame) once this many audio bytes arrived.
+    /// Drop the TCP connection (no close frame) once this many audio bytes arrived on it
+    /// (checked on every frame, also on connections opened before the failure was set).
     DropAfterAudioBytes(usize),
 }
 
@@ -425,7 +426,9 @@ async fn session(
                         c.audio_frames += 1;
                         total = c.audio_bytes;
                     });
-                    if let Some(DeepgramFailure::DropAfterAudioBytes(n)) = cfg.failure
+                    // Read live, so a test can drop a connection that is already open.
+                    let failure = s.cfg.lock().ok().and_then(|c| c.failure.clone());
+                    if let Some(DeepgramFailure::DropAfterAudioBytes(n)) = failure
                         && total >= n
                     {
                         break DgClose { code: 1006, reason: "dropped by test configuration".into(), by_client: false };

@@ -33,6 +33,11 @@ pub struct FakeElevenLabsConfig {
     pub chunk_interval: Duration,
     /// Answer every request with this status (500 or 401 style) instead of audio.
     pub fail_status: Option<u16>,
+    /// Requests whose text contains this answer 500 (the others are served): one failing
+    /// sentence among good ones.
+    pub fail_text_containing: Option<String>,
+    /// Requests whose text contains this get a 200 head and then no audio at all (a stall).
+    pub stall_text_containing: Option<String>,
     /// μ-law speech to speak with instead of a tone (repeated to the needed length).
     pub voice: Option<Arc<Vec<u8>>>,
 }
@@ -47,6 +52,8 @@ impl Default for FakeElevenLabsConfig {
             first_chunk_delay: Duration::from_millis(0),
             chunk_interval: Duration::from_millis(5),
             fail_status: None,
+            fail_text_containing: None,
+            stall_text_containing: None,
             voice: None,
         }
     }
@@ -202,6 +209,15 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         (404, Some(detail("not_found", "Not Found")))
     } else if !key_ok {
         (401, Some(detail("invalid_api_key", "Invalid API key")))
+    } else if cfg
+        .fail_text_containing
+        .as_deref()
+        .is_some_and(|t| r.text.contains(t))
+    {
+        (
+            500,
+            Some(detail("internal_error", "An internal error occurred")),
+        )
     } else if let Some(st) = cfg.fail_status {
         let (code, msg) = match st {
             401 => ("invalid_api_key", "Invalid API key"),
@@ -247,6 +263,15 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         None => mulaw_tone(audio_ms(&cfg, &r.text)),
     };
     let (resp, tx) = http::streaming(200, &[("content-type", "audio/basic")]);
+    if cfg
+        .stall_text_containing
+        .as_deref()
+        .is_some_and(|t| r.text.contains(t))
+    {
+        // Hold the body open without a byte until the client gives up.
+        s.tasks.spawn(async move { tx.closed().await });
+        return resp;
+    }
     let s2 = s.clone();
     s.tasks.spawn(async move {
         let chunk = (cfg.chunk_ms.max(1) as usize) * 8;

@@ -58,7 +58,7 @@ pub enum HermesReply {
     /// A stream: role chunk, these steps, then (unless a step ended it) finish `stop`,
     /// usage and `[DONE]`.
     Stream(Vec<HermesStep>),
-    /// A non-2xx answer with Hermes' error envelope.
+    /// A non-2xx answer with Hermes' error envelope (429 and 503 carry `Retry-After: 2`).
     Http { status: u16, message: String },
 }
 
@@ -300,10 +300,18 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
             rq.status = status;
             rq.completed = true;
             s.record.modify(|r| r.requests.push(rq));
-            return http::json(
+            let mut resp = http::json(
                 status,
                 &error_body(&message, "server_error", "server_error"),
             );
+            // Rate limits and overload come with a retry hint, as real servers send them.
+            if status == 429 || status == 503 {
+                resp.headers_mut().insert(
+                    hyper::header::RETRY_AFTER,
+                    hyper::header::HeaderValue::from_static("2"),
+                );
+            }
+            return resp;
         }
         HermesReply::Stream(_) if !stream => {
             rq.status = 400;

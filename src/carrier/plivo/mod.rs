@@ -1,5 +1,5 @@
-//! Plivo: everything patterd needs to speak to Plivo Voice. `X-Plivo-Signature-V3` (and the
-//! legacy V2) webhook signatures ([`signature`]), answer XML with a bidirectional `<Stream>`
+//! Plivo: everything patterd needs to speak to Plivo Voice. `X-Plivo-Signature-V3` webhook
+//! signatures, single-use nonces, V2 refused ([`signature`]), answer XML with a bidirectional `<Stream>`
 //! ([`xml`]), the audio stream codec including L16 ⇄ μ-law ([`codec`]), the REST calls
 //! ([`rest`]), its `[carriers.NAME]` keys ([`config`]) and its routes and
 //! [`crate::carrier::Carrier`] implementation ([`routes`]).
@@ -15,7 +15,7 @@ pub use config::Config;
 pub use routes::build;
 pub use codec::PlivoCodec;
 pub use rest::PlivoRest;
-pub use signature::{string_to_sign_v3, validate_request, validate_v2, validate_v3};
+pub use signature::{Nonces, string_to_sign_v3, validate_request, validate_v3};
 pub use xml::{hangup_xml, speak_hangup_xml, stream_xml};
 
 /// The WebSocket subprotocol Plivo's media client asks for; the handshake fails unless we

@@ -35,6 +35,8 @@ use crate::security::mask_number;
 /// Every configured Plivo account.
 pub struct PlivoCarrier {
     accounts: Accounts<PlivoRest>,
+    /// V3 nonces that verified: each signature is good once.
+    nonces: pv::Nonces,
 }
 
 /// The Plivo carrier with its usable accounts.
@@ -43,6 +45,7 @@ pub fn build(configs: Vec<(String, Config)>) -> Arc<dyn Carrier> {
         accounts: Accounts::build(CarrierKind::Plivo, configs, |c| {
             Ok((c.auth_token.expose().to_string(), PlivoRest::from_config(c)?))
         }),
+        nonces: pv::Nonces::default(),
     })
 }
 
@@ -178,8 +181,18 @@ async fn signed<'a>(
             .into_owned()
             .collect()
     };
+    let nonce = header(&parts.headers, pv::signature::NONCE_HEADER).unwrap_or_default();
     match account {
-        Some(a) => Ok((a, fields)),
+        Some(a) if me.nonces.first_use(&nonce) => Ok((a, fields)),
+        Some(_) => {
+            host.count(Counter::WebhookForbidden);
+            warn!(
+                path = parts.uri.path(),
+                "plivo webhook refused: its X-Plivo-Signature-V3-Nonce was already used (a \
+                 replayed request; nothing to do unless Plivo itself retried with the same nonce)"
+            );
+            Err(empty(403))
+        }
         None => {
             host.count(Counter::WebhookForbidden);
             let get = |k: &str| field(&fields, k).unwrap_or("");

@@ -2,8 +2,16 @@
 //! V3: HMAC-SHA256 (auth token) over the URL without query, then `?` + the query decoded and
 //! sorted as `k=v&…`, then for POSTs with form fields `.` (if there was a query) + the sorted
 //! fields as `keyvalue…`, then `.` + the nonce; the header may list several signatures
-//! separated by commas and any one may match. V2 (legacy): HMAC-SHA256 over the URL without
-//! query + nonce. All comparisons are constant-time.
+//! separated by commas and any one may match. All comparisons are constant-time.
+//!
+//! V2 (HMAC over the URL without its query + nonce) is refused: it signs neither the body nor
+//! the query, so one captured V2 signature would let anyone forge any call to that URL. A V3
+//! signature is single use: [`Nonces`] remembers every nonce that verified for
+//! [`NONCE_WINDOW`], and a request carrying a nonce seen before is a replay.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -74,11 +82,6 @@ pub fn compute_v3(
     )
 }
 
-/// The V2 signature Plivo would send.
-pub fn compute_v2(auth_token: &str, url: &str, nonce: &str) -> String {
-    mac_b64(auth_token, &format!("{}{nonce}", split_query(url).0))
-}
-
 fn any_matches(expected: &str, header: &str) -> bool {
     // Check every candidate so timing does not reveal which one matched.
     header
@@ -102,17 +105,12 @@ pub fn validate_v3(
     any_matches(&compute_v3(auth_token, method, url, params, nonce), header)
 }
 
-/// Validates a V2 header value.
-pub fn validate_v2(auth_token: &str, url: &str, nonce: &str, header: &str) -> bool {
-    if auth_token.is_empty() || nonce.is_empty() || header.trim().is_empty() {
-        return false;
-    }
-    any_matches(&compute_v2(auth_token, url, nonce), header)
-}
+/// The V3 nonce header's name.
+pub const NONCE_HEADER: &str = "X-Plivo-Signature-V3-Nonce";
 
-/// Validates a request the way Plivo's own gateway does: the V3 headers
-/// (`X-Plivo-Signature-V3` and `-Ma-V3`, joined) with the V3 nonce first, then V2. `header`
-/// looks a header up by name (case-insensitively).
+/// Validates a request's V3 headers (`X-Plivo-Signature-V3` and `-Ma-V3`, joined) with the V3
+/// nonce. A request signed only with V2 (or not at all) is refused. `header` looks a header
+/// up by name (case-insensitively). The caller also checks the nonce is fresh ([`Nonces`]).
 pub fn validate_request(
     auth_token: &str,
     method: &str,
@@ -128,15 +126,86 @@ pub fn validate_request(
             .join(",")
     };
     let v3 = joined("X-Plivo-Signature-V3", "X-Plivo-Signature-Ma-V3");
-    if let Some(nonce) = header("X-Plivo-Signature-V3-Nonce")
-        && !v3.is_empty()
-    {
-        return validate_v3(auth_token, method, url, params, &nonce, &v3);
-    }
-    let v2 = joined("X-Plivo-Signature-V2", "X-Plivo-Signature-Ma-V2");
-    match header("X-Plivo-Signature-V2-Nonce") {
-        Some(nonce) if !v2.is_empty() => validate_v2(auth_token, url, &nonce, &v2),
+    match header(NONCE_HEADER) {
+        Some(nonce) if !v3.is_empty() => validate_v3(auth_token, method, url, params, &nonce, &v3),
         _ => false,
+    }
+}
+
+/// How long a verified V3 nonce is remembered: a replay inside this window is refused. Plivo's
+/// nonce carries no timestamp, so the window is ours: a day covers any retry or capture that
+/// is still worth replaying while the call it names can matter.
+pub const NONCE_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// At most this many nonces are remembered (only signed requests are recorded, so only Plivo's
+/// own traffic fills it); past it the oldest is forgotten first.
+pub const NONCE_CAPACITY: usize = 65_536;
+
+/// Longest nonce recorded; longer ones are refused (Plivo's are about 20 digits).
+pub const NONCE_MAX_LEN: usize = 128;
+
+/// V3 nonces that already verified, oldest first, each kept for the window.
+pub struct Nonces {
+    window: Duration,
+    capacity: usize,
+    inner: Mutex<NonceSet>,
+}
+
+#[derive(Default)]
+struct NonceSet {
+    seen: HashSet<String>,
+    order: VecDeque<(Instant, String)>,
+}
+
+impl Default for Nonces {
+    fn default() -> Self {
+        Self::new(NONCE_WINDOW, NONCE_CAPACITY)
+    }
+}
+
+impl Nonces {
+    pub fn new(window: Duration, capacity: usize) -> Self {
+        Self {
+            window,
+            capacity: capacity.max(1),
+            inner: Mutex::new(NonceSet::default()),
+        }
+    }
+
+    /// Records `nonce`; false if it was seen inside the window (a replay) or is unusable.
+    pub fn first_use(&self, nonce: &str) -> bool {
+        self.first_use_at(nonce, Instant::now())
+    }
+
+    /// [`Nonces::first_use`] at the instant `now` (tests).
+    pub fn first_use_at(&self, nonce: &str, now: Instant) -> bool {
+        if nonce.is_empty() || nonce.len() > NONCE_MAX_LEN {
+            return false;
+        }
+        let mut set = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some((at, _)) = set.order.front() {
+            let expired = now.saturating_duration_since(*at) >= self.window;
+            if !expired && set.order.len() < self.capacity {
+                break;
+            }
+            if let Some((_, old)) = set.order.pop_front() {
+                set.seen.remove(&old);
+            }
+        }
+        if !set.seen.insert(nonce.to_string()) {
+            return false;
+        }
+        set.order.push_back((now, nonce.to_string()));
+        true
+    }
+
+    /// Nonces remembered now.
+    pub fn len(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -182,16 +251,60 @@ mod tests {
             &sig
         ));
         assert!(!validate_v3("", "POST", "https://h/a", &params, "n1", &sig));
-        let v2 = compute_v2("tok", "https://h/a?q=1", "n");
-        assert!(validate_v2("tok", "https://h/a", "n", &v2));
+        let v3 = compute_v3("tok", "POST", "https://h/a", &[], "n");
         let h = |name: &str| match name {
-            "X-Plivo-Signature-V2" => Some(v2.clone()),
-            "X-Plivo-Signature-V2-Nonce" => Some("n".to_string()),
+            "X-Plivo-Signature-V3" => Some(v3.clone()),
+            "X-Plivo-Signature-V3-Nonce" => Some("n".to_string()),
             _ => None,
         };
         assert!(validate_request("tok", "POST", "https://h/a", &[], h));
         assert!(!validate_request("tok", "POST", "https://h/a", &[], |_| {
             None
         }));
+    }
+
+    /// A legacy V2 signature (URL without query + nonce) over the very URL is refused: it
+    /// signs nothing a forger could not change.
+    #[test]
+    fn v2_is_refused() {
+        let v2 = mac_b64("tok", "https://h/an");
+        let h = |name: &str| match name {
+            "X-Plivo-Signature-V2" => Some(v2.clone()),
+            "X-Plivo-Signature-V2-Nonce" => Some("n".to_string()),
+            _ => None,
+        };
+        assert!(!validate_request("tok", "POST", "https://h/a", &[], h));
+        // A V3 nonce with only a V2 signature is no V3 request either.
+        let h = |name: &str| match name {
+            "X-Plivo-Signature-V2" => Some(v2.clone()),
+            "X-Plivo-Signature-V3-Nonce" => Some("n".to_string()),
+            _ => None,
+        };
+        assert!(!validate_request("tok", "POST", "https://h/a", &[], h));
+    }
+
+    #[test]
+    fn nonces_are_single_use_inside_the_window() {
+        let n = Nonces::new(Duration::from_secs(60), 1000);
+        let t0 = Instant::now();
+        assert!(n.first_use_at("a", t0));
+        assert!(!n.first_use_at("a", t0 + Duration::from_secs(59)), "replay");
+        assert!(n.first_use_at("b", t0 + Duration::from_secs(30)));
+        // After the window the old nonce is forgotten (and pruned).
+        assert!(n.first_use_at("c", t0 + Duration::from_secs(61)));
+        assert_eq!(n.len(), 2);
+        assert!(!n.first_use_at("", t0), "empty nonce");
+        assert!(!n.first_use_at(&"9".repeat(NONCE_MAX_LEN + 1), t0), "oversized nonce");
+    }
+
+    #[test]
+    fn nonces_are_bounded() {
+        let n = Nonces::new(Duration::from_secs(3600), 3);
+        let t0 = Instant::now();
+        for i in 0..10 {
+            assert!(n.first_use_at(&format!("n{i}"), t0));
+        }
+        assert_eq!(n.len(), 3);
+        assert!(!n.first_use_at("n9", t0), "the newest are kept");
     }
 }

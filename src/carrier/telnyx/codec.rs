@@ -53,13 +53,19 @@ fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecError
         .ok_or(CodecError::InvalidField(name))
 }
 
+/// The largest `chunk` counter ordered by the jitter buffer (at 50 frames a second a real
+/// stream never gets near it); a larger one is delivered unordered, so the buffer's counter
+/// arithmetic cannot overflow on a hostile value.
+pub const MAX_CHUNK: u64 = u64::MAX / 2;
+
 /// A counter Telnyx sends as a string (`"3"`), tolerated as a number too.
 fn counter(v: Option<&Value>) -> Option<u64> {
-    match v? {
+    let c = match v? {
         Value::String(s) => s.trim().parse().ok(),
         Value::Number(n) => n.as_u64(),
         _ => None,
-    }
+    };
+    c.filter(|c| *c <= MAX_CHUNK)
 }
 
 impl TelnyxCodec {
@@ -285,6 +291,23 @@ mod tests {
             Ok(Some(MediaEvent::Audio(b))) => Some(b.to_vec()),
             _ => None,
         }
+    }
+
+    /// Found by the parser property tests: a `chunk` near `u64::MAX` overflowed the jitter
+    /// buffer's arithmetic (a panic in debug builds). Such counters are delivered unordered.
+    #[test]
+    fn huge_chunk_counters_do_not_overflow() {
+        let mut c = TelnyxCodec::new();
+        let frame = |chunk: &str| {
+            format!(
+                r#"{{"event":"media","media":{{"track":"inbound","chunk":"{chunk}","payload":"{}"}}}}"#,
+                STANDARD.encode([7u8; 4])
+            )
+        };
+        for chunk in [u64::MAX, u64::MAX - 1, MAX_CHUNK + 1, u64::MAX] {
+            assert_eq!(audio(c.decode(&frame(&chunk.to_string()))), Some(vec![7; 4]));
+        }
+        assert_eq!(audio(c.decode(&frame(&MAX_CHUNK.to_string()))), Some(vec![7; 4]));
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! (`POST /2010-04-01/Accounts/{sid}/Calls/{CallSid}.json`) and call creation
 //! (`POST .../Calls.json`), checks HTTP Basic auth against the configured account, answers with
 //! Twilio-shaped JSON (401 / 404 errors included), and records every request for assertions.
+//! Call creations are also counted as they arrive ([`FakeTwilioRest::dials_started`]) and can be
+//! held until released ([`FakeTwilioRest::hold_dials`]), to test a dial in flight.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -61,6 +63,12 @@ impl RecordedRequest {
     }
 }
 
+/// Call creations as they arrive, and the hold on answering them.
+struct Gates {
+    started: watch::Sender<usize>,
+    hold: watch::Sender<bool>,
+}
+
 struct Inner {
     account_sid: String,
     auth_token: String,
@@ -76,6 +84,7 @@ pub struct FakeTwilioRest {
     pub base_url: String,
     inner: Arc<Mutex<Inner>>,
     count: watch::Receiver<usize>,
+    gates: Arc<Gates>,
     _server: TaskGuard,
 }
 
@@ -91,14 +100,27 @@ impl FakeTwilioRest {
         }));
         let (count_tx, count_rx) = watch::channel(0usize);
         let count_tx = Arc::new(count_tx);
+        let gates = Arc::new(Gates {
+            started: watch::Sender::new(0),
+            hold: watch::Sender::new(false),
+        });
+        let server_gates = gates.clone();
         let server_inner = inner.clone();
-        let (addr, server) =
-            serve(move |req| handle(req, server_inner.clone(), count_tx.clone())).await?;
+        let (addr, server) = serve(move |req| {
+            handle(
+                req,
+                server_inner.clone(),
+                count_tx.clone(),
+                server_gates.clone(),
+            )
+        })
+        .await?;
         Ok(Self {
             addr,
             base_url: format!("http://{addr}"),
             inner,
             count: count_rx,
+            gates,
             _server: server,
         })
     }
@@ -163,6 +185,26 @@ impl FakeTwilioRest {
         self.lock().fail_with = status;
     }
 
+    /// While `hold` is true, call creations (`POST .../Calls.json`) are received (and counted
+    /// by [`FakeTwilioRest::dials_started`]) but not answered; releasing answers them all.
+    pub fn hold_dials(&self, hold: bool) {
+        self.gates.hold.send_replace(hold);
+    }
+
+    /// Call creations received so far, answered or not.
+    pub fn dials_started(&self) -> usize {
+        *self.gates.started.borrow()
+    }
+
+    /// Waits until at least `n` call creations have arrived (answered or not).
+    pub async fn wait_for_dials_started(&self, n: usize, timeout: Duration) -> Result<(), usize> {
+        let mut rx = self.gates.started.subscribe();
+        match tokio::time::timeout(timeout, rx.wait_for(|c| *c >= n)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(self.dials_started()),
+        }
+    }
+
     /// Delay every answer (timeout tests).
     pub fn set_delay(&self, delay: Duration) {
         self.lock().delay = delay;
@@ -222,8 +264,15 @@ async fn handle(
     req: Request<hyper::body::Incoming>,
     inner: Arc<Mutex<Inner>>,
     count: Arc<watch::Sender<usize>>,
+    gates: Arc<Gates>,
 ) -> Response<Body> {
     let method = req.method().to_string();
+    let is_create = method == "POST" && req.uri().path().ends_with("/Calls.json");
+    if is_create {
+        gates.started.send_modify(|n| *n += 1);
+        let mut hold = gates.hold.subscribe();
+        let _ = hold.wait_for(|held| !*held).await;
+    }
     let path = req
         .uri()
         .path_and_query()
