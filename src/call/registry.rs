@@ -58,16 +58,18 @@ impl CallRegistry {
 
     /// Called by an actor as it ends, with its final record.
     pub fn finish(&self, record: CallRecord) {
+        // The record goes in first: a waiter woken by the count change must find it.
+        let call_id = record.call_id.clone();
         {
-            let mut live = self.live();
-            live.remove(&record.call_id);
-            self.count.send_replace(live.len());
+            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.len() >= RECENT_LIMIT {
+                recent.pop_front();
+            }
+            recent.push_back(record);
         }
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        if recent.len() >= RECENT_LIMIT {
-            recent.pop_front();
-        }
-        recent.push_back(record);
+        let mut live = self.live();
+        live.remove(&call_id);
+        self.count.send_replace(live.len());
     }
 
     pub fn len(&self) -> usize {
@@ -118,4 +120,52 @@ pub enum InsertError {
     Duplicate,
     #[error("the daemon is at max_calls")]
     Full,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::EndReason;
+    use tokio::sync::{mpsc, watch};
+
+    fn record(id: &str) -> CallRecord {
+        CallRecord {
+            call_id: id.into(),
+            carrier: "twilio".into(),
+            agent: "a".into(),
+            from_masked: "***".into(),
+            to_masked: "***".into(),
+            ended_reason: EndReason::CallerHungUp,
+            transcript: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_woken_by_the_end_finds_the_record() {
+        // Many calls ending together: every waiter gets its call's record, never `None`.
+        let reg = std::sync::Arc::new(CallRegistry::new());
+        let mut keep = Vec::new();
+        for i in 0..50 {
+            let (tx, rx) = mpsc::channel(1);
+            let (_ctx, crx) = watch::channel(0);
+            keep.push(rx);
+            reg.insert(CallHandle::new(&format!("CA{i}"), "twilio", tx, crx), 100)
+                .expect("insert");
+        }
+        let waiters: Vec<_> = (0..50)
+            .map(|i| {
+                let reg = reg.clone();
+                tokio::spawn(async move { reg.wait_finished(&format!("CA{i}")).await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        for i in 0..50 {
+            reg.finish(record(&format!("CA{i}")));
+        }
+        for (i, w) in waiters.into_iter().enumerate() {
+            let r = w.await.expect("join");
+            assert_eq!(r.map(|r| r.call_id), Some(format!("CA{i}")));
+        }
+    }
 }
