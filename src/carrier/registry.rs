@@ -62,6 +62,44 @@ impl Route {
             handler: Arc::new(move |host, req| Box::pin(f(host, req))),
         }
     }
+
+    /// A route whose handler is `f` called with (a clone of) `carrier`, then the host and the
+    /// request.
+    pub fn to<C, F, Fut>(
+        methods: &'static [Method],
+        path: RoutePath,
+        carrier: &Arc<C>,
+        f: F,
+    ) -> Self
+    where
+        C: Send + Sync + 'static,
+        F: Fn(Arc<C>, Arc<dyn Host>, Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<Body>> + Send + 'static,
+    {
+        let carrier = carrier.clone();
+        Self::new(methods, path, move |h, r| f(carrier.clone(), h, r))
+    }
+}
+
+/// [`Carrier::hang_up`] through an account's REST client: `hang_up(rest, leg_id)`, or nothing
+/// when there is no such account.
+pub fn hang_up_leg<R, F, Fut>(
+    rest: Option<Arc<R>>,
+    leg_id: &str,
+    hang_up: F,
+) -> BoxFuture<Result<(), CarrierError>>
+where
+    R: Send + Sync + 'static,
+    F: FnOnce(Arc<R>, String) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), CarrierError>> + Send + 'static,
+{
+    let id = leg_id.to_string();
+    Box::pin(async move {
+        match rest {
+            Some(r) => hang_up(r, id).await,
+            None => Ok(()),
+        }
+    })
 }
 
 fn unsupported<T: Send + 'static>(

@@ -128,6 +128,11 @@ async fn brain_failure_is_apologised_for(reply: Option<HermesReply>, llm_base_ur
     assert_eq!(rec.events_of("llm_error").count(), 1);
 }
 
+/// [`brain_failure_is_apologised_for`] a reply stream that is only `step`.
+async fn brain_stream_fails_with(step: HermesStep) {
+    brain_failure_is_apologised_for(Some(HermesReply::Stream(vec![step])), None).await;
+}
+
 #[tokio::test]
 async fn hermes_500_speaks_the_error_message() {
     brain_failure_is_apologised_for(Some(HermesReply::http(500, "boom: internal error")), None)
@@ -136,24 +141,15 @@ async fn hermes_500_speaks_the_error_message() {
 
 #[tokio::test]
 async fn hermes_error_finish_speaks_the_error_message_not_the_error() {
-    brain_failure_is_apologised_for(
-        Some(HermesReply::Stream(vec![HermesStep::FinishError(
-            "boom: the model provider failed".into(),
-        )])),
-        None,
-    )
+    brain_stream_fails_with(HermesStep::FinishError(
+        "boom: the model provider failed".into(),
+    ))
     .await;
 }
 
 #[tokio::test]
 async fn hermes_in_stream_error_speaks_the_error_message() {
-    brain_failure_is_apologised_for(
-        Some(HermesReply::Stream(vec![HermesStep::StreamError(
-            "boom".into(),
-        )])),
-        None,
-    )
-    .await;
+    brain_stream_fails_with(HermesStep::StreamError("boom".into())).await;
 }
 
 #[tokio::test]

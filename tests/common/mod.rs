@@ -223,22 +223,7 @@ api_key = "{HERMES_KEY}"
 model = "compat-model"
 first_token_timeout_s = 20
 
-[stt.deepgram]
-kind = "deepgram"
-api_key = "{DG_KEY}"
-base_url = "{dg}"
-
-[tts.elevenlabs]
-kind = "elevenlabs"
-api_key = "{EL_KEY}"
-voice_id = "voice123"
-base_url = "{el}"
-
-[carriers.twilio]
-kind = "twilio"
-account_sid = "{ACCOUNT_SID}"
-auth_token = "{AUTH_TOKEN}"
-api_base_url = "{rest}"
+{sim_sections}
 
 [agents.front-desk]
 system_prompt = "{SYSTEM_PROMPT}"
@@ -261,6 +246,14 @@ allowed_destinations = [{destinations}]
 {extra_numbers}
 "#,
         max_calls = opts.max_calls,
+        sim_sections = patterd_sim::config::SimSections {
+            deepgram: (dg, DG_KEY),
+            elevenlabs: (el, EL_KEY),
+            twilio_rest: rest,
+            account_sid: ACCOUNT_SID,
+            auth_token: AUTH_TOKEN,
+        }
+        .toml(),
         api_token = opts.api_token,
         max_concurrent = opts.outbound_max_concurrent,
         max_per_day = opts.outbound_max_per_day,
@@ -273,6 +266,14 @@ allowed_destinations = [{destinations}]
 }
 
 impl Stack {
+    /// The daemon's counter `which` picks from its metrics, now.
+    pub fn metric(
+        &self,
+        which: impl FnOnce(&patterd::app::Metrics) -> &std::sync::atomic::AtomicU64,
+    ) -> u64 {
+        which(&self.server.app.metrics).load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub async fn start(opts: Opts) -> Stack {
         let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
             api_key: DG_KEY.into(),

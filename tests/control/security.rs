@@ -232,12 +232,7 @@ async fn replayed_voice_webhooks_are_refused() {
     let r = parse_twiml(&replay.body).expect("TwiML");
     assert!(r.stream_url.is_none(), "{}", replay.body);
     assert!(stack.server.app.calls.get(&old).is_none());
-    let replayed = stack
-        .server
-        .app
-        .metrics
-        .webhooks_replayed
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let replayed = stack.metric(|m| &m.webhooks_replayed);
     assert_eq!(replayed, 3);
 }
 
@@ -335,12 +330,7 @@ async fn url_tokens_are_checked_before_the_upgrade() {
             .unwrap();
         assert_eq!(r.status().as_u16(), want, "{path}");
     }
-    let m = stack
-        .server
-        .app
-        .metrics
-        .media_rejected
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let m = stack.metric(|m| &m.media_rejected);
     assert_eq!(m, 4);
 }
 

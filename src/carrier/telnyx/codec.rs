@@ -16,7 +16,7 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{Value, json};
 
 use crate::audio::g711::{alaw_to_linear, linear_to_ulaw};
-use crate::carrier::wire::{parse_digit, unknown_event};
+use crate::carrier::wire::{inbound_media_payload, parse_digit, str_field, unknown_event};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -44,13 +44,6 @@ pub struct TelnyxCodec {
     held: BTreeMap<u64, Bytes>,
     /// Media frames that arrived out of order (held or dropped as late).
     pub reordered: u64,
-}
-
-fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecError> {
-    v.get(name)
-        .ok_or(CodecError::MissingField(name))?
-        .as_str()
-        .ok_or(CodecError::InvalidField(name))
 }
 
 /// A counter Telnyx sends as a string (`"3"`), tolerated as a number too.
@@ -141,20 +134,9 @@ impl TelnyxCodec {
     }
 
     fn decode_media(&mut self, msg: &Value) -> Result<Option<MediaEvent>, CodecError> {
-        let media = msg.get("media").ok_or(CodecError::MissingField("media"))?;
-        match media.get("track") {
-            None => {}
-            Some(Value::String(t)) if t == "inbound" || t == "inbound_track" => {}
-            Some(Value::String(_)) => return Ok(None),
-            Some(_) => return Err(CodecError::InvalidField("track")),
-        }
-        let payload = str_field(media, "payload")?;
-        if payload.len() / 4 * 3 > MAX_FRAME_BYTES {
-            return Err(CodecError::TooLarge(payload.len() / 4 * 3));
-        }
-        let raw = STANDARD
-            .decode(payload)
-            .map_err(|_| CodecError::BadBase64)?;
+        let Some(raw) = inbound_media_payload(msg, MAX_FRAME_BYTES)? else {
+            return Ok(None);
+        };
         let audio = match self.inbound {
             Inbound::Pcmu => Bytes::from(raw),
             Inbound::Pcma => raw
@@ -163,7 +145,7 @@ impl TelnyxCodec {
                 .collect::<Vec<u8>>()
                 .into(),
         };
-        let Some(chunk) = counter(media.get("chunk")) else {
+        let Some(chunk) = counter(msg["media"].get("chunk")) else {
             // No ordering information: deliver as it comes.
             return Ok(Some(MediaEvent::Audio(audio)));
         };

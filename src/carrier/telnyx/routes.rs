@@ -28,7 +28,7 @@ use super::{self as tx, Config, StreamParams, TelnyxCodec, TelnyxRest, WebhookEn
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::outbound::{Outbound, Outcome, Phase, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, Refusal, TokenSource};
-use crate::carrier::registry::{BoxFuture, Route, RoutePath};
+use crate::carrier::registry::{BoxFuture, Route, RoutePath, hang_up_leg};
 use crate::carrier::routes::{header, unix_now};
 use crate::carrier::{Carrier, CarrierError, CarrierKind, public_request_url, public_ws_url};
 use crate::net::http::{Body, empty, read_body, text};
@@ -113,29 +113,15 @@ impl Carrier for TelnyxCarrier {
     }
 
     fn routes(self: Arc<Self>) -> Vec<Route> {
-        let me = self.clone();
         vec![
-            Route::new(
-                &[Method::POST],
-                RoutePath::Exact("/telnyx/webhook"),
-                move |h, r| webhook(me.clone(), h, r),
-            ),
-            Route::new(
-                &[Method::GET],
-                RoutePath::Prefix("/telnyx/media/"),
-                move |h, r| media(self.clone(), h, r),
-            ),
+            Route::to(&[Method::POST], RoutePath::Exact("/telnyx/webhook"), &self, webhook),
+            Route::to(&[Method::GET], RoutePath::Prefix("/telnyx/media/"), &self, media),
         ]
     }
 
     fn hang_up(&self, account: &str, leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
-        let rest = self.rest(account);
-        let id = leg_id.to_string();
-        Box::pin(async move {
-            match rest {
-                Some(r) => r.hang_up(&id).await,
-                None => Ok(()),
-            }
+        hang_up_leg(self.rest(account), leg_id, |r, id| async move {
+            r.hang_up(&id).await
         })
     }
 

@@ -20,7 +20,7 @@ use crate::carrier::outbound::{
     CallStatus, Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate,
 };
 use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
-use crate::carrier::registry::{BoxFuture, Route, RoutePath};
+use crate::carrier::registry::{BoxFuture, Route, RoutePath, hang_up_leg};
 use crate::carrier::routes::{Answer, answer_outbound, field_or_empty, header};
 use crate::carrier::{Carrier, CarrierError, CarrierKind};
 use crate::net::http::{Body, empty, read_body, text, xml};
@@ -67,40 +67,22 @@ impl Carrier for TwilioCarrier {
     }
 
     fn routes(self: Arc<Self>) -> Vec<Route> {
-        let me = self;
-        let (a, b, c) = (me.clone(), me.clone(), me.clone());
         vec![
-            Route::new(
-                &[Method::POST],
-                RoutePath::Exact("/twilio/voice"),
-                move |h, r| voice(a.clone(), h, r),
-            ),
-            Route::new(
-                &[Method::POST],
-                RoutePath::Exact("/twilio/status"),
-                move |h, r| status(b.clone(), h, r),
-            ),
-            Route::new(
+            Route::to(&[Method::POST], RoutePath::Exact("/twilio/voice"), &self, voice),
+            Route::to(&[Method::POST], RoutePath::Exact("/twilio/status"), &self, status),
+            Route::to(
                 &[Method::POST],
                 RoutePath::Exact("/twilio/outbound"),
-                move |h, r| outbound_answer(c.clone(), h, r),
+                &self,
+                outbound_answer,
             ),
-            Route::new(
-                &[Method::GET],
-                RoutePath::Exact("/twilio/media"),
-                move |h, r| media(me.clone(), h, r),
-            ),
+            Route::to(&[Method::GET], RoutePath::Exact("/twilio/media"), &self, media),
         ]
     }
 
     fn hang_up(&self, account: &str, leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
-        let rest = self.rest(account);
-        let id = leg_id.to_string();
-        Box::pin(async move {
-            match rest {
-                Some(r) => r.hang_up(&id).await,
-                None => Ok(()),
-            }
+        hang_up_leg(self.rest(account), leg_id, |r, id| async move {
+            r.hang_up(&id).await
         })
     }
 
