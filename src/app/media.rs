@@ -540,6 +540,11 @@ mod tests {
         (CappedReader::new(read, MAX_FRAME), client)
     }
 
+    /// A frame of a message (`fin` on its last).
+    fn part(fin: bool, opcode: OpCode, payload: Vec<u8>) -> Frame<'static> {
+        Frame::new(fin, opcode, None, Payload::Owned(payload))
+    }
+
     async fn next(r: &mut CappedReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>) -> Message {
         r.read_message(&mut |_f: Frame<'_>| async { Ok::<_, &'static str>(()) })
             .await
@@ -550,22 +555,12 @@ mod tests {
     async fn fragments_are_joined() {
         let (mut r, mut c) = pair().await;
         let w = tokio::spawn(async move {
-            c.write_frame(Frame::new(
-                false,
-                OpCode::Text,
-                None,
-                Payload::Owned(b"ab".to_vec()),
-            ))
-            .await
-            .expect("write");
-            c.write_frame(Frame::new(
-                true,
-                OpCode::Continuation,
-                None,
-                Payload::Owned(b"cd".to_vec()),
-            ))
-            .await
-            .expect("write");
+            c.write_frame(part(false, OpCode::Text, b"ab".to_vec()))
+                .await
+                .expect("write");
+            c.write_frame(part(true, OpCode::Continuation, b"cd".to_vec()))
+                .await
+                .expect("write");
             c
         });
         match next(&mut r).await {
@@ -586,32 +581,17 @@ mod tests {
         let (mut r, mut c) = pair().await;
         let w = tokio::spawn(async move {
             let chunk = vec![b'A'; 32 * 1024];
-            c.write_frame(Frame::new(
-                false,
-                OpCode::Text,
-                None,
-                Payload::Owned(chunk.clone()),
-            ))
-            .await
-            .expect("write");
-            for _ in 0..62 {
-                c.write_frame(Frame::new(
-                    false,
-                    OpCode::Continuation,
-                    None,
-                    Payload::Owned(chunk.clone()),
-                ))
+            c.write_frame(part(false, OpCode::Text, chunk.clone()))
                 .await
                 .expect("write");
+            for _ in 0..62 {
+                c.write_frame(part(false, OpCode::Continuation, chunk.clone()))
+                    .await
+                    .expect("write");
             }
-            c.write_frame(Frame::new(
-                true,
-                OpCode::Continuation,
-                None,
-                Payload::Owned(chunk),
-            ))
-            .await
-            .expect("write");
+            c.write_frame(part(true, OpCode::Continuation, chunk))
+                .await
+                .expect("write");
             c.write_frame(Frame::text(Payload::Owned(b"next".to_vec())))
                 .await
                 .expect("write");

@@ -180,6 +180,11 @@ impl<R> Accounts<R> {
         self.list.iter().find(|a| a.name == name)
     }
 
+    /// The REST client of the usable account `name`.
+    pub fn rest(&self, name: &str) -> Option<Arc<R>> {
+        self.get(name).map(|a| a.rest.clone())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }

@@ -81,6 +81,26 @@ impl Route {
     }
 }
 
+/// The [`Carrier`] methods a carrier answers from its `accounts` field (an
+/// [`Accounts`](super::account::Accounts)): whether any or a given account is usable, and the
+/// credential keys an account needs.
+macro_rules! account_methods {
+    () => {
+        fn is_configured(&self) -> bool {
+            !self.accounts.is_empty()
+        }
+
+        fn has_account(&self, account: &str) -> bool {
+            self.accounts.get(account).is_some()
+        }
+
+        fn required_keys(&self) -> Vec<&'static str> {
+            self.accounts.required.clone()
+        }
+    };
+}
+pub(crate) use account_methods;
+
 /// [`Carrier::hang_up`] through an account's REST client: `hang_up(rest, leg_id)`, or nothing
 /// when there is no such account.
 pub fn hang_up_leg<R, F, Fut>(

@@ -7,6 +7,27 @@ use serde_json::Value;
 
 use super::CodecError;
 
+/// A media frame's JSON object; a frame longer than `max_len` is refused unparsed.
+pub fn json_frame(frame: &str, max_len: usize) -> Result<Value, CodecError> {
+    if frame.len() > max_len {
+        return Err(CodecError::TooLarge(frame.len()));
+    }
+    let msg: Value = serde_json::from_str(frame).map_err(|e| CodecError::BadJson(e.to_string()))?;
+    if !msg.is_object() {
+        return Err(CodecError::BadJson("expected a JSON object".into()));
+    }
+    Ok(msg)
+}
+
+/// An object field of a media frame: missing or not an object is an error naming the field.
+pub fn object_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a Value, CodecError> {
+    let field = v.get(name).ok_or(CodecError::MissingField(name))?;
+    if !field.is_object() {
+        return Err(CodecError::InvalidField(name));
+    }
+    Ok(field)
+}
+
 /// A string field of a media frame: missing or not a string is an error naming the field.
 pub fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecError> {
     v.get(name)

@@ -274,6 +274,24 @@ impl Stack {
         which(&self.server.app.metrics).load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Waits for `call_sid` to finish with `reason` and for the carrier's leg to be hung up
+    /// through the REST API (its first request); returns the REST requests so far.
+    pub async fn ended_and_hung_up(
+        &self,
+        call_sid: &str,
+        reason: &str,
+    ) -> Vec<patterd_sim::twilio::rest::RecordedRequest> {
+        let rec = self.finished(call_sid).await;
+        assert_eq!(rec.ended_reason, reason);
+        let reqs = self
+            .rest
+            .wait_for_requests(1, WAIT)
+            .await
+            .expect("REST hang-up");
+        assert_eq!(reqs[0].call_sid(), Some(call_sid));
+        reqs
+    }
+
     pub async fn start(opts: Opts) -> Stack {
         let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
             api_key: DG_KEY.into(),

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::audio::g711::{linear_to_ulaw, ulaw_to_linear};
-use crate::carrier::wire::{inbound_media_payload, parse_digit, str_field, unknown_event};
+use crate::carrier::wire::{inbound_media_payload, json_frame, object_field, parse_digit, str_field, unknown_event};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -78,10 +78,7 @@ impl PlivoCodec {
     }
 
     fn decode_start(&mut self, msg: &Value) -> Result<MediaEvent, CodecError> {
-        let start = msg.get("start").ok_or(CodecError::MissingField("start"))?;
-        if !start.is_object() {
-            return Err(CodecError::InvalidField("start"));
-        }
+        let start = object_field(msg, "start")?;
         let call_id = str_field(start, "callId")?.trim().to_string();
         let stream_id = match start.get("streamId") {
             Some(_) => str_field(start, "streamId")?,
@@ -189,14 +186,7 @@ impl PlivoCodec {
 
 impl MediaCodec for PlivoCodec {
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        if frame.len() > MAX_FRAME_BYTES * 2 {
-            return Err(CodecError::TooLarge(frame.len()));
-        }
-        let msg: Value =
-            serde_json::from_str(frame).map_err(|e| CodecError::BadJson(e.to_string()))?;
-        if !msg.is_object() {
-            return Err(CodecError::BadJson("expected a JSON object".into()));
-        }
+        let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
         match str_field(&msg, "event")? {
             "start" => self.decode_start(&msg).map(Some),
             "media" => self.decode_media(&msg),

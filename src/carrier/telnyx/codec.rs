@@ -16,7 +16,7 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{Value, json};
 
 use crate::audio::g711::{alaw_to_linear, linear_to_ulaw};
-use crate::carrier::wire::{inbound_media_payload, parse_digit, str_field, unknown_event};
+use crate::carrier::wire::{inbound_media_payload, json_frame, object_field, parse_digit, str_field, unknown_event};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -66,10 +66,7 @@ impl TelnyxCodec {
     }
 
     fn decode_start(&mut self, msg: &Value) -> Result<MediaEvent, CodecError> {
-        let start = msg.get("start").ok_or(CodecError::MissingField("start"))?;
-        if !start.is_object() {
-            return Err(CodecError::InvalidField("start"));
-        }
+        let start = object_field(msg, "start")?;
         let call_id = str_field(start, "call_control_id")?.trim().to_string();
         if call_id.is_empty() {
             return Err(CodecError::InvalidField("call_control_id"));
@@ -196,14 +193,7 @@ impl TelnyxCodec {
 
 impl MediaCodec for TelnyxCodec {
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        if frame.len() > MAX_FRAME_BYTES * 2 {
-            return Err(CodecError::TooLarge(frame.len()));
-        }
-        let msg: Value =
-            serde_json::from_str(frame).map_err(|e| CodecError::BadJson(e.to_string()))?;
-        if !msg.is_object() {
-            return Err(CodecError::BadJson("expected a JSON object".into()));
-        }
+        let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
         match str_field(&msg, "event")? {
             "connected" => Ok(None),
             "start" => self.decode_start(&msg).map(Some),

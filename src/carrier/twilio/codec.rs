@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::carrier::wire::{inbound_media_payload, parse_digit, str_field, unknown_event};
+use crate::carrier::wire::{inbound_media_payload, json_frame, object_field, parse_digit, str_field, unknown_event};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -30,10 +30,7 @@ impl TwilioCodec {
     }
 
     fn decode_start(&mut self, msg: &Value) -> Result<MediaEvent, CodecError> {
-        let start = msg.get("start").ok_or(CodecError::MissingField("start"))?;
-        if !start.is_object() {
-            return Err(CodecError::InvalidField("start"));
-        }
+        let start = object_field(msg, "start")?;
         let call_id = str_field(start, "callSid")?.to_string();
         let stream_id = match start.get("streamSid") {
             Some(_) => str_field(start, "streamSid")?,
@@ -94,14 +91,7 @@ fn decode_dtmf(msg: &Value) -> Result<MediaEvent, CodecError> {
 
 impl MediaCodec for TwilioCodec {
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        if frame.len() > MAX_FRAME_BYTES * 2 {
-            return Err(CodecError::TooLarge(frame.len()));
-        }
-        let msg: Value =
-            serde_json::from_str(frame).map_err(|e| CodecError::BadJson(e.to_string()))?;
-        if !msg.is_object() {
-            return Err(CodecError::BadJson("expected a JSON object".into()));
-        }
+        let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
         let event = str_field(&msg, "event")?;
         match event {
             "connected" => Ok(None),

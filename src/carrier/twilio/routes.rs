@@ -20,7 +20,7 @@ use crate::carrier::outbound::{
     CallStatus, Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate,
 };
 use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
-use crate::carrier::registry::{BoxFuture, Route, RoutePath, hang_up_leg};
+use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, hang_up_leg};
 use crate::carrier::routes::{Answer, answer_outbound, field_or_empty, header};
 use crate::carrier::{Carrier, CarrierError, CarrierKind};
 use crate::net::http::{Body, empty, read_body, text, xml};
@@ -43,28 +43,12 @@ pub fn build(configs: Vec<(String, Config)>) -> Arc<dyn Carrier> {
     })
 }
 
-impl TwilioCarrier {
-    fn rest(&self, account: &str) -> Option<Arc<TwilioRest>> {
-        self.accounts.get(account).map(|a| a.rest.clone())
-    }
-}
-
 impl Carrier for TwilioCarrier {
     fn kind(&self) -> CarrierKind {
         CarrierKind::Twilio
     }
 
-    fn is_configured(&self) -> bool {
-        !self.accounts.is_empty()
-    }
-
-    fn has_account(&self, account: &str) -> bool {
-        self.accounts.get(account).is_some()
-    }
-
-    fn required_keys(&self) -> Vec<&'static str> {
-        self.accounts.required.clone()
-    }
+    account_methods!();
 
     fn routes(self: Arc<Self>) -> Vec<Route> {
         vec![
@@ -81,13 +65,13 @@ impl Carrier for TwilioCarrier {
     }
 
     fn hang_up(&self, account: &str, leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
-        hang_up_leg(self.rest(account), leg_id, |r, id| async move {
+        hang_up_leg(self.accounts.rest(account), leg_id, |r, id| async move {
             r.hang_up(&id).await
         })
     }
 
     fn place_call(&self, account: &str, p: PlaceCall) -> BoxFuture<Result<String, PlaceError>> {
-        let rest = self.rest(account);
+        let rest = self.accounts.rest(account);
         let account = account.to_string();
         Box::pin(async move {
             let rest = rest.ok_or(PlaceError::Unconfigured {
@@ -125,7 +109,7 @@ impl Carrier for TwilioCarrier {
         call_id: &str,
         _outbound: &Outbound,
     ) -> BoxFuture<Result<(), CarrierError>> {
-        let rest = self.rest(account);
+        let rest = self.accounts.rest(account);
         let id = call_id.to_string();
         Box::pin(async move {
             match rest {
