@@ -101,22 +101,22 @@ macro_rules! account_methods {
 }
 pub(crate) use account_methods;
 
-/// [`Carrier::hang_up`] through an account's REST client: `hang_up(rest, leg_id)`, or nothing
-/// when there is no such account.
-pub fn hang_up_leg<R, F, Fut>(
+/// A call operation ([`Carrier::hang_up`], [`Carrier::cancel`]) through an account's REST
+/// client: `op(rest, call_id)`, or nothing when there is no such account.
+pub fn through_rest<R, F, Fut>(
     rest: Option<Arc<R>>,
-    leg_id: &str,
-    hang_up: F,
+    call_id: &str,
+    op: F,
 ) -> BoxFuture<Result<(), CarrierError>>
 where
     R: Send + Sync + 'static,
     F: FnOnce(Arc<R>, String) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), CarrierError>> + Send + 'static,
 {
-    let id = leg_id.to_string();
+    let id = call_id.to_string();
     Box::pin(async move {
         match rest {
-            Some(r) => hang_up(r, id).await,
+            Some(r) => op(r, id).await,
             None => Ok(()),
         }
     })

@@ -28,7 +28,7 @@ use super::{self as tx, Config, StreamParams, TelnyxCodec, TelnyxRest, WebhookEn
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::outbound::{Outbound, Outcome, Phase, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, Refusal, TokenSource};
-use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, hang_up_leg};
+use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::routes::{header, unix_now};
 use crate::carrier::{Carrier, CarrierError, CarrierKind, public_request_url, public_ws_url};
 use crate::net::http::{Body, empty, read_body, text};
@@ -106,7 +106,7 @@ impl Carrier for TelnyxCarrier {
     }
 
     fn hang_up(&self, account: &str, leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
-        hang_up_leg(self.accounts.rest(account), leg_id, |r, id| async move {
+        through_rest(self.accounts.rest(account), leg_id, |r, id| async move {
             r.hang_up(&id).await
         })
     }

@@ -20,7 +20,7 @@ use crate::carrier::outbound::{
     CallStatus, Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate,
 };
 use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
-use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, hang_up_leg};
+use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::routes::{Answer, answer_outbound, field_or_empty, header};
 use crate::carrier::{Carrier, CarrierError, CarrierKind};
 use crate::net::http::{Body, empty, read_body, text, xml};
@@ -65,7 +65,7 @@ impl Carrier for TwilioCarrier {
     }
 
     fn hang_up(&self, account: &str, leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
-        hang_up_leg(self.accounts.rest(account), leg_id, |r, id| async move {
+        through_rest(self.accounts.rest(account), leg_id, |r, id| async move {
             r.hang_up(&id).await
         })
     }
@@ -109,16 +109,10 @@ impl Carrier for TwilioCarrier {
         call_id: &str,
         _outbound: &Outbound,
     ) -> BoxFuture<Result<(), CarrierError>> {
-        let rest = self.accounts.rest(account);
-        let id = call_id.to_string();
-        Box::pin(async move {
-            match rest {
-                Some(r) => r
-                    .update_call(&id, &[("Status", "canceled")])
-                    .await
-                    .map(|_| ()),
-                None => Ok(()),
-            }
+        through_rest(self.accounts.rest(account), call_id, |r, id| async move {
+            r.update_call(&id, &[("Status", "canceled")])
+                .await
+                .map(|_| ())
         })
     }
 }
