@@ -16,6 +16,22 @@ fn load(path: Option<&Path>) -> Result<config::LoadedConfig, String> {
     config::load(path).map_err(|e| e.to_string())
 }
 
+/// The multi-threaded async runtime (`worker_threads` threads, else one a core), or `None`
+/// after saying why it cannot start.
+fn runtime(worker_threads: Option<usize>) -> Option<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = worker_threads {
+        builder.worker_threads(n);
+    }
+    match builder.enable_all().build() {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            None
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
@@ -71,16 +87,8 @@ fn main() -> ExitCode {
                     .map(|l| l.config.server.api_token.expose().to_string())
                     .unwrap_or_default()
             });
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::from(1);
-                }
+            let Some(runtime) = runtime(Some(2)) else {
+                return ExitCode::from(1);
             };
             match runtime.block_on(patterd::mcp::stdio::run(&base, &token)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -99,15 +107,8 @@ fn main() -> ExitCode {
                 }
             };
             patterd::logging::init(&loaded.config.log);
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::from(1);
-                }
+            let Some(runtime) = runtime(None) else {
+                return ExitCode::from(1);
             };
             let code = runtime.block_on(patterd::server::run(loaded));
             runtime.shutdown_timeout(std::time::Duration::from_millis(500));

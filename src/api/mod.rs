@@ -287,6 +287,19 @@ async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
 mod tests {
     use super::*;
 
+    /// An `App` with one Twilio account and its data in a fresh temporary directory (kept
+    /// alive by the returned guard).
+    fn test_app() -> (tempfile::TempDir, std::sync::Arc<App>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "[server]\ndata_dir = {:?}\n\n[carriers.tw]\nkind = \"twilio\"\n",
+            dir.path().display().to_string()
+        );
+        let loaded = crate::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
+        let app = App::new(loaded.config).expect("app");
+        (dir, app)
+    }
+
     #[test]
     fn since_never_panics_or_overflows() {
         let now = 1_700_000_000_000;
@@ -313,13 +326,7 @@ mod tests {
 
     #[tokio::test]
     async fn since_that_is_not_a_time_is_a_400() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let text = format!(
-            "[server]\ndata_dir = {:?}\n\n[carriers.tw]\nkind = \"twilio\"\n",
-            dir.path().display().to_string()
-        );
-        let loaded = crate::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
-        let app = App::new(loaded.config).expect("app");
+        let (_dir, app) = test_app();
         for q in ["since=%E2%82%AC", "since=9223372036854775807d", "since=-3m"] {
             let e = dispatch(&app, &Method::GET, "/calls", q, None)
                 .await
@@ -331,13 +338,7 @@ mod tests {
 
     #[tokio::test]
     async fn percent_encoded_call_ids_are_decoded() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let text = format!(
-            "[server]\ndata_dir = {:?}\n\n[carriers.tw]\nkind = \"twilio\"\n",
-            dir.path().display().to_string()
-        );
-        let loaded = crate::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
-        let app = App::new(loaded.config).expect("app");
+        let (_dir, app) = test_app();
         let id = "v3:abc_DEF-1";
         app.store
             .tx
@@ -367,13 +368,7 @@ mod tests {
     /// The API runs against an `App` built from a configuration, without any listener.
     #[tokio::test]
     async fn operations_run_without_the_listener() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let text = format!(
-            "[server]\ndata_dir = {:?}\n\n[carriers.tw]\nkind = \"twilio\"\n",
-            dir.path().display().to_string()
-        );
-        let loaded = crate::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
-        let app = App::new(loaded.config).expect("app");
+        let (_dir, app) = test_app();
         let (status, v) = dispatch(&app, &Method::GET, "/calls", "", None)
             .await
             .expect("list calls");

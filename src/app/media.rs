@@ -16,7 +16,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fastwebsockets::{Frame, OpCode, Payload, WebSocket, WebSocketError, WebSocketRead};
+use fastwebsockets::{
+    Frame, OpCode, Payload, WebSocket, WebSocketError, WebSocketRead, WebSocketWrite,
+};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
@@ -133,13 +135,7 @@ pub async fn serve(
     // 1. Wait for `start`.
     let start = tokio::time::timeout(START_TIMEOUT, async {
         loop {
-            let frame = read
-                .read_message(&mut |f: Frame<'_>| {
-                    let tx = obligated_tx.clone();
-                    let owned = own(f);
-                    async move { tx.send(owned).await.map_err(|_| "writer gone") }
-                })
-                .await;
+            let frame = read.read_message_owing(&obligated_tx).await;
             match frame {
                 Err(_) => return None,
                 Ok(f) => match decode(codec.as_mut(), f) {
@@ -166,9 +162,7 @@ pub async fn serve(
     let Some(start) = start else {
         Metrics::inc(&app.metrics.media_rejected);
         app.log_limited("media socket closed before a valid start frame");
-        let _ = write
-            .write_frame(Frame::close(CLOSE_POLICY, b"expected start"))
-            .await;
+        close_policy(&mut write, b"expected start").await;
         return;
     };
 
@@ -193,17 +187,13 @@ pub async fn serve(
         if let Some(suppressed) = app.peer_warnings.allow() {
             warn!(parent: &span, error = %e, suppressed, "media socket refused");
         }
-        let _ = write
-            .write_frame(Frame::close(CLOSE_POLICY, b"invalid media token"))
-            .await;
+        close_policy(&mut write, b"invalid media token").await;
         return;
     }
     let Some(handle) = app.calls.get(&call_id) else {
         Metrics::inc(&app.metrics.media_rejected);
         warn!(parent: &span, "media socket for a call that is not live");
-        let _ = write
-            .write_frame(Frame::close(CLOSE_POLICY, b"unknown call"))
-            .await;
+        close_policy(&mut write, b"unknown call").await;
         return;
     };
 
@@ -219,9 +209,7 @@ pub async fn serve(
         commands: cmd_tx,
     };
     if handle.attach(attach).is_err() {
-        let _ = write
-            .write_frame(Frame::close(CLOSE_POLICY, b"call ended"))
-            .await;
+        close_policy(&mut write, b"call ended").await;
         return;
     }
 
@@ -237,13 +225,7 @@ pub async fn serve(
     let reader = tokio::spawn(
         async move {
             loop {
-                let frame = read
-                    .read_message(&mut |f: Frame<'_>| {
-                        let tx = obligated_tx.clone();
-                        let owned = own(f);
-                        async move { tx.send(owned).await.map_err(|_| "writer gone") }
-                    })
-                    .await;
+                let frame = read.read_message_owing(&obligated_tx).await;
                 let frame = match frame {
                     Ok(f) => f,
                     Err(WebSocketError::ConnectionClosed) => return,
@@ -400,6 +382,20 @@ impl<S: tokio::io::AsyncRead + Unpin> CappedReader<S> {
         self.partial.as_ref().map_or(0, |(_, b, _)| b.len())
     }
 
+    /// [`Self::read_message`], the frames the protocol obliges us to send (pong, close echo)
+    /// queued on `owed` for whoever holds the writer.
+    pub async fn read_message_owing(
+        &mut self,
+        owed: &mpsc::Sender<Frame<'static>>,
+    ) -> Result<Message, WebSocketError> {
+        self.read_message(&mut |f: Frame<'_>| {
+            let tx = owed.clone();
+            let owned = own(f);
+            async move { tx.send(owned).await.map_err(|_| "writer gone") }
+        })
+        .await
+    }
+
     /// The next whole message (or control frame); `send_fn` gets the frames the protocol
     /// obliges us to send (pong, close echo).
     pub async fn read_message<R, E>(
@@ -493,6 +489,14 @@ fn decode(codec: &mut dyn MediaCodec, message: Message) -> Decoded {
     }
 }
 
+/// Closes the socket with a policy-violation close (the socket is refused or done).
+async fn close_policy<S: tokio::io::AsyncWrite + Unpin>(
+    write: &mut WebSocketWrite<S>,
+    reason: &'static [u8],
+) {
+    let _ = write.write_frame(Frame::close(CLOSE_POLICY, reason)).await;
+}
+
 fn own(f: Frame<'_>) -> Frame<'static> {
     Frame::new(true, f.opcode, None, Payload::Owned(f.payload.to_vec()))
 }
@@ -536,6 +540,11 @@ mod tests {
         (CappedReader::new(read, MAX_FRAME), client)
     }
 
+    /// A frame of a message (`fin` on its last).
+    fn part(fin: bool, opcode: OpCode, payload: Vec<u8>) -> Frame<'static> {
+        Frame::new(fin, opcode, None, Payload::Owned(payload))
+    }
+
     async fn next(r: &mut CappedReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>) -> Message {
         r.read_message(&mut |_f: Frame<'_>| async { Ok::<_, &'static str>(()) })
             .await
@@ -546,22 +555,12 @@ mod tests {
     async fn fragments_are_joined() {
         let (mut r, mut c) = pair().await;
         let w = tokio::spawn(async move {
-            c.write_frame(Frame::new(
-                false,
-                OpCode::Text,
-                None,
-                Payload::Owned(b"ab".to_vec()),
-            ))
-            .await
-            .expect("write");
-            c.write_frame(Frame::new(
-                true,
-                OpCode::Continuation,
-                None,
-                Payload::Owned(b"cd".to_vec()),
-            ))
-            .await
-            .expect("write");
+            c.write_frame(part(false, OpCode::Text, b"ab".to_vec()))
+                .await
+                .expect("write");
+            c.write_frame(part(true, OpCode::Continuation, b"cd".to_vec()))
+                .await
+                .expect("write");
             c
         });
         match next(&mut r).await {
@@ -582,32 +581,17 @@ mod tests {
         let (mut r, mut c) = pair().await;
         let w = tokio::spawn(async move {
             let chunk = vec![b'A'; 32 * 1024];
-            c.write_frame(Frame::new(
-                false,
-                OpCode::Text,
-                None,
-                Payload::Owned(chunk.clone()),
-            ))
-            .await
-            .expect("write");
-            for _ in 0..62 {
-                c.write_frame(Frame::new(
-                    false,
-                    OpCode::Continuation,
-                    None,
-                    Payload::Owned(chunk.clone()),
-                ))
+            c.write_frame(part(false, OpCode::Text, chunk.clone()))
                 .await
                 .expect("write");
+            for _ in 0..62 {
+                c.write_frame(part(false, OpCode::Continuation, chunk.clone()))
+                    .await
+                    .expect("write");
             }
-            c.write_frame(Frame::new(
-                true,
-                OpCode::Continuation,
-                None,
-                Payload::Owned(chunk),
-            ))
-            .await
-            .expect("write");
+            c.write_frame(part(true, OpCode::Continuation, chunk))
+                .await
+                .expect("write");
             c.write_frame(Frame::text(Payload::Owned(b"next".to_vec())))
                 .await
                 .expect("write");

@@ -467,6 +467,22 @@ mod tests {
         }
     }
 
+    /// A `Speech` with one `Say` queued for each `(text, audio chunk sizes, synthesis done)`,
+    /// entries in order from 0, and their synthesized audio taken in.
+    async fn says(utts: &[(&str, &[usize], bool)]) -> Speech {
+        let mut s = Speech::new();
+        for (entry, (text, audio, done)) in utts.iter().enumerate() {
+            s.push(
+                UttKind::Say,
+                (*text).into(),
+                entry,
+                Some(stream(audio, *done)),
+            );
+        }
+        drain(&mut s).await;
+        s
+    }
+
     fn audio_frames(p: &Pumped) -> usize {
         p.commands
             .iter()
@@ -525,10 +541,7 @@ mod tests {
 
     #[tokio::test]
     async fn clear_settles_unacknowledged_marks_as_unheard() {
-        let mut s = Speech::new();
-        s.push(UttKind::Say, "one".into(), 0, Some(stream(&[160], true)));
-        s.push(UttKind::Say, "two".into(), 1, Some(stream(&[320], false)));
-        drain(&mut s).await;
+        let mut s = says(&[("one", &[160], true), ("two", &[320], false)]).await;
         let t0 = Instant::now();
         let p = s.pump(t0);
         assert_eq!(audio_frames(&p), 3);
@@ -545,11 +558,12 @@ mod tests {
 
     #[tokio::test]
     async fn pause_keeps_unconfirmed_audio_and_resume_resends_it() {
-        let mut s = Speech::new();
-        s.push(UttKind::Say, "one".into(), 0, Some(stream(&[320], true)));
-        s.push(UttKind::Say, "two".into(), 1, Some(stream(&[320], true)));
-        s.push(UttKind::Say, "three".into(), 2, Some(stream(&[480], false)));
-        drain(&mut s).await;
+        let mut s = says(&[
+            ("one", &[320], true),
+            ("two", &[320], true),
+            ("three", &[480], false),
+        ])
+        .await;
         let t0 = Instant::now();
         let p = s.pump(t0);
         // one (2 frames) + mark, two (2 frames) + mark, three (3 frames, synthesis still open).

@@ -291,6 +291,26 @@ impl Endpointer {
 mod tests {
     use super::*;
 
+    /// The caller speaks from `t0` until `end_ms`, then the STT's final `text`
+    /// (`speech_final` as given) arrives at `final_ms`.
+    fn spoke(
+        e: &mut Endpointer,
+        t0: Instant,
+        end_ms: u64,
+        text: &str,
+        speech_final: bool,
+        final_ms: u64,
+    ) {
+        e.on_speech_start(t0);
+        e.on_speech_end(t0 + Duration::from_millis(end_ms));
+        e.on_final(
+            text,
+            speech_final,
+            false,
+            t0 + Duration::from_millis(final_ms),
+        );
+    }
+
     fn bc() -> Words {
         Words::new(&crate::config::schema::default_backchannel_words())
     }
@@ -324,14 +344,7 @@ mod tests {
     fn commits_on_speech_final_after_min_silence() {
         let t0 = Instant::now();
         let mut e = Endpointer::new(300, 3000);
-        e.on_speech_start(t0);
-        e.on_speech_end(t0 + Duration::from_millis(1000));
-        e.on_final(
-            "book a table",
-            true,
-            false,
-            t0 + Duration::from_millis(1100),
-        );
+        spoke(&mut e, t0, 1000, "book a table", true, 1100);
         assert_eq!(
             e.decide(t0 + Duration::from_millis(1100)),
             Decision::Wait(Some(t0 + Duration::from_millis(1300)))
@@ -351,14 +364,7 @@ mod tests {
         let t0 = Instant::now();
         // Deepgram waited 300 ms of silence; our detector saw the speech end later.
         let mut e = Endpointer::new(300, 3000).with_stt_endpointing(300);
-        e.on_speech_start(t0);
-        e.on_speech_end(t0 + Duration::from_millis(1150));
-        e.on_final(
-            "book a table",
-            true,
-            false,
-            t0 + Duration::from_millis(1300),
-        );
+        spoke(&mut e, t0, 1150, "book a table", true, 1300);
         match e.decide(t0 + Duration::from_millis(1300)) {
             Decision::Commit { reason, .. } => assert_eq!(reason, TurnEnd::SpeechFinal),
             d => panic!("{d:?}"),
@@ -373,28 +379,14 @@ mod tests {
         ));
         // A short provider endpointing does not lift the floor.
         let mut e = Endpointer::new(300, 3000).with_stt_endpointing(10);
-        e.on_speech_start(t0);
-        e.on_speech_end(t0 + Duration::from_millis(1000));
-        e.on_final(
-            "book a table",
-            true,
-            false,
-            t0 + Duration::from_millis(1020),
-        );
+        spoke(&mut e, t0, 1000, "book a table", true, 1020);
         assert!(matches!(
             e.decide(t0 + Duration::from_millis(1020)),
             Decision::Wait(Some(_))
         ));
         // Nor does it count for an utterance end, which proves no particular silence.
         let mut e = Endpointer::new(300, 3000).with_stt_endpointing(300);
-        e.on_speech_start(t0);
-        e.on_speech_end(t0 + Duration::from_millis(1000));
-        e.on_final(
-            "book a table",
-            false,
-            false,
-            t0 + Duration::from_millis(1010),
-        );
+        spoke(&mut e, t0, 1000, "book a table", false, 1010);
         e.on_utterance_end();
         assert!(matches!(
             e.decide(t0 + Duration::from_millis(1050)),

@@ -107,6 +107,31 @@ pub trait AccountConfig: Send + Sync {
     }
 }
 
+/// The names of the credentials whose value is empty, from `(name, is_empty)` pairs in the
+/// order they are reported (for [`AccountConfig::missing_credentials`]).
+pub fn missing_credentials(credentials: &[(&'static str, bool)]) -> Vec<&'static str> {
+    credentials
+        .iter()
+        .filter(|(_, empty)| *empty)
+        .map(|(name, _)| *name)
+        .collect()
+}
+
+/// The API-root methods of an [`AccountConfig`] impl whose struct has an
+/// `api_base_url: Option<String>` field and whose carrier's public root is `$default`.
+macro_rules! account_api_base {
+    ($default:expr) => {
+        fn default_api_base(&self) -> &'static str {
+            $default
+        }
+
+        fn api_base_url(&self) -> Option<&str> {
+            self.api_base_url.as_deref()
+        }
+    };
+}
+pub(crate) use account_api_base;
+
 /// One usable account: its `[carriers.NAME]` name, the key that verifies its webhooks and
 /// its REST client.
 pub struct Account<R> {
@@ -153,6 +178,11 @@ impl<R> Accounts<R> {
 
     pub fn get(&self, name: &str) -> Option<&Account<R>> {
         self.list.iter().find(|a| a.name == name)
+    }
+
+    /// The REST client of the usable account `name`.
+    pub fn rest(&self, name: &str) -> Option<Arc<R>> {
+        self.get(name).map(|a| a.rest.clone())
     }
 
     pub fn is_empty(&self) -> bool {

@@ -62,6 +62,64 @@ impl Route {
             handler: Arc::new(move |host, req| Box::pin(f(host, req))),
         }
     }
+
+    /// A route whose handler is `f` called with (a clone of) `carrier`, then the host and the
+    /// request.
+    pub fn to<C, F, Fut>(
+        methods: &'static [Method],
+        path: RoutePath,
+        carrier: &Arc<C>,
+        f: F,
+    ) -> Self
+    where
+        C: Send + Sync + 'static,
+        F: Fn(Arc<C>, Arc<dyn Host>, Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<Body>> + Send + 'static,
+    {
+        let carrier = carrier.clone();
+        Self::new(methods, path, move |h, r| f(carrier.clone(), h, r))
+    }
+}
+
+/// The [`Carrier`] methods a carrier answers from its `accounts` field (an
+/// [`Accounts`](super::account::Accounts)): whether any or a given account is usable, and the
+/// credential keys an account needs.
+macro_rules! account_methods {
+    () => {
+        fn is_configured(&self) -> bool {
+            !self.accounts.is_empty()
+        }
+
+        fn has_account(&self, account: &str) -> bool {
+            self.accounts.get(account).is_some()
+        }
+
+        fn required_keys(&self) -> Vec<&'static str> {
+            self.accounts.required.clone()
+        }
+    };
+}
+pub(crate) use account_methods;
+
+/// A call operation ([`Carrier::hang_up`], [`Carrier::cancel`]) through an account's REST
+/// client: `op(rest, call_id)`, or nothing when there is no such account.
+pub fn through_rest<R, F, Fut>(
+    rest: Option<Arc<R>>,
+    call_id: &str,
+    op: F,
+) -> BoxFuture<Result<(), CarrierError>>
+where
+    R: Send + Sync + 'static,
+    F: FnOnce(Arc<R>, String) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), CarrierError>> + Send + 'static,
+{
+    let id = call_id.to_string();
+    Box::pin(async move {
+        match rest {
+            Some(r) => op(r, id).await,
+            None => Ok(()),
+        }
+    })
 }
 
 fn unsupported<T: Send + 'static>(

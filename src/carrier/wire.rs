@@ -1,7 +1,62 @@
 //! Small wire-format pieces several carriers share: XML escaping for answer documents, and
-//! the DTMF digit and unknown-event handling of media codecs.
+//! the string fields, inbound media payloads, DTMF digits and unknown events of media codecs.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::Value;
 
 use super::CodecError;
+
+/// A media frame's JSON object; a frame longer than `max_len` is refused unparsed.
+pub fn json_frame(frame: &str, max_len: usize) -> Result<Value, CodecError> {
+    if frame.len() > max_len {
+        return Err(CodecError::TooLarge(frame.len()));
+    }
+    let msg: Value = serde_json::from_str(frame).map_err(|e| CodecError::BadJson(e.to_string()))?;
+    if !msg.is_object() {
+        return Err(CodecError::BadJson("expected a JSON object".into()));
+    }
+    Ok(msg)
+}
+
+/// An object field of a media frame: missing or not an object is an error naming the field.
+pub fn object_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a Value, CodecError> {
+    let field = v.get(name).ok_or(CodecError::MissingField(name))?;
+    if !field.is_object() {
+        return Err(CodecError::InvalidField(name));
+    }
+    Ok(field)
+}
+
+/// A string field of a media frame: missing or not a string is an error naming the field.
+pub fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecError> {
+    v.get(name)
+        .ok_or(CodecError::MissingField(name))?
+        .as_str()
+        .ok_or(CodecError::InvalidField(name))
+}
+
+/// The decoded audio of a `media` frame's `media.payload` (base64), or `None` for another
+/// track than the caller's (outbound-track echoes, with `track="both_tracks"`, are not caller
+/// audio). A payload that would decode to more than `max_bytes` is refused before decoding.
+pub fn inbound_media_payload(msg: &Value, max_bytes: usize) -> Result<Option<Vec<u8>>, CodecError> {
+    let media = msg.get("media").ok_or(CodecError::MissingField("media"))?;
+    match media.get("track") {
+        None => {}
+        Some(Value::String(t)) if t == "inbound" || t == "inbound_track" => {}
+        Some(Value::String(_)) => return Ok(None),
+        Some(_) => return Err(CodecError::InvalidField("track")),
+    }
+    let payload = str_field(media, "payload")?;
+    // Base64 is 4/3 of the data; check before decoding so a huge payload costs nothing.
+    if payload.len() / 4 * 3 > max_bytes {
+        return Err(CodecError::TooLarge(payload.len() / 4 * 3));
+    }
+    STANDARD
+        .decode(payload)
+        .map(Some)
+        .map_err(|_| CodecError::BadBase64)
+}
 
 /// Escapes text for use in XML content or a double-quoted attribute.
 pub fn xml_escape(s: &str) -> String {

@@ -759,12 +759,7 @@ async fn malformed_frames_do_not_end_the_call(c: Carrier) {
     assert!(!sim.state().is_closed(), "{c:?}");
     sim.hang_up().await;
     stack.finished(&call_id).await;
-    let bad = stack
-        .server
-        .app
-        .metrics
-        .media_frames_bad
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let bad = stack.metric(|m| &m.media_frames_bad);
     assert_eq!(bad, expected_bad, "{c:?}");
 }
 
@@ -810,12 +805,7 @@ async fn a_replayed_telnyx_webhook_is_handled_once() {
     }
     // Admission (and so whether an answer is sent) is decided before each webhook is
     // answered: after three 200s, one call was accepted and only it spawned an answer.
-    let accepted = stack
-        .server
-        .app
-        .metrics
-        .calls_accepted
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let accepted = stack.metric(|m| &m.calls_accepted);
     assert_eq!(accepted, 1);
     assert_eq!(stack.server.app.calls.len(), 1);
     stack

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::common::fixtures::clip;
 use crate::common::*;
 use patterd::call::{CallRecord, Speaker};
-use patterd_sim::hermes::HermesReply;
+use patterd_sim::hermes::{HermesRecord, HermesReply};
 use patterd_sim::twilio::call::{SimCall, TimelineEvent};
 
 const S1: &str = "We are open every day from noon until ten.";
@@ -82,6 +82,27 @@ fn agent_reply(r: &CallRecord) -> Option<&patterd::call::TranscriptEntry> {
     r.transcript
         .iter()
         .find(|e| e.speaker == Speaker::Agent && e.text.starts_with("We are open"))
+}
+
+/// The caller says "no, I meant Tuesday" (the brain will answer "Tuesday it is."); returns the
+/// brain's record once that turn reached it (`what`) and the call's once the turn is stored.
+async fn says_tuesday(
+    stack: &Stack,
+    sid: &str,
+    sim: &SimCall,
+    what: &str,
+) -> (HermesRecord, CallRecord) {
+    stack.hermes.push(HermesReply::text("Tuesday it is."));
+    sim.push_audio(&clip("no_tuesday"));
+    let h = stack
+        .hermes
+        .wait_until(what, |r| r.requests.len() >= 2)
+        .await;
+    let r = wait_record(stack, sid, "the second turn", |r| {
+        r.events_of("llm_request").count() >= 2
+    })
+    .await;
+    (h, r)
 }
 
 /// Greeting, a caller turn, and the long reply playing; returns once its first sentence was
@@ -391,20 +412,11 @@ fn nth_event(r: &CallRecord, kind: &str, n: usize) -> Option<usize> {
 async fn without_barge_in_the_callers_turn_waits_for_the_agent_to_finish() {
     let stack = stack(&TUESDAY, "barge_in = false\nidle_nudge_after_s = 0").await;
     let (sid, sim) = into_reply(&stack).await;
-    stack.hermes.push(HermesReply::text("Tuesday it is."));
-    sim.push_audio(&clip("no_tuesday"));
-    let h = stack
-        .hermes
-        .wait_until("the held turn reaches the brain", |r| r.requests.len() >= 2)
-        .await;
+    let (h, r) = says_tuesday(&stack, &sid, &sim, "the held turn reaches the brain").await;
     let (role, content) = h.requests[1].messages().last().cloned().expect("message");
     assert_eq!(role, "user");
     // Nothing was cut, so there is nothing to tell the brain about.
     assert_eq!(content, "no, I meant Tuesday");
-    let r = wait_record(&stack, &sid, "the second turn", |r| {
-        r.events_of("llm_request").count() >= 2
-    })
-    .await;
     let entry = agent_reply(&r).expect("reply entry");
     assert!(!entry.interrupted, "{entry:?}");
     assert_eq!(entry.heard_text, reply(), "the whole reply was heard");
@@ -466,16 +478,7 @@ async fn an_uninterruptible_greeting_plays_through_but_a_later_reply_is_cut() {
     })
     .await
     .expect("reply plays");
-    stack.hermes.push(HermesReply::text("Tuesday it is."));
-    sim.push_audio(&clip("no_tuesday"));
-    stack
-        .hermes
-        .wait_until("the interrupting turn", |r| r.requests.len() >= 2)
-        .await;
-    let r = wait_record(&stack, &sid, "the second turn", |r| {
-        r.events_of("llm_request").count() >= 2
-    })
-    .await;
+    let (_, r) = says_tuesday(&stack, &sid, &sim, "the interrupting turn").await;
     let g = r
         .transcript
         .iter()
@@ -513,16 +516,7 @@ async fn interrupted_history(llm: &str) -> (Vec<(String, String)>, String) {
     })
     .await;
     let (sid, sim) = into_reply(&stack).await;
-    stack.hermes.push(HermesReply::text("Tuesday it is."));
-    sim.push_audio(&clip("no_tuesday"));
-    let h = stack
-        .hermes
-        .wait_until("the interrupting turn", |r| r.requests.len() >= 2)
-        .await;
-    let r = wait_record(&stack, &sid, "the second turn", |r| {
-        r.events_of("llm_request").count() >= 2
-    })
-    .await;
+    let (h, r) = says_tuesday(&stack, &sid, &sim, "the interrupting turn").await;
     let entry = agent_reply(&r).expect("reply entry");
     assert!(entry.interrupted, "{entry:?}");
     assert!(!entry.heard_text.is_empty(), "a sentence was heard first");

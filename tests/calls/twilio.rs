@@ -128,6 +128,11 @@ async fn brain_failure_is_apologised_for(reply: Option<HermesReply>, llm_base_ur
     assert_eq!(rec.events_of("llm_error").count(), 1);
 }
 
+/// [`brain_failure_is_apologised_for`] a reply stream that is only `step`.
+async fn brain_stream_fails_with(step: HermesStep) {
+    brain_failure_is_apologised_for(Some(HermesReply::Stream(vec![step])), None).await;
+}
+
 #[tokio::test]
 async fn hermes_500_speaks_the_error_message() {
     brain_failure_is_apologised_for(Some(HermesReply::http(500, "boom: internal error")), None)
@@ -136,24 +141,15 @@ async fn hermes_500_speaks_the_error_message() {
 
 #[tokio::test]
 async fn hermes_error_finish_speaks_the_error_message_not_the_error() {
-    brain_failure_is_apologised_for(
-        Some(HermesReply::Stream(vec![HermesStep::FinishError(
-            "boom: the model provider failed".into(),
-        )])),
-        None,
-    )
+    brain_stream_fails_with(HermesStep::FinishError(
+        "boom: the model provider failed".into(),
+    ))
     .await;
 }
 
 #[tokio::test]
 async fn hermes_in_stream_error_speaks_the_error_message() {
-    brain_failure_is_apologised_for(
-        Some(HermesReply::Stream(vec![HermesStep::StreamError(
-            "boom".into(),
-        )])),
-        None,
-    )
-    .await;
+    brain_stream_fails_with(HermesStep::StreamError("boom".into())).await;
 }
 
 #[tokio::test]
@@ -176,15 +172,10 @@ async fn a_flood_of_garbage_ends_that_call_only() {
     }
     let close = bad.wait_closed(WAIT).await.expect("garbage call closed");
     assert_eq!(close.code, Some(1008));
-    let rec = stack.finished(&bad_sid).await;
-    assert_eq!(rec.ended_reason, "media stream closed");
     // The carrier's leg of the broken call is hung up too, through its REST API.
-    let reqs = stack
-        .rest
-        .wait_for_requests(1, WAIT)
-        .await
-        .expect("REST hang-up");
-    assert_eq!(reqs[0].call_sid(), Some(bad_sid.as_str()));
+    stack
+        .ended_and_hung_up(&bad_sid, "media stream closed")
+        .await;
     // The other call carries on.
     good.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
         .await
@@ -246,14 +237,9 @@ async fn a_call_ends_at_its_maximum_duration() {
     let (call_sid, sim) = stack.call().await;
     let close = sim.wait_closed(WAIT).await.expect("closed by patterd");
     assert_eq!(close.code, Some(1000));
-    let rec = stack.finished(&call_sid).await;
-    assert_eq!(rec.ended_reason, "maximum call duration reached");
-    let reqs = stack
-        .rest
-        .wait_for_requests(1, WAIT)
-        .await
-        .expect("REST hang-up");
-    assert_eq!(reqs[0].call_sid(), Some(call_sid.as_str()));
+    stack
+        .ended_and_hung_up(&call_sid, "maximum call duration reached")
+        .await;
 }
 
 #[tokio::test]
@@ -264,14 +250,9 @@ async fn a_media_socket_that_drops_without_stop_gets_the_call_hung_up() {
         .await
         .unwrap();
     drop(sim); // the TCP connection goes away: no `stop`, no close frame
-    let rec = stack.finished(&call_sid).await;
-    assert_eq!(rec.ended_reason, "media stream closed");
     let reqs = stack
-        .rest
-        .wait_for_requests(1, WAIT)
-        .await
-        .expect("REST hang-up");
-    assert_eq!(reqs[0].call_sid(), Some(call_sid.as_str()));
+        .ended_and_hung_up(&call_sid, "media stream closed")
+        .await;
     assert!(
         reqs[0]
             .form()

@@ -223,22 +223,7 @@ api_key = "{HERMES_KEY}"
 model = "compat-model"
 first_token_timeout_s = 20
 
-[stt.deepgram]
-kind = "deepgram"
-api_key = "{DG_KEY}"
-base_url = "{dg}"
-
-[tts.elevenlabs]
-kind = "elevenlabs"
-api_key = "{EL_KEY}"
-voice_id = "voice123"
-base_url = "{el}"
-
-[carriers.twilio]
-kind = "twilio"
-account_sid = "{ACCOUNT_SID}"
-auth_token = "{AUTH_TOKEN}"
-api_base_url = "{rest}"
+{sim_sections}
 
 [agents.front-desk]
 system_prompt = "{SYSTEM_PROMPT}"
@@ -261,6 +246,14 @@ allowed_destinations = [{destinations}]
 {extra_numbers}
 "#,
         max_calls = opts.max_calls,
+        sim_sections = patterd_sim::config::SimSections {
+            deepgram: (dg, DG_KEY),
+            elevenlabs: (el, EL_KEY),
+            twilio_rest: rest,
+            account_sid: ACCOUNT_SID,
+            auth_token: AUTH_TOKEN,
+        }
+        .toml(),
         api_token = opts.api_token,
         max_concurrent = opts.outbound_max_concurrent,
         max_per_day = opts.outbound_max_per_day,
@@ -273,6 +266,32 @@ allowed_destinations = [{destinations}]
 }
 
 impl Stack {
+    /// The daemon's counter `which` picks from its metrics, now.
+    pub fn metric(
+        &self,
+        which: impl FnOnce(&patterd::app::Metrics) -> &std::sync::atomic::AtomicU64,
+    ) -> u64 {
+        which(&self.server.app.metrics).load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits for `call_sid` to finish with `reason` and for the carrier's leg to be hung up
+    /// through the REST API (its first request); returns the REST requests so far.
+    pub async fn ended_and_hung_up(
+        &self,
+        call_sid: &str,
+        reason: &str,
+    ) -> Vec<patterd_sim::twilio::rest::RecordedRequest> {
+        let rec = self.finished(call_sid).await;
+        assert_eq!(rec.ended_reason, reason);
+        let reqs = self
+            .rest
+            .wait_for_requests(1, WAIT)
+            .await
+            .expect("REST hang-up");
+        assert_eq!(reqs[0].call_sid(), Some(call_sid));
+        reqs
+    }
+
     pub async fn start(opts: Opts) -> Stack {
         let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
             api_key: DG_KEY.into(),

@@ -176,6 +176,22 @@ async fn live_call() -> (
     (stack, call_sid, params, answer, sim)
 }
 
+/// Posts a replayed voice webhook, whose TwiML must start no stream; returns the TwiML read
+/// and as sent.
+async fn replay_voice_webhook(
+    stack: &Stack,
+    params: &[(String, String)],
+) -> (patterd_sim::twilio::xml::TwimlAnswer, String) {
+    let replay = stack
+        .twilio
+        .post_form("/twilio/voice", params)
+        .await
+        .unwrap();
+    let r = parse_twiml(&replay.body).expect("TwiML");
+    assert!(r.stream_url.is_none(), "{}", replay.body);
+    (r, replay.body)
+}
+
 /// A captured voice webhook replayed while the call is live gets no second media token;
 /// replayed after the call ended, or for a call only in the store, it starts nothing.
 #[tokio::test]
@@ -183,26 +199,14 @@ async fn replayed_voice_webhooks_are_refused() {
     let (stack, call_sid, params, _answer, sim) = live_call().await;
 
     // Replayed while live: refused, no stream, no token.
-    let replay = stack
-        .twilio
-        .post_form("/twilio/voice", &params)
-        .await
-        .unwrap();
-    let r = parse_twiml(&replay.body).expect("TwiML");
-    assert!(r.stream_url.is_none(), "{}", replay.body);
-    assert!(!r.parameters.contains_key("token"), "{}", replay.body);
+    let (r, body) = replay_voice_webhook(&stack, &params).await;
+    assert!(!r.parameters.contains_key("token"), "{body}");
     assert!(!sim.state().is_closed());
     sim.hang_up().await;
     stack.finished(&call_sid).await;
 
     // Replayed after the call ended: no new call.
-    let replay = stack
-        .twilio
-        .post_form("/twilio/voice", &params)
-        .await
-        .unwrap();
-    let r = parse_twiml(&replay.body).expect("TwiML");
-    assert!(r.stream_url.is_none(), "{}", replay.body);
+    replay_voice_webhook(&stack, &params).await;
     assert!(stack.server.app.calls.get(&call_sid).is_none());
 
     // A call id known only to the store (a previous run): refused too.
@@ -224,20 +228,9 @@ async fn replayed_voice_webhooks_are_refused() {
         }));
     stack.server.app.store.tx.flush().await.unwrap();
     let params = voice_webhook_params(ACCOUNT_SID, &old, CALLER, OUR_NUMBER);
-    let replay = stack
-        .twilio
-        .post_form("/twilio/voice", &params)
-        .await
-        .unwrap();
-    let r = parse_twiml(&replay.body).expect("TwiML");
-    assert!(r.stream_url.is_none(), "{}", replay.body);
+    replay_voice_webhook(&stack, &params).await;
     assert!(stack.server.app.calls.get(&old).is_none());
-    let replayed = stack
-        .server
-        .app
-        .metrics
-        .webhooks_replayed
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let replayed = stack.metric(|m| &m.webhooks_replayed);
     assert_eq!(replayed, 3);
 }
 
@@ -335,12 +328,7 @@ async fn url_tokens_are_checked_before_the_upgrade() {
             .unwrap();
         assert_eq!(r.status().as_u16(), want, "{path}");
     }
-    let m = stack
-        .server
-        .app
-        .metrics
-        .media_rejected
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let m = stack.metric(|m| &m.media_rejected);
     assert_eq!(m, 4);
 }
 

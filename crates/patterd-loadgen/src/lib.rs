@@ -113,22 +113,7 @@ base_url = "{hermes}"
 api_key = "{HERMES_KEY}"
 model = "hermes-agent"
 
-[stt.deepgram]
-kind = "deepgram"
-api_key = "{DG_KEY}"
-base_url = "{dg}"
-
-[tts.elevenlabs]
-kind = "elevenlabs"
-api_key = "{EL_KEY}"
-voice_id = "voice123"
-base_url = "{el}"
-
-[carriers.twilio]
-kind = "twilio"
-account_sid = "{ACCOUNT_SID}"
-auth_token = "{AUTH_TOKEN}"
-api_base_url = "{rest}"
+{sim_sections}
 
 [agents.bench]
 system_prompt = "You are a benchmark agent."
@@ -143,6 +128,14 @@ carrier = "twilio"
 agent = "bench"
 "#,
         max_calls = calls + 16,
+        sim_sections = patterd_sim::config::SimSections {
+            deepgram: (dg, DG_KEY),
+            elevenlabs: (el, EL_KEY),
+            twilio_rest: rest,
+            account_sid: ACCOUNT_SID,
+            auth_token: AUTH_TOKEN,
+        }
+        .toml(),
         max_conns = (calls * 4).max(4096),
     )
 }

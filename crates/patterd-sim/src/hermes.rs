@@ -253,32 +253,22 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
             );
         }
     };
+    // A request read but refused (400): recorded as such, answered with the error.
+    let refuse = |mut rq: HermesRequest, message: &str, code: &str| {
+        rq.status = 400;
+        s.record.modify(|r| r.requests.push(rq));
+        http::json(400, &error_body(message, "invalid_request_error", code))
+    };
     rq.body = match serde_json::from_slice::<Value>(&body) {
         Ok(v) => v,
-        Err(_) => {
-            rq.status = 400;
-            s.record.modify(|r| r.requests.push(rq));
-            return http::json(
-                400,
-                &error_body(
-                    "Invalid JSON in request body",
-                    "invalid_request_error",
-                    "invalid_json",
-                ),
-            );
-        }
+        Err(_) => return refuse(rq, "Invalid JSON in request body", "invalid_json"),
     };
     let messages = rq.messages();
     if messages.is_empty() {
-        rq.status = 400;
-        s.record.modify(|r| r.requests.push(rq));
-        return http::json(
-            400,
-            &error_body(
-                "Missing or invalid 'messages' field",
-                "invalid_request_error",
-                "invalid_messages",
-            ),
+        return refuse(
+            rq,
+            "Missing or invalid 'messages' field",
+            "invalid_messages",
         );
     }
     let reply = s

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::audio::g711::{linear_to_ulaw, ulaw_to_linear};
-use crate::carrier::wire::{parse_digit, unknown_event};
+use crate::carrier::wire::{inbound_media_payload, json_frame, object_field, parse_digit, str_field, unknown_event};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -41,13 +41,6 @@ pub struct PlivoCodec {
     pending_sample: Option<i16>,
     /// Last outbound sample (interpolation when upsampling).
     last_out: i16,
-}
-
-fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecError> {
-    v.get(name)
-        .ok_or(CodecError::MissingField(name))?
-        .as_str()
-        .ok_or(CodecError::InvalidField(name))
 }
 
 /// `extra_headers`: a JSON object in a string, or `k=v` pairs separated by `;` or `,`.
@@ -85,10 +78,7 @@ impl PlivoCodec {
     }
 
     fn decode_start(&mut self, msg: &Value) -> Result<MediaEvent, CodecError> {
-        let start = msg.get("start").ok_or(CodecError::MissingField("start"))?;
-        if !start.is_object() {
-            return Err(CodecError::InvalidField("start"));
-        }
+        let start = object_field(msg, "start")?;
         let call_id = str_field(start, "callId")?.trim().to_string();
         let stream_id = match start.get("streamId") {
             Some(_) => str_field(start, "streamId")?,
@@ -180,20 +170,9 @@ impl PlivoCodec {
     }
 
     fn decode_media(&mut self, msg: &Value) -> Result<Option<MediaEvent>, CodecError> {
-        let media = msg.get("media").ok_or(CodecError::MissingField("media"))?;
-        match media.get("track") {
-            None => {}
-            Some(Value::String(t)) if t == "inbound" || t == "inbound_track" => {}
-            Some(Value::String(_)) => return Ok(None),
-            Some(_) => return Err(CodecError::InvalidField("track")),
-        }
-        let payload = str_field(media, "payload")?;
-        if payload.len() / 4 * 3 > MAX_FRAME_BYTES {
-            return Err(CodecError::TooLarge(payload.len() / 4 * 3));
-        }
-        let raw = STANDARD
-            .decode(payload)
-            .map_err(|_| CodecError::BadBase64)?;
+        let Some(raw) = inbound_media_payload(msg, MAX_FRAME_BYTES)? else {
+            return Ok(None);
+        };
         let audio = match self.format {
             PlivoFormat::Mulaw => raw,
             PlivoFormat::L16(rate) => self.l16_to_ulaw(&raw, rate),
@@ -207,14 +186,7 @@ impl PlivoCodec {
 
 impl MediaCodec for PlivoCodec {
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        if frame.len() > MAX_FRAME_BYTES * 2 {
-            return Err(CodecError::TooLarge(frame.len()));
-        }
-        let msg: Value =
-            serde_json::from_str(frame).map_err(|e| CodecError::BadJson(e.to_string()))?;
-        if !msg.is_object() {
-            return Err(CodecError::BadJson("expected a JSON object".into()));
-        }
+        let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
         match str_field(&msg, "event")? {
             "start" => self.decode_start(&msg).map(Some),
             "media" => self.decode_media(&msg),

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::rest::DEFAULT_API_BASE;
 use crate::carrier::AccountConfig;
+use crate::carrier::account::{account_api_base, missing_credentials};
 use crate::util::secret::Secret;
 
 /// `[carriers.NAME]` with `kind = "plivo"`.
@@ -21,22 +22,12 @@ pub struct Config {
 }
 
 impl AccountConfig for Config {
-    fn default_api_base(&self) -> &'static str {
-        DEFAULT_API_BASE
-    }
-
-    fn api_base_url(&self) -> Option<&str> {
-        self.api_base_url.as_deref()
-    }
+    account_api_base!(DEFAULT_API_BASE);
 
     fn missing_credentials(&self) -> Vec<&'static str> {
-        let mut missing = Vec::new();
-        if self.auth_id.is_empty() {
-            missing.push("auth_id");
-        }
-        if self.auth_token.is_empty() {
-            missing.push("auth_token");
-        }
-        missing
+        missing_credentials(&[
+            ("auth_id", self.auth_id.is_empty()),
+            ("auth_token", self.auth_token.is_empty()),
+        ])
     }
 }

@@ -16,7 +16,7 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{Value, json};
 
 use crate::audio::g711::{alaw_to_linear, linear_to_ulaw};
-use crate::carrier::wire::{parse_digit, unknown_event};
+use crate::carrier::wire::{inbound_media_payload, json_frame, object_field, parse_digit, str_field, unknown_event};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -46,13 +46,6 @@ pub struct TelnyxCodec {
     pub reordered: u64,
 }
 
-fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecError> {
-    v.get(name)
-        .ok_or(CodecError::MissingField(name))?
-        .as_str()
-        .ok_or(CodecError::InvalidField(name))
-}
-
 /// The largest `chunk` counter ordered by the jitter buffer (at 50 frames a second a real
 /// stream never gets near it); a larger one is delivered unordered, so the buffer's counter
 /// arithmetic cannot overflow on a hostile value.
@@ -79,10 +72,7 @@ impl TelnyxCodec {
     }
 
     fn decode_start(&mut self, msg: &Value) -> Result<MediaEvent, CodecError> {
-        let start = msg.get("start").ok_or(CodecError::MissingField("start"))?;
-        if !start.is_object() {
-            return Err(CodecError::InvalidField("start"));
-        }
+        let start = object_field(msg, "start")?;
         let call_id = str_field(start, "call_control_id")?.trim().to_string();
         if call_id.is_empty() {
             return Err(CodecError::InvalidField("call_control_id"));
@@ -147,20 +137,9 @@ impl TelnyxCodec {
     }
 
     fn decode_media(&mut self, msg: &Value) -> Result<Option<MediaEvent>, CodecError> {
-        let media = msg.get("media").ok_or(CodecError::MissingField("media"))?;
-        match media.get("track") {
-            None => {}
-            Some(Value::String(t)) if t == "inbound" || t == "inbound_track" => {}
-            Some(Value::String(_)) => return Ok(None),
-            Some(_) => return Err(CodecError::InvalidField("track")),
-        }
-        let payload = str_field(media, "payload")?;
-        if payload.len() / 4 * 3 > MAX_FRAME_BYTES {
-            return Err(CodecError::TooLarge(payload.len() / 4 * 3));
-        }
-        let raw = STANDARD
-            .decode(payload)
-            .map_err(|_| CodecError::BadBase64)?;
+        let Some(raw) = inbound_media_payload(msg, MAX_FRAME_BYTES)? else {
+            return Ok(None);
+        };
         let audio = match self.inbound {
             Inbound::Pcmu => Bytes::from(raw),
             Inbound::Pcma => raw
@@ -169,7 +148,7 @@ impl TelnyxCodec {
                 .collect::<Vec<u8>>()
                 .into(),
         };
-        let Some(chunk) = counter(media.get("chunk")) else {
+        let Some(chunk) = counter(msg["media"].get("chunk")) else {
             // No ordering information: deliver as it comes.
             return Ok(Some(MediaEvent::Audio(audio)));
         };
@@ -220,14 +199,7 @@ impl TelnyxCodec {
 
 impl MediaCodec for TelnyxCodec {
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        if frame.len() > MAX_FRAME_BYTES * 2 {
-            return Err(CodecError::TooLarge(frame.len()));
-        }
-        let msg: Value =
-            serde_json::from_str(frame).map_err(|e| CodecError::BadJson(e.to_string()))?;
-        if !msg.is_object() {
-            return Err(CodecError::BadJson("expected a JSON object".into()));
-        }
+        let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
         match str_field(&msg, "event")? {
             "connected" => Ok(None),
             "start" => self.decode_start(&msg).map(Some),

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::rest::DEFAULT_API_BASE;
 use crate::carrier::AccountConfig;
+use crate::carrier::account::{account_api_base, missing_credentials};
 use crate::util::secret::Secret;
 
 /// `[carriers.NAME]` with `kind = "telnyx"`.
@@ -24,23 +25,13 @@ pub struct Config {
 }
 
 impl AccountConfig for Config {
-    fn default_api_base(&self) -> &'static str {
-        DEFAULT_API_BASE
-    }
-
-    fn api_base_url(&self) -> Option<&str> {
-        self.api_base_url.as_deref()
-    }
+    account_api_base!(DEFAULT_API_BASE);
 
     fn missing_credentials(&self) -> Vec<&'static str> {
-        let mut missing = Vec::new();
-        if self.api_key.is_empty() {
-            missing.push("api_key");
-        }
-        if self.public_key.trim().is_empty() {
-            missing.push("public_key");
-        }
-        missing
+        missing_credentials(&[
+            ("api_key", self.api_key.is_empty()),
+            ("public_key", self.public_key.trim().is_empty()),
+        ])
     }
 
     fn outbound_problem(&self) -> Option<String> {

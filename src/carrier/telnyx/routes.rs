@@ -28,7 +28,7 @@ use super::{self as tx, Config, StreamParams, TelnyxCodec, TelnyxRest, WebhookEn
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::outbound::{Outbound, Outcome, Phase, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, Refusal, TokenSource};
-use crate::carrier::registry::{BoxFuture, Route, RoutePath};
+use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::routes::{header, unix_now};
 use crate::carrier::{Carrier, CarrierError, CarrierKind, public_request_url, public_ws_url};
 use crate::net::http::{Body, empty, read_body, text};
@@ -89,10 +89,6 @@ impl TelnyxCarrier {
         }
         seen.insert(id.to_string(), now).is_none()
     }
-
-    fn rest(&self, account: &str) -> Option<Arc<TelnyxRest>> {
-        self.accounts.get(account).map(|a| a.rest.clone())
-    }
 }
 
 impl Carrier for TelnyxCarrier {
@@ -100,47 +96,23 @@ impl Carrier for TelnyxCarrier {
         CarrierKind::Telnyx
     }
 
-    fn is_configured(&self) -> bool {
-        !self.accounts.is_empty()
-    }
-
-    fn has_account(&self, account: &str) -> bool {
-        self.accounts.get(account).is_some()
-    }
-
-    fn required_keys(&self) -> Vec<&'static str> {
-        self.accounts.required.clone()
-    }
+    account_methods!();
 
     fn routes(self: Arc<Self>) -> Vec<Route> {
-        let me = self.clone();
         vec![
-            Route::new(
-                &[Method::POST],
-                RoutePath::Exact("/telnyx/webhook"),
-                move |h, r| webhook(me.clone(), h, r),
-            ),
-            Route::new(
-                &[Method::GET],
-                RoutePath::Prefix("/telnyx/media/"),
-                move |h, r| media(self.clone(), h, r),
-            ),
+            Route::to(&[Method::POST], RoutePath::Exact("/telnyx/webhook"), &self, webhook),
+            Route::to(&[Method::GET], RoutePath::Prefix("/telnyx/media/"), &self, media),
         ]
     }
 
     fn hang_up(&self, account: &str, leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
-        let rest = self.rest(account);
-        let id = leg_id.to_string();
-        Box::pin(async move {
-            match rest {
-                Some(r) => r.hang_up(&id).await,
-                None => Ok(()),
-            }
+        through_rest(self.accounts.rest(account), leg_id, |r, id| async move {
+            r.hang_up(&id).await
         })
     }
 
     fn place_call(&self, account: &str, p: PlaceCall) -> BoxFuture<Result<String, PlaceError>> {
-        let rest = self.rest(account);
+        let rest = self.accounts.rest(account);
         let connection_id = self
             .connections
             .iter()

@@ -7,6 +7,7 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
+use crate::carrier::wire::{inbound_media_payload, json_frame, object_field, parse_digit, str_field, unknown_event};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -16,13 +17,6 @@ pub const MAX_FRAME_BYTES: usize = 64 * 1024;
 #[derive(Debug, Default, Clone)]
 pub struct TwilioCodec {
     stream_sid: Option<String>,
-}
-
-fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecError> {
-    v.get(name)
-        .ok_or(CodecError::MissingField(name))?
-        .as_str()
-        .ok_or(CodecError::InvalidField(name))
 }
 
 impl TwilioCodec {
@@ -36,10 +30,7 @@ impl TwilioCodec {
     }
 
     fn decode_start(&mut self, msg: &Value) -> Result<MediaEvent, CodecError> {
-        let start = msg.get("start").ok_or(CodecError::MissingField("start"))?;
-        if !start.is_object() {
-            return Err(CodecError::InvalidField("start"));
-        }
+        let start = object_field(msg, "start")?;
         let call_id = str_field(start, "callSid")?.to_string();
         let stream_id = match start.get("streamSid") {
             Some(_) => str_field(start, "streamSid")?,
@@ -90,47 +81,17 @@ impl TwilioCodec {
 }
 
 fn decode_media(msg: &Value) -> Result<Option<MediaEvent>, CodecError> {
-    let media = msg.get("media").ok_or(CodecError::MissingField("media"))?;
-    match media.get("track") {
-        None => {}
-        Some(Value::String(t)) if t == "inbound" || t == "inbound_track" => {}
-        // Outbound-track echoes (only with track="both_tracks") are not caller audio.
-        Some(Value::String(_)) => return Ok(None),
-        Some(_) => return Err(CodecError::InvalidField("track")),
-    }
-    let payload = str_field(media, "payload")?;
-    // Base64 is 4/3 of the data; check before decoding so a huge payload costs nothing.
-    if payload.len() / 4 * 3 > MAX_FRAME_BYTES {
-        return Err(CodecError::TooLarge(payload.len() / 4 * 3));
-    }
-    let audio = STANDARD
-        .decode(payload)
-        .map_err(|_| CodecError::BadBase64)?;
-    Ok(Some(MediaEvent::Audio(Bytes::from(audio))))
+    Ok(inbound_media_payload(msg, MAX_FRAME_BYTES)?.map(|audio| MediaEvent::Audio(Bytes::from(audio))))
 }
 
 fn decode_dtmf(msg: &Value) -> Result<MediaEvent, CodecError> {
     let dtmf = msg.get("dtmf").ok_or(CodecError::MissingField("dtmf"))?;
-    let digit = str_field(dtmf, "digit")?;
-    let mut chars = digit.chars();
-    match (chars.next(), chars.next()) {
-        (Some(c), None) if c.is_ascii_digit() || matches!(c, '*' | '#' | 'A'..='D') => {
-            Ok(MediaEvent::Dtmf(c))
-        }
-        _ => Err(CodecError::InvalidField("digit")),
-    }
+    parse_digit(str_field(dtmf, "digit")?).map(MediaEvent::Dtmf)
 }
 
 impl MediaCodec for TwilioCodec {
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        if frame.len() > MAX_FRAME_BYTES * 2 {
-            return Err(CodecError::TooLarge(frame.len()));
-        }
-        let msg: Value =
-            serde_json::from_str(frame).map_err(|e| CodecError::BadJson(e.to_string()))?;
-        if !msg.is_object() {
-            return Err(CodecError::BadJson("expected a JSON object".into()));
-        }
+        let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
         let event = str_field(&msg, "event")?;
         match event {
             "connected" => Ok(None),
@@ -144,13 +105,7 @@ impl MediaCodec for TwilioCodec {
                 )))
             }
             "stop" => Ok(Some(MediaEvent::Stop)),
-            other => {
-                let mut name: String = other.chars().take(64).collect();
-                if name.len() < other.len() {
-                    name.push('…');
-                }
-                Err(CodecError::UnknownEvent(name))
-            }
+            other => Err(unknown_event(other)),
         }
     }
 

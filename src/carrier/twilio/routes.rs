@@ -20,7 +20,7 @@ use crate::carrier::outbound::{
     CallStatus, Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate,
 };
 use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
-use crate::carrier::registry::{BoxFuture, Route, RoutePath};
+use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::routes::{Answer, answer_outbound, field_or_empty, header};
 use crate::carrier::{Carrier, CarrierError, CarrierKind};
 use crate::net::http::{Body, empty, read_body, text, xml};
@@ -43,69 +43,35 @@ pub fn build(configs: Vec<(String, Config)>) -> Arc<dyn Carrier> {
     })
 }
 
-impl TwilioCarrier {
-    fn rest(&self, account: &str) -> Option<Arc<TwilioRest>> {
-        self.accounts.get(account).map(|a| a.rest.clone())
-    }
-}
-
 impl Carrier for TwilioCarrier {
     fn kind(&self) -> CarrierKind {
         CarrierKind::Twilio
     }
 
-    fn is_configured(&self) -> bool {
-        !self.accounts.is_empty()
-    }
-
-    fn has_account(&self, account: &str) -> bool {
-        self.accounts.get(account).is_some()
-    }
-
-    fn required_keys(&self) -> Vec<&'static str> {
-        self.accounts.required.clone()
-    }
+    account_methods!();
 
     fn routes(self: Arc<Self>) -> Vec<Route> {
-        let me = self;
-        let (a, b, c) = (me.clone(), me.clone(), me.clone());
         vec![
-            Route::new(
-                &[Method::POST],
-                RoutePath::Exact("/twilio/voice"),
-                move |h, r| voice(a.clone(), h, r),
-            ),
-            Route::new(
-                &[Method::POST],
-                RoutePath::Exact("/twilio/status"),
-                move |h, r| status(b.clone(), h, r),
-            ),
-            Route::new(
+            Route::to(&[Method::POST], RoutePath::Exact("/twilio/voice"), &self, voice),
+            Route::to(&[Method::POST], RoutePath::Exact("/twilio/status"), &self, status),
+            Route::to(
                 &[Method::POST],
                 RoutePath::Exact("/twilio/outbound"),
-                move |h, r| outbound_answer(c.clone(), h, r),
+                &self,
+                outbound_answer,
             ),
-            Route::new(
-                &[Method::GET],
-                RoutePath::Exact("/twilio/media"),
-                move |h, r| media(me.clone(), h, r),
-            ),
+            Route::to(&[Method::GET], RoutePath::Exact("/twilio/media"), &self, media),
         ]
     }
 
     fn hang_up(&self, account: &str, leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
-        let rest = self.rest(account);
-        let id = leg_id.to_string();
-        Box::pin(async move {
-            match rest {
-                Some(r) => r.hang_up(&id).await,
-                None => Ok(()),
-            }
+        through_rest(self.accounts.rest(account), leg_id, |r, id| async move {
+            r.hang_up(&id).await
         })
     }
 
     fn place_call(&self, account: &str, p: PlaceCall) -> BoxFuture<Result<String, PlaceError>> {
-        let rest = self.rest(account);
+        let rest = self.accounts.rest(account);
         let account = account.to_string();
         Box::pin(async move {
             let rest = rest.ok_or(PlaceError::Unconfigured {
@@ -143,16 +109,10 @@ impl Carrier for TwilioCarrier {
         call_id: &str,
         _outbound: &Outbound,
     ) -> BoxFuture<Result<(), CarrierError>> {
-        let rest = self.rest(account);
-        let id = call_id.to_string();
-        Box::pin(async move {
-            match rest {
-                Some(r) => r
-                    .update_call(&id, &[("Status", "canceled")])
-                    .await
-                    .map(|_| ()),
-                None => Ok(()),
-            }
+        through_rest(self.accounts.rest(account), call_id, |r, id| async move {
+            r.update_call(&id, &[("Status", "canceled")])
+                .await
+                .map(|_| ())
         })
     }
 }

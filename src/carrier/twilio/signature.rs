@@ -142,6 +142,17 @@ fn signature_matches(
     results[0] | results[1]
 }
 
+/// The algorithm a webhook is signed with, if the settings header names one we know and there
+/// is both a key and a signature to check (otherwise the webhook is refused).
+fn checkable(
+    key: &str,
+    header_sig: &str,
+    settings_header: Option<&str>,
+) -> Option<SignatureAlgorithm> {
+    let algorithm = SignatureAlgorithm::from_settings_header(settings_header)?;
+    (!key.is_empty() && !header_sig.is_empty()).then_some(algorithm)
+}
+
 /// Validates a form-encoded (or GET) webhook. `url` is the public URL Twilio requested (see
 /// [`super::public_request_url`]), `params` every form field as received (empty for GET),
 /// `header_sig` the `X-Twilio-Signature` value and `settings_header` the
@@ -154,12 +165,9 @@ pub fn validate_signature(
     header_sig: &str,
     settings_header: Option<&str>,
 ) -> bool {
-    let Some(algorithm) = SignatureAlgorithm::from_settings_header(settings_header) else {
+    let Some(algorithm) = checkable(key, header_sig, settings_header) else {
         return false;
     };
-    if key.is_empty() || header_sig.is_empty() {
-        return false;
-    }
     signature_matches(key, url, params, header_sig, algorithm)
 }
 
@@ -173,12 +181,9 @@ pub fn validate_signature_json(
     header_sig: &str,
     settings_header: Option<&str>,
 ) -> bool {
-    let Some(algorithm) = SignatureAlgorithm::from_settings_header(settings_header) else {
+    let Some(algorithm) = checkable(key, header_sig, settings_header) else {
         return false;
     };
-    if key.is_empty() || header_sig.is_empty() {
-        return false;
-    }
     let query = url.split_once('?').map_or("", |(_, q)| q);
     let query = query.split_once('#').map_or(query, |(q, _)| q);
     let Some(claimed) = form_urlencoded::parse(query.as_bytes())
