@@ -12,4 +12,5 @@ mod carriers;
 mod conversation;
 mod faults;
 mod flood;
+mod telnyx_plivo;
 mod twilio;

@@ -13,3 +13,4 @@ mod plivo_signature;
 mod providers;
 mod server;
 mod twilio;
+mod twilio_sim;
