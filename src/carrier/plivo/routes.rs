@@ -25,7 +25,7 @@ use super::{self as pv, Config, PlivoCodec, PlivoRest};
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::outbound::{Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
-use crate::carrier::registry::{BoxFuture, Route, RoutePath};
+use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods};
 use crate::carrier::rest_client::path_safe;
 use crate::carrier::routes::{Answer, answer_outbound, field, header};
 use crate::carrier::{Carrier, CarrierError, CarrierKind, public_request_url, public_ws_url};
@@ -60,17 +60,7 @@ impl Carrier for PlivoCarrier {
         CarrierKind::Plivo
     }
 
-    fn is_configured(&self) -> bool {
-        !self.accounts.is_empty()
-    }
-
-    fn has_account(&self, account: &str) -> bool {
-        self.accounts.get(account).is_some()
-    }
-
-    fn required_keys(&self) -> Vec<&'static str> {
-        self.accounts.required.clone()
-    }
+    account_methods!();
 
     fn routes(self: Arc<Self>) -> Vec<Route> {
         let (a, b) = (self.clone(), self.clone());
