@@ -42,6 +42,17 @@ pub enum AppError {
     Providers(#[from] crate::provider::SetupError),
     #[error("{0}")]
     Store(#[from] StoreError),
+    #[error(
+        "the saved inbound overrides (store setting `{key}`) cannot be read: {source}; \
+         fix or delete them with `sqlite3 {db} \"DELETE FROM settings WHERE key = '{key}'\"` \
+         (patterd refuses to start rather than drop a saved `enabled = false`)"
+    )]
+    BadOverrides {
+        key: &'static str,
+        db: String,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 /// Shared, read-mostly state of the daemon. Everything mutable is behind its own small owner
@@ -88,10 +99,14 @@ impl App {
             config.store.retention_days,
             config.store.queue,
         )?;
-        let inbound: Overrides = store
-            .setting_blocking(SETTING_KEY)?
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or_default();
+        let inbound: Overrides = match store.setting_blocking(SETTING_KEY)? {
+            None => Overrides::default(),
+            Some(text) => serde_json::from_str(&text).map_err(|source| AppError::BadOverrides {
+                key: SETTING_KEY,
+                db: store.path.display().to_string(),
+                source,
+            })?,
+        };
         Ok(Arc::new(Self {
             carriers,
             providers,
@@ -194,5 +209,46 @@ impl Host for App {
         socket: MediaSocket,
     ) -> Response<Body> {
         media::accept(self, req, socket)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreadable_saved_overrides_refuse_to_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "[server]\ndata_dir = {:?}\n\n[carriers.tw]\nkind = \"twilio\"\n",
+            dir.path().display().to_string()
+        );
+        let config = || {
+            crate::config::load_str_with_vars(&text, "t.toml", &[])
+                .expect("config")
+                .config
+        };
+        let app = App::new(config()).expect("first start");
+        app.store.tx.send(crate::store::Write::Setting {
+            key: SETTING_KEY.into(),
+            value: "{\"enabled\": fals".into(),
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("rt");
+        rt.block_on(app.store.tx.flush()).expect("flush");
+        drop(app);
+        match App::new(config()) {
+            Err(e @ AppError::BadOverrides { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("inbound_overrides") && msg.contains("refuses"),
+                    "{msg}"
+                );
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("started with unreadable overrides (a saved enabled = false lost)"),
+        }
     }
 }
