@@ -1,6 +1,7 @@
 //! Floods for issue 11's robustness figures: hostile traffic sent to the server under test
-//! (127.0.0.1 only) while the live calls talk. Every flood is bounded in count and in time
-//! ([`BOUND`] per connection) and stops by itself; each request's outcome is counted.
+//! (127.0.0.1 only) while the live calls talk, one flood after another. Every flood is
+//! bounded in count and in time ([`BOUND`] per connection) and stops by itself; each
+//! request's outcome is counted.
 //!
 //! - forged Twilio voice webhooks (bad `X-Twilio-Signature`) → expected 403;
 //! - idle unauthenticated media WebSockets (upgrade, then nothing) → expected refused (503
@@ -332,36 +333,61 @@ where
     stats
 }
 
-/// Runs every flood of `plan` at once against `addr`; returns when each has finished (at
-/// most [`BOUND`] after its last connection opened).
+/// Runs the floods of `plan` one after another against `addr` (forged webhooks, oversized
+/// frames, idle WebSockets, slowloris: the idle sockets would otherwise take the media-socket
+/// places the oversized frames need); returns when the last has finished (each connection
+/// lasts at most [`BOUND`]).
 pub async fn run(addr: SocketAddr, plan: FloodPlan) -> Vec<FloodStats> {
-    let (a, b, c, d) = tokio::join!(
-        collect("forged Twilio webhooks", plan.webhooks, 64, addr, |a, i| {
-            forged_webhook(a, i)
-        }),
-        collect(
-            "idle unauthenticated media WebSockets",
-            plan.idle_ws,
-            plan.idle_ws,
-            addr,
-            |a, _| idle_ws(a)
-        ),
-        collect(
-            "oversized / fragmented media frames",
-            plan.oversized,
-            32,
-            addr,
-            oversized
-        ),
-        collect(
-            "slowloris headers / bodies",
-            plan.slowloris,
-            plan.slowloris,
-            addr,
-            slowloris
-        ),
-    );
-    [a, b, c, d].into_iter().filter(|s| s.sent > 0).collect()
+    let mut out = Vec::new();
+    if plan.webhooks > 0 {
+        out.push(
+            collect(
+                "forged Twilio webhooks",
+                plan.webhooks,
+                64,
+                addr,
+                forged_webhook,
+            )
+            .await,
+        );
+    }
+    if plan.oversized > 0 {
+        out.push(
+            collect(
+                "oversized / fragmented media frames",
+                plan.oversized,
+                32,
+                addr,
+                oversized,
+            )
+            .await,
+        );
+    }
+    if plan.idle_ws > 0 {
+        out.push(
+            collect(
+                "idle unauthenticated media WebSockets",
+                plan.idle_ws,
+                plan.idle_ws,
+                addr,
+                |a, _| idle_ws(a),
+            )
+            .await,
+        );
+    }
+    if plan.slowloris > 0 {
+        out.push(
+            collect(
+                "slowloris headers / bodies",
+                plan.slowloris,
+                plan.slowloris,
+                addr,
+                slowloris,
+            )
+            .await,
+        );
+    }
+    out
 }
 
 /// The floods as a markdown table.

@@ -83,7 +83,8 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     flood_slowloris: usize,
     /// Start the floods this many seconds after the last call started (the "before" window);
-    /// make --hold-s long enough for them (each flood connection lasts at most 20 s).
+    /// the floods run one after another; make --hold-s long enough for them (each flood
+    /// connection lasts at most 20 s).
     #[arg(long, default_value_t = 8.0)]
     flood_after_s: f64,
     /// Only print the markdown table of runs saved earlier with --json (several files' runs
