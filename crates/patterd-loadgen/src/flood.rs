@@ -97,6 +97,18 @@ async fn wait_closed(s: &mut TcpStream, left: Duration) -> bool {
     .is_ok()
 }
 
+/// When the server closed a media socket, relative to its 5 s `start` deadline.
+fn closed_when(after_connect: Duration) -> String {
+    let s = after_connect.as_secs_f64();
+    if s < 4.5 {
+        "closed by the server at once".into()
+    } else if s < 6.5 {
+        "closed by the server at the 5 s start deadline".into()
+    } else {
+        format!("closed by the server after {s:.0} s")
+    }
+}
+
 /// A masked client frame.
 fn ws_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(payload.len() + 14);
@@ -177,7 +189,7 @@ async fn idle_ws(addr: SocketAddr) -> Outcome {
         Ok(Err(e)) => e,
         Ok(Ok(mut s)) => {
             if wait_closed(&mut s, BOUND.saturating_sub(t.elapsed())).await {
-                "upgraded, closed by the server".into()
+                format!("upgraded, {}", closed_when(t.elapsed()))
             } else {
                 "upgraded, still open at the bound".into()
             }
@@ -211,7 +223,7 @@ async fn oversized(addr: SocketAddr, i: usize) -> Outcome {
             // A write error means the server closed while we were still sending: refused.
             let _ = timeout(BOUND, s.write_all(&bytes)).await;
             if wait_closed(&mut s, BOUND.saturating_sub(t.elapsed())).await {
-                format!("{kind}: closed by the server")
+                format!("{kind}: {}", closed_when(t.elapsed()))
             } else {
                 format!("{kind}: still open at the bound")
             }
@@ -356,7 +368,7 @@ pub async fn run(addr: SocketAddr, plan: FloodPlan) -> Vec<FloodStats> {
             collect(
                 "oversized / fragmented media frames",
                 plan.oversized,
-                32,
+                90,
                 addr,
                 oversized,
             )

@@ -449,6 +449,8 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
         healthy_after: health_after == Some(200),
     };
     if let Some((floods, flood_end)) = flooded {
+        // "During" ends when the floods do or when the calls stop, whichever is first.
+        let flood_end = flood_end.min(end_at);
         let peak_in = |from: Instant, to: Instant| {
             samples
                 .iter()

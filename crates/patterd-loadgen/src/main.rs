@@ -75,7 +75,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     flood_idle_ws: usize,
     /// Flood: this many media WebSockets sending oversized or fragmented frames (100 KiB,
-    /// 2 MiB, 20 × 8 KiB fragments in turn, 32 in flight); each should be closed.
+    /// 2 MiB, 20 × 8 KiB fragments in turn, 90 in flight); each should be closed.
     #[arg(long, default_value_t = 0)]
     flood_oversized: usize,
     /// Flood: this many slowloris connections (half drip headers, half a body, a byte a

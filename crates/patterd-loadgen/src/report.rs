@@ -117,7 +117,7 @@ pub struct RunReport {
 pub struct FloodReport {
     /// Seconds after the last call started at which the floods began.
     pub started_after_ramp_s: f64,
-    /// Floods started → the last flood connection finished.
+    /// Floods started → the last flood connection finished (or the calls stopped, if first).
     pub duration_s: f64,
     /// Length of the window before the floods over which the "before" figures are taken.
     pub before_window_s: f64,
