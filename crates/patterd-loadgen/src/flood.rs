@@ -427,3 +427,43 @@ pub fn markdown(stats: &[FloodStats]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unmask(f: &[u8], header: usize) -> Vec<u8> {
+        let key = &f[header - 4..header];
+        f[header..]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ key[i % 4])
+            .collect()
+    }
+
+    #[test]
+    fn frames_carry_their_length_and_a_mask() {
+        let small = ws_frame(true, 0x1, b"hi");
+        assert_eq!(&small[..2], &[0x81, 0x82]);
+        assert_eq!(unmask(&small, 6), b"hi");
+        let mid = ws_frame(false, 0x0, &[7; 8 * 1024]);
+        assert_eq!(mid[0], 0x00);
+        assert_eq!(mid[1], 0x80 | 126);
+        assert_eq!(u16::from_be_bytes([mid[2], mid[3]]), 8 * 1024);
+        assert_eq!(unmask(&mid, 8), vec![7; 8 * 1024]);
+        let big = ws_frame(true, 0x1, &[1; 100 * 1024]);
+        assert_eq!(big[1], 0x80 | 127);
+        assert_eq!(
+            u64::from_be_bytes(big[2..10].try_into().unwrap()),
+            100 * 1024
+        );
+        assert_eq!(big.len(), 14 + 100 * 1024);
+    }
+
+    #[test]
+    fn closes_are_placed_against_the_start_deadline() {
+        assert!(closed_when(Duration::from_millis(30)).contains("at once"));
+        assert!(closed_when(Duration::from_millis(5020)).contains("5 s start deadline"));
+        assert!(closed_when(Duration::from_secs(12)).contains("after 12 s"));
+    }
+}
