@@ -130,6 +130,8 @@ pub struct CallResult {
     pub frames_received: u64,
     /// Gaps over [`LATE_GAP`] between frames of one utterance.
     pub late_gaps: u64,
+    /// When each late gap ended (splits them into before / during a flood).
+    pub late_at: Vec<Instant>,
     pub max_gap: Duration,
     /// The modelled playback queue ran dry (by more than a frame) inside an utterance.
     pub underruns: u64,
@@ -287,6 +289,7 @@ impl Driver<'_> {
             let gap = at.saturating_duration_since(self.last_media);
             if gap > LATE_GAP {
                 self.res.late_gaps += 1;
+                self.res.late_at.push(at);
             }
             self.res.max_gap = self.res.max_gap.max(gap);
             if at > self.queued_until + FRAME {

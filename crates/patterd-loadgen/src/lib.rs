@@ -10,6 +10,7 @@
 //! is JSON plus a markdown table ([`report`]).
 
 pub mod caller;
+pub mod flood;
 pub mod procfs;
 pub mod report;
 
@@ -29,7 +30,7 @@ use patterd_sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
 use patterd_sim::hermes::FakeHermes;
 use patterd_sim::twilio::SimTwilio;
 use patterd_sim::twilio::rest::FakeTwilioRest;
-use report::{ProviderCounts, Quantiles, RunReport, ServerStats};
+use report::{FloodReport, ProviderCounts, Quantiles, RunReport, ServerStats};
 
 pub const ACCOUNT_SID: &str = "AC00000000000000000000000000000b07";
 pub const AUTH_TOKEN: &str = "loadgen-auth-token";
@@ -73,6 +74,11 @@ pub struct Options {
     pub log_dir: Option<PathBuf>,
     /// Pin the server to these CPUs (a `taskset -c` list such as `0`).
     pub server_cpus: Option<String>,
+    /// Floods sent while the calls talk (none by default).
+    pub flood: flood::FloodPlan,
+    /// The floods start this long after the last call started; the figures "before" are
+    /// taken from the last call's start to then.
+    pub flood_after: Duration,
 }
 
 /// Picks a free loopback port (bind to 0, read it, let it go).
@@ -339,11 +345,13 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
             let mut steady_cpu = (None, None);
             let mut own_steady = (None, None);
             let mut steady_rss = Vec::new();
+            let mut samples = Vec::new();
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             loop {
                 let now = tick.tick().await;
                 if let Some(m) = procfs::mem(&pid) {
                     peak = peak.max(m.rss_kib);
+                    samples.push((now, m.rss_kib));
                     if now >= steady_from && now <= steady_to {
                         steady_rss.push(m.rss_kib);
                     }
@@ -355,19 +363,32 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
                 if now >= steady_to && steady_cpu.1.is_none() {
                     steady_cpu.1 = procfs::cpu_seconds(&pid).map(|c| (c, now));
                     own_steady.1 = procfs::cpu_seconds("self");
-                    return (peak, steady_cpu, own_steady, steady_rss);
+                    return (peak, steady_cpu, own_steady, steady_rss, samples);
                 }
             }
         })
     };
+    let flood_start = ramp_end + opts.flood_after;
+    let flooder = opts.flood.any().then(|| {
+        let (addr, plan) = (server.addr, opts.flood.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep_until(flood_start).await;
+            let stats = flood::run(addr, plan).await;
+            (stats, Instant::now())
+        })
+    });
     let mut results: Vec<CallResult> = Vec::with_capacity(n);
     while let Some(r) = set.join_next().await {
         if let Ok(r) = r {
             results.push(r);
         }
     }
-    let (peak_kib, steady_cpu, own_steady, steady_rss) =
+    let (peak_kib, steady_cpu, own_steady, steady_rss, samples) =
         sampler.await.map_err(|e| e.to_string())?;
+    let flooded = match flooder {
+        Some(f) => Some(f.await.map_err(|e| e.to_string())?),
+        None => None,
+    };
     let cpu_calls_done = procfs::cpu_seconds(&pid).unwrap_or(0.0);
     let own_cpu1 = procfs::cpu_seconds("self").unwrap_or(0.0);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -427,6 +448,41 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
         cpu_pct_per_call: pct(steady_cpu_s) / n as f64,
         healthy_after: health_after == Some(200),
     };
+    if let Some((floods, flood_end)) = flooded {
+        // "During" ends when the floods do or when the calls stop, whichever is first.
+        let flood_end = flood_end.min(end_at);
+        let peak_in = |from: Instant, to: Instant| {
+            samples
+                .iter()
+                .filter(|(t, _)| *t >= from && *t <= to)
+                .map(|&(_, k)| k)
+                .max()
+                .unwrap_or(0) as f64
+                / MIB
+        };
+        let late_in = |from: Instant, to: Instant| {
+            results
+                .iter()
+                .flat_map(|c| c.late_at.iter())
+                .filter(|&&t| t >= from && t < to)
+                .count() as u64
+        };
+        let (added_before, _) = added_in(&results, &finals, ramp_end, flood_start);
+        let (added_during, missing_during) = added_in(&results, &finals, flood_start, flood_end);
+        report.flood = Some(FloodReport {
+            started_after_ramp_s: opts.flood_after.as_secs_f64(),
+            duration_s: (flood_end - flood_start).as_secs_f64(),
+            before_window_s: (flood_start - ramp_end).as_secs_f64(),
+            late_gaps_before: late_in(ramp_end, flood_start),
+            late_gaps_during: late_in(flood_start, flood_end),
+            added_before_ms: Quantiles::of(added_before),
+            added_during_ms: Quantiles::of(added_during),
+            turns_missing_during: missing_during,
+            peak_rss_before_mib: peak_in(ramp_end, flood_start),
+            peak_rss_during_mib: peak_in(flood_start, flood_end),
+            floods,
+        });
+    }
     report.loadgen_cpu_s = own_cpu1 - own_cpu0;
     report.loadavg_start = loadavg_start;
     report.loadgen_cpu_pct_steady = pct(own_steady_s);
@@ -470,6 +526,39 @@ fn finals_by_call(dg: &FakeDeepgram, results: &[CallResult]) -> HashMap<u32, Vec
         v.sort();
     }
     map
+}
+
+/// Added latency (`speech_final` → first reply frame) of the turns whose caller speech ended
+/// in `[from, to)`, and how many of those turns went unanswered.
+fn added_in(
+    results: &[CallResult],
+    finals: &HashMap<u32, Vec<Instant>>,
+    from: Instant,
+    to: Instant,
+) -> (Vec<f64>, usize) {
+    let mut added = Vec::new();
+    let mut missing = 0;
+    for c in results {
+        for t in c
+            .turns
+            .iter()
+            .filter(|t| t.speech_end >= from && t.speech_end < to)
+        {
+            let Some(first) = t.first_frame else {
+                missing += 1;
+                continue;
+            };
+            let f = finals.get(&c.idx).and_then(|v| {
+                v.iter()
+                    .find(|&&f| f >= t.speech_end && f <= first)
+                    .copied()
+            });
+            if let Some(f) = f {
+                added.push(ms(first.saturating_duration_since(f)));
+            }
+        }
+    }
+    (added, missing)
 }
 
 fn ms(d: Duration) -> f64 {

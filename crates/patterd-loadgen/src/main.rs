@@ -66,6 +66,27 @@ struct Args {
     /// itself with `taskset -c 1 patterd-loadgen ...`.
     #[arg(long)]
     server_cpus: Option<String>,
+    /// Flood: this many forged Twilio voice webhooks (bad signature, 64 in flight) while the
+    /// calls talk; each should get 403.
+    #[arg(long, default_value_t = 0)]
+    flood_webhooks: usize,
+    /// Flood: this many idle unauthenticated media WebSockets (upgrade, then silence), all
+    /// at once; each should be refused or closed at the start deadline.
+    #[arg(long, default_value_t = 0)]
+    flood_idle_ws: usize,
+    /// Flood: this many media WebSockets sending oversized or fragmented frames (100 KiB,
+    /// 2 MiB, 20 × 8 KiB fragments in turn, 90 in flight); each should be closed.
+    #[arg(long, default_value_t = 0)]
+    flood_oversized: usize,
+    /// Flood: this many slowloris connections (half drip headers, half a body, a byte a
+    /// second), all at once; each should time out.
+    #[arg(long, default_value_t = 0)]
+    flood_slowloris: usize,
+    /// Start the floods this many seconds after the last call started (the "before" window);
+    /// the floods run one after another; make --hold-s long enough for them (each flood
+    /// connection lasts at most 20 s).
+    #[arg(long, default_value_t = 8.0)]
+    flood_after_s: f64,
     /// Only print the markdown table of runs saved earlier with --json (several files' runs
     /// merged into one JSON array), then exit.
     #[arg(long)]
@@ -115,6 +136,7 @@ fn main() -> ExitCode {
         args.label, target, args.calls
     );
     let mut runs = Vec::new();
+    let mut floods = String::new();
     for &n in &args.calls {
         let opts = Options {
             label: args.label.clone(),
@@ -129,11 +151,21 @@ fn main() -> ExitCode {
             health_path: args.health_path.clone(),
             log_dir: args.log_dir.clone(),
             server_cpus: args.server_cpus.clone(),
+            flood: patterd_loadgen::flood::FloodPlan {
+                webhooks: args.flood_webhooks,
+                idle_ws: args.flood_idle_ws,
+                oversized: args.flood_oversized,
+                slowloris: args.flood_slowloris,
+            },
+            flood_after: Duration::from_secs_f64(args.flood_after_s),
         };
         eprintln!("patterd-loadgen: {} calls ...", n);
         match rt.block_on(patterd_loadgen::run(&opts)) {
             Ok(r) => {
                 eprint!("{}", report::markdown(std::slice::from_ref(&r)));
+                if let Some(f) = &r.flood {
+                    floods.push_str(&report::flood_markdown(f));
+                }
                 let bad = r.failed_calls + r.turns_missing;
                 let total = (r.completed_calls + r.failed_calls).max(1) + r.turns;
                 runs.push(r);
@@ -148,7 +180,11 @@ fn main() -> ExitCode {
             }
         }
     }
-    let table = report::markdown(&runs);
+    let mut table = report::markdown(&runs);
+    if !floods.is_empty() {
+        table.push('\n');
+        table.push_str(&floods);
+    }
     println!("{table}");
     if let Some(path) = &args.markdown
         && let Err(e) = std::fs::write(path, &table)

@@ -107,6 +107,52 @@ pub struct RunReport {
     pub loadavg_start: f64,
     pub server: ServerStats,
     pub provider_requests: ProviderCounts,
+    /// The floods sent while the calls talked (`--flood-*`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flood: Option<FloodReport>,
+}
+
+/// The live calls before and during the floods, and every flood request's outcome.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FloodReport {
+    /// Seconds after the last call started at which the floods began.
+    pub started_after_ramp_s: f64,
+    /// Floods started → the last flood connection finished (or the calls stopped, if first).
+    pub duration_s: f64,
+    /// Length of the window before the floods over which the "before" figures are taken.
+    pub before_window_s: f64,
+    pub late_gaps_before: u64,
+    pub late_gaps_during: u64,
+    /// Added latency (`speech_final` → first reply frame) of turns ending before / during.
+    pub added_before_ms: Quantiles,
+    pub added_during_ms: Quantiles,
+    pub turns_missing_during: usize,
+    pub peak_rss_before_mib: f64,
+    pub peak_rss_during_mib: f64,
+    pub floods: Vec<crate::flood::FloodStats>,
+}
+
+/// The flood figures as markdown: the live calls before / during, then each flood.
+pub fn flood_markdown(f: &FloodReport) -> String {
+    let q = |q: &Quantiles| format!("{:.2} / {:.2} / {:.1} (n={})", q.p50, q.p99, q.max, q.n);
+    let mut s = format!(
+        "| live calls | before ({:.1} s) | during ({:.1} s) |\n|---|---:|---:|\n\
+         | late gaps > 40 ms | {} | {} |\n\
+         | added p50 / p99 / max ms | {} | {} |\n\
+         | peak RSS MiB | {:.1} | {:.1} |\n\
+         | turns unanswered | – | {} |\n\n",
+        f.before_window_s,
+        f.duration_s,
+        f.late_gaps_before,
+        f.late_gaps_during,
+        q(&f.added_before_ms),
+        q(&f.added_during_ms),
+        f.peak_rss_before_mib,
+        f.peak_rss_during_mib,
+        f.turns_missing_during,
+    );
+    s.push_str(&crate::flood::markdown(&f.floods));
+    s
 }
 
 /// A markdown table, one row per run.
