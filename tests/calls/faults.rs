@@ -13,14 +13,7 @@ use patterd_sim::hermes::{HermesReply, HermesStep};
 async fn apologised_then_next_turn_works(reply: HermesReply) -> Vec<String> {
     let stack = Stack::start(Opts::default()).await;
     stack.hermes.push(reply);
-    let (call_sid, sim) = stack.call().await;
-    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
-        .await
-        .unwrap();
-    speak(&sim, 600);
-    sim.wait_for("apology mark", WAIT, |s| s.marks_echoed.len() >= 2)
-        .await
-        .unwrap();
+    let (call_sid, sim) = stack.call_and_one_answered_turn().await;
     let first = stack.spoken();
     assert!(!sim.state().is_closed(), "the call survived");
     speak(&sim, 600);

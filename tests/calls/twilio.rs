@@ -97,14 +97,7 @@ async fn brain_failure_is_apologised_for(reply: Option<HermesReply>, llm_base_ur
     if let Some(r) = reply {
         stack.hermes.push(r);
     }
-    let (call_sid, sim) = stack.call().await;
-    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
-        .await
-        .unwrap();
-    speak(&sim, 600);
-    sim.wait_for("apology mark", WAIT, |s| s.marks_echoed.len() >= 2)
-        .await
-        .unwrap();
+    let (call_sid, sim) = stack.call_and_one_answered_turn().await;
     let spoken = stack.spoken();
     assert_eq!(spoken, vec![GREETING.to_string(), LLM_ERROR.to_string()]);
     for t in &spoken {

@@ -392,6 +392,20 @@ impl Stack {
         (call_sid, sim)
     }
 
+    /// A call whose caller, after the greeting, says one turn (600 ms of speech) and hears the
+    /// agent's one answer to it (its mark echoed).
+    pub async fn call_and_one_answered_turn(&self) -> (String, SimCall) {
+        let (call_sid, sim) = self.call().await;
+        sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+            .await
+            .unwrap();
+        speak(&sim, 600);
+        sim.wait_for("apology mark", WAIT, |s| s.marks_echoed.len() >= 2)
+            .await
+            .unwrap();
+        (call_sid, sim)
+    }
+
     pub async fn open(&self, call_sid: &str, answer: &TwimlAnswer) -> SimCall {
         SimCall::from_answer(
             answer,

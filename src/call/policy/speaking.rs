@@ -139,16 +139,7 @@ impl Policy {
                 i
             }
             None => {
-                let at = self.answered_ms(now);
-                self.transcript.push(TranscriptEntry {
-                    speaker: Speaker::Agent,
-                    text: text.clone(),
-                    heard_text: String::new(),
-                    interrupted: false,
-                    start_ms: at,
-                    end_ms: at,
-                });
-                let i = self.transcript.len() - 1;
+                let i = self.agent_entry(&text, now);
                 if let Some(t) = self.turn.as_mut() {
                     t.entry = Some(i);
                 }
@@ -160,22 +151,28 @@ impl Policy {
         self.out.push(Action::Speak { kind, text });
     }
 
+    /// Starts a transcript entry for something the agent is about to say (nothing heard yet);
+    /// returns its index.
+    fn agent_entry(&mut self, text: &str, now: Instant) -> usize {
+        let at = self.answered_ms(now);
+        self.transcript.push(TranscriptEntry {
+            speaker: Speaker::Agent,
+            text: text.to_string(),
+            heard_text: String::new(),
+            interrupted: false,
+            start_ms: at,
+            end_ms: at,
+        });
+        self.transcript.len() - 1
+    }
+
     /// Speaks `text` as its own transcript entry (a filler goes before unstarted replies).
     pub(super) fn enqueue(&mut self, kind: UttKind, text: &str, now: Instant, mouth: &mut Speech) {
         let text = speakable(text);
         if text.is_empty() {
             return;
         }
-        let at = self.answered_ms(now);
-        self.transcript.push(TranscriptEntry {
-            speaker: Speaker::Agent,
-            text: text.clone(),
-            heard_text: String::new(),
-            interrupted: false,
-            start_ms: at,
-            end_ms: at,
-        });
-        let entry = self.transcript.len() - 1;
+        let entry = self.agent_entry(&text, now);
         if matches!(kind, UttKind::Filler { .. }) {
             mouth.push_front_unstarted(kind, text.clone(), entry, None);
         } else {
