@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::ActionOutcome;
 use super::event::{EndReason, EventKind};
 use super::policy::{Action, Input, Policy};
 use super::registry::InsertError;
@@ -310,6 +311,13 @@ impl Actor {
             CallMsg::Say(text) => return self.step(Input::Say(text)),
             CallMsg::Snapshot(tx) => {
                 let _ = tx.send(self.record(&EndReason::InProgress));
+            }
+            CallMsg::Act { action, reply } => {
+                // Carried out by the agent-actions work (issue 12); until then, refused.
+                let _ = action;
+                let _ = reply.send(ActionOutcome::Refused {
+                    reason: "this call cannot do that yet".into(),
+                });
             }
         }
         None

@@ -6,6 +6,7 @@
 //! [`speech`]; [`event`] is the typed timeline. The actor sees only carrier-neutral media events
 //! and provider traits, so it does not know which carrier or vendor it talks to.
 
+pub mod action;
 pub mod actor;
 pub mod event;
 pub mod log;
@@ -24,6 +25,7 @@ use crate::carrier::{CarrierKind, MediaCommand, MediaEvent, StreamStart};
 use crate::config::AgentConfig;
 use crate::provider::AgentProviders;
 
+pub use action::{ActionOutcome, CallAction};
 pub use event::{EndReason, EventKind};
 pub use log::CallLog;
 pub use registry::CallRegistry;
@@ -80,6 +82,11 @@ pub enum CallMsg {
     Say(String),
     /// A copy of the call's record so far.
     Snapshot(oneshot::Sender<CallRecord>),
+    /// Carry out an action (tools, MCP, REST) and say what came of it.
+    Act {
+        action: CallAction,
+        reply: oneshot::Sender<ActionOutcome>,
+    },
 }
 
 /// Why a message could not reach a call.
@@ -155,6 +162,13 @@ impl CallHandle {
             .send(CallMsg::Snapshot(tx))
             .await
             .map_err(|_| CallError::Ended)?;
+        rx.await.map_err(|_| CallError::Ended)
+    }
+
+    /// Asks the call to carry out `action`; resolves with what came of it.
+    pub async fn act(&self, action: CallAction) -> Result<ActionOutcome, CallError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(CallMsg::Act { action, reply })?;
         rx.await.map_err(|_| CallError::Ended)
     }
 
