@@ -3,10 +3,12 @@
 //! Telnyx and Plivo REST APIs, patterd bound in-process on port 0 with one number per carrier,
 //! and the three carrier simulators that sign webhooks and open media streams — plus the
 //! carriers as a test parameter ([`carrier`]), a REST API client ([`api`]), the daemon as a
-//! child process ([`daemon`]) and the fixture files ([`fixtures`]).
+//! child process ([`daemon`]), headless Chromium for web pages ([`browser`]) and the fixture files
+//! ([`fixtures`]).
 #![allow(dead_code)]
 
 pub mod api;
+pub mod browser;
 pub mod carrier;
 pub mod daemon;
 pub mod fixtures;
