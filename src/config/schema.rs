@@ -400,6 +400,20 @@ pub struct AgentConfig {
     /// Spoken before hanging up on a silent caller.
     #[serde(default = "default_idle_goodbye_message")]
     pub idle_goodbye_message: String,
+
+    // Tools (docs/agents.md; the types are in `config::tools`).
+    /// Built-in tools the model may call (`end_call`, `transfer_call`, `send_dtmf`).
+    #[serde(default)]
+    pub tools: Vec<super::tools::BuiltinTool>,
+    /// Tool rounds per caller turn before the model must answer in words.
+    #[serde(default = "super::tools::default_max_tool_rounds")]
+    pub max_tool_rounds: u32,
+    /// `[agents.X.consult]`: hand hard requests to a back-office agent.
+    #[serde(default)]
+    pub consult: Option<super::tools::ConsultConfig>,
+    /// `[[agents.X.webhook_tools]]`: tools served over HTTP.
+    #[serde(default)]
+    pub webhook_tools: Vec<super::tools::WebhookToolConfig>,
 }
 
 fn default_vad_threshold() -> f64 {
