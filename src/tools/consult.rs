@@ -112,7 +112,7 @@ impl Tool for Consult {
             let started = tokio::time::Instant::now();
             let result = match tokio::time::timeout(timeout, ask(&target, &ctx, &request)).await {
                 Ok(r) => r,
-                Err(_) => Err(format!("no answer within {} s", timeout.as_secs())),
+                Err(_) => Err(format!("it timed out after {} s", timeout.as_secs())),
             };
             let ms = started.elapsed().as_millis() as u64;
             match result {
