@@ -199,6 +199,7 @@ impl Actor {
                         caller: Some(self.setup.remote_party().to_string()),
                         system_prompt: self.setup.agent.system_prompt.clone(),
                         history,
+                        tools: self.setup.tools.clone(),
                     }));
                 }
                 Action::CancelBrain => self.llm = None,

@@ -58,6 +58,14 @@ pub enum EventKind {
     LlmError,
     /// The brain reported tool progress (detail: the tool's label).
     ToolProgress,
+    /// The in-call model called a tool (detail: JSON `turn`, `id`, `name`, `arguments`).
+    ToolCall,
+    /// A tool finished (detail: JSON `turn`, `id`, `name`, `ok`, `content` — what the model
+    /// was told).
+    ToolResult,
+    /// The first frame of the reply after a tool result went out (detail: µs since the
+    /// model's tool call arrived).
+    ToolReplyFirstFrame,
     /// A sentence of the agent's reply was heard by the caller (detail: the sentence).
     Heard,
     /// The agent's reply was cut short (detail: `clear` when audio had to be dropped).
@@ -99,7 +107,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 41] = [
+    pub const ALL: [EventKind; 44] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -123,6 +131,9 @@ impl EventKind {
         EventKind::LlmDone,
         EventKind::LlmError,
         EventKind::ToolProgress,
+        EventKind::ToolCall,
+        EventKind::ToolResult,
+        EventKind::ToolReplyFirstFrame,
         EventKind::Heard,
         EventKind::Interrupted,
         EventKind::Filler,
@@ -169,6 +180,9 @@ impl EventKind {
             EventKind::LlmDone => "llm_done",
             EventKind::LlmError => "llm_error",
             EventKind::ToolProgress => "tool_progress",
+            EventKind::ToolCall => "tool_call",
+            EventKind::ToolResult => "tool_result",
+            EventKind::ToolReplyFirstFrame => "tool_reply_first_frame",
             EventKind::Heard => "heard",
             EventKind::Interrupted => "interrupted",
             EventKind::Filler => "filler",

@@ -151,6 +151,17 @@ struct Turn {
     /// Transcript entry of the agent's reply, created with its first sentence.
     entry: Option<usize>,
     reply_text: String,
+    /// Tool calling: when the model's latest tool call arrived, whether a tool result is
+    /// waiting for the reply's next sentence, and that sentence's utterance.
+    tools: TurnTools,
+}
+
+/// A turn's tool-call bookkeeping (for the `tool_reply_first_frame` latency).
+#[derive(Debug, Default)]
+struct TurnTools {
+    called_at: Option<Instant>,
+    result_in: bool,
+    reply_utt: Option<u64>,
 }
 
 /// How to treat a caller turn that ends while the agent is busy.
@@ -652,6 +663,7 @@ impl Policy {
             filler_done: false,
             entry: None,
             reply_text: String::new(),
+            tools: TurnTools::default(),
         });
         self.event(EventKind::LlmRequest, self.turns.to_string());
     }

@@ -409,6 +409,20 @@ pub struct AgentConfig {
     /// Spoken to the caller before a transfer is handed to the carrier.
     #[serde(default = "default_transfer_message")]
     pub transfer_message: String,
+
+    // Tools (docs/agents.md; the types are in `config::tools`).
+    /// Built-in tools the model may call (`end_call`, `transfer_call`, `send_dtmf`).
+    #[serde(default)]
+    pub tools: Vec<super::tools::BuiltinTool>,
+    /// Tool rounds per caller turn before the model must answer in words.
+    #[serde(default = "super::tools::default_max_tool_rounds")]
+    pub max_tool_rounds: u32,
+    /// `[agents.X.consult]`: hand hard requests to a back-office agent.
+    #[serde(default)]
+    pub consult: Option<super::tools::ConsultConfig>,
+    /// `[[agents.X.webhook_tools]]`: tools served over HTTP.
+    #[serde(default)]
+    pub webhook_tools: Vec<super::tools::WebhookToolConfig>,
 }
 
 impl AgentConfig {

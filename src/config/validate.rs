@@ -334,6 +334,14 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         }
     }
 
+    // Tool keys (config::tools).
+    for (name, agent) in &config.agents {
+        for (keys, message) in super::tools::problems(name, agent, &config.llm) {
+            let parts: Vec<&str> = keys.iter().map(String::as_str).collect();
+            c.fail(&parts, message);
+        }
+    }
+
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, number) in config.numbers.iter().enumerate() {
         let idx = i.to_string();
