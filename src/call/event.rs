@@ -90,11 +90,24 @@ pub enum EventKind {
     HangUp,
     /// The call ended (detail: the [`EndReason`]).
     CallEnd,
+    /// The agent asked to end the call (detail: its reason); the current sentence finishes.
+    EndCall,
+    /// A transfer was allowed: the handoff line plays, then the carrier is asked (detail: the
+    /// destination, masked).
+    TransferStart,
+    /// The carrier accepted the transfer (detail: the destination, masked).
+    Transferred,
+    /// The carrier refused or failed the transfer (detail: why); the call goes on.
+    TransferFailed,
+    /// The agent sent DTMF (detail: the digits and how: `command`, `in_band` or `failed`).
+    DtmfOut,
+    /// An action was refused by policy before reaching the carrier (detail: action: why).
+    ActionRefused,
 }
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 38] = [
+    pub const ALL: [EventKind; 44] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -133,6 +146,12 @@ impl EventKind {
         EventKind::IdleHangUp,
         EventKind::HangUp,
         EventKind::CallEnd,
+        EventKind::EndCall,
+        EventKind::TransferStart,
+        EventKind::Transferred,
+        EventKind::TransferFailed,
+        EventKind::DtmfOut,
+        EventKind::ActionRefused,
     ];
 
     /// The stored and served name (snake_case).
@@ -176,6 +195,12 @@ impl EventKind {
             EventKind::IdleHangUp => "idle_hang_up",
             EventKind::HangUp => "hang_up",
             EventKind::CallEnd => "call_end",
+            EventKind::EndCall => "end_call",
+            EventKind::TransferStart => "transfer_start",
+            EventKind::Transferred => "transferred",
+            EventKind::TransferFailed => "transfer_failed",
+            EventKind::DtmfOut => "dtmf_out",
+            EventKind::ActionRefused => "action_refused",
         }
     }
 
@@ -224,6 +249,8 @@ pub enum EndReason {
     HungUp(String),
     /// Every handle to the call was dropped (the daemon is going away).
     HandlesDropped,
+    /// The agent transferred the caller to this number (E.164) and the carrier accepted it.
+    Transferred(String),
 }
 
 impl EndReason {
@@ -240,7 +267,18 @@ impl EndReason {
             EndReason::CallerSilent => "caller silent",
             EndReason::HandlesDropped => "handles dropped",
             EndReason::HungUp(why) => return Cow::Owned(format!("hung up: {why}")),
+            EndReason::Transferred(to) => return Cow::Owned(format!("transferred to {to}")),
         })
+    }
+
+    /// The text for a log line: like [`EndReason::text`] with phone numbers masked.
+    pub fn log_text(&self) -> std::borrow::Cow<'static, str> {
+        match self {
+            EndReason::Transferred(to) => {
+                format!("transferred to {}", crate::security::mask_number(to)).into()
+            }
+            other => other.text(),
+        }
     }
 }
 

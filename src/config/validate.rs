@@ -261,6 +261,17 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             );
         }
         c.at_least_one(&["agents", name, "max_duration_s"], agent.max_duration_s);
+        for (j, dest) in agent.transfer_allowed.iter().enumerate() {
+            if !is_e164_prefix(dest) {
+                c.fail(
+                    &["agents", name, "transfer_allowed", &j.to_string()],
+                    format!(
+                        "[agents.{name}] transfer_allowed contains {dest:?}, which is not an E.164 \
+                         number or prefix (+ then 1 to 15 digits, e.g. +1555 or +15550001234)"
+                    ),
+                );
+            }
+        }
         let vad = agent.vad_threshold;
         if !(vad.is_finite() && vad > 0.0 && vad < 1.0) {
             c.fail(

@@ -205,7 +205,7 @@ impl Policy {
 
     /// Starts a transcript entry for something the agent is about to say (nothing heard yet);
     /// returns its index.
-    fn agent_entry(&mut self, text: &str, now: Instant) -> usize {
+    pub(super) fn agent_entry(&mut self, text: &str, now: Instant) -> usize {
         let at = self.answered_ms(now);
         self.transcript.push(TranscriptEntry {
             speaker: Speaker::Agent,
