@@ -843,3 +843,27 @@ fn duplicate_tool_names_are_reported() {
     );
     assert!(load_err(&text).contains("two tools named `end_call`"));
 }
+
+/// The three examples of docs/agents.md load with an empty environment and have their tools.
+#[test]
+fn agent_examples_load_with_empty_environment() {
+    for (file, agent) in [
+        ("agent-hermes-voice.toml", "concierge"),
+        ("agent-hermes-mcp.toml", "caller"),
+        ("agent-consult.toml", "front-desk"),
+    ] {
+        let path = format!("{}/config/{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).expect("example exists");
+        let loaded = config::load_str_with_vars(&text, &path, &[])
+            .unwrap_or_else(|e| panic!("{file} must load:\n{e}"));
+        let a = loaded.config.agent(agent).expect("agent");
+        match file {
+            "agent-hermes-voice.toml" => assert!(a.system_prompt.contains("{call_id}")),
+            "agent-hermes-mcp.toml" => assert_eq!(a.tools.len(), 2),
+            _ => {
+                assert_eq!(a.consult.as_ref().and_then(|c| c.llm.as_deref()), Some("hermes"));
+                assert_eq!(a.webhook_tools.len(), 1);
+            }
+        }
+    }
+}
