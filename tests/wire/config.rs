@@ -861,7 +861,10 @@ fn agent_examples_load_with_empty_environment() {
             "agent-hermes-voice.toml" => assert!(a.system_prompt.contains("{call_id}")),
             "agent-hermes-mcp.toml" => assert_eq!(a.tools.len(), 2),
             _ => {
-                assert_eq!(a.consult.as_ref().and_then(|c| c.llm.as_deref()), Some("hermes"));
+                assert_eq!(
+                    a.consult.as_ref().and_then(|c| c.llm.as_deref()),
+                    Some("hermes")
+                );
                 assert_eq!(a.webhook_tools.len(), 1);
             }
         }
