@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod actions;
 mod carriers;
 mod conversation;
 mod faults;
