@@ -225,6 +225,7 @@ impl Actor {
                     let request = TransferRequest {
                         to,
                         caller_id: self.our_number().to_string(),
+                        public_url: String::new(),
                     };
                     self.carrier_action(id, MediaCommand::Transfer { id, request });
                 }
