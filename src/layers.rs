@@ -14,9 +14,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["mcp", "api", "app", "carrier", "config", "net", "util"],
     ),
     ("mcp", &["api", "app", "config", "store", "net", "util"]),
+    // `api` names the action contract of a live call (`call::action`) it hands to the actor.
     (
         "api",
-        &["app", "carrier", "config", "store", "security", "util"],
+        &[
+            "app", "call", "carrier", "config", "store", "security", "util",
+        ],
     ),
     (
         "app",

@@ -16,6 +16,7 @@ use hyper::Method;
 use serde_json::{Value, json};
 
 use crate::app::App;
+use crate::call::{ActionOutcome, CallAction, CallError};
 use crate::store::{CallFilter, StoreError, now_ms};
 
 /// A failed API operation.
@@ -121,6 +122,10 @@ pub async fn dispatch(
             ok(json!({"call_id": id, "metrics": m}))
         }
         (Method::POST, ["calls", id, "hangup"]) => ok(hang_up(app, id).await?),
+        (Method::POST, ["calls", id, verb @ ("transfer" | "dtmf" | "say")]) => {
+            let action = action_from_json(verb, body.unwrap_or(Value::Null))?;
+            ok(act(app, id, action).await?)
+        }
         (Method::GET, ["metrics"]) => {
             let m = app.store.metrics(None).await?;
             ok(json!({"live_calls": app.calls.len(), "metrics": m}))
@@ -251,6 +256,61 @@ pub async fn transcript_json(app: &Arc<App>, id: &str) -> Result<Value, ApiError
     let mut v = call_json(app, id).await?;
     v["transcript"] = json!(app.store.turns(id).await?);
     Ok(v)
+}
+
+/// The body of `POST /v1/calls/{id}/transfer | dtmf | say` as an action.
+fn action_from_json(verb: &str, body: Value) -> Result<CallAction, ApiError> {
+    let (key, example) = match verb {
+        "transfer" => ("to", r#"{"to": "+14155551234"}"#),
+        "dtmf" => ("digits", r#"{"digits": "123#"}"#),
+        _ => ("text", r#"{"text": "One moment please."}"#),
+    };
+    let value = body
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|v| !v.trim().is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("the body needs a string `{key}`, e.g. {example}"))
+        })?
+        .to_string();
+    Ok(match verb {
+        "transfer" => CallAction::Transfer { to: value },
+        "dtmf" => CallAction::SendDtmf { digits: value },
+        _ => CallAction::Say { text: value },
+    })
+}
+
+/// Carries out an agent action on a live call through its actor, so the agent's policies
+/// (transfer allow-list, DTMF digits) apply as they do to the brain's tools. Refused → 422
+/// `action_refused`, failed at the carrier → 502 `action_failed`.
+pub async fn act(app: &Arc<App>, id: &str, action: CallAction) -> Result<Value, ApiError> {
+    let kind = match &action {
+        CallAction::EndCall { .. } => "end_call",
+        CallAction::Transfer { .. } => "transfer",
+        CallAction::SendDtmf { .. } => "dtmf",
+        CallAction::Say { .. } => "say",
+    };
+    let Some(handle) = app.calls.get(id) else {
+        return match app.store.call(id).await? {
+            Some(_) => Err(ApiError::new(
+                409,
+                "call_not_live",
+                format!("call {id} has already ended"),
+            )),
+            None => Err(ApiError::not_found(id)),
+        };
+    };
+    let outcome = handle.act(action).await.map_err(|e| match e {
+        CallError::Busy => ApiError::new(409, "call_busy", e.to_string()),
+        CallError::Ended => ApiError::new(409, "call_not_live", format!("call {id} has ended")),
+    })?;
+    match outcome {
+        ActionOutcome::Done { detail } => {
+            Ok(json!({"call_id": id, "action": kind, "outcome": "done", "message": detail}))
+        }
+        ActionOutcome::Refused { reason } => Err(ApiError::new(422, "action_refused", reason)),
+        ActionOutcome::Failed { reason } => Err(ApiError::new(502, "action_failed", reason)),
+    }
 }
 
 async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {

@@ -317,7 +317,8 @@ pub async fn serve(
                         hang_up_leg("the call ended");
                         break;
                     }
-                    Some(MediaCommand::Transfer { id, request }) => {
+                    Some(MediaCommand::Transfer { id, mut request }) => {
+                        request.public_url = app.config.server.public_url.clone();
                         let request_fut = control
                             .as_ref()
                             .map(|c| c.transfer(&account, &leg_id, &request));

@@ -62,6 +62,33 @@ impl CallSetup {
     pub fn remote_party(&self) -> &str {
         if self.outbound { &self.to } else { &self.from }
     }
+
+    /// The agent's `system_prompt` with `{call_id}`, `{caller}`, `{callee}` and `{agent}`
+    /// filled in (so a brain that acts on its own call through MCP knows which call it is in).
+    pub fn system_prompt(&self) -> String {
+        render_prompt(
+            &self.agent.system_prompt,
+            &self.call_id,
+            &self.from,
+            &self.to,
+            &self.agent_name,
+        )
+    }
+}
+
+/// Fills the `system_prompt` placeholders; other braces are left as they are.
+pub fn render_prompt(
+    template: &str,
+    call_id: &str,
+    caller: &str,
+    callee: &str,
+    agent: &str,
+) -> String {
+    template
+        .replace("{call_id}", call_id)
+        .replace("{caller}", caller)
+        .replace("{callee}", callee)
+        .replace("{agent}", agent)
 }
 
 /// The media stream the carrier opened for this call, handed to the actor.
@@ -177,5 +204,23 @@ impl CallHandle {
     /// True once the actor has gone.
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn prompt_placeholders_are_filled_and_other_braces_kept() {
+        let p = super::render_prompt(
+            "You are {agent} on call {call_id} from {caller} to {callee}; JSON {\"a\": 1} {other}",
+            "CA1",
+            "+15557654321",
+            "+15550001234",
+            "front-desk",
+        );
+        assert_eq!(
+            p,
+            "You are front-desk on call CA1 from +15557654321 to +15550001234; JSON {\"a\": 1} {other}"
+        );
     }
 }

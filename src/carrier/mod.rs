@@ -201,6 +201,9 @@ pub struct TransferRequest {
     pub to: String,
     /// The caller id shown to `to` (our number on this call).
     pub caller_id: String,
+    /// `server.public_url`, for carriers that fetch the transfer's document from us (Plivo);
+    /// filled in by the media pump.
+    pub public_url: String,
 }
 
 /// How a carrier delivers DTMF on a live, streaming call.

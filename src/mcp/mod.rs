@@ -1,7 +1,8 @@
 //! The MCP server (official Rust SDK, `rmcp`): the tools agents use to place and inspect calls,
 //! with patter-mcp's names, camelCase arguments and text layouts so existing prompts keep
 //! working — `make_call`, `call_third_party`, `get_calls`, `get_transcript` — plus our
-//! `end_call`, `get_metrics` and `configure_inbound`, and the resources `patter://dashboard` and
+//! `end_call`, the actions on a live call `transfer_call`, `send_dtmf` and `say` (through the
+//! call's actor, so the agent's policies apply), `get_metrics` and `configure_inbound`, and the resources `patter://dashboard` and
 //! `patter://call/{callId}`. Tools speak to a [`Backend`]: the daemon itself for Streamable HTTP
 //! at `/mcp` ([`http`]), or the running daemon's REST API for `patterd mcp --stdio`
 //! ([`stdio`]); either way the same `/v1` routes run. Validation, policy and carrier failures
@@ -85,7 +86,7 @@ fn tool(name: &'static str, description: &'static str, input: Value) -> Tool {
     Tool::new(name, description, schema(input))
 }
 
-/// The seven tools with their input schemas.
+/// The ten tools with their input schemas.
 pub fn tools() -> Vec<Tool> {
     let s = |d: &str| json!({"type": "string", "description": d});
     let b = |d: &str| json!({"type": "boolean", "description": d});
@@ -144,6 +145,45 @@ pub fn tools() -> Vec<Tool> {
                 "type": "object",
                 "properties": {"callId": s("The call id (from make_call or get_calls)")},
                 "required": ["callId"]
+            }),
+        ),
+        tool(
+            "transfer_call",
+            "Cold-transfer a live call to another phone number: the agent's handoff line is \
+             spoken, then the carrier connects the caller. Only numbers the agent's \
+             transfer_allowed list permits; a refusal says why.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "callId": s("The live call (from make_call or get_calls)"),
+                    "to": s("Number to transfer to, E.164 with country code, e.g. +15551234567")
+                },
+                "required": ["callId", "to"]
+            }),
+        ),
+        tool(
+            "send_dtmf",
+            "Press keys on a live call (e.g. to navigate a phone menu): digits 0-9, *, # and \
+             A-D, at most 32 at a time.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "callId": s("The live call (from make_call or get_calls)"),
+                    "digits": s("The keys to press, e.g. 1 or 123#")
+                },
+                "required": ["callId", "digits"]
+            }),
+        ),
+        tool(
+            "say",
+            "Speak a sentence on a live call, after what the agent is saying now.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "callId": s("The live call (from make_call or get_calls)"),
+                    "text": s("What to say")
+                },
+                "required": ["callId", "text"]
             }),
         ),
         tool(
@@ -300,6 +340,23 @@ impl PatterMcp {
                     format::duration_s(&v)
                 ))
             }
+            "transfer_call" | "send_dtmf" | "say" => {
+                let id = a.req("callId")?;
+                let (verb, key, what) = match name {
+                    "transfer_call" => ("transfer", "to", "Transfer"),
+                    "send_dtmf" => ("dtmf", "digits", "DTMF"),
+                    _ => ("say", "text", "Say"),
+                };
+                let value = a.req(key)?;
+                let v = self
+                    .post(format!("/calls/{}/{verb}", seg(&id)), json!({ key: value }))
+                    .await
+                    .map_err(|e| format!("{what} on call {id} not done: {}", e.message))?;
+                Ok(format!(
+                    "{what} on call {id}: {}",
+                    format::str_of(&v, "message")
+                ))
+            }
             "get_metrics" => {
                 let v = match a.str("callId")? {
                     Some(id) => self.get(format!("/calls/{}/metrics", seg(&id))).await,
@@ -333,7 +390,8 @@ impl PatterMcp {
             }
             other => Err(format!(
                 "unknown tool `{other}`; the tools are make_call, call_third_party, get_calls, \
-                 get_transcript, end_call, get_metrics, configure_inbound"
+                 get_transcript, end_call, transfer_call, send_dtmf, say, get_metrics, \
+                 configure_inbound"
             )),
         }
     }

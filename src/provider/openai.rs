@@ -583,6 +583,51 @@ mod tests {
         assert_eq!(filt(&["x<", "/think>y"]), "x</think>y");
     }
 
+    struct OneTool;
+
+    impl crate::provider::ToolRunner for OneTool {
+        fn specs(&self) -> Vec<crate::provider::ToolSpec> {
+            vec![crate::provider::ToolSpec {
+                name: "end_call".into(),
+                description: "End the call.".into(),
+                parameters: json!({"type": "object", "properties": {}}),
+            }]
+        }
+        fn max_rounds(&self) -> u32 {
+            4
+        }
+        fn run(&self, _: ToolCall) -> crate::provider::ToolFuture {
+            Box::pin(async { crate::provider::ToolOutput::ok("done") })
+        }
+    }
+
+    fn client(kind: &str) -> OpenAiChat {
+        let cfg: LlmConfig = toml::from_str(&format!(
+            "kind = \"{kind}\"\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key = \"k\""
+        ))
+        .unwrap();
+        OpenAiChat::new(&cfg).unwrap()
+    }
+
+    #[test]
+    fn tools_are_offered_to_compatible_brains_and_never_to_hermes() {
+        let turn = ChatTurn {
+            call_id: "CA1".into(),
+            caller: None,
+            system_prompt: String::new(),
+            history: vec![ChatMessage {
+                role: Role::User,
+                content: "bye".into(),
+            }],
+            tools: Some(Tools(std::sync::Arc::new(OneTool))),
+        };
+        let (_, body) = client("openai_compatible").build_request(&turn);
+        assert_eq!(body["tools"][0]["type"], "function");
+        assert_eq!(body["tools"][0]["function"]["name"], "end_call");
+        let (_, body) = client("hermes").build_request(&turn);
+        assert!(body.get("tools").is_none(), "{body}");
+    }
+
     #[test]
     fn caller_key_is_stable() {
         let k = caller_key("+15551234567");

@@ -9,6 +9,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod actions;
 mod carriers;
 mod conversation;
 mod faults;

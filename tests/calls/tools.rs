@@ -301,3 +301,70 @@ async fn webhook_tool_reply_goes_back_to_the_model_and_rounds_are_capped() {
     assert_eq!(rec.events_of(EventKind::ToolCall).count(), 2);
     assert_eq!(stack.hermes.record().requests.len(), 3);
 }
+
+/// The model says goodbye and calls `end_call` in the same response: the sentence is spoken
+/// whole, then the call is hung up through the carrier, with the reason on the record.
+#[tokio::test]
+async fn end_call_tool_mid_reply_finishes_the_sentence_then_hangs_up() {
+    let stack = stack("tools = [\"end_call\"]\n".into()).await;
+    stack.hermes.push(HermesReply::Stream(vec![
+        patterd_sim::hermes::HermesStep::Text("Goodbye and take care.".into()),
+        patterd_sim::hermes::HermesStep::ToolCall {
+            index: 0,
+            id: "call_e1".into(),
+            name: "end_call".into(),
+            arguments: r#"{"reason":"the caller is done"}"#.into(),
+            parts: 4,
+        },
+    ]));
+    let (call_sid, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .unwrap();
+    speak(&sim, 600);
+    let rec = stack.finished(&call_sid).await;
+    assert_eq!(stack.spoken(), vec![GREETING, "Goodbye and take care."]);
+    assert!(
+        sim.state().marks_echoed.len() >= 2,
+        "the goodbye played before the hang-up"
+    );
+    assert!(
+        rec.ended_reason.text().contains("the caller is done"),
+        "{:?}",
+        rec.ended_reason
+    );
+    assert!(stack.rest.wait_for_hang_up(&call_sid, WAIT).await.is_ok());
+    let tools = stack.hermes.record().requests[0].tool_names();
+    assert_eq!(tools, vec!["end_call"]);
+}
+
+/// A caller tries prompt injection and the fake brain obeys: the transfer to a number outside
+/// `transfer_allowed` is refused before the carrier, the model is told why, the call goes on.
+#[tokio::test]
+async fn injected_transfer_to_a_premium_number_is_refused_and_the_model_told() {
+    let stack = stack("tools = [\"transfer_call\"]\ntransfer_allowed = [\"+1555\"]\n".into()).await;
+    stack.hermes.push(HermesReply::tool_call(
+        "call_t1",
+        "transfer_call",
+        r#"{"to":"+1 900 555 0123"}"#,
+    ));
+    stack
+        .hermes
+        .push(HermesReply::text("I can't transfer you there."));
+    let (call_sid, sim) = one_turn(&stack, 3).await;
+    let reqs = stack.hermes.record().requests;
+    assert_eq!(reqs.len(), 2);
+    let told = &reqs[1].tool_messages()[0].1;
+    assert!(!told.is_empty());
+    let rec = end(&stack, &call_sid, sim).await;
+    let results = detail(&rec, EventKind::ToolResult);
+    assert_eq!(results[0]["ok"], false, "{results:?}");
+    assert!(!rec.ended_reason.text().contains("transferred"));
+    // The only carrier request is the hang-up at the end: no transfer reached Twilio.
+    for r in stack.rest.requests() {
+        assert!(
+            r.field("Twiml").is_none(),
+            "a call update reached the carrier: {r:?}"
+        );
+    }
+}

@@ -414,3 +414,78 @@ async fn inbound_overrides_apply_and_persist() {
         .await;
     assert_eq!(s, 400, "{v}");
 }
+
+/// `POST /v1/calls/{id}/transfer | dtmf | say`: the same actions and policies as the MCP tools
+/// and the brain's tools, over HTTP, with errors that say what to send.
+#[tokio::test]
+async fn call_actions_over_rest() {
+    let stack = Stack::start(Opts {
+        agent_extra: "transfer_allowed = [\"+1415555\"]".into(),
+        ..Opts::default()
+    })
+    .await;
+    let api = Api::authed(&stack);
+    let (sid, sim) = stack.call().await;
+    sim.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .unwrap();
+    let path = |verb: &str| format!("/v1/calls/{sid}/{verb}");
+
+    let (s, v) = api.post(&path("dtmf"), json!({})).await;
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("`digits`"),
+        "{v}"
+    );
+    let (s, v) = api
+        .post(&path("dtmf"), json!({"digits": "9".repeat(33)}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (422, Some("action_refused")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 32"),
+        "{v}"
+    );
+    let (s, v) = api
+        .post(&path("transfer"), json!({"to": "+442071234567"}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (422, Some("action_refused")),
+        "{v}"
+    );
+    let (s, v) = api
+        .post("/v1/calls/CAnope/say", json!({"text": "hello"}))
+        .await;
+    assert_eq!(s, 404, "{v}");
+    assert!(
+        stack.rest.requests().is_empty(),
+        "refusals never reach the carrier"
+    );
+
+    let (s, v) = api.post(&path("say"), json!({"text": "Still here."})).await;
+    assert_eq!((s, v["outcome"].as_str()), (200, Some("done")), "{v}");
+    let (s, v) = api.post(&path("dtmf"), json!({"digits": "7"})).await;
+    assert_eq!((s, v["action"].as_str()), (200, Some("dtmf")), "{v}");
+    sim.wait_for("7 heard", WAIT, |s| s.dtmf_heard == "7")
+        .await
+        .unwrap();
+    let (s, v) = api
+        .post(&path("transfer"), json!({"to": "+14155550199"}))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let rec = stack.finished(&sid).await;
+    assert_eq!(rec.ended_reason, "transferred to +14155550199");
+    let (s, v) = api.post(&path("say"), json!({"text": "hello"})).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (409, Some("call_not_live")),
+        "{v}"
+    );
+}

@@ -166,3 +166,170 @@ async fn python_mcp_client_over_http_and_stdio() {
         .expect("request");
     assert_eq!(r.status(), 401);
 }
+
+/// The MCP tools of issue 12 over the in-process `/mcp` backend (`Local`, what `/mcp` runs):
+/// a live call, the tools' refusals as `isError` texts that say why, and the accepted actions
+/// reaching the carrier (the `<Dial>` update, in-band DTMF the simulator decodes, speech).
+fn mcp_of(stack: &Stack) -> patterd::mcp::PatterMcp {
+    patterd::mcp::PatterMcp::new(std::sync::Arc::new(patterd::mcp::Local(
+        std::sync::Arc::downgrade(&stack.server.app),
+    )))
+}
+
+fn args(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    v.as_object().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn mcp_transfer_send_dtmf_and_say_act_on_a_live_call() {
+    let stack = Stack::start(Opts {
+        agent_extra: "transfer_allowed = [\"+1415555\"]".into(),
+        ..Opts::default()
+    })
+    .await;
+    let (id, sim) = stack.call().await;
+    sim.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting");
+    let mcp = mcp_of(&stack);
+
+    // Bad input: clear refusals, nothing at the carrier.
+    let e = mcp
+        .run_tool(
+            "send_dtmf",
+            args(serde_json::json!({"callId": id, "digits": "12x"})),
+        )
+        .await
+        .expect_err("bad digits");
+    assert!(e.contains("not a DTMF digit"), "{e}");
+    let e = mcp
+        .run_tool(
+            "transfer_call",
+            args(serde_json::json!({"callId": id, "to": "+19005550100"})),
+        )
+        .await
+        .expect_err("disallowed number");
+    assert!(e.contains("transfer_allowed"), "{e}");
+    let e = mcp
+        .run_tool(
+            "transfer_call",
+            args(serde_json::json!({"callId": id, "to": "the boss"})),
+        )
+        .await
+        .expect_err("not a number");
+    assert!(e.contains("not a phone number"), "{e}");
+    let e = mcp
+        .run_tool(
+            "say",
+            args(serde_json::json!({"callId": "CAnope", "text": "hi"})),
+        )
+        .await
+        .expect_err("unknown call");
+    assert!(e.contains("not found"), "{e}");
+    assert!(stack.rest.requests().is_empty());
+
+    // say: spoken on the call.
+    let t = mcp
+        .run_tool(
+            "say",
+            args(serde_json::json!({"callId": id, "text": "Your table is ready."})),
+        )
+        .await
+        .expect("say");
+    assert!(t.starts_with(&format!("Say on call {id}: ")), "{t}");
+    let marks = sim.state().marks_echoed.len();
+    sim.wait_for("the sentence played", WAIT, |s| {
+        s.marks_echoed.len() > marks
+    })
+    .await
+    .expect("said");
+    assert!(stack.spoken().iter().any(|s| s == "Your table is ready."));
+
+    // send_dtmf: Twilio has no command, the tones go in-band and the simulator hears them.
+    let t = mcp
+        .run_tool(
+            "send_dtmf",
+            args(serde_json::json!({"callId": id, "digits": "4*"})),
+        )
+        .await
+        .expect("send_dtmf");
+    assert!(t.contains("4*"), "{t}");
+    sim.wait_for("digits heard", WAIT, |s| s.dtmf_heard == "4*")
+        .await
+        .expect("decoded");
+
+    // transfer_call: the carrier gets the <Dial>; the record says transferred.
+    let t = mcp
+        .run_tool(
+            "transfer_call",
+            args(serde_json::json!({"callId": id, "to": "+14155550100"})),
+        )
+        .await
+        .expect("transfer_call");
+    assert!(t.contains("transferred to +14155550100"), "{t}");
+    let reqs = stack.rest.requests();
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    assert!(
+        reqs[0]
+            .field("Twiml")
+            .is_some_and(|x| x.contains(">+14155550100</Dial>"))
+    );
+    let rec = stack.finished(&id).await;
+    assert_eq!(rec.ended_reason, "transferred to +14155550100");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_call_third_party_calls_with_the_task_and_returns_the_transcript() {
+    let stack = Stack::start(Opts {
+        allowed_destinations: vec!["+1555".into()],
+        transcripts: vec!["yes that works".into(); 4],
+        ..Opts::default()
+    })
+    .await;
+    stack.hermes.push(HermesReply::text("Great, see you then."));
+    let mcp = mcp_of(&stack);
+    let task = "Confirm the table for two at seven tonight.";
+    let text = tokio::select! {
+        r = mcp.run_tool(
+            "call_third_party",
+            args(serde_json::json!({"to": "+15557654321", "task": task})),
+        ) => r.expect("call_third_party"),
+        _ = callee(&stack, 0) => panic!("the callee stopped answering"),
+    };
+    assert!(
+        text.starts_with("Call to +15557654321 completed."),
+        "{text}"
+    );
+    assert!(text.contains("[user] yes that works"), "{text}");
+    assert!(text.contains("[assistant] Great, see you then."), "{text}");
+    assert!(
+        !text.contains("Call ID:"),
+        "patter-mcp's layout has no call id: {text}"
+    );
+    // The voice agent was told to act for the user, with the task.
+    let rec = stack.hermes.record();
+    let system = rec.requests[0]
+        .messages()
+        .into_iter()
+        .find(|(role, _)| role == "system")
+        .map(|(_, c)| c)
+        .unwrap_or_default();
+    assert!(system.contains("on behalf of your user"), "{system}");
+    assert!(system.ends_with(&format!("Task: {task}")), "{system}");
+    // A disallowed destination is refused before the carrier.
+    let e = mcp
+        .run_tool(
+            "call_third_party",
+            args(serde_json::json!({"to": "+442071234567", "task": task})),
+        )
+        .await
+        .expect_err("refused");
+    assert!(e.starts_with("Third-party call failed:"), "{e}");
+    assert!(
+        stack
+            .rest
+            .created()
+            .iter()
+            .all(|c| c.field("To").as_deref() != Some("+442071234567"))
+    );
+}

@@ -743,3 +743,130 @@ fn conversation_keys_in_range_load() {
     assert_eq!(agent.max_endpointing_ms, 2500);
     assert_eq!(agent.backchannel_words, vec!["sure".to_string()]);
 }
+
+/// BASE with `extra` lines in `[agents.front-desk]` and `tables` appended at the end.
+fn with_tools(extra: &str, tables: &str) -> String {
+    format!(
+        "{}\n{tables}",
+        BASE.replace(
+            "tts = \"elevenlabs\"\n",
+            &format!("tts = \"elevenlabs\"\n{extra}\n")
+        )
+    )
+}
+
+#[test]
+fn tool_keys_load_when_valid() {
+    let text = with_tools(
+        "tools = [\"end_call\", \"send_dtmf\"]\nmax_tool_rounds = 3",
+        "[agents.front-desk.consult]\nllm = \"hermes\"\n\n\
+         [[agents.front-desk.webhook_tools]]\nname = \"lookup_order\"\ndescription = \"d\"\n\
+         url = \"https://tools.example.com/lookup\"\n\
+         parameters = { type = \"object\", properties = { order = { type = \"string\" } } }\n",
+    );
+    let loaded = load(&text).expect("loads");
+    let agent = &loaded.config.agents["front-desk"];
+    assert_eq!(agent.max_tool_rounds, 3);
+    assert_eq!(
+        agent.webhook_tools[0].parameters["properties"]["order"]["type"],
+        "string"
+    );
+}
+
+#[test]
+fn unknown_builtin_tool_name_lists_the_built_ins() {
+    let text = with_tools("tools = [\"end_call\", \"hang_up\"]", "");
+    let err = load_err(&text);
+    assert!(err.contains("hang_up"), "{err}");
+    assert!(
+        err.contains("end_call") && err.contains("transfer_call"),
+        "{err}"
+    );
+    let line = line_of(&text, "hang_up");
+    assert!(err.starts_with(&format!("patter.toml:{line}")), "{err}");
+}
+
+#[test]
+fn bad_webhook_tool_schema_name_and_url_are_reported() {
+    let text = with_tools(
+        "",
+        "[[agents.front-desk.webhook_tools]]\nname = \"look up\"\ndescription = \"d\"\n\
+         url = \"http://169.254.169.254/latest\"\n\
+         parameters = { type = \"object\", properties = { order = { type = \"strin\" } } }\n",
+    );
+    let err = load_err(&text);
+    assert!(err.contains("name must be 1-64 letters"), "{err}");
+    assert!(err.contains("not a valid JSON Schema"), "{err}");
+    assert!(err.contains("link-local"), "{err}");
+    let text = with_tools(
+        "",
+        "[[agents.front-desk.webhook_tools]]\nname = \"x\"\ndescription = \"d\"\n\
+         url = \"https://tools.example.com/\"\nparameters = { type = \"array\" }\n",
+    );
+    assert!(load_err(&text).contains("type = \"object\""));
+}
+
+#[test]
+fn consult_needs_one_target_and_a_known_llm_and_loopback_is_opt_in() {
+    let both = with_tools(
+        "",
+        "[agents.front-desk.consult]\nllm = \"hermes\"\nurl = \"https://office.example.com\"\n",
+    );
+    assert!(load_err(&both).contains("exactly one of `url`"));
+    let unknown = with_tools("", "[agents.front-desk.consult]\nllm = \"hermez\"\n");
+    let err = load_err(&unknown);
+    assert!(
+        err.contains("names no [llm.hermez] section") && err.contains("hermes"),
+        "{err}"
+    );
+    let local = with_tools(
+        "",
+        "[agents.front-desk.consult]\nurl = \"http://127.0.0.1:9000/consult\"\n",
+    );
+    let err = load_err(&local);
+    assert!(
+        err.contains("loopback") && err.contains("allow_loopback"),
+        "{err}"
+    );
+    let allowed = with_tools(
+        "",
+        "[agents.front-desk.consult]\nurl = \"http://127.0.0.1:9000/consult\"\nallow_loopback = true\n",
+    );
+    load(&allowed).expect("loopback allowed when asked for");
+}
+
+#[test]
+fn duplicate_tool_names_are_reported() {
+    let text = with_tools(
+        "tools = [\"end_call\"]",
+        "[agents.front-desk.consult]\nllm = \"hermes\"\ntool_name = \"end_call\"\n",
+    );
+    assert!(load_err(&text).contains("two tools named `end_call`"));
+}
+
+/// The three examples of docs/agents.md load with an empty environment and have their tools.
+#[test]
+fn agent_examples_load_with_empty_environment() {
+    for (file, agent) in [
+        ("agent-hermes-voice.toml", "concierge"),
+        ("agent-hermes-mcp.toml", "caller"),
+        ("agent-consult.toml", "front-desk"),
+    ] {
+        let path = format!("{}/config/{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).expect("example exists");
+        let loaded = config::load_str_with_vars(&text, &path, &[])
+            .unwrap_or_else(|e| panic!("{file} must load:\n{e}"));
+        let a = loaded.config.agent(agent).expect("agent");
+        match file {
+            "agent-hermes-voice.toml" => assert!(a.system_prompt.contains("{call_id}")),
+            "agent-hermes-mcp.toml" => assert_eq!(a.tools.len(), 2),
+            _ => {
+                assert_eq!(
+                    a.consult.as_ref().and_then(|c| c.llm.as_deref()),
+                    Some("hermes")
+                );
+                assert_eq!(a.webhook_tools.len(), 1);
+            }
+        }
+    }
+}

@@ -168,6 +168,63 @@ impl FakePlivoRest {
                             ),
                         )
                     }
+                } else if method == "POST" && uuid.is_some() {
+                    // The Transfer API (carrier-actions §1.3): `legs` = aleg, an absolute
+                    // `aleg_url`, `aleg_method` POST or GET.
+                    let ok = body["legs"] == "aleg"
+                        && body["aleg_url"]
+                            .as_str()
+                            .is_some_and(|u| u.starts_with("http://") || u.starts_with("https://"))
+                        && body
+                            .get("aleg_method")
+                            .is_none_or(|m| m == "POST" || m == "GET");
+                    if ok {
+                        (
+                            202,
+                            json_resp(
+                                202,
+                                &json!({"api_id": new_uuid(), "message": "call transferred"}),
+                            ),
+                        )
+                    } else {
+                        (
+                            400,
+                            json_resp(
+                                400,
+                                &json!({"api_id": new_uuid(),
+                                "error": "legs=aleg with an absolute aleg_url is required"}),
+                            ),
+                        )
+                    }
+                } else if method == "POST"
+                    && path.strip_prefix(&prefix).is_some_and(|t| {
+                        t.strip_suffix("/DTMF/")
+                            .is_some_and(|u| !u.is_empty() && !u.contains('/'))
+                    })
+                {
+                    // DTMF (carrier-actions §2.2): digits `0-9 * #`, `leg` aleg or bleg.
+                    let ok = body["digits"].as_str().is_some_and(|d| {
+                        !d.is_empty()
+                            && d.chars()
+                                .all(|c| c.is_ascii_digit() || c == '*' || c == '#')
+                    }) && body.get("leg").is_none_or(|l| l == "aleg" || l == "bleg");
+                    if ok {
+                        (
+                            202,
+                            json_resp(
+                                202,
+                                &json!({"api_id": new_uuid(), "message": "digits sent"}),
+                            ),
+                        )
+                    } else {
+                        (
+                            400,
+                            json_resp(
+                                400,
+                                &json!({"api_id": new_uuid(), "error": "invalid digits or leg"}),
+                            ),
+                        )
+                    }
                 } else if method != "DELETE" || uuid.is_none() {
                     (
                         404,

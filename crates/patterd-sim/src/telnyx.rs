@@ -254,6 +254,43 @@ impl FakeTelnyxRest {
                                 c.ended.insert(id.clone());
                                 200
                             }
+                            // carrier-actions §1.2: `to` (+E.164 or SIP URI) required,
+                            // `from` +E.164, `timeout_secs` 5..=600, `command_id` a string.
+                            "transfer" => {
+                                let e164 = |v: &Value| {
+                                    v.as_str().is_some_and(|n| {
+                                        n.strip_prefix('+').is_some_and(|d| {
+                                            (8..=15).contains(&d.len())
+                                                && d.bytes().all(|b| b.is_ascii_digit())
+                                        })
+                                    })
+                                };
+                                let ok = c.answered.contains(&id)
+                                    && (e164(&body["to"])
+                                        || body["to"]
+                                            .as_str()
+                                            .is_some_and(|t| t.starts_with("sip:")))
+                                    && (body.get("from").is_none() || e164(&body["from"]))
+                                    && body.get("timeout_secs").is_none_or(|t| {
+                                        t.as_u64().is_some_and(|t| (5..=600).contains(&t))
+                                    })
+                                    && body.get("command_id").is_none_or(Value::is_string);
+                                if ok { 200 } else { 400 }
+                            }
+                            // carrier-actions §2.1: digits `0-9 A-D * # w W`, duration 100..=500.
+                            "send_dtmf" => {
+                                let ok = c.answered.contains(&id)
+                                    && body["digits"].as_str().is_some_and(|d| {
+                                        !d.is_empty()
+                                            && d.chars().all(|c| {
+                                                c.is_ascii_digit() || "ABCD*#wW".contains(c)
+                                            })
+                                    })
+                                    && body.get("duration_millis").is_none_or(|t| {
+                                        t.as_u64().is_some_and(|t| (100..=500).contains(&t))
+                                    });
+                                if ok { 200 } else { 400 }
+                            }
                             _ => 404,
                         }
                     }
@@ -270,7 +307,7 @@ impl FakeTelnyxRest {
                     200 => json_resp(200, &json!({"data": {"result": "ok"}})),
                     422 => telnyx_error(422, "90018", "Call has already ended"),
                     404 => telnyx_error(404, "10005", "Resource not found"),
-                    _ => telnyx_error(400, "10015", "Invalid streaming parameters"),
+                    _ => telnyx_error(400, "10015", &format!("Invalid {action} parameters")),
                 }
             }
         })

@@ -84,7 +84,10 @@ impl Policy {
                     "turn": turn_no, "id": call.id, "name": call.name, "arguments": call.arguments,
                 });
                 self.event(EventKind::ToolCall, detail.to_string());
-                self.filler("tool", now, mouth);
+                // Text the model said before the call already covers the wait.
+                if self.turn.as_ref().is_some_and(|t| t.entry.is_none()) {
+                    self.filler("tool", now, mouth);
+                }
             }
             LlmEvent::ToolResult {
                 id,

@@ -881,3 +881,61 @@ fn dtmf_is_checked_then_sent_by_command_or_as_tones() {
         vec!["1# in_band".to_string(), "9 command".to_string()]
     );
 }
+
+fn tool_call(name: &str) -> LlmEvent {
+    LlmEvent::ToolCall(crate::provider::ToolCall {
+        id: "call_1".into(),
+        name: name.into(),
+        arguments: "{}".into(),
+    })
+}
+
+#[test]
+fn text_before_a_tool_call_is_spoken_and_stands_in_for_the_filler() {
+    let mut c = Call::answered("");
+    c.caller_says("is my order ready");
+    c.step(Input::Llm(LlmEvent::Delta("Let me look that up".into())));
+    c.step(Input::Llm(tool_call("lookup_order")));
+    assert_eq!(c.count(EventKind::ToolCall), 1);
+    assert_eq!(
+        c.count(EventKind::Filler),
+        0,
+        "the model's own words cover the wait"
+    );
+    c.step(Input::Llm(LlmEvent::ToolResult {
+        id: "call_1".into(),
+        name: "lookup_order".into(),
+        ok: true,
+        content: "{\"ready\":true}".into(),
+    }));
+    c.step(Input::Llm(LlmEvent::Delta("Yes, it is ready.".into())));
+    c.step(Input::Llm(LlmEvent::Done));
+    c.run(5000);
+    assert_eq!(c.count(EventKind::Filler), 0);
+    assert_eq!(c.count(EventKind::ToolReplyFirstFrame), 1);
+}
+
+#[test]
+fn a_tool_announcement_is_spoken_instead_of_the_filler() {
+    let mut c = Call::answered("");
+    c.caller_says("when does my order ship");
+    c.step(Input::Llm(LlmEvent::Say(
+        "Let me check with a colleague.".into(),
+    )));
+    c.step(Input::Llm(tool_call("consult_agent")));
+    c.run(10_000);
+    assert_eq!(c.count(EventKind::Filler), 0);
+    assert_eq!(
+        c.count(EventKind::FirstFrameOfTurn) + c.count(EventKind::ReplyFirstFrame),
+        1
+    );
+}
+
+#[test]
+fn a_tool_call_before_any_words_speaks_the_filler_once() {
+    let mut c = Call::answered("");
+    c.caller_says("is my order ready");
+    c.step(Input::Llm(tool_call("lookup_order")));
+    c.step(Input::Llm(tool_call("lookup_order")));
+    assert_eq!(c.details(EventKind::Filler), vec!["tool"]);
+}

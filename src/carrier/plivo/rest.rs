@@ -175,6 +175,65 @@ impl PlivoRest {
             .await
     }
 
+    /// Transfers the live call's A leg (carrier-actions §1.3): Plivo then fetches `aleg_url`
+    /// for the new XML (our `<Dial>`).
+    pub async fn transfer(&self, call_uuid: &str, aleg_url: &str) -> Result<(), CarrierError> {
+        let url = self.call_url(call_uuid);
+        let body = json!({"legs": "aleg", "aleg_url": aleg_url, "aleg_method": "POST"});
+        self.post(&url, call_uuid, &body).await
+    }
+
+    /// Sends DTMF on the live call's A leg (carrier-actions §2.2).
+    pub async fn send_dtmf(&self, call_uuid: &str, digits: &str) -> Result<(), CarrierError> {
+        let url = format!("{}DTMF/", self.call_url(call_uuid));
+        let body = json!({"digits": digits, "leg": "aleg"});
+        self.post(&url, call_uuid, &body).await
+    }
+
+    async fn post(
+        &self,
+        url: &str,
+        id: &str,
+        body: &serde_json::Value,
+    ) -> Result<(), CarrierError> {
+        if !path_safe(id) {
+            return Err(CarrierError::NotFound {
+                carrier: CARRIER,
+                what: format!("call `{}`", id.escape_default()),
+            });
+        }
+        let resp = self
+            .client
+            .post(url)
+            .header("Authorization", self.authorization())
+            .header("Content-Type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| send_error(CARRIER, &self.base, url, e))?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        match status {
+            200..=299 => Ok(()),
+            401 | 403 => Err(CarrierError::Unauthorized {
+                carrier: CARRIER,
+                status,
+            }),
+            404 => Err(CarrierError::NotFound {
+                carrier: CARRIER,
+                what: format!("live call {id}"),
+            }),
+            _ => Err(CarrierError::Http {
+                carrier: CARRIER,
+                status,
+                message: serde_json::from_str::<serde_json::Value>(&text)
+                    .ok()
+                    .and_then(|v| v.get("error")?.as_str().map(str::to_string))
+                    .unwrap_or_else(|| text.chars().take(200).collect()),
+            }),
+        }
+    }
+
     async fn delete(
         &self,
         url: &str,

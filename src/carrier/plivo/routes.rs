@@ -14,7 +14,8 @@
 //! from `HangupCause`: `USER_BUSY` → busy, `NO_ANSWER` → no_answer, `CALL_REJECTED` and
 //! unreachable numbers → failed.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
@@ -28,7 +29,10 @@ use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods};
 use crate::carrier::rest_client::path_safe;
 use crate::carrier::routes::{Answer, answer_outbound, field, header};
-use crate::carrier::{Carrier, CarrierError, CarrierKind, public_request_url, public_ws_url};
+use crate::carrier::{
+    Carrier, CarrierError, CarrierKind, DtmfDelivery, TransferRequest, public_request_url,
+    public_ws_url,
+};
 use crate::net::http::{Body, empty, read_body, text, xml};
 use crate::security::mask_number;
 
@@ -37,7 +41,14 @@ pub struct PlivoCarrier {
     accounts: Accounts<PlivoRest>,
     /// V3 nonces that verified: each signature is good once.
     nonces: pv::Nonces,
+    /// Transfers asked for and not yet fetched by Plivo: `CallUUID` → (to, caller id).
+    transfers: Mutex<HashMap<String, (String, String)>>,
 }
+
+/// Most transfers waiting for Plivo's `aleg_url` request at once.
+const MAX_PENDING_TRANSFERS: usize = 10_000;
+/// How long a transfer's destination rings (`<Dial timeout>`; Plivo has no default).
+pub const TRANSFER_RING_S: u32 = 30;
 
 /// The Plivo carrier with its usable accounts.
 pub fn build(configs: Vec<(String, Config)>) -> Arc<dyn Carrier> {
@@ -46,6 +57,7 @@ pub fn build(configs: Vec<(String, Config)>) -> Arc<dyn Carrier> {
             Ok((c.auth_token.expose().to_string(), PlivoRest::from_config(c)?))
         }),
         nonces: pv::Nonces::default(),
+        transfers: Mutex::new(HashMap::new()),
     })
 }
 
@@ -63,8 +75,13 @@ impl Carrier for PlivoCarrier {
     account_methods!();
 
     fn routes(self: Arc<Self>) -> Vec<Route> {
-        let (a, b) = (self.clone(), self.clone());
+        let (a, b, t) = (self.clone(), self.clone(), self.clone());
         vec![
+            Route::new(
+                &[Method::POST, Method::GET],
+                RoutePath::Exact("/plivo/transfer"),
+                move |h, r| transfer_xml(t.clone(), h, r),
+            ),
             Route::new(
                 &[Method::POST, Method::GET],
                 RoutePath::Exact("/plivo/answer"),
@@ -135,6 +152,52 @@ impl Carrier for PlivoCarrier {
         })
     }
 
+    fn transfer(
+        &self,
+        account: &str,
+        leg_id: &str,
+        request: &TransferRequest,
+    ) -> BoxFuture<Result<(), CarrierError>> {
+        let rest = self.rest(account);
+        let uuid = leg_id.to_string();
+        let aleg_url = public_request_url(&request.public_url, "/plivo/transfer", None);
+        {
+            let mut pending = self.transfers.lock().unwrap_or_else(|e| e.into_inner());
+            if pending.len() >= MAX_PENDING_TRANSFERS {
+                pending.clear();
+            }
+            pending.insert(uuid.clone(), (request.to.clone(), request.caller_id.clone()));
+        }
+        Box::pin(async move {
+            match rest {
+                Some(r) => r.transfer(&uuid, &aleg_url).await,
+                None => Err(CarrierError::Config {
+                    carrier: "Plivo",
+                    message: "the call's account has no auth_id / auth_token".into(),
+                }),
+            }
+        })
+    }
+
+    fn send_dtmf(
+        &self,
+        account: &str,
+        leg_id: &str,
+        digits: &str,
+    ) -> BoxFuture<Result<DtmfDelivery, CarrierError>> {
+        let rest = self.rest(account);
+        let uuid = leg_id.to_string();
+        let digits = digits.to_string();
+        Box::pin(async move {
+            // Plivo documents only 0-9 * # for its DTMF API; A-D go in-band.
+            let rest_ok = digits.chars().all(|c| c.is_ascii_digit() || c == '*' || c == '#');
+            match rest {
+                Some(r) if rest_ok => r.send_dtmf(&uuid, &digits).await.map(|()| DtmfDelivery::Sent),
+                _ => Ok(DtmfDelivery::InBand),
+            }
+        })
+    }
+
     fn call_id_for_leg(&self, outbound: &Outbound, leg_id: &str) -> Option<String> {
         outbound.call_id_for_leg(leg_id)
     }
@@ -194,6 +257,35 @@ async fn signed<'a>(
                 "plivo webhook refused: bad or missing X-Plivo-Signature-V3 (check auth_token and server.public_url)"
             );
             Err(empty(403))
+        }
+    }
+}
+
+/// `POST /plivo/transfer`: Plivo fetching the XML of a transfer we asked for (signed like the
+/// answer webhook): the `<Dial>` to the destination kept for this `CallUUID`.
+async fn transfer_xml(
+    me: Arc<PlivoCarrier>,
+    host: Arc<dyn Host>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let (_, fields) = match signed(&me, host.as_ref(), req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let uuid = field(&fields, "CallUUID").unwrap_or("");
+    let pending = me
+        .transfers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(uuid);
+    match pending {
+        Some((to, caller_id)) => {
+            info!(to = %mask_number(&to), "plivo fetched the transfer's <Dial>");
+            xml(pv::dial_xml(&to, &caller_id, TRANSFER_RING_S))
+        }
+        None => {
+            warn!("plivo asked for a transfer this daemon did not start; hanging up");
+            xml(pv::hangup_xml(None))
         }
     }
 }

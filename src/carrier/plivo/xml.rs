@@ -16,6 +16,18 @@ pub fn stream_xml(ws_url: &str, content_type: &str) -> String {
     )
 }
 
+/// `<Dial callerId timeout><Number>to</Number></Dial>`: the cold transfer Plivo fetches from
+/// the transfer's `aleg_url` (carrier-actions §1.3). No `action`: when the dialled leg ends,
+/// the caller's leg hangs up.
+pub fn dial_xml(to: &str, caller_id: &str, timeout_s: u32) -> String {
+    format!(
+        "{XML_DECL}<Response><Dial callerId=\"{}\" timeout=\"{timeout_s}\">\
+         <Number>{}</Number></Dial></Response>",
+        xml_escape(caller_id),
+        xml_escape(to)
+    )
+}
+
 /// `<Hangup reason=…/>`: refuse without answering. `reason` may be `busy` or `rejected`;
 /// anything else is left out.
 pub fn hangup_xml(reason: Option<&str>) -> String {

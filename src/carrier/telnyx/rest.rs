@@ -12,6 +12,18 @@ use crate::carrier::rest_client::{build_client, path_safe, send_error};
 use super::Config;
 use crate::carrier::AccountConfig;
 
+/// How long a transfer's destination rings (`timeout_secs`, 5–600).
+pub const TRANSFER_RING_S: u32 = 30;
+/// Tone length per DTMF digit (`duration_millis`, 100–500).
+pub const DTMF_DURATION_MS: u32 = 250;
+
+/// A fresh `command_id` suffix: Telnyx de-duplicates commands by id per call, and two
+/// transfers or digit strings asked for in one call are two commands.
+fn next_command() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 const CARRIER: &str = "Telnyx";
 /// Telnyx's public API root (the `/v2` is appended).
 pub const DEFAULT_API_BASE: &str = "https://api.telnyx.com";
@@ -291,6 +303,37 @@ impl TelnyxRest {
     pub async fn reject(&self, call_control_id: &str, cause: &str) -> Result<(), CarrierError> {
         let body = json!({"cause": cause, "command_id": format!("reject-{call_control_id}")});
         self.command(call_control_id, "reject", &body)
+            .await
+            .map(|_| ())
+    }
+
+    /// Cold-transfers a live call (carrier-actions §1.2): `actions/transfer` with the
+    /// destination, our caller id and a ring timeout.
+    pub async fn transfer(
+        &self,
+        call_control_id: &str,
+        to: &str,
+        from: &str,
+    ) -> Result<(), CarrierError> {
+        let body = json!({
+            "to": to,
+            "from": from,
+            "timeout_secs": TRANSFER_RING_S,
+            "command_id": format!("transfer-{}", next_command()),
+        });
+        self.command(call_control_id, "transfer", &body)
+            .await
+            .map(|_| ())
+    }
+
+    /// Sends DTMF from this leg (carrier-actions §2.1): `actions/send_dtmf`.
+    pub async fn send_dtmf(&self, call_control_id: &str, digits: &str) -> Result<(), CarrierError> {
+        let body = json!({
+            "digits": digits,
+            "duration_millis": DTMF_DURATION_MS,
+            "command_id": format!("dtmf-{}", next_command()),
+        });
+        self.command(call_control_id, "send_dtmf", &body)
             .await
             .map(|_| ())
     }

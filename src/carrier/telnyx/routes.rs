@@ -30,7 +30,10 @@ use crate::carrier::outbound::{Outbound, Outcome, Phase, PlaceCall, PlaceError, 
 use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, Refusal, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::routes::{header, unix_now};
-use crate::carrier::{Carrier, CarrierError, CarrierKind, public_request_url, public_ws_url};
+use crate::carrier::{
+    Carrier, CarrierError, CarrierKind, DtmfDelivery, TransferRequest, public_request_url,
+    public_ws_url,
+};
 use crate::net::http::{Body, empty, read_body, text};
 
 /// How long a webhook's `data.id` is remembered for de-duplication (retries, replays within
@@ -108,6 +111,35 @@ impl Carrier for TelnyxCarrier {
     fn hang_up(&self, account: &str, leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
         through_rest(self.accounts.rest(account), leg_id, |r, id| async move {
             r.hang_up(&id).await
+        })
+    }
+
+    fn transfer(
+        &self,
+        account: &str,
+        leg_id: &str,
+        request: &TransferRequest,
+    ) -> BoxFuture<Result<(), CarrierError>> {
+        let request = request.clone();
+        through_rest(self.accounts.rest(account), leg_id, |r, id| async move {
+            r.transfer(&id, &request.to, &request.caller_id).await
+        })
+    }
+
+    fn send_dtmf(
+        &self,
+        account: &str,
+        leg_id: &str,
+        digits: &str,
+    ) -> BoxFuture<Result<DtmfDelivery, CarrierError>> {
+        let digits = digits.to_string();
+        let rest = self.accounts.rest(account);
+        let id = leg_id.to_string();
+        Box::pin(async move {
+            match rest {
+                Some(r) => r.send_dtmf(&id, &digits).await.map(|()| DtmfDelivery::Sent),
+                None => Ok(DtmfDelivery::InBand),
+            }
         })
     }
 

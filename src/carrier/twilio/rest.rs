@@ -13,6 +13,8 @@ use crate::carrier::rest_client::{build_client, send_error};
 const CARRIER: &str = "Twilio";
 /// Whole-request timeout for every REST call.
 pub use crate::carrier::rest_client::REST_TIMEOUT;
+/// How long a transfer's destination rings (`<Dial timeout>`).
+pub const TRANSFER_RING_S: u32 = 30;
 /// Twilio's public API root.
 pub const DEFAULT_API_BASE: &str = "https://api.twilio.com";
 
@@ -243,6 +245,15 @@ impl TwilioRest {
     /// Hangs up a call: `POST .../Calls/{CallSid}.json` with `Status=completed`.
     pub async fn hang_up(&self, call_sid: &str) -> Result<(), CarrierError> {
         self.update_call(call_sid, &[("Status", "completed")])
+            .await
+            .map(|_| ())
+    }
+
+    /// Cold-transfers a live call: `POST .../Calls/{CallSid}.json` with `Twiml=<Dial>…`, which
+    /// replaces the running `<Connect><Stream>` (the media stream stops).
+    pub async fn transfer(&self, call_sid: &str, to: &str, caller_id: &str) -> Result<(), CarrierError> {
+        let twiml = super::twiml::twiml_dial(to, caller_id, TRANSFER_RING_S);
+        self.update_call(call_sid, &[("Twiml", &twiml)])
             .await
             .map(|_| ())
     }

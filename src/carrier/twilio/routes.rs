@@ -22,7 +22,7 @@ use crate::carrier::outbound::{
 use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::routes::{Answer, answer_outbound, field_or_empty, header};
-use crate::carrier::{Carrier, CarrierError, CarrierKind};
+use crate::carrier::{Carrier, CarrierError, CarrierKind, TransferRequest};
 use crate::net::http::{Body, empty, read_body, text, xml};
 use crate::security::{LOG_FIELD_MAX, mask_number, peer_warning_allowed, truncate_for_log};
 
@@ -115,6 +115,21 @@ impl Carrier for TwilioCarrier {
                 .map(|_| ())
         })
     }
+
+    fn transfer(
+        &self,
+        account: &str,
+        leg_id: &str,
+        request: &TransferRequest,
+    ) -> BoxFuture<Result<(), CarrierError>> {
+        let request = request.clone();
+        through_rest(self.accounts.rest(account), leg_id, |r, id| async move {
+            r.transfer(&id, &request.to, &request.caller_id).await
+        })
+    }
+
+    // DTMF: Twilio has no REST command while `<Connect><Stream>` runs (carrier-actions §2.3);
+    // the default answers `InBand` and the tones go on the media stream.
 }
 
 /// Reads and authenticates a Twilio webhook. `Err` is the response to send.

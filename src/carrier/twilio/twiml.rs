@@ -47,6 +47,18 @@ pub fn twiml_reject(reason: Option<&str>) -> String {
     }
 }
 
+/// `<Dial>`: the cold transfer of a live call (carrier-actions §1.1), sent inline as the call
+/// update's `Twiml`. No `action`: when the dialled leg ends, the document runs out and the
+/// caller's leg hangs up.
+pub fn twiml_dial(to: &str, caller_id: &str, timeout_s: u32) -> String {
+    format!(
+        "{XML_DECL}<Response><Dial callerId=\"{}\" timeout=\"{timeout_s}\" \
+         answerOnBridge=\"true\">{}</Dial></Response>",
+        xml_escape(caller_id),
+        xml_escape(to)
+    )
+}
+
 /// `<Hangup/>`: end the call.
 pub fn twiml_hangup() -> String {
     format!("{XML_DECL}<Response><Hangup/></Response>")

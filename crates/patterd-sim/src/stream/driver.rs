@@ -37,6 +37,8 @@ pub(super) struct Driver {
     pub(super) played: u64,
     pub(super) pending_marks: VecDeque<(String, u64)>,
     pub(super) open_utterance: Option<usize>,
+    /// Decodes in-band DTMF in the agent audio.
+    pub(super) dtmf: crate::dtmf::DtmfReceiver,
     pub(super) _reader: TaskGuard,
 }
 
@@ -583,12 +585,14 @@ impl Driver {
 
     fn on_agent_audio(&mut self, audio: &[u8]) {
         let at = self.ms();
+        let heard = self.dtmf.push_ulaw(audio);
         self.enqueued += audio.len() as u64;
         let end_pos = self.enqueued;
         let energy_sum = u64::from(ulaw_energy(audio)) * audio.len() as u64;
         let mut open = self.open_utterance;
         self.state.send_modify(|s| {
             s.agent_audio_bytes += audio.len() as u64;
+            s.dtmf_heard.extend(heard.iter());
             s.first_agent_audio_ms.get_or_insert(at);
             s.last_agent_audio_ms = Some(at);
             s.playback_queued_bytes = end_pos - s.played_bytes.min(end_pos);

@@ -212,6 +212,8 @@ pub struct SimState {
     /// Agent audio queued but not played yet.
     pub playback_queued_bytes: u64,
     pub dtmf_sent: Vec<char>,
+    /// DTMF digits heard in the agent audio (in-band tones, decoded by [`crate::dtmf`]).
+    pub dtmf_heard: String,
     pub protocol_errors: Vec<String>,
     pub closed: Option<CloseInfo>,
     pub timeline: Vec<TimelineEntry>,
@@ -467,6 +469,7 @@ impl SimCall {
             played: 0,
             pending_marks: VecDeque::new(),
             open_utterance: None,
+            dtmf: crate::dtmf::DtmfReceiver::new(),
             _reader: reader,
         };
         let task = tokio::spawn(driver.run(cmd_rx, in_rx));

@@ -347,10 +347,43 @@ async fn handle(
             s.starts_with("CA") && s.len() == 34 && s.bytes().all(|b| b.is_ascii_alphanumeric())
         })
     {
-        let status = form
-            .iter()
-            .find(|(k, _)| k == "Status")
-            .map_or("in-progress", |(_, v)| v.as_str());
+        let field = |n: &str| form.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        let status = field("Status").unwrap_or("in-progress");
+        // carrier-actions §1.1: `Twiml` and `Url` are mutually exclusive; inline TwiML must be
+        // a well-formed `<Response>` of at most 4000 characters.
+        let twiml_problem = field("Twiml").and_then(|t| {
+            if field("Url").is_some() {
+                return Some("Twiml and Url are mutually exclusive".to_string());
+            }
+            if t.chars().count() > 4000 {
+                return Some("Twiml exceeds 4000 characters".to_string());
+            }
+            match super::parse_xml(t) {
+                Ok(root) if root.name == "Response" => None,
+                Ok(root) => Some(format!(
+                    "the root element is <{}>, not <Response>",
+                    root.name
+                )),
+                Err(e) => Some(format!("Document parse failure: {e}")),
+            }
+        });
+        if let Some(problem) = twiml_problem {
+            let resp = twilio_error(400, 12100, &problem);
+            let n = {
+                let mut g = inner.lock().unwrap_or_else(|e| e.into_inner());
+                g.requests.push(RecordedRequest {
+                    method,
+                    path,
+                    headers,
+                    body,
+                    status: 400,
+                    created_sid: None,
+                });
+                g.requests.len()
+            };
+            count.send_replace(n);
+            return resp;
+        }
         json_response(
             200,
             &json!({
