@@ -13,4 +13,5 @@ mod conversation;
 mod faults;
 mod flood;
 mod telnyx_plivo;
+mod tts;
 mod twilio;

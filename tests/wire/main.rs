@@ -12,5 +12,6 @@ mod parsers;
 mod plivo_signature;
 mod providers;
 mod server;
+mod speech_openai;
 mod twilio;
 mod twilio_sim;

@@ -10,6 +10,7 @@ pub mod deepgram;
 pub mod elevenlabs;
 pub mod hermes;
 pub mod http;
+pub mod openai_speech;
 pub mod plivo;
 pub mod stream;
 pub mod telnyx;
