@@ -319,10 +319,6 @@ pub struct TtsConfig {
     pub optimize_streaming_latency: Option<u8>,
     #[serde(default)]
     pub speed: Option<f32>,
-    /// `elevenlabs`: `http` (one streamed request per sentence, the default) or `websocket`
-    /// (one multi-context `multi-stream-input` socket per call carries every sentence).
-    #[serde(default)]
-    pub transport: TtsTransport,
     /// `openai`: the style prompt (`instructions`, gpt-4o-mini-tts only).
     #[serde(default)]
     pub instructions: Option<String>,
@@ -369,15 +365,6 @@ impl TtsKind {
     pub fn needs_key(self) -> bool {
         !matches!(self, TtsKind::OpenaiCompatible)
     }
-}
-
-/// How ElevenLabs is spoken to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum TtsTransport {
-    #[default]
-    Http,
-    Websocket,
 }
 
 impl TtsConfig {

@@ -259,6 +259,22 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         for t in agent.tts.names() {
             c.reference(&["agents", name, "tts"], "tts", t, &config.tts);
         }
+        let fb = agent.tts_first_byte_timeout_ms;
+        if !(100..=30_000).contains(&fb) {
+            c.fail(
+                &["agents", name, "tts_first_byte_timeout_ms"],
+                format!(
+                    "[agents.{name}] tts_first_byte_timeout_ms = {fb} is out of range 100 to 30000"
+                ),
+            );
+        }
+        let cool = agent.tts_cooldown_s;
+        if !cool.is_finite() || cool < 0.0 {
+            c.fail(
+                &["agents", name, "tts_cooldown_s"],
+                format!("[agents.{name}] tts_cooldown_s = {cool} must be 0 or more seconds"),
+            );
+        }
         let after = agent.long_turn_message_after_s;
         if !after.is_finite() || after < 0.0 {
             c.fail(

@@ -227,7 +227,6 @@ mod tests {
             base_url: endless_audio_server().await,
             optimize_streaming_latency: None,
             speed: None,
-            transport: Default::default(),
             instructions: None,
             sample_rate: None,
         };

@@ -146,6 +146,9 @@ async fn backup_speaks_the_failed_sentence(
         "counted"
     );
     let fb = first_bytes(&rec);
+    eprintln!(
+        "chain tts_first_byte µs (zero-latency fakes; the switched one includes the failure): {fb:?}"
+    );
     assert_eq!(fb[0].0, "elevenlabs");
     assert!(fb.iter().any(|(p, _)| p == "openai"), "{fb:?}");
 }
