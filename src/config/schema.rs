@@ -337,6 +337,8 @@ pub enum TtsKind {
     Openai,
     /// Kokoro-FastAPI / speaches `POST /v1/audio/speech` (self-hosted), resampled like `openai`.
     OpenaiCompatible,
+    /// Cartesia Sonic over its WebSocket, μ-law 8 kHz.
+    Cartesia,
 }
 
 impl TtsKind {
@@ -345,6 +347,7 @@ impl TtsKind {
             TtsKind::Elevenlabs => "EXAVITQu4vr4xnSDxMaL",
             TtsKind::Openai => "alloy",
             TtsKind::OpenaiCompatible => "af_heart",
+            TtsKind::Cartesia => "a0e99841-438c-4a64-b679-ae501e7d6091",
         }
     }
     pub fn default_model(self) -> &'static str {
@@ -352,6 +355,7 @@ impl TtsKind {
             TtsKind::Elevenlabs => "eleven_flash_v2_5",
             TtsKind::Openai => "gpt-4o-mini-tts",
             TtsKind::OpenaiCompatible => "kokoro",
+            TtsKind::Cartesia => "sonic-3",
         }
     }
     pub fn default_base_url(self) -> &'static str {
@@ -359,6 +363,7 @@ impl TtsKind {
             TtsKind::Elevenlabs => "https://api.elevenlabs.io",
             TtsKind::Openai => "https://api.openai.com/v1",
             TtsKind::OpenaiCompatible => "http://127.0.0.1:8880/v1",
+            TtsKind::Cartesia => "wss://api.cartesia.ai",
         }
     }
     /// Whether the service needs an `api_key` (self-hosted servers usually do not).

@@ -4,6 +4,7 @@
 //! events they produce. A stream is cancelled by dropping it. [`build_providers`] turns the
 //! `[stt.*]`, `[tts.*]` and `[llm.*]` tables into shared provider objects.
 
+pub mod cartesia;
 pub mod chunker;
 pub mod deepgram;
 pub mod elevenlabs;
@@ -252,6 +253,7 @@ pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
             TtsKind::Elevenlabs => {
                 Arc::new(elevenlabs::ElevenLabsTts::new(c).map_err(|e| e.within("tts", name))?)
             }
+            TtsKind::Cartesia => Arc::new(cartesia::CartesiaTts::new(c)),
             TtsKind::Openai | TtsKind::OpenaiCompatible => {
                 Arc::new(openai_speech::OpenAiSpeech::new(c).map_err(|e| e.within("tts", name))?)
             }

@@ -184,3 +184,27 @@ async fn after_the_cool_down_the_primary_is_retried() {
     assert!(el.iter().any(|t| t.contains("ships today")), "{el:?}");
     assert!(!fake.record().texts().iter().any(|t| t.contains("ships")));
 }
+
+#[tokio::test]
+async fn cartesia_speaks_a_whole_call() {
+    use patterd_sim::cartesia::{FakeCartesia, FakeCartesiaConfig};
+    let fake = FakeCartesia::start(FakeCartesiaConfig::default())
+        .await
+        .expect("fake");
+    let stack = Stack::start(Opts {
+        tts: "\"cartesia\"".into(),
+        extra_sections: format!(
+            "[tts.cartesia]\nkind = \"cartesia\"\napi_key = \"cartesia-test-key\"\nbase_url = \"{}\"\n",
+            fake.base_url()
+        ),
+        ..Default::default()
+    })
+    .await;
+    let rec = greeting_and_reply(&stack).await;
+    let texts = fake.record().texts();
+    assert_eq!(texts[0], GREETING);
+    assert!(texts.iter().any(|t| t.contains("ships today")), "{texts:?}");
+    let fb = first_bytes(&rec);
+    eprintln!("cartesia tts_first_byte µs (zero-latency fake): {fb:?}");
+    assert!(fb.iter().all(|(p, _)| p == "cartesia"), "{fb:?}");
+}

@@ -598,9 +598,9 @@ fn shipped_example_loads_with_empty_environment() {
     assert_eq!(c.numbers.len(), 1);
     assert_eq!(c.numbers[0].carrier, "twilio");
     assert_eq!(c.server.data_dir.to_str(), Some("./data"));
-    // Only warnings: 3 carriers + llm + stt + 2 tts (elevenlabs, openai; the self-hosted
-    // kokoro needs no key).
-    assert_eq!(loaded.warnings.len(), 7, "{:?}", loaded.warnings);
+    // Only warnings: 3 carriers + llm + stt + 3 tts (elevenlabs, openai, cartesia; the
+    // self-hosted kokoro needs no key).
+    assert_eq!(loaded.warnings.len(), 8, "{:?}", loaded.warnings);
     assert_eq!(
         c.agent("front-desk").map(|a| a.tts.names().to_vec()),
         Some(vec!["elevenlabs".to_string(), "kokoro".to_string()])

@@ -5,6 +5,7 @@
 //! whole calls through them; they are as strict as the real peers. The daemon never depends on
 //! this crate; it depends on the daemon for codecs and signature checks.
 
+pub mod cartesia;
 pub mod config;
 pub mod deepgram;
 pub mod elevenlabs;
