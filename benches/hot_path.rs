@@ -1,7 +1,8 @@
 //! Micro-benchmarks of the per-frame hot path (issue 7): parse a Twilio `media` frame, decode
 //! its μ-law, measure its energy (a cheap level as a baseline; patterd's voice detector,
 //! `audio::vad`, is not measured here), forward it to the STT input channel; encode an outgoing
-//! agent frame; the SSE parser on a Hermes stream; the sentence chunker on a streamed reply.
+//! agent frame; the SSE parser on a Hermes stream; the sentence chunker on a streamed reply;
+//! one second of TTS PCM resampled to μ-law 8 kHz (`resample`).
 //! Run with `cargo bench --bench hot_path`.
 
 use std::hint::black_box;
@@ -110,11 +111,41 @@ fn providers(c: &mut Criterion) {
     });
 }
 
+/// One second of 24 kHz (and 16/22.05/44.1/48 kHz) PCM16 resampled to 8 kHz and μ-law encoded,
+/// fed as a TTS body arrives (4801-byte chunks, so samples straddle chunks): the cost per
+/// second of synthesised audio on the `openai` / `openai_compatible` TTS path.
+fn resample(c: &mut Criterion) {
+    use patterd::audio::g711::encode_ulaw;
+    use patterd::audio::resample::Resampler;
+    for rate in [24_000u32, 16_000, 22_050, 44_100, 48_000] {
+        let pcm: Vec<u8> = (0..rate)
+            .flat_map(|i| {
+                let t = f64::from(i) / f64::from(rate);
+                (((2.0 * std::f64::consts::PI * 440.0 * t).sin() * 8000.0) as i16).to_le_bytes()
+            })
+            .collect();
+        let mut r = Resampler::new(rate, 8000).expect("resampler");
+        let mut out = Vec::with_capacity(9000);
+        c.bench_function(&format!("resample_1s_{rate}_to_8000_ulaw"), |b| {
+            b.iter(|| {
+                out.clear();
+                let mut bytes = 0;
+                for chunk in pcm.chunks(4801) {
+                    r.push_le_bytes(black_box(chunk), &mut out);
+                }
+                r.finish(&mut out);
+                bytes += encode_ulaw(&out).len();
+                black_box(bytes)
+            })
+        });
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    targets = carrier_frames, providers
+    targets = carrier_frames, providers, resample
 }
 criterion_main!(benches);

@@ -134,7 +134,7 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
     if let Some(v) = &req.voice
         && config.tts.contains_key(v)
     {
-        agent.tts = v.clone();
+        agent.tts = v.as_str().into();
     }
     let providers = app.providers.for_agent(&agent).ok_or_else(|| {
         ApiError::new(

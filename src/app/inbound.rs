@@ -52,7 +52,7 @@ impl InboundOverride {
             a.first_message = m.clone();
         }
         if let Some(v) = &self.voice {
-            a.tts = v.clone();
+            a.tts = v.as_str().into();
         }
         a
     }

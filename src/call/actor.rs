@@ -19,7 +19,7 @@ use super::ActionOutcome;
 use super::event::{EndReason, EventKind};
 use super::policy::{Action, Input, Policy};
 use super::registry::InsertError;
-use super::speech::Speech;
+use super::speech::{Speech, TtsNote};
 use super::transcript::{CallEvent, CallRecord};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
 use crate::audio::vad::{Vad, VadConfig};
@@ -276,9 +276,20 @@ impl Actor {
                     self.step(Input::Llm(ev))
                 }
                 (id, ev) = self.speech.next_tts() => {
-                    if let Some((kind, err)) = self.speech.on_tts(id, ev) {
-                        warn!(error = %err, ?kind, "speech synthesis failed");
-                        self.event(EventKind::TtsError, err);
+                    match self.speech.on_tts(id, ev) {
+                        Some(TtsNote::Failed(kind, err)) => {
+                            warn!(error = %err, ?kind, "speech synthesis failed");
+                            self.event(EventKind::TtsError, err);
+                        }
+                        Some(TtsNote::FirstByte { provider, after }) => self.event(
+                            EventKind::TtsFirstByte,
+                            format!("{provider} {}", after.as_micros()),
+                        ),
+                        Some(TtsNote::Switched { from, to, reason }) => self.event(
+                            EventKind::TtsFallback,
+                            format!("{from} -> {to}: {reason}"),
+                        ),
+                        None => {}
                     }
                     self.start_tts();
                     self.pump();

@@ -74,6 +74,11 @@ pub enum EventKind {
     Filler,
     /// Text-to-speech failed (detail: why).
     TtsError,
+    /// A sentence's first audio byte arrived (detail: the `[tts.NAME]` and µs since its
+    /// request): the "TTS request → first audio byte" stage.
+    TtsFirstByte,
+    /// The TTS chain gave a sentence to its next TTS (detail: `from -> to: why`).
+    TtsFallback,
     /// The first frame of the greeting went out (detail: µs since the stream started).
     GreetingFirstFrame,
     /// The first frame of a reply went out (detail: µs since the caller's turn ended).
@@ -107,7 +112,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 44] = [
+    pub const ALL: [EventKind; 46] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -138,6 +143,8 @@ impl EventKind {
         EventKind::Interrupted,
         EventKind::Filler,
         EventKind::TtsError,
+        EventKind::TtsFirstByte,
+        EventKind::TtsFallback,
         EventKind::GreetingFirstFrame,
         EventKind::ReplyFirstFrame,
         EventKind::FirstFrameOfTurn,
@@ -187,6 +194,8 @@ impl EventKind {
             EventKind::Interrupted => "interrupted",
             EventKind::Filler => "filler",
             EventKind::TtsError => "tts_error",
+            EventKind::TtsFirstByte => "tts_first_byte",
+            EventKind::TtsFallback => "tts_fallback",
             EventKind::GreetingFirstFrame => "greeting_first_frame",
             EventKind::ReplyFirstFrame => "reply_first_frame",
             EventKind::FirstFrameOfTurn => "first_frame_of_turn",

@@ -24,6 +24,24 @@ pub const LEAD: Duration = Duration::from_millis(1000);
 const MAX_TTS_IN_FLIGHT: usize = 3;
 const SILENCE: u8 = 0xFF;
 
+/// What a synthesis event means for the call's timeline ([`Speech::on_tts`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TtsNote {
+    /// The utterance's synthesis failed (why).
+    Failed(UttKind, String),
+    /// The utterance's first audio byte arrived from `provider`, `after` its request.
+    FirstByte {
+        provider: String,
+        after: std::time::Duration,
+    },
+    /// The TTS chain gave the utterance to its next TTS.
+    Switched {
+        from: String,
+        to: String,
+        reason: String,
+    },
+}
+
 /// Why an utterance is being spoken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UttKind {
@@ -239,8 +257,9 @@ impl Speech {
         .await
     }
 
-    /// Applies a synthesis event. Returns the utterance if its synthesis failed.
-    pub fn on_tts(&mut self, id: u64, ev: Option<TtsEvent>) -> Option<(UttKind, String)> {
+    /// Applies a synthesis event. Returns what the call's timeline should note: a failed
+    /// synthesis, a sentence's first audio byte, or a switch of the TTS chain.
+    pub fn on_tts(&mut self, id: u64, ev: Option<TtsEvent>) -> Option<TtsNote> {
         let u = self.queue.iter_mut().find(|u| u.id == id)?;
         match ev {
             Some(TtsEvent::Audio(b)) => {
@@ -252,11 +271,17 @@ impl Speech {
                 u.tts = None;
                 None
             }
-            Some(TtsEvent::Error(e)) => {
+            Some(TtsEvent::Error(e) | TtsEvent::Unavailable(e)) => {
                 u.synth_done = true;
                 u.failed = true;
                 u.tts = None;
-                Some((u.kind, e))
+                Some(TtsNote::Failed(u.kind, e))
+            }
+            Some(TtsEvent::FirstByte { provider, after }) => {
+                Some(TtsNote::FirstByte { provider, after })
+            }
+            Some(TtsEvent::Switched { from, to, reason }) => {
+                Some(TtsNote::Switched { from, to, reason })
             }
             None => {
                 // The stream ended without Done: treat what we have as all there is.
@@ -264,7 +289,10 @@ impl Speech {
                 u.failed = u.buf.is_empty() && u.sent_bytes == 0;
                 u.tts = None;
                 if u.failed {
-                    Some((u.kind, "synthesis ended without audio".into()))
+                    Some(TtsNote::Failed(
+                        u.kind,
+                        "synthesis ended without audio".into(),
+                    ))
                 } else {
                     None
                 }

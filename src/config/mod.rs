@@ -99,7 +99,7 @@ pub fn load_str_with_env_overrides(
             name: format!("`{ENV_PREFIX}` environment variables"),
             dict: env_dict,
         });
-    let config: Config = figment.extract_lossy().map_err(|e| {
+    let mut config: Config = figment.extract_lossy().map_err(|e| {
         ConfigError::Invalid(
             e.into_iter()
                 .map(|e| error::from_figment(&e, &locator))
@@ -107,6 +107,9 @@ pub fn load_str_with_env_overrides(
         )
     })?;
 
+    for tts in config.tts.values_mut() {
+        tts.fill_kind_defaults();
+    }
     let problems = validate::validate(&config, &locator);
     if !problems.is_empty() {
         return Err(ConfigError::Invalid(problems));

@@ -298,40 +298,118 @@ pub enum SttKind {
     Deepgram,
 }
 
-/// `[tts.NAME]`: a text-to-speech service.
+/// `[tts.NAME]`: a text-to-speech service. `voice_id`, `model` and `base_url` left out take
+/// the defaults of the `kind` ([`TtsKind::default_voice`] and friends), filled in by
+/// [`TtsConfig::fill_kind_defaults`] right after loading.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TtsConfig {
     pub kind: TtsKind,
     #[serde(default)]
     pub api_key: Secret,
-    #[serde(default = "default_voice")]
+    #[serde(default)]
     pub voice_id: String,
-    #[serde(default = "default_tts_model")]
+    #[serde(default)]
     pub model: String,
-    #[serde(default = "default_elevenlabs_base")]
+    /// ElevenLabs and Cartesia: the scheme and host; OpenAI-style: up to and including `/v1`.
+    #[serde(default)]
     pub base_url: String,
     /// ElevenLabs `optimize_streaming_latency` (0–4).
     #[serde(default)]
     pub optimize_streaming_latency: Option<u8>,
     #[serde(default)]
     pub speed: Option<f32>,
+    /// `openai`: the style prompt (`instructions`, gpt-4o-mini-tts only).
+    #[serde(default)]
+    pub instructions: Option<String>,
+    /// `openai_compatible`: the PCM rate to ask for (speaches' `sample_rate`, 8000–48000). Unset:
+    /// nothing is asked and 24 kHz is expected (Kokoro-FastAPI's fixed rate).
+    #[serde(default)]
+    pub sample_rate: Option<u32>,
 }
 
-fn default_voice() -> String {
-    "EXAVITQu4vr4xnSDxMaL".into()
-}
-fn default_tts_model() -> String {
-    "eleven_flash_v2_5".into()
-}
-fn default_elevenlabs_base() -> String {
-    "https://api.elevenlabs.io".into()
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum TtsKind {
+    #[default]
     Elevenlabs,
+    /// OpenAI `POST /v1/audio/speech`, 24 kHz PCM resampled to 8 kHz.
+    Openai,
+    /// Kokoro-FastAPI / speaches `POST /v1/audio/speech` (self-hosted), resampled like `openai`.
+    OpenaiCompatible,
+    /// Cartesia Sonic over its WebSocket, μ-law 8 kHz.
+    Cartesia,
+}
+
+impl TtsKind {
+    pub fn default_voice(self) -> &'static str {
+        match self {
+            TtsKind::Elevenlabs => "EXAVITQu4vr4xnSDxMaL",
+            TtsKind::Openai => "alloy",
+            TtsKind::OpenaiCompatible => "af_heart",
+            TtsKind::Cartesia => "a0e99841-438c-4a64-b679-ae501e7d6091",
+        }
+    }
+    pub fn default_model(self) -> &'static str {
+        match self {
+            TtsKind::Elevenlabs => "eleven_flash_v2_5",
+            TtsKind::Openai => "gpt-4o-mini-tts",
+            TtsKind::OpenaiCompatible => "kokoro",
+            TtsKind::Cartesia => "sonic-3",
+        }
+    }
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            TtsKind::Elevenlabs => "https://api.elevenlabs.io",
+            TtsKind::Openai => "https://api.openai.com/v1",
+            TtsKind::OpenaiCompatible => "http://127.0.0.1:8880/v1",
+            TtsKind::Cartesia => "wss://api.cartesia.ai",
+        }
+    }
+    /// Whether the service needs an `api_key` (self-hosted servers usually do not).
+    pub fn needs_key(self) -> bool {
+        !matches!(self, TtsKind::OpenaiCompatible)
+    }
+}
+
+impl TtsConfig {
+    /// Fills `voice_id`, `model` and `base_url` left empty with the kind's defaults.
+    pub fn fill_kind_defaults(&mut self) {
+        if self.voice_id.is_empty() {
+            self.voice_id = self.kind.default_voice().into();
+        }
+        if self.model.is_empty() {
+            self.model = self.kind.default_model().into();
+        }
+        if self.base_url.is_empty() {
+            self.base_url = self.kind.default_base_url().into();
+        }
+    }
+}
+
+/// An agent's text-to-speech chain: one `[tts.NAME]` (`tts = "elevenlabs"`) or several tried in
+/// order (`tts = ["elevenlabs", "cartesia"]`, docs/configuration.md "Fallback chains").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TtsChain {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl TtsChain {
+    /// The names in order (at least one once validated).
+    pub fn names(&self) -> &[String] {
+        match self {
+            TtsChain::One(n) => std::slice::from_ref(n),
+            TtsChain::Many(v) => v,
+        }
+    }
+}
+
+impl From<&str> for TtsChain {
+    fn from(s: &str) -> Self {
+        TtsChain::One(s.to_string())
+    }
 }
 
 /// `[agents.NAME]`: a persona: which brain, ears and voice, and what it says when.
@@ -345,7 +423,14 @@ pub struct AgentConfig {
     pub first_message: String,
     pub llm: String,
     pub stt: String,
-    pub tts: String,
+    pub tts: TtsChain,
+    /// A TTS that sends no audio this long after a sentence was asked for is given up for
+    /// that sentence, which the next TTS of the chain speaks (only with a chain).
+    #[serde(default = "default_tts_first_byte_timeout_ms")]
+    pub tts_first_byte_timeout_ms: u64,
+    /// A TTS that failed is skipped this long before it is tried again.
+    #[serde(default = "default_tts_cooldown_s")]
+    pub tts_cooldown_s: f64,
     /// Filler spoken once per turn when the brain is slow.
     #[serde(default = "default_long_turn_message")]
     pub long_turn_message: String,
@@ -463,6 +548,12 @@ fn default_transfer_message() -> String {
     "Please hold while I transfer your call.".into()
 }
 
+fn default_tts_first_byte_timeout_ms() -> u64 {
+    2000
+}
+fn default_tts_cooldown_s() -> f64 {
+    30.0
+}
 fn default_vad_threshold() -> f64 {
     0.5
 }

@@ -225,7 +225,7 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             &["tts", name, "base_url"],
             &tts.base_url,
             &["http", "https", "ws", "wss"],
-            "https://api.elevenlabs.io",
+            tts.kind.default_base_url(),
         );
         if let Some(l) = tts.optimize_streaming_latency
             && l > 4
@@ -250,7 +250,31 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     for (name, agent) in &config.agents {
         c.reference(&["agents", name, "llm"], "llm", &agent.llm, &config.llm);
         c.reference(&["agents", name, "stt"], "stt", &agent.stt, &config.stt);
-        c.reference(&["agents", name, "tts"], "tts", &agent.tts, &config.tts);
+        if agent.tts.names().is_empty() {
+            c.fail(
+                &["agents", name, "tts"],
+                format!("[agents.{name}] tts = [] names no [tts.NAME] section; name one or more"),
+            );
+        }
+        for t in agent.tts.names() {
+            c.reference(&["agents", name, "tts"], "tts", t, &config.tts);
+        }
+        let fb = agent.tts_first_byte_timeout_ms;
+        if !(100..=30_000).contains(&fb) {
+            c.fail(
+                &["agents", name, "tts_first_byte_timeout_ms"],
+                format!(
+                    "[agents.{name}] tts_first_byte_timeout_ms = {fb} is out of range 100 to 30000"
+                ),
+            );
+        }
+        let cool = agent.tts_cooldown_s;
+        if !cool.is_finite() || cool < 0.0 {
+            c.fail(
+                &["agents", name, "tts_cooldown_s"],
+                format!("[agents.{name}] tts_cooldown_s = {cool} must be 0 or more seconds"),
+            );
+        }
         let after = agent.long_turn_message_after_s;
         if !after.is_finite() || after < 0.0 {
             c.fail(
@@ -451,7 +475,7 @@ pub(crate) fn warnings(config: &Config) -> Vec<String> {
         }
     }
     for (name, tts) in &config.tts {
-        if tts.api_key.is_empty() {
+        if tts.api_key.is_empty() && tts.kind.needs_key() {
             out.push(format!(
                 "tts.{name} is unconfigured (api_key empty): calls to agents using it fail until configured"
             ));

@@ -24,6 +24,8 @@ use super::{TtsEvent, TtsProvider, TtsStream};
 use crate::config::schema::TtsConfig;
 use crate::util::TaskGuard;
 
+const VENDOR: &str = "ElevenLabs";
+
 /// Default longest wait for the response head or the next body chunk.
 const DEFAULT_STALL: Duration = Duration::from_secs(10);
 
@@ -91,7 +93,7 @@ impl TtsProvider for ElevenLabsTts {
                 Ok(()) => TtsEvent::Done,
                 Err(e) => {
                     tracing::warn!(error = %e, "speech synthesis failed");
-                    TtsEvent::Error(e.to_string())
+                    e.event()
                 }
             };
             let _ = tx.send(last).await;
@@ -110,8 +112,14 @@ async fn run(
 ) -> Result<(), TtsError> {
     let mut resp = tokio::time::timeout(stall, req.send())
         .await
-        .map_err(|_| TtsError::NoAnswer(stall))?
-        .map_err(TtsError::Request)?;
+        .map_err(|_| TtsError::NoAnswer {
+            vendor: VENDOR,
+            after: stall,
+        })?
+        .map_err(|source| TtsError::Request {
+            vendor: VENDOR,
+            source,
+        })?;
     let status = resp.status();
     let ctype = resp
         .headers()
@@ -135,6 +143,7 @@ async fn run(
             _ => "",
         };
         return Err(TtsError::Http {
+            vendor: VENDOR,
             status: status.as_u16(),
             content_type: if ctype.is_empty() {
                 "no content type".to_string()
@@ -149,14 +158,23 @@ async fn run(
     loop {
         let chunk = tokio::time::timeout(stall, resp.chunk())
             .await
-            .map_err(|_| TtsError::Stalled(stall))?
-            .map_err(TtsError::Stream)?;
+            .map_err(|_| TtsError::Stalled {
+                vendor: VENDOR,
+                after: stall,
+            })?
+            .map_err(|source| TtsError::Stream {
+                vendor: VENDOR,
+                source,
+            })?;
         match chunk {
             Some(c) if c.is_empty() => {}
             Some(c) => {
                 received += c.len();
                 if received > MAX_AUDIO_BYTES {
-                    return Err(TtsError::TooMuchAudio(MAX_AUDIO_BYTES));
+                    return Err(TtsError::TooMuchAudio {
+                        vendor: VENDOR,
+                        limit: MAX_AUDIO_BYTES,
+                    });
                 }
                 tx.send(TtsEvent::Audio(c))
                     .await
@@ -209,6 +227,8 @@ mod tests {
             base_url: endless_audio_server().await,
             optimize_streaming_latency: None,
             speed: None,
+            instructions: None,
+            sample_rate: None,
         };
         let tts = ElevenLabsTts::new(&cfg).expect("tts");
         let mut s = tts.synthesize("Hello.");

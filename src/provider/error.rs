@@ -15,6 +15,8 @@ pub enum SetupError {
     Client(#[source] reqwest::Error),
     #[error("stt base_url `{0}` must start with wss://, ws://, https:// or http://")]
     SttBaseUrl(String),
+    #[error("{0}")]
+    Resampler(#[from] crate::audio::resample::ResampleError),
     /// Names the `[section.name]` table the error came from.
     #[error("[{section}.{name}]: {source}")]
     In {
@@ -67,29 +69,85 @@ pub enum LlmError {
     Abandoned,
 }
 
-/// One synthesis failed. The sentence is skipped; this text goes on the timeline.
+/// One synthesis failed. The sentence is skipped (or, in a chain, spoken by the next TTS when
+/// [`TtsError::switchable`]); this text goes on the timeline. `vendor` names the service.
 #[derive(Debug, thiserror::Error)]
 pub enum TtsError {
-    #[error("ElevenLabs did not answer within {0:?}")]
-    NoAnswer(Duration),
-    #[error("ElevenLabs request failed: {}", describe_reqwest(.0))]
-    Request(#[source] reqwest::Error),
-    #[error("ElevenLabs HTTP {status} ({content_type}): {message}{hint}")]
+    #[error("{vendor} did not answer within {after:?}")]
+    NoAnswer {
+        vendor: &'static str,
+        after: Duration,
+    },
+    #[error("{vendor} request failed: {}", describe_reqwest(.source))]
+    Request {
+        vendor: &'static str,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{vendor} HTTP {status} ({content_type}): {message}{hint}")]
     Http {
+        vendor: &'static str,
         status: u16,
         content_type: String,
         message: String,
         /// What to check for this status (`""` when there is nothing specific).
         hint: &'static str,
     },
-    #[error("ElevenLabs audio stalled for {0:?}")]
-    Stalled(Duration),
-    #[error("ElevenLabs stream failed: {}", describe_reqwest(.0))]
-    Stream(#[source] reqwest::Error),
-    #[error("ElevenLabs sent more than {0} bytes of audio for one piece of text; cut")]
-    TooMuchAudio(usize),
+    #[error("{vendor} audio stalled for {after:?}")]
+    Stalled {
+        vendor: &'static str,
+        after: Duration,
+    },
+    #[error("{vendor} stream failed: {}", describe_reqwest(.source))]
+    Stream {
+        vendor: &'static str,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{vendor} sent more than {limit} bytes of audio for one piece of text; cut")]
+    TooMuchAudio { vendor: &'static str, limit: usize },
+    /// A WebSocket vendor could not be reached or refused the socket.
+    #[error("{vendor} connection failed: {message}")]
+    Connect {
+        vendor: &'static str,
+        message: String,
+    },
+    /// A WebSocket vendor reported an error or closed the socket.
+    #[error("{vendor} error: {message}")]
+    Reported {
+        vendor: &'static str,
+        message: String,
+        /// The vendor's status (HTTP-style) when it sent one.
+        status: Option<u16>,
+    },
     #[error("synthesis abandoned")]
     Abandoned,
+}
+
+impl TtsError {
+    /// Whether another TTS should speak the sentence instead: the service could not be
+    /// reached, did not answer, or answered 5xx or 429 (a busy or broken service, not a
+    /// request it will refuse wherever it is sent).
+    pub fn switchable(&self) -> bool {
+        match self {
+            TtsError::NoAnswer { .. } | TtsError::Connect { .. } => true,
+            // No response at all: refused, reset, TLS or timeout (a request we built badly
+            // would fail the same way anywhere).
+            TtsError::Request { source, .. } => !source.is_builder(),
+            TtsError::Http { status, .. } => *status == 429 || *status >= 500,
+            TtsError::Reported { status, .. } => status.is_some_and(|s| s == 429 || s >= 500),
+            _ => false,
+        }
+    }
+
+    /// The event a provider sends for this failure.
+    pub fn event(&self) -> super::TtsEvent {
+        if self.switchable() {
+            super::TtsEvent::Unavailable(self.to_string())
+        } else {
+            super::TtsEvent::Error(self.to_string())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -119,6 +177,7 @@ mod tests {
         );
         assert_eq!(
             TtsError::Http {
+                vendor: "ElevenLabs",
                 status: 404,
                 content_type: "application/json".into(),
                 message: "voice not found".into(),

@@ -4,11 +4,14 @@
 //! events they produce. A stream is cancelled by dropping it. [`build_providers`] turns the
 //! `[stt.*]`, `[tts.*]` and `[llm.*]` tables into shared provider objects.
 
+pub mod cartesia;
 pub mod chunker;
 pub mod deepgram;
 pub mod elevenlabs;
 pub mod error;
+pub mod fallback;
 pub mod openai;
+pub mod openai_speech;
 pub mod sse;
 pub mod tools;
 
@@ -97,6 +100,21 @@ pub enum TtsEvent {
     Done,
     /// The synthesis failed; no more audio follows.
     Error(String),
+    /// The service could not be reached, did not answer or answered 5xx/429; no more audio
+    /// follows. A chain ([`fallback`]) gives the same text to its next TTS.
+    Unavailable(String),
+    /// The first audio of this text arrived (the "TTS request → first audio byte" stage);
+    /// sent by a chain, before that audio.
+    FirstByte {
+        provider: String,
+        after: std::time::Duration,
+    },
+    /// A chain gave this text to its next TTS (`from` failed with `reason`).
+    Switched {
+        from: String,
+        to: String,
+        reason: String,
+    },
 }
 
 /// One text's synthesis in progress. Dropping it cancels the request.
@@ -186,6 +204,7 @@ pub trait LlmProvider: Send + Sync {
 #[derive(Clone)]
 pub struct AgentProviders {
     pub stt: Arc<dyn SttProvider>,
+    /// The agent's TTS chain ([`fallback::Chain`]; one member for `tts = "NAME"`).
     pub tts: Arc<dyn TtsProvider>,
     pub llm: Arc<dyn LlmProvider>,
 }
@@ -196,16 +215,41 @@ pub struct Providers {
     pub stt: BTreeMap<String, Arc<dyn SttProvider>>,
     pub tts: BTreeMap<String, Arc<dyn TtsProvider>>,
     pub llm: BTreeMap<String, Arc<dyn LlmProvider>>,
+    /// Each `[tts.NAME]`'s health, shared by every chain naming it (cool-downs).
+    pub tts_health: BTreeMap<String, Arc<fallback::Health>>,
+    /// TTS chain switches (`patterd_tts_fallbacks_total`).
+    pub tts_fallbacks: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Providers {
-    /// The providers an agent names, if all three exist.
+    /// The providers an agent names, if all exist.
     pub fn for_agent(&self, agent: &AgentConfig) -> Option<AgentProviders> {
         Some(AgentProviders {
             stt: self.stt.get(&agent.stt)?.clone(),
-            tts: self.tts.get(&agent.tts)?.clone(),
+            tts: self.tts_chain(agent)?,
             llm: self.llm.get(&agent.llm)?.clone(),
         })
+    }
+
+    /// The agent's `tts` names as one chain.
+    fn tts_chain(&self, agent: &AgentConfig) -> Option<Arc<dyn TtsProvider>> {
+        let mut members = Vec::new();
+        for name in agent.tts.names() {
+            members.push(fallback::Member {
+                name: name.clone(),
+                provider: self.tts.get(name)?.clone(),
+                health: self.tts_health.get(name).cloned().unwrap_or_default(),
+            });
+        }
+        if members.is_empty() {
+            return None;
+        }
+        Some(Arc::new(fallback::Chain::new(
+            members,
+            std::time::Duration::from_secs_f64(agent.tts_cooldown_s.max(0.0)),
+            std::time::Duration::from_millis(agent.tts_first_byte_timeout_ms),
+            self.tts_fallbacks.clone(),
+        )))
     }
 }
 
@@ -226,8 +270,13 @@ pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
             TtsKind::Elevenlabs => {
                 Arc::new(elevenlabs::ElevenLabsTts::new(c).map_err(|e| e.within("tts", name))?)
             }
+            TtsKind::Cartesia => Arc::new(cartesia::CartesiaTts::new(c)),
+            TtsKind::Openai | TtsKind::OpenaiCompatible => {
+                Arc::new(openai_speech::OpenAiSpeech::new(c).map_err(|e| e.within("tts", name))?)
+            }
         };
         p.tts.insert(name.clone(), t);
+        p.tts_health.insert(name.clone(), Default::default());
     }
     for (name, c) in &config.llm {
         let l: Arc<dyn LlmProvider> = match c.kind {

@@ -14,7 +14,7 @@ use crate::net::http::{Body, respond};
 pub fn render(app: &App) -> Response<Body> {
     let m: &Metrics = &app.metrics;
     let g = |c: &AtomicU64| Metrics::get(c);
-    let rows: [(&str, &str, &str, u64); 11] = [
+    let rows: [(&str, &str, &str, u64); 12] = [
         (
             "patterd_calls_active",
             "Calls live now.",
@@ -68,6 +68,12 @@ pub fn render(app: &App) -> Response<Body> {
             "Malformed media frames received.",
             "counter",
             g(&m.media_frames_bad),
+        ),
+        (
+            "patterd_tts_fallbacks_total",
+            "Sentences a TTS chain gave to its next TTS (connect error, 5xx, 429, no first audio in time).",
+            "counter",
+            Metrics::get(&app.providers.tts_fallbacks),
         ),
         (
             "patterd_store_writes_dropped_total",

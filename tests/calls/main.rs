@@ -16,4 +16,5 @@ mod faults;
 mod flood;
 mod telnyx_plivo;
 mod tools;
+mod tts;
 mod twilio;

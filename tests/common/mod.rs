@@ -88,6 +88,10 @@ pub struct Opts {
     /// The agent's brain: `hermes`, or `compat` (kind `openai_compatible` on the same fake
     /// Hermes, which then gets the whole history every turn).
     pub llm: String,
+    /// The agent's `tts` value as TOML (`"\"elevenlabs\""`, or a chain `["a", "b"]`).
+    pub tts: String,
+    /// Extra sections (more `[tts.NAME]` tables pointing at other fakes).
+    pub extra_sections: String,
 }
 
 impl Default for Opts {
@@ -107,6 +111,8 @@ impl Default for Opts {
             agent_extra: String::new(),
             voice: None,
             llm: "hermes".into(),
+            tts: "\"elevenlabs\"".into(),
+            extra_sections: String::new(),
         }
     }
 }
@@ -227,12 +233,14 @@ first_token_timeout_s = 20
 
 {sim_sections}
 
+{extra_sections}
+
 [agents.front-desk]
 system_prompt = "{SYSTEM_PROMPT}"
 first_message = "{first}"
 llm = "{llm}"
 stt = "deepgram"
-tts = "elevenlabs"
+tts = {tts}
 long_turn_message = "{FILLER}"
 long_turn_message_after_s = {after}
 llm_error_message = "{LLM_ERROR}"
@@ -264,6 +272,8 @@ allowed_destinations = [{destinations}]
         max_duration = opts.max_duration_s,
         agent_extra = opts.agent_extra,
         llm = opts.llm,
+        tts = opts.tts,
+        extra_sections = opts.extra_sections,
     )
 }
 

@@ -598,8 +598,15 @@ fn shipped_example_loads_with_empty_environment() {
     assert_eq!(c.numbers.len(), 1);
     assert_eq!(c.numbers[0].carrier, "twilio");
     assert_eq!(c.server.data_dir.to_str(), Some("./data"));
-    // Only warnings: 3 carriers + llm + stt + tts.
-    assert_eq!(loaded.warnings.len(), 6, "{:?}", loaded.warnings);
+    // Only warnings: 3 carriers + llm + stt + 3 tts (elevenlabs, openai, cartesia; the
+    // self-hosted kokoro needs no key).
+    assert_eq!(loaded.warnings.len(), 8, "{:?}", loaded.warnings);
+    assert_eq!(
+        c.agent("front-desk").map(|a| a.tts.names().to_vec()),
+        Some(vec!["elevenlabs".to_string(), "kokoro".to_string()])
+    );
+    assert_eq!(c.tts["openai"].model, "gpt-4o-mini-tts");
+    assert_eq!(c.tts["kokoro"].base_url, "http://127.0.0.1:8880/v1");
 }
 
 #[test]
@@ -869,4 +876,39 @@ fn agent_examples_load_with_empty_environment() {
             }
         }
     }
+#[test]
+fn tts_chains_name_existing_sections_and_kinds_fill_their_own_defaults() {
+    let chain = BASE.replace(
+        "tts = \"elevenlabs\"",
+        "tts = [\"elevenlabs\", \"local\"]\ntts_first_byte_timeout_ms = 800",
+    ) + "\n[tts.local]\nkind = \"openai_compatible\"\n";
+    let loaded = load(&chain).expect("a chain loads");
+    let c = &loaded.config;
+    let a = c.agent("front-desk").expect("agent");
+    assert_eq!(
+        a.tts.names(),
+        ["elevenlabs".to_string(), "local".to_string()]
+    );
+    assert_eq!(a.tts_first_byte_timeout_ms, 800);
+    assert_eq!(c.tts["local"].base_url, "http://127.0.0.1:8880/v1");
+    assert_eq!(c.tts["local"].voice_id, "af_heart");
+    assert_eq!(c.tts["elevenlabs"].model, "eleven_flash_v2_5");
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+
+    let typo = BASE.replace(
+        "tts = \"elevenlabs\"",
+        "tts = [\"elevenlabs\", \"elevenlab\"]",
+    );
+    let e = load_err(&typo);
+    assert!(
+        e.contains("names no [tts.elevenlab] section") && e.contains("did you mean `elevenlabs`"),
+        "{e}"
+    );
+    let empty = BASE.replace("tts = \"elevenlabs\"", "tts = []");
+    assert!(load_err(&empty).contains("name one or more"));
+    let slow = BASE.replace(
+        "tts = \"elevenlabs\"",
+        "tts = \"elevenlabs\"\ntts_first_byte_timeout_ms = 50",
+    );
+    assert!(load_err(&slow).contains("tts_first_byte_timeout_ms = 50 is out of range"));
 }

@@ -12,5 +12,7 @@ mod parsers;
 mod plivo_signature;
 mod providers;
 mod server;
+mod speech_cartesia;
+mod speech_openai;
 mod twilio;
 mod twilio_sim;

@@ -320,6 +320,7 @@ async fn deepgram_drop_closes_the_socket() {
 
 fn tts_cfg(base: &str, key: &str) -> TtsConfig {
     let mut c: TtsConfig = toml::from_str(r#"kind = "elevenlabs""#).expect("tts config");
+    c.fill_kind_defaults();
     c.base_url = base.into();
     c.api_key = patterd::config::schema::Secret::new(key);
     c
@@ -387,7 +388,7 @@ async fn elevenlabs_errors_are_mapped() {
     fake.configure(|c| c.fail_status = Some(500));
     let evs = drain(&mut good.synthesize("Hi there").events).await;
     assert!(
-        matches!(&evs[..], [TtsEvent::Error(e)] if e.contains("500") && e.contains("internal error")),
+        matches!(&evs[..], [TtsEvent::Unavailable(e)] if e.contains("500") && e.contains("internal error")),
         "{evs:?}"
     );
 

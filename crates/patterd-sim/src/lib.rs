@@ -6,12 +6,14 @@
 //! whole calls through them; they are as strict as the real peers. The daemon never depends on
 //! this crate; it depends on the daemon for codecs and signature checks.
 
+pub mod cartesia;
 pub mod config;
 pub mod deepgram;
 pub mod dtmf;
 pub mod elevenlabs;
 pub mod hermes;
 pub mod http;
+pub mod openai_speech;
 pub mod plivo;
 pub mod stream;
 pub mod telnyx;
