@@ -32,7 +32,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("store", &["call", "config", "carrier", "util"]),
-    ("provider", &["config", "net", "util"]),
+    ("provider", &["config", "audio", "net", "util"]),
     ("config", &["carrier", "util"]),
     ("carrier", &["audio", "net", "security", "util"]),
     ("audio", &["util"]),

@@ -247,13 +247,16 @@ pub struct SttConfig {
     pub kind: SttKind,
     #[serde(default)]
     pub api_key: Secret,
-    #[serde(default = "default_stt_model")]
+    /// Empty: the kind's default ([`SttConfig::effective_model`]).
+    #[serde(default)]
     pub model: String,
     #[serde(default = "default_language")]
     pub language: String,
-    #[serde(default = "default_deepgram_base")]
+    /// Empty: the kind's default ([`SttConfig::effective_base_url`]).
+    #[serde(default)]
     pub base_url: String,
-    /// Silence (ms) after which Deepgram marks `speech_final`.
+    /// Silence (ms) after which Deepgram marks `speech_final`; for `openai_compatible`, the
+    /// silence after which our voice-activity detector cuts the utterance and uploads it.
     #[serde(default = "default_endpointing")]
     pub endpointing_ms: u32,
     /// Word-gap (ms) for Deepgram's `UtteranceEnd`; 0 disables it.
@@ -273,14 +276,8 @@ fn default_keepalive_ms() -> u64 {
     3000
 }
 
-fn default_stt_model() -> String {
-    "nova-3".into()
-}
 fn default_language() -> String {
     "en".into()
-}
-fn default_deepgram_base() -> String {
-    "wss://api.deepgram.com".into()
 }
 fn default_endpointing() -> u32 {
     300
@@ -296,6 +293,53 @@ fn default_true() -> bool {
 #[serde(rename_all = "snake_case")]
 pub enum SttKind {
     Deepgram,
+    /// Per-utterance file transcription (`POST {base_url}/audio/transcriptions`): OpenAI,
+    /// speaches / faster-whisper, whisper.cpp's server.
+    OpenaiCompatible,
+}
+
+impl SttKind {
+    /// `base_url` when the table leaves it out.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            SttKind::Deepgram => "wss://api.deepgram.com",
+            // speaches' default listen address (providers.md §8.1).
+            SttKind::OpenaiCompatible => "http://127.0.0.1:8000/v1",
+        }
+    }
+
+    /// `model` when the table leaves it out (empty: the table must name one).
+    pub fn default_model(self) -> &'static str {
+        match self {
+            SttKind::Deepgram => "nova-3",
+            SttKind::OpenaiCompatible => "",
+        }
+    }
+
+    /// Whether the service works without an `api_key` (self-hosted servers).
+    pub fn key_optional(self) -> bool {
+        matches!(self, SttKind::OpenaiCompatible)
+    }
+}
+
+impl SttConfig {
+    /// `base_url`, or the kind's default.
+    pub fn effective_base_url(&self) -> &str {
+        if self.base_url.trim().is_empty() {
+            self.kind.default_base_url()
+        } else {
+            &self.base_url
+        }
+    }
+
+    /// `model`, or the kind's default.
+    pub fn effective_model(&self) -> &str {
+        if self.model.trim().is_empty() {
+            self.kind.default_model()
+        } else {
+            &self.model
+        }
+    }
 }
 
 /// `[tts.NAME]`: a text-to-speech service.

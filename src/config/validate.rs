@@ -215,10 +215,20 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     for (name, stt) in &config.stt {
         c.url(
             &["stt", name, "base_url"],
-            &stt.base_url,
+            stt.effective_base_url(),
             &["http", "https", "ws", "wss"],
-            "wss://api.deepgram.com",
+            stt.kind.default_base_url(),
         );
+        if stt.effective_model().is_empty() {
+            c.fail(
+                &["stt", name, "model"],
+                format!(
+                    "[stt.{name}] needs a model: the name the server knows it by (e.g. \
+                     \"Systran/faster-whisper-small\" for speaches, \"whisper-1\" for OpenAI; \
+                     whisper.cpp's server ignores it)"
+                ),
+            );
+        }
     }
     for (name, tts) in &config.tts {
         c.url(
@@ -425,7 +435,7 @@ pub(crate) fn warnings(config: &Config) -> Vec<String> {
         }
     }
     for (name, stt) in &config.stt {
-        if stt.api_key.is_empty() {
+        if stt.api_key.is_empty() && !stt.kind.key_optional() {
             out.push(format!(
                 "stt.{name} is unconfigured (api_key empty): calls to agents using it fail until configured"
             ));

@@ -48,7 +48,7 @@ impl DeepgramStt {
 
 /// Builds the listen URL from the configuration.
 pub fn listen_url(cfg: &SttConfig) -> Result<String, SetupError> {
-    let base = cfg.base_url.trim().trim_end_matches('/');
+    let base = cfg.effective_base_url().trim().trim_end_matches('/');
     let base = if let Some(rest) = base.strip_prefix("https://") {
         format!("wss://{rest}")
     } else if let Some(rest) = base.strip_prefix("http://") {
@@ -56,10 +56,10 @@ pub fn listen_url(cfg: &SttConfig) -> Result<String, SetupError> {
     } else if base.starts_with("wss://") || base.starts_with("ws://") {
         base.to_string()
     } else {
-        return Err(SetupError::SttBaseUrl(cfg.base_url.clone()));
+        return Err(SetupError::SttBaseUrl(cfg.effective_base_url().to_string()));
     };
     let mut q = form_urlencoded::Serializer::new(String::new());
-    q.append_pair("model", &cfg.model)
+    q.append_pair("model", cfg.effective_model())
         .append_pair("encoding", "mulaw")
         .append_pair("sample_rate", "8000")
         .append_pair("channels", "1")

@@ -9,6 +9,7 @@ pub mod deepgram;
 pub mod elevenlabs;
 pub mod error;
 pub mod openai;
+pub mod openai_stt;
 pub mod sse;
 
 use std::collections::BTreeMap;
@@ -200,6 +201,9 @@ pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
         let s: Arc<dyn SttProvider> = match c.kind {
             SttKind::Deepgram => {
                 Arc::new(deepgram::DeepgramStt::new(c).map_err(|e| e.within("stt", name))?)
+            }
+            SttKind::OpenaiCompatible => {
+                Arc::new(openai_stt::OpenAiFileStt::new(c).map_err(|e| e.within("stt", name))?)
             }
         };
         p.stt.insert(name.clone(), s);

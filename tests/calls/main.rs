@@ -12,5 +12,6 @@ mod carriers;
 mod conversation;
 mod faults;
 mod flood;
+mod stt_providers;
 mod telnyx_plivo;
 mod twilio;

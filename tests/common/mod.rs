@@ -86,6 +86,10 @@ pub struct Opts {
     /// The agent's brain: `hermes`, or `compat` (kind `openai_compatible` on the same fake
     /// Hermes, which then gets the whole history every turn).
     pub llm: String,
+    /// The agent's ears: a `[stt.*]` table name (default `deepgram`, the fake Deepgram).
+    pub stt: String,
+    /// Extra TOML tables (e.g. an `[stt.NAME]` pointing at another fake).
+    pub extra_sections: String,
 }
 
 impl Default for Opts {
@@ -105,6 +109,8 @@ impl Default for Opts {
             agent_extra: String::new(),
             voice: None,
             llm: "hermes".into(),
+            stt: "deepgram".into(),
+            extra_sections: String::new(),
         }
     }
 }
@@ -224,12 +230,13 @@ model = "compat-model"
 first_token_timeout_s = 20
 
 {sim_sections}
+{extra_sections}
 
 [agents.front-desk]
 system_prompt = "{SYSTEM_PROMPT}"
 first_message = "{first}"
 llm = "{llm}"
-stt = "deepgram"
+stt = "{stt}"
 tts = "elevenlabs"
 long_turn_message = "{FILLER}"
 long_turn_message_after_s = {after}
@@ -262,6 +269,8 @@ allowed_destinations = [{destinations}]
         max_duration = opts.max_duration_s,
         agent_extra = opts.agent_extra,
         llm = opts.llm,
+        stt = opts.stt,
+        extra_sections = opts.extra_sections,
     )
 }
 

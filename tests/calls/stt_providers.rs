@@ -1,0 +1,144 @@
+//! Whole calls (Twilio) through the other speech-to-text kinds, each against its own strict
+//! fake: `openai_compatible` (per-utterance WAV upload to `FakeTranscriptions`, the caller's
+//! real speech cut by our voice-activity detector).
+
+use crate::common::fixtures::clip;
+use crate::common::*;
+use patterd::call::Speaker;
+use patterd_sim::hermes::HermesReply;
+use patterd_sim::transcribe::{FakeTranscriptions, FakeTranscriptionsConfig};
+
+const WHISPER_KEY: &str = "whisper-test-key";
+const BOOKING: &str = "I would like to book a table for four.";
+
+/// A stack whose agent listens through `[stt.whisper]` (kind `openai_compatible`) on `fake`.
+async fn whisper_stack(fake: &FakeTranscriptions, api_key: &str) -> Stack {
+    Stack::start(Opts {
+        stt: "whisper".into(),
+        extra_sections: format!(
+            r#"[stt.whisper]
+kind = "openai_compatible"
+base_url = "{}"
+api_key = "{api_key}"
+model = "Systran/faster-whisper-small"
+"#,
+            fake.base_url()
+        ),
+        ..Default::default()
+    })
+    .await
+}
+
+async fn whisper_fake(api_key: &str) -> FakeTranscriptions {
+    FakeTranscriptions::start_with(FakeTranscriptionsConfig {
+        api_key: api_key.into(),
+        transcripts: [BOOKING.to_string()].into(),
+        ..Default::default()
+    })
+    .await
+    .expect("fake transcriptions")
+}
+
+#[tokio::test]
+async fn openai_compatible_stt_uploads_the_utterance_and_its_text_is_the_turn() {
+    let fake = whisper_fake(WHISPER_KEY).await;
+    let stack = whisper_stack(&fake, WHISPER_KEY).await;
+    stack.hermes.push(HermesReply::text("Sure, for four."));
+    let (sid, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting");
+    let speech = clip("book_table");
+    sim.push_audio(&speech);
+    let h = stack
+        .hermes
+        .wait_until("the turn reaches the brain", |r| !r.requests.is_empty())
+        .await;
+    let user = h.requests[0]
+        .messages()
+        .into_iter()
+        .rev()
+        .find(|(role, _)| role == "user")
+        .expect("user message");
+    assert_eq!(user.1, BOOKING);
+    sim.wait_for("reply heard", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .expect("reply plays");
+
+    // One upload, as OpenAI documents it: a WAV file (16-bit PCM, 8 kHz, mono) holding the
+    // whole utterance, with the bearer key, the model, the language and JSON answers.
+    let rec = fake.record();
+    assert_eq!(rec.ok(), 1, "{rec:#?}");
+    let r = &rec.requests[0];
+    assert_eq!(r.field("model"), Some("Systran/faster-whisper-small"));
+    assert_eq!(r.field("language"), Some("en"));
+    assert_eq!(r.field("response_format"), Some("json"));
+    assert_eq!(r.filename.as_deref(), Some("utterance.wav"));
+    assert!(
+        r.headers
+            .iter()
+            .any(|(k, v)| k == "authorization" && v == &format!("Bearer {WHISPER_KEY}")),
+        "{:?}",
+        r.headers
+    );
+    let wav = r.wav.expect("wav");
+    assert_eq!(
+        (wav.format, wav.channels, wav.sample_rate, wav.bits),
+        (1, 1, 8000, 16)
+    );
+    let clip_ms = speech.len() as u64 / 8;
+    assert!(
+        wav.audio_ms() + 300 >= clip_ms && wav.audio_ms() <= clip_ms + 1200,
+        "uploaded {} ms for a {clip_ms} ms clip",
+        wav.audio_ms()
+    );
+    // The file is the caller's audio itself: its loudest stretch is speech, not silence.
+    let peak = r
+        .samples
+        .iter()
+        .map(|s| s.unsigned_abs())
+        .max()
+        .unwrap_or(0);
+    assert!(peak > 3000, "peak {peak}");
+
+    sim.hang_up().await;
+    let record = stack.finished(&sid).await;
+    let caller: Vec<_> = record
+        .transcript
+        .iter()
+        .filter(|e| e.speaker == Speaker::Caller)
+        .map(|e| e.text.as_str())
+        .collect();
+    assert_eq!(caller, [BOOKING]);
+}
+
+#[tokio::test]
+async fn openai_compatible_stt_wrong_key_is_a_clear_error_on_the_call() {
+    let fake = whisper_fake(WHISPER_KEY).await;
+    let stack = whisper_stack(&fake, "not-the-key").await;
+    let (sid, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting");
+    sim.push_audio(&clip("book_table"));
+    fake.wait_until("the refused upload", |r| {
+        r.requests.iter().any(|q| q.status == 401)
+    })
+    .await;
+    sim.hang_up().await;
+    let rec = stack.finished(&sid).await;
+    let errors: Vec<_> = rec
+        .events_of("stt_error")
+        .map(|e| e.detail.clone())
+        .collect();
+    assert!(
+        errors.iter().any(|d| d.contains("HTTP 401")
+            && d.contains("check [stt] api_key")
+            && d.contains("Incorrect API key")),
+        "{errors:?}"
+    );
+    assert!(
+        stack.hermes.record().requests.is_empty(),
+        "no turn without a transcript"
+    );
+}
