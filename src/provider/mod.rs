@@ -53,6 +53,13 @@ pub enum SttEvent {
     },
     /// The provider's word-gap end-of-utterance signal.
     UtteranceEnd,
+    /// The provider's turn model thinks the turn probably ended (Deepgram Flux
+    /// `EagerEndOfTurn`): the brain may start speculatively on this text.
+    EagerEndOfTurn(String),
+    /// The caller went on after an [`SttEvent::EagerEndOfTurn`]: drop the speculation.
+    TurnResumed,
+    /// The provider's turn model ended the turn with this text (Flux `EndOfTurn`).
+    EndOfTurn(String),
     /// Something went wrong; `fatal` means the session is gone.
     Error { message: String, fatal: bool },
     /// The session ended.
@@ -82,6 +89,12 @@ pub trait SttProvider: Send + Sync {
     /// held for silence the provider has already observed. 0 when unknown.
     fn endpointing_ms(&self) -> u64 {
         0
+    }
+
+    /// True when the provider decides the end of each turn itself
+    /// ([`SttEvent::EndOfTurn`]); our endpointer then only listens.
+    fn ends_turns(&self) -> bool {
+        false
     }
 }
 
