@@ -270,6 +270,18 @@ pub struct SttConfig {
     /// A `KeepAlive` is sent after this long without audio (Deepgram closes after 10 s).
     #[serde(default = "default_keepalive_ms")]
     pub keepalive_ms: u64,
+    /// `deepgram_flux`: end-of-turn confidence that ends a turn (0.5–0.9; Deepgram's default
+    /// 0.7 when unset).
+    #[serde(default)]
+    pub eot_threshold: Option<f32>,
+    /// `deepgram_flux`: confidence for an early `EagerEndOfTurn` that starts the brain
+    /// speculatively (0.3–0.9, at most `eot_threshold`; unset: no speculation).
+    #[serde(default)]
+    pub eager_eot_threshold: Option<f32>,
+    /// `deepgram_flux`: silence after which a turn ends whatever the model says (500–10000;
+    /// Deepgram's default 5000 when unset).
+    #[serde(default)]
+    pub eot_timeout_ms: Option<u32>,
 }
 
 fn default_keepalive_ms() -> u64 {
@@ -293,6 +305,9 @@ fn default_true() -> bool {
 #[serde(rename_all = "snake_case")]
 pub enum SttKind {
     Deepgram,
+    /// Deepgram Flux (`/v2/listen`): the model ends turns (`EndOfTurn`), optionally early
+    /// (`EagerEndOfTurn`, a speculative brain request).
+    DeepgramFlux,
     /// Per-utterance file transcription (`POST {base_url}/audio/transcriptions`): OpenAI,
     /// speaches / faster-whisper, whisper.cpp's server.
     OpenaiCompatible,
@@ -302,7 +317,7 @@ impl SttKind {
     /// `base_url` when the table leaves it out.
     pub fn default_base_url(self) -> &'static str {
         match self {
-            SttKind::Deepgram => "wss://api.deepgram.com",
+            SttKind::Deepgram | SttKind::DeepgramFlux => "wss://api.deepgram.com",
             // speaches' default listen address (providers.md §8.1).
             SttKind::OpenaiCompatible => "http://127.0.0.1:8000/v1",
         }
@@ -312,6 +327,7 @@ impl SttKind {
     pub fn default_model(self) -> &'static str {
         match self {
             SttKind::Deepgram => "nova-3",
+            SttKind::DeepgramFlux => "flux-general-en",
             SttKind::OpenaiCompatible => "",
         }
     }

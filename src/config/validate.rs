@@ -219,6 +219,47 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             &["http", "https", "ws", "wss"],
             stt.kind.default_base_url(),
         );
+        let range = |c: &mut Check, key: &str, v: Option<f64>, lo: f64, hi: f64| {
+            if let Some(v) = v
+                && !(lo..=hi).contains(&v)
+            {
+                c.fail(
+                    &["stt", name, key],
+                    format!("[stt.{name}] {key} = {v} is out of range {lo} to {hi}"),
+                );
+            }
+        };
+        range(
+            &mut c,
+            "eot_threshold",
+            stt.eot_threshold.map(f64::from),
+            0.5,
+            0.9,
+        );
+        range(
+            &mut c,
+            "eager_eot_threshold",
+            stt.eager_eot_threshold.map(f64::from),
+            0.3,
+            0.9,
+        );
+        range(
+            &mut c,
+            "eot_timeout_ms",
+            stt.eot_timeout_ms.map(f64::from),
+            500.0,
+            10000.0,
+        );
+        if let (Some(e), Some(t)) = (stt.eager_eot_threshold, stt.eot_threshold)
+            && e > t
+        {
+            c.fail(
+                &["stt", name, "eager_eot_threshold"],
+                format!(
+                    "[stt.{name}] eager_eot_threshold = {e} must not exceed eot_threshold = {t}"
+                ),
+            );
+        }
         if stt.effective_model().is_empty() {
             c.fail(
                 &["stt", name, "model"],

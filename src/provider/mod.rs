@@ -6,6 +6,7 @@
 
 pub mod chunker;
 pub mod deepgram;
+pub mod deepgram_flux;
 pub mod elevenlabs;
 pub mod error;
 pub mod openai;
@@ -214,6 +215,9 @@ pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
         let s: Arc<dyn SttProvider> = match c.kind {
             SttKind::Deepgram => {
                 Arc::new(deepgram::DeepgramStt::new(c).map_err(|e| e.within("stt", name))?)
+            }
+            SttKind::DeepgramFlux => {
+                Arc::new(deepgram_flux::DeepgramFluxStt::new(c).map_err(|e| e.within("stt", name))?)
             }
             SttKind::OpenaiCompatible => {
                 Arc::new(openai_stt::OpenAiFileStt::new(c).map_err(|e| e.within("stt", name))?)
