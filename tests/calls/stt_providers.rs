@@ -142,3 +142,159 @@ async fn openai_compatible_stt_wrong_key_is_a_clear_error_on_the_call() {
         "no turn without a transcript"
     );
 }
+
+// ---------------------------------------------------------------- Deepgram Flux
+
+use patterd_sim::flux::{FakeFlux, FakeFluxConfig};
+
+async fn flux_stack(flux: &FakeFlux, eager: bool) -> Stack {
+    let eager_line = if eager {
+        "eager_eot_threshold = 0.4\n"
+    } else {
+        ""
+    };
+    Stack::start(Opts {
+        stt: "flux".into(),
+        // A stateless brain: only those are asked speculatively.
+        llm: "compat".into(),
+        extra_sections: format!(
+            "[stt.flux]\nkind = \"deepgram_flux\"\nbase_url = \"{}\"\napi_key = \"{DG_KEY}\"\n\
+             eot_threshold = 0.7\n{eager_line}",
+            flux.base_url()
+        ),
+        ..Default::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn flux_turn_resumed_after_eager_end_of_turn_never_plays_the_speculation() {
+    let flux = FakeFlux::start_with(FakeFluxConfig {
+        api_key: DG_KEY.into(),
+        bursts: vec!["I need a table".into(), "for four".into()],
+        eager_ms: 200,
+        eot_ms: 1500,
+        ..Default::default()
+    })
+    .await
+    .expect("fake flux");
+    let stack = flux_stack(&flux, true).await;
+    stack.hermes.push(HermesReply::text("SPECULATIVE answer."));
+    stack.hermes.push(HermesReply::text("For four, sure."));
+    let (sid, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting");
+    speak(&sim, 600);
+    flux.wait_until("the eager end of turn", |r| {
+        r.connections
+            .last()
+            .is_some_and(|c| !c.events("EagerEndOfTurn").is_empty())
+    })
+    .await;
+    stack
+        .hermes
+        .wait_until("the speculative request", |r| !r.requests.is_empty())
+        .await;
+    // The caller goes on before the turn ends.
+    speak(&sim, 500);
+    sim.wait_for("reply heard", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .expect("reply plays");
+    sim.hang_up().await;
+    let rec = stack.finished(&sid).await;
+
+    let c = flux.record().connections[0].clone();
+    assert_eq!(c.events("TurnResumed").len(), 1, "{:#?}", c.sent);
+    assert_eq!(
+        c.events("EndOfTurn")[0].1["transcript"],
+        "I need a table for four"
+    );
+    let h = stack.hermes.record();
+    assert_eq!(
+        h.requests.len(),
+        2,
+        "the cancelled speculation, then the answer"
+    );
+    let last_user = |i: usize| {
+        h.requests[i]
+            .messages()
+            .into_iter()
+            .rev()
+            .find(|(r, _)| r == "user")
+            .map(|(_, t)| t)
+    };
+    assert_eq!(last_user(0).as_deref(), Some("I need a table"));
+    assert_eq!(last_user(1).as_deref(), Some("I need a table for four"));
+    let spoken = stack.spoken();
+    assert!(spoken.iter().any(|t| t.contains("For four")), "{spoken:?}");
+    assert!(
+        !spoken.iter().any(|t| t.contains("SPECULATIVE")),
+        "{spoken:?}"
+    );
+    let details = |k: &str| {
+        rec.events_of(k)
+            .map(|e| e.detail.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(details("speculation_cancelled"), ["turn_resumed"]);
+    assert_eq!(details("speculation_used").len(), 1);
+    assert_eq!(details("turn_end"), ["end_of_turn"]);
+}
+
+#[tokio::test]
+async fn flux_refused_and_failing_streams_are_clear_errors() {
+    let flux = FakeFlux::start_with(FakeFluxConfig {
+        api_key: "another-key".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("fake flux");
+    let stack = flux_stack(&flux, false).await;
+    let (sid, sim) = stack.call().await;
+    flux.wait_until("two refused handshakes (open and the one reopen)", |r| {
+        r.rejected.len() >= 2
+    })
+    .await;
+    sim.hang_up().await;
+    let rec = stack.finished(&sid).await;
+    let errors: Vec<_> = rec
+        .events_of("stt_error")
+        .map(|e| e.detail.clone())
+        .collect();
+    assert!(
+        errors.iter().any(|d| d.contains("Deepgram Flux")
+            && d.contains("HTTP 401")
+            && d.contains("api_key")),
+        "{errors:?}"
+    );
+}
+
+#[tokio::test]
+async fn flux_error_message_and_close_code_are_reported() {
+    let flux = FakeFlux::start_with(FakeFluxConfig {
+        api_key: DG_KEY.into(),
+        failure: Some(patterd_sim::flux::FluxFailure::ErrorAfterAudioBytes(1600)),
+        ..Default::default()
+    })
+    .await
+    .expect("fake flux");
+    let stack = flux_stack(&flux, false).await;
+    let (sid, sim) = stack.call().await;
+    flux.wait_until("the failed stream", |r| {
+        r.connections.first().is_some_and(|c| c.closed.is_some())
+    })
+    .await;
+    sim.hang_up().await;
+    let rec = stack.finished(&sid).await;
+    let errors: Vec<_> = rec
+        .events_of("stt_error")
+        .map(|e| e.detail.clone())
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|d| d.contains("INTERNAL_SERVER_ERROR: the fake failed on purpose")),
+        "{errors:?}"
+    );
+}

@@ -8,6 +8,7 @@
 pub mod config;
 pub mod deepgram;
 pub mod elevenlabs;
+pub mod flux;
 pub mod hermes;
 pub mod http;
 pub mod plivo;
