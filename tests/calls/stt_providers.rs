@@ -298,3 +298,60 @@ async fn flux_error_message_and_close_code_are_reported() {
         "{errors:?}"
     );
 }
+
+/// Caller speech end → first reply audio at the caller, over `turns` calls: Deepgram v1 with
+/// our endpointer, against Flux with eager end of turn. Both fakes answer with zero
+/// processing time; the brain takes `BRAIN_MS` before its first words. Prints the figures of
+/// docs/providers.md: `cargo test --test calls -- --ignored --nocapture flux_vs_v1_figures`.
+#[tokio::test]
+#[ignore = "figures, not a check: run by hand"]
+async fn flux_vs_v1_figures() {
+    const BRAIN_MS: u64 = 300;
+    const TURNS: usize = 5;
+    async fn one(stack: &Stack) -> u64 {
+        stack.hermes.push(HermesReply::text_paced(
+            "Sure.",
+            std::time::Duration::from_millis(BRAIN_MS),
+        ));
+        let (_sid, sim) = stack.call().await;
+        sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+            .await
+            .expect("greeting");
+        speak(&sim, 800);
+        let s = sim
+            .wait_for("reply audio", WAIT, |s| s.utterances.len() >= 2)
+            .await
+            .expect("reply");
+        sim.hang_up().await;
+        let spoke_until = s.last_speech_frame_ms.expect("caller speech");
+        s.utterances[1].start_ms.saturating_sub(spoke_until)
+    }
+    let v1 = Stack::start(Opts::default()).await;
+    let mut v1_ms = Vec::new();
+    for _ in 0..TURNS {
+        v1_ms.push(one(&v1).await);
+    }
+    let flux = FakeFlux::start_with(FakeFluxConfig {
+        api_key: DG_KEY.into(),
+        eager_ms: 200,
+        eot_ms: 400,
+        ..Default::default()
+    })
+    .await
+    .expect("fake flux");
+    let fx = flux_stack(&flux, true).await;
+    let mut fx_ms = Vec::new();
+    for _ in 0..TURNS {
+        fx_ms.push(one(&fx).await);
+    }
+    let median = |v: &mut Vec<u64>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    println!(
+        "speech end → first reply audio, median of {TURNS}: deepgram v1 + endpointer {} ms {v1_ms:?}; \
+         flux eager {} ms {fx_ms:?}",
+        median(&mut v1_ms),
+        median(&mut fx_ms)
+    );
+}
