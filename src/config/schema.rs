@@ -176,12 +176,17 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
     pub kind: LlmKind,
-    /// Base URL up to and including `/v1`; `/chat/completions` is appended.
-    #[serde(default = "default_hermes_base")]
+    /// `openai_compatible` only: a local server whose defaults to use (its URL, no key).
+    #[serde(default)]
+    pub preset: Option<LlmPreset>,
+    /// Base URL up to and including `/v1`; `/chat/completions` is appended. Empty: the
+    /// kind's or preset's default ([`LlmConfig::effective_base_url`]).
+    #[serde(default)]
     pub base_url: String,
     #[serde(default)]
     pub api_key: Secret,
-    #[serde(default = "default_model")]
+    /// Empty: the kind's default ([`LlmConfig::effective_model`]; `openai_compatible` needs one).
+    #[serde(default)]
     pub model: String,
     /// Whole-turn budget; defaults to 120 s for Hermes (tools run) and 60 s otherwise.
     #[serde(default)]
@@ -204,7 +209,56 @@ pub struct LlmConfig {
     pub max_tokens: Option<u32>,
 }
 
+/// Local OpenAI-compatible servers with known defaults (`[llm.NAME] preset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LlmPreset {
+    /// Ollama's OpenAI-compatible API on its default port 11434.
+    Ollama,
+    /// vLLM's `vllm serve` on its default port 8000.
+    Vllm,
+    /// LM Studio's local server on its default port 1234.
+    LmStudio,
+}
+
 impl LlmConfig {
+    /// `base_url`, or the preset's or kind's default: Hermes' API server on 8642, OpenClaw's
+    /// Gateway on 18789 (its `/v1/chat/completions`, docs.openclaw.ai/gateway/openai-http-api),
+    /// Ollama 11434, vLLM 8000, LM Studio 1234.
+    pub fn effective_base_url(&self) -> &str {
+        if !self.base_url.trim().is_empty() {
+            return &self.base_url;
+        }
+        match (self.kind, self.preset) {
+            (_, Some(LlmPreset::Ollama)) => "http://127.0.0.1:11434/v1",
+            (_, Some(LlmPreset::Vllm)) => "http://127.0.0.1:8000/v1",
+            (_, Some(LlmPreset::LmStudio)) => "http://127.0.0.1:1234/v1",
+            (LlmKind::Openclaw, None) => "http://127.0.0.1:18789/v1",
+            _ => "http://127.0.0.1:8642/v1",
+        }
+    }
+
+    /// `model`, or the kind's default: `hermes-agent` for Hermes, `openclaw:main` (the
+    /// Gateway's default agent) for OpenClaw; empty for `openai_compatible` (required).
+    pub fn effective_model(&self) -> &str {
+        if !self.model.trim().is_empty() {
+            return &self.model;
+        }
+        match self.kind {
+            LlmKind::Hermes => "hermes-agent",
+            LlmKind::Openclaw => "openclaw:main",
+            LlmKind::OpenaiCompatible => "",
+        }
+    }
+
+    /// This table with its defaults filled in (what the client is built from).
+    pub fn resolved(&self) -> LlmConfig {
+        let mut c = self.clone();
+        c.base_url = self.effective_base_url().to_string();
+        c.model = self.effective_model().to_string();
+        c
+    }
+
     pub fn effective_timeout_s(&self) -> u64 {
         self.timeout_s.unwrap_or(match self.kind {
             LlmKind::Hermes => 120,
@@ -213,12 +267,6 @@ impl LlmConfig {
     }
 }
 
-fn default_hermes_base() -> String {
-    "http://127.0.0.1:8642/v1".into()
-}
-fn default_model() -> String {
-    "hermes-agent".into()
-}
 fn default_first_token_timeout() -> u64 {
     60
 }

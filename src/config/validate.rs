@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use super::error::{Problem, describe_key, suggest};
-use super::schema::Config;
+use super::schema::{Config, LlmKind};
 use super::source::Locator;
 use crate::util::phone::{is_e164, is_e164_prefix};
 
@@ -190,10 +190,25 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     for (name, llm) in &config.llm {
         c.url(
             &["llm", name, "base_url"],
-            &llm.base_url,
+            llm.effective_base_url(),
             &["http", "https"],
             "http://127.0.0.1:8642/v1",
         );
+        if llm.effective_model().is_empty() {
+            c.fail(
+                &["llm", name, "model"],
+                format!(
+                    "[llm.{name}] needs a model: the name the server serves (e.g. \"llama3.2\" \
+                     for Ollama, the model given to `vllm serve`, the identifier LM Studio shows)"
+                ),
+            );
+        }
+        if llm.preset.is_some() && llm.kind != LlmKind::OpenaiCompatible {
+            c.fail(
+                &["llm", name, "preset"],
+                format!("[llm.{name}] preset is only for kind = \"openai_compatible\""),
+            );
+        }
         if llm.session_key.is_some() && llm.session_key_from.is_some() {
             c.fail(
                 &["llm", name, "session_key"],
@@ -467,11 +482,11 @@ pub(crate) fn warnings(config: &Config) -> Vec<String> {
         }
     }
     for (name, llm) in &config.llm {
-        if llm.api_key.is_empty() {
+        if llm.api_key.is_empty() && llm.preset.is_none() {
             out.push(format!(
                 "llm.{name} is unconfigured (api_key empty): requests to {} carry no bearer \
                  token and will be refused if the server requires one",
-                llm.base_url
+                llm.effective_base_url()
             ));
         }
     }

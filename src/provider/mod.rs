@@ -236,7 +236,7 @@ pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
     for (name, c) in &config.llm {
         let l: Arc<dyn LlmProvider> = match c.kind {
             LlmKind::Hermes | LlmKind::OpenaiCompatible | LlmKind::Openclaw => {
-                Arc::new(openai::OpenAiChat::new(c).map_err(|e| e.within("llm", name))?)
+                Arc::new(openai::OpenAiChat::new(&c.resolved()).map_err(|e| e.within("llm", name))?)
             }
         };
         p.llm.insert(name.clone(), l);

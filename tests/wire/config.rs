@@ -598,9 +598,9 @@ fn shipped_example_loads_with_empty_environment() {
     assert_eq!(c.numbers.len(), 1);
     assert_eq!(c.numbers[0].carrier, "twilio");
     assert_eq!(c.server.data_dir.to_str(), Some("./data"));
-    // Only warnings: 3 carriers + llm + the two Deepgram stt examples + tts (the
-    // self-hosted `openai_compatible` stt needs no key).
-    assert_eq!(loaded.warnings.len(), 7, "{:?}", loaded.warnings);
+    // Only warnings: 3 carriers + llm hermes and openclaw + the two Deepgram stt examples +
+    // tts (the self-hosted `openai_compatible` stt and the `ollama` preset need no key).
+    assert_eq!(loaded.warnings.len(), 8, "{:?}", loaded.warnings);
 }
 
 #[test]
@@ -743,4 +743,46 @@ fn conversation_keys_in_range_load() {
     assert!(!agent.barge_in && !agent.greeting_interruptible);
     assert_eq!(agent.max_endpointing_ms, 2500);
     assert_eq!(agent.backchannel_words, vec!["sure".to_string()]);
+}
+
+#[test]
+fn brain_presets_and_openclaw_defaults() {
+    let text = format!(
+        "{BASE}\n[llm.local]\nkind = \"openai_compatible\"\npreset = \"ollama\"\nmodel = \"llama3.2\"\n\n\
+         [llm.vllm]\nkind = \"openai_compatible\"\npreset = \"vllm\"\nmodel = \"Qwen/Qwen2.5-7B-Instruct\"\n\n\
+         [llm.studio]\nkind = \"openai_compatible\"\npreset = \"lm_studio\"\nmodel = \"qwen2.5-7b-instruct\"\n\n\
+         [llm.claw]\nkind = \"openclaw\"\napi_key = \"gw\"\n"
+    );
+    let loaded = load(&text).expect("presets load");
+    let llm = |n: &str| loaded.config.llm[n].resolved();
+    assert_eq!(llm("local").base_url, "http://127.0.0.1:11434/v1");
+    assert_eq!(llm("vllm").base_url, "http://127.0.0.1:8000/v1");
+    assert_eq!(llm("studio").base_url, "http://127.0.0.1:1234/v1");
+    assert_eq!(llm("claw").base_url, "http://127.0.0.1:18789/v1");
+    assert_eq!(llm("claw").model, "openclaw:main");
+    assert_eq!(llm("hermes").base_url, "http://127.0.0.1:8642/v1");
+    assert_eq!(llm("hermes").model, "hermes-agent");
+    // A local preset needs no key: no warning for it.
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+
+    let err = load_err(&format!(
+        "{BASE}\n[llm.local]\nkind = \"openai_compatible\"\npreset = \"ollama\"\n"
+    ));
+    assert!(err.contains("[llm.local] needs a model"), "{err}");
+    let err = load_err(&format!(
+        "{BASE}\n[llm.x]\nkind = \"hermes\"\npreset = \"vllm\"\n"
+    ));
+    assert!(
+        err.contains("preset is only for kind = \"openai_compatible\""),
+        "{err}"
+    );
+    let err = load_err(&format!(
+        "{BASE}\n[stt.flux]\nkind = \"deepgram_flux\"\napi_key = \"k\"\neot_threshold = 0.6\neager_eot_threshold = 0.8\n"
+    ));
+    assert!(
+        err.contains("eager_eot_threshold = 0.8 must not exceed eot_threshold = 0.6"),
+        "{err}"
+    );
+    let err = load_err(&format!("{BASE}\n[stt.w]\nkind = \"openai_compatible\"\n"));
+    assert!(err.contains("[stt.w] needs a model"), "{err}");
 }
