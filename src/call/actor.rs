@@ -117,7 +117,8 @@ impl Actor {
                 setup.providers.stt.endpointing_ms(),
                 setup.providers.llm.keeps_history(),
                 now,
-            ),
+            )
+            .with_stt_turns(setup.providers.stt.ends_turns()),
             vad: Vad::new(VadConfig {
                 threshold: setup.agent.vad_threshold as f32,
                 stop_ms: setup.agent.vad_stop_ms,
@@ -469,6 +470,9 @@ impl Actor {
                 });
             }
             SttEvent::UtteranceEnd => return self.step(Input::UtteranceEnd),
+            SttEvent::EagerEndOfTurn(text) => return self.step(Input::EagerEndOfTurn(text)),
+            SttEvent::TurnResumed => return self.step(Input::TurnResumed),
+            SttEvent::EndOfTurn(text) => return self.step(Input::EndOfTurn(text)),
             SttEvent::Error { message, fatal } => {
                 warn!(%message, fatal, "speech-to-text error");
                 self.event(EventKind::SttError, message);

@@ -54,6 +54,14 @@ pub enum EventKind {
     LlmRequest,
     /// The brain finished its reply.
     LlmDone,
+    /// The speech-to-text's eager end of turn started the brain speculatively (detail: the
+    /// text); its reply is held back until the turn really ends.
+    SpeculationStart,
+    /// The speculative reply was cancelled (detail: `turn_resumed` or `text_changed`); none
+    /// of it was spoken.
+    SpeculationCancelled,
+    /// The turn ended as speculated: the speculative reply is the answer.
+    SpeculationUsed,
     /// The brain failed (detail: why); the caller hears `llm_error_message`.
     LlmError,
     /// The brain reported tool progress (detail: the tool's label).
@@ -112,7 +120,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 46] = [
+    pub const ALL: [EventKind; 49] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -134,6 +142,9 @@ impl EventKind {
         EventKind::BackchannelIgnored,
         EventKind::LlmRequest,
         EventKind::LlmDone,
+        EventKind::SpeculationStart,
+        EventKind::SpeculationCancelled,
+        EventKind::SpeculationUsed,
         EventKind::LlmError,
         EventKind::ToolProgress,
         EventKind::ToolCall,
@@ -185,6 +196,9 @@ impl EventKind {
             EventKind::BackchannelIgnored => "backchannel_ignored",
             EventKind::LlmRequest => "llm_request",
             EventKind::LlmDone => "llm_done",
+            EventKind::SpeculationStart => "speculation_start",
+            EventKind::SpeculationCancelled => "speculation_cancelled",
+            EventKind::SpeculationUsed => "speculation_used",
             EventKind::LlmError => "llm_error",
             EventKind::ToolProgress => "tool_progress",
             EventKind::ToolCall => "tool_call",

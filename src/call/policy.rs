@@ -82,6 +82,13 @@ pub enum Input {
     },
     /// The speech-to-text's `UtteranceEnd`.
     UtteranceEnd,
+    /// The speech-to-text thinks the turn probably ended with this text: start the brain
+    /// speculatively, holding its reply back.
+    EagerEndOfTurn(String),
+    /// The caller went on: cancel the speculation.
+    TurnResumed,
+    /// The speech-to-text's own turn model ended the turn with this text.
+    EndOfTurn(String),
     /// An event of the brain's reply stream (a stream that ends early arrives as an error).
     Llm(LlmEvent),
     /// The carrier played everything up to this mark.
@@ -208,7 +215,19 @@ pub struct Policy {
     closing: Option<acts::Closing>,
     /// A DTMF action waiting for the carrier.
     dtmf_pending: Option<(u64, String)>,
+    /// The speech-to-text ends turns itself ([`Input::EndOfTurn`]): our endpointer only
+    /// listens.
+    stt_turns: bool,
+    /// A brain request started on an eager end of turn, whose reply is held back.
+    speculation: Option<Speculation>,
     out: Vec<Action>,
+}
+
+/// A speculative brain request: the text it was started on and the reply events held back
+/// until the turn really ends. None of it is ever spoken unless the turn ends on that text.
+struct Speculation {
+    text: String,
+    events: Vec<LlmEvent>,
 }
 
 impl Policy {
@@ -243,8 +262,17 @@ impl Policy {
             greeting_sent: false,
             closing: None,
             dtmf_pending: None,
+            stt_turns: false,
+            speculation: None,
             out: Vec::new(),
         }
+    }
+
+    /// The speech-to-text decides the end of turns itself (see
+    /// [`crate::provider::SttProvider::ends_turns`]).
+    pub fn with_stt_turns(mut self, yes: bool) -> Self {
+        self.stt_turns = yes;
+        self
     }
 
     pub fn phase(&self) -> Phase {
@@ -323,7 +351,28 @@ impl Policy {
                 self.endpointer.on_utterance_end();
                 self.check_end_of_turn(now, mouth);
             }
-            Input::Llm(ev) => self.on_llm(ev, now, mouth),
+            Input::EagerEndOfTurn(text) => self.speculate(text, mouth),
+            Input::TurnResumed => self.cancel_speculation("turn_resumed"),
+            Input::EndOfTurn(text) => {
+                self.endpointer.reset();
+                self.eot_at = None;
+                let text = text.trim().to_string();
+                if !text.is_empty() {
+                    self.event(EventKind::TurnEnd, TurnEnd::SttEndOfTurn.as_str());
+                    self.caller_turn(text, TurnEnd::SttEndOfTurn, now, mouth);
+                }
+                // A turn that was not taken (a backchannel, held) leaves no speculation.
+                self.cancel_speculation("text_changed");
+            }
+            Input::Llm(ev) => match self.speculation.as_mut() {
+                Some(spec) => {
+                    if matches!(ev, LlmEvent::Done | LlmEvent::Error(_)) {
+                        self.out.push(Action::CancelBrain);
+                    }
+                    spec.events.push(ev);
+                }
+                None => self.on_llm(ev, now, mouth),
+            },
             Input::Mark(name) => self.on_mark(&name, now, mouth),
             Input::Started(started) => self.on_started(&started, now),
             Input::Dtmf(d) => {
@@ -471,6 +520,10 @@ impl Policy {
     }
 
     fn check_end_of_turn(&mut self, now: Instant, mouth: &mut Speech) {
+        if self.stt_turns {
+            // The speech-to-text's EndOfTurn decides.
+            return;
+        }
         match self.endpointer.decide(now) {
             Decision::Wait(at) => self.eot_at = at,
             Decision::Finalize => {
@@ -643,6 +696,7 @@ impl Policy {
         });
         self.persist(self.transcript.len() - 1);
         self.turns += 1;
+        let said = text.clone();
         let content = match self.brain_note.take() {
             Some(note) => format!("{note} {text}"),
             None => text,
@@ -651,9 +705,20 @@ impl Policy {
             role: Role::User,
             content,
         });
-        self.out.push(Action::StartBrain {
-            history: self.history.clone(),
-        });
+        let speculated = match self.speculation.take() {
+            Some(spec) if spec.text == said => Some(spec.events),
+            Some(_) => {
+                self.event(EventKind::SpeculationCancelled, "text_changed");
+                None
+            }
+            None => None,
+        };
+        if speculated.is_none() {
+            // Replaces any stream in flight (a speculation on other words).
+            self.out.push(Action::StartBrain {
+                history: self.history.clone(),
+            });
+        }
         self.brain = true;
         self.chunker = SentenceChunker::new();
         self.turn = Some(Turn {
@@ -666,6 +731,45 @@ impl Policy {
             tools: TurnTools::default(),
         });
         self.event(EventKind::LlmRequest, self.turns.to_string());
+        if let Some(events) = speculated {
+            self.event(EventKind::SpeculationUsed, events.len().to_string());
+            for ev in events {
+                self.on_llm(ev, now, mouth);
+            }
+        }
+    }
+
+    /// An eager end of turn: start the brain on `text` now, holding its reply back. Only when
+    /// the agent is free and the brain does not keep its own history (a cancelled request
+    /// would leave a turn the caller never finished in a Hermes session).
+    fn speculate(&mut self, text: String, mouth: &Speech) {
+        let text = text.trim().to_string();
+        if text.is_empty()
+            || self.brain_keeps_history
+            || self.brain_note.is_some()
+            || !matches!(self.overlap(mouth), Overlap::Free)
+            || !matches!(self.phase, Phase::Idle)
+        {
+            return;
+        }
+        let mut history = self.history.clone();
+        history.push(ChatMessage {
+            role: Role::User,
+            content: text.clone(),
+        });
+        self.out.push(Action::StartBrain { history });
+        self.event(EventKind::SpeculationStart, text.clone());
+        self.speculation = Some(Speculation {
+            text,
+            events: Vec::new(),
+        });
+    }
+
+    fn cancel_speculation(&mut self, why: &str) {
+        if self.speculation.take().is_some() {
+            self.out.push(Action::CancelBrain);
+            self.event(EventKind::SpeculationCancelled, why);
+        }
     }
 
     /// Stops the agent for good: clear the carrier's queue, cancel the brain and the

@@ -84,6 +84,8 @@ pub enum TurnEnd {
     Finalize,
     /// `max_endpointing_ms` of silence passed: committed with whatever text there is.
     MaxEndpointing,
+    /// The speech-to-text's own turn model said the turn ended (Deepgram Flux `EndOfTurn`).
+    SttEndOfTurn,
     /// The caller pressed a key: a turn of its own, never an interruption to judge.
     Dtmf,
 }
@@ -96,6 +98,7 @@ impl TurnEnd {
             TurnEnd::UtteranceEnd => "utterance_end",
             TurnEnd::Finalize => "finalize",
             TurnEnd::MaxEndpointing => "max_endpointing",
+            TurnEnd::SttEndOfTurn => "end_of_turn",
             TurnEnd::Dtmf => "dtmf",
         }
     }

@@ -176,12 +176,17 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
     pub kind: LlmKind,
-    /// Base URL up to and including `/v1`; `/chat/completions` is appended.
-    #[serde(default = "default_hermes_base")]
+    /// `openai_compatible` only: a local server whose defaults to use (its URL, no key).
+    #[serde(default)]
+    pub preset: Option<LlmPreset>,
+    /// Base URL up to and including `/v1`; `/chat/completions` is appended. Empty: the
+    /// kind's or preset's default ([`LlmConfig::effective_base_url`]).
+    #[serde(default)]
     pub base_url: String,
     #[serde(default)]
     pub api_key: Secret,
-    #[serde(default = "default_model")]
+    /// Empty: the kind's default ([`LlmConfig::effective_model`]; `openai_compatible` needs one).
+    #[serde(default)]
     pub model: String,
     /// Whole-turn budget; defaults to 120 s for Hermes (tools run) and 60 s otherwise.
     #[serde(default)]
@@ -204,7 +209,56 @@ pub struct LlmConfig {
     pub max_tokens: Option<u32>,
 }
 
+/// Local OpenAI-compatible servers with known defaults (`[llm.NAME] preset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LlmPreset {
+    /// Ollama's OpenAI-compatible API on its default port 11434.
+    Ollama,
+    /// vLLM's `vllm serve` on its default port 8000.
+    Vllm,
+    /// LM Studio's local server on its default port 1234.
+    LmStudio,
+}
+
 impl LlmConfig {
+    /// `base_url`, or the preset's or kind's default: Hermes' API server on 8642, OpenClaw's
+    /// Gateway on 18789 (its `/v1/chat/completions`, docs.openclaw.ai/gateway/openai-http-api),
+    /// Ollama 11434, vLLM 8000, LM Studio 1234.
+    pub fn effective_base_url(&self) -> &str {
+        if !self.base_url.trim().is_empty() {
+            return &self.base_url;
+        }
+        match (self.kind, self.preset) {
+            (_, Some(LlmPreset::Ollama)) => "http://127.0.0.1:11434/v1",
+            (_, Some(LlmPreset::Vllm)) => "http://127.0.0.1:8000/v1",
+            (_, Some(LlmPreset::LmStudio)) => "http://127.0.0.1:1234/v1",
+            (LlmKind::Openclaw, None) => "http://127.0.0.1:18789/v1",
+            _ => "http://127.0.0.1:8642/v1",
+        }
+    }
+
+    /// `model`, or the kind's default: `hermes-agent` for Hermes, `openclaw:main` (the
+    /// Gateway's default agent) for OpenClaw; empty for `openai_compatible` (required).
+    pub fn effective_model(&self) -> &str {
+        if !self.model.trim().is_empty() {
+            return &self.model;
+        }
+        match self.kind {
+            LlmKind::Hermes => "hermes-agent",
+            LlmKind::Openclaw => "openclaw:main",
+            LlmKind::OpenaiCompatible => "",
+        }
+    }
+
+    /// This table with its defaults filled in (what the client is built from).
+    pub fn resolved(&self) -> LlmConfig {
+        let mut c = self.clone();
+        c.base_url = self.effective_base_url().to_string();
+        c.model = self.effective_model().to_string();
+        c
+    }
+
     pub fn effective_timeout_s(&self) -> u64 {
         self.timeout_s.unwrap_or(match self.kind {
             LlmKind::Hermes => 120,
@@ -213,12 +267,6 @@ impl LlmConfig {
     }
 }
 
-fn default_hermes_base() -> String {
-    "http://127.0.0.1:8642/v1".into()
-}
-fn default_model() -> String {
-    "hermes-agent".into()
-}
 fn default_first_token_timeout() -> u64 {
     60
 }
@@ -247,13 +295,16 @@ pub struct SttConfig {
     pub kind: SttKind,
     #[serde(default)]
     pub api_key: Secret,
-    #[serde(default = "default_stt_model")]
+    /// Empty: the kind's default ([`SttConfig::effective_model`]).
+    #[serde(default)]
     pub model: String,
     #[serde(default = "default_language")]
     pub language: String,
-    #[serde(default = "default_deepgram_base")]
+    /// Empty: the kind's default ([`SttConfig::effective_base_url`]).
+    #[serde(default)]
     pub base_url: String,
-    /// Silence (ms) after which Deepgram marks `speech_final`.
+    /// Silence (ms) after which Deepgram marks `speech_final`; for `openai_compatible`, the
+    /// silence after which our voice-activity detector cuts the utterance and uploads it.
     #[serde(default = "default_endpointing")]
     pub endpointing_ms: u32,
     /// Word-gap (ms) for Deepgram's `UtteranceEnd`; 0 disables it.
@@ -267,20 +318,26 @@ pub struct SttConfig {
     /// A `KeepAlive` is sent after this long without audio (Deepgram closes after 10 s).
     #[serde(default = "default_keepalive_ms")]
     pub keepalive_ms: u64,
+    /// `deepgram_flux`: end-of-turn confidence that ends a turn (0.5–0.9; Deepgram's default
+    /// 0.7 when unset).
+    #[serde(default)]
+    pub eot_threshold: Option<f32>,
+    /// `deepgram_flux`: confidence for an early `EagerEndOfTurn` that starts the brain
+    /// speculatively (0.3–0.9, at most `eot_threshold`; unset: no speculation).
+    #[serde(default)]
+    pub eager_eot_threshold: Option<f32>,
+    /// `deepgram_flux`: silence after which a turn ends whatever the model says (500–10000;
+    /// Deepgram's default 5000 when unset).
+    #[serde(default)]
+    pub eot_timeout_ms: Option<u32>,
 }
 
 fn default_keepalive_ms() -> u64 {
     3000
 }
 
-fn default_stt_model() -> String {
-    "nova-3".into()
-}
 fn default_language() -> String {
     "en".into()
-}
-fn default_deepgram_base() -> String {
-    "wss://api.deepgram.com".into()
 }
 fn default_endpointing() -> u32 {
     300
@@ -296,6 +353,57 @@ fn default_true() -> bool {
 #[serde(rename_all = "snake_case")]
 pub enum SttKind {
     Deepgram,
+    /// Deepgram Flux (`/v2/listen`): the model ends turns (`EndOfTurn`), optionally early
+    /// (`EagerEndOfTurn`, a speculative brain request).
+    DeepgramFlux,
+    /// Per-utterance file transcription (`POST {base_url}/audio/transcriptions`): OpenAI,
+    /// speaches / faster-whisper, whisper.cpp's server.
+    OpenaiCompatible,
+}
+
+impl SttKind {
+    /// `base_url` when the table leaves it out.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            SttKind::Deepgram | SttKind::DeepgramFlux => "wss://api.deepgram.com",
+            // speaches' default listen address (providers.md §8.1).
+            SttKind::OpenaiCompatible => "http://127.0.0.1:8000/v1",
+        }
+    }
+
+    /// `model` when the table leaves it out (empty: the table must name one).
+    pub fn default_model(self) -> &'static str {
+        match self {
+            SttKind::Deepgram => "nova-3",
+            SttKind::DeepgramFlux => "flux-general-en",
+            SttKind::OpenaiCompatible => "",
+        }
+    }
+
+    /// Whether the service works without an `api_key` (self-hosted servers).
+    pub fn key_optional(self) -> bool {
+        matches!(self, SttKind::OpenaiCompatible)
+    }
+}
+
+impl SttConfig {
+    /// `base_url`, or the kind's default.
+    pub fn effective_base_url(&self) -> &str {
+        if self.base_url.trim().is_empty() {
+            self.kind.default_base_url()
+        } else {
+            &self.base_url
+        }
+    }
+
+    /// `model`, or the kind's default.
+    pub fn effective_model(&self) -> &str {
+        if self.model.trim().is_empty() {
+            self.kind.default_model()
+        } else {
+            &self.model
+        }
+    }
 }
 
 /// `[tts.NAME]`: a text-to-speech service. `voice_id`, `model` and `base_url` left out take

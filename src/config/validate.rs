@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use super::error::{Problem, describe_key, suggest};
-use super::schema::Config;
+use super::schema::{Config, LlmKind};
 use super::source::Locator;
 use crate::util::phone::{is_e164, is_e164_prefix};
 
@@ -190,10 +190,25 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     for (name, llm) in &config.llm {
         c.url(
             &["llm", name, "base_url"],
-            &llm.base_url,
+            llm.effective_base_url(),
             &["http", "https"],
             "http://127.0.0.1:8642/v1",
         );
+        if llm.effective_model().is_empty() {
+            c.fail(
+                &["llm", name, "model"],
+                format!(
+                    "[llm.{name}] needs a model: the name the server serves (e.g. \"llama3.2\" \
+                     for Ollama, the model given to `vllm serve`, the identifier LM Studio shows)"
+                ),
+            );
+        }
+        if llm.preset.is_some() && llm.kind != LlmKind::OpenaiCompatible {
+            c.fail(
+                &["llm", name, "preset"],
+                format!("[llm.{name}] preset is only for kind = \"openai_compatible\""),
+            );
+        }
         if llm.session_key.is_some() && llm.session_key_from.is_some() {
             c.fail(
                 &["llm", name, "session_key"],
@@ -215,10 +230,61 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     for (name, stt) in &config.stt {
         c.url(
             &["stt", name, "base_url"],
-            &stt.base_url,
+            stt.effective_base_url(),
             &["http", "https", "ws", "wss"],
-            "wss://api.deepgram.com",
+            stt.kind.default_base_url(),
         );
+        let range = |c: &mut Check, key: &str, v: Option<f64>, lo: f64, hi: f64| {
+            if let Some(v) = v
+                && !(lo..=hi).contains(&v)
+            {
+                c.fail(
+                    &["stt", name, key],
+                    format!("[stt.{name}] {key} = {v} is out of range {lo} to {hi}"),
+                );
+            }
+        };
+        range(
+            &mut c,
+            "eot_threshold",
+            stt.eot_threshold.map(f64::from),
+            0.5,
+            0.9,
+        );
+        range(
+            &mut c,
+            "eager_eot_threshold",
+            stt.eager_eot_threshold.map(f64::from),
+            0.3,
+            0.9,
+        );
+        range(
+            &mut c,
+            "eot_timeout_ms",
+            stt.eot_timeout_ms.map(f64::from),
+            500.0,
+            10000.0,
+        );
+        if let (Some(e), Some(t)) = (stt.eager_eot_threshold, stt.eot_threshold)
+            && e > t
+        {
+            c.fail(
+                &["stt", name, "eager_eot_threshold"],
+                format!(
+                    "[stt.{name}] eager_eot_threshold = {e} must not exceed eot_threshold = {t}"
+                ),
+            );
+        }
+        if stt.effective_model().is_empty() {
+            c.fail(
+                &["stt", name, "model"],
+                format!(
+                    "[stt.{name}] needs a model: the name the server knows it by (e.g. \
+                     \"Systran/faster-whisper-small\" for speaches, \"whisper-1\" for OpenAI; \
+                     whisper.cpp's server ignores it)"
+                ),
+            );
+        }
     }
     for (name, tts) in &config.tts {
         c.url(
@@ -459,16 +525,16 @@ pub(crate) fn warnings(config: &Config) -> Vec<String> {
         }
     }
     for (name, llm) in &config.llm {
-        if llm.api_key.is_empty() {
+        if llm.api_key.is_empty() && llm.preset.is_none() {
             out.push(format!(
                 "llm.{name} is unconfigured (api_key empty): requests to {} carry no bearer \
                  token and will be refused if the server requires one",
-                llm.base_url
+                llm.effective_base_url()
             ));
         }
     }
     for (name, stt) in &config.stt {
-        if stt.api_key.is_empty() {
+        if stt.api_key.is_empty() && !stt.kind.key_optional() {
             out.push(format!(
                 "stt.{name} is unconfigured (api_key empty): calls to agents using it fail until configured"
             ));

@@ -48,18 +48,9 @@ impl DeepgramStt {
 
 /// Builds the listen URL from the configuration.
 pub fn listen_url(cfg: &SttConfig) -> Result<String, SetupError> {
-    let base = cfg.base_url.trim().trim_end_matches('/');
-    let base = if let Some(rest) = base.strip_prefix("https://") {
-        format!("wss://{rest}")
-    } else if let Some(rest) = base.strip_prefix("http://") {
-        format!("ws://{rest}")
-    } else if base.starts_with("wss://") || base.starts_with("ws://") {
-        base.to_string()
-    } else {
-        return Err(SetupError::SttBaseUrl(cfg.base_url.clone()));
-    };
+    let base = ws_base(cfg)?;
     let mut q = form_urlencoded::Serializer::new(String::new());
-    q.append_pair("model", &cfg.model)
+    q.append_pair("model", cfg.effective_model())
         .append_pair("encoding", "mulaw")
         .append_pair("sample_rate", "8000")
         .append_pair("channels", "1")
@@ -78,6 +69,20 @@ pub fn listen_url(cfg: &SttConfig) -> Result<String, SetupError> {
         q.append_pair("keyterm", k);
     }
     Ok(format!("{base}/v1/listen?{}", q.finish()))
+}
+
+/// `base_url` as a WebSocket root (`https` → `wss`, `http` → `ws`), without a trailing `/`.
+pub fn ws_base(cfg: &SttConfig) -> Result<String, SetupError> {
+    let base = cfg.effective_base_url().trim().trim_end_matches('/');
+    if let Some(rest) = base.strip_prefix("https://") {
+        Ok(format!("wss://{rest}"))
+    } else if let Some(rest) = base.strip_prefix("http://") {
+        Ok(format!("ws://{rest}"))
+    } else if base.starts_with("wss://") || base.starts_with("ws://") {
+        Ok(base.to_string())
+    } else {
+        Err(SetupError::SttBaseUrl(cfg.effective_base_url().to_string()))
+    }
 }
 
 impl SttProvider for DeepgramStt {
@@ -222,7 +227,7 @@ impl Session {
 }
 
 /// A fatal handshake error, saying what to check.
-fn handshake_message(e: &WsConnectError) -> String {
+pub(crate) fn handshake_message(e: &WsConnectError) -> String {
     let text = e.to_string();
     let status = text
         .rsplit("Invalid status code: ")

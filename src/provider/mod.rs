@@ -7,11 +7,13 @@
 pub mod cartesia;
 pub mod chunker;
 pub mod deepgram;
+pub mod deepgram_flux;
 pub mod elevenlabs;
 pub mod error;
 pub mod fallback;
 pub mod openai;
 pub mod openai_speech;
+pub mod openai_stt;
 pub mod sse;
 pub mod tools;
 
@@ -57,6 +59,13 @@ pub enum SttEvent {
     },
     /// The provider's word-gap end-of-utterance signal.
     UtteranceEnd,
+    /// The provider's turn model thinks the turn probably ended (Deepgram Flux
+    /// `EagerEndOfTurn`): the brain may start speculatively on this text.
+    EagerEndOfTurn(String),
+    /// The caller went on after an [`SttEvent::EagerEndOfTurn`]: drop the speculation.
+    TurnResumed,
+    /// The provider's turn model ended the turn with this text (Flux `EndOfTurn`).
+    EndOfTurn(String),
     /// Something went wrong; `fatal` means the session is gone.
     Error { message: String, fatal: bool },
     /// The session ended.
@@ -86,6 +95,12 @@ pub trait SttProvider: Send + Sync {
     /// held for silence the provider has already observed. 0 when unknown.
     fn endpointing_ms(&self) -> u64 {
         0
+    }
+
+    /// True when the provider decides the end of each turn itself
+    /// ([`SttEvent::EndOfTurn`]); our endpointer then only listens.
+    fn ends_turns(&self) -> bool {
+        false
     }
 }
 
@@ -262,6 +277,12 @@ pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
             SttKind::Deepgram => {
                 Arc::new(deepgram::DeepgramStt::new(c).map_err(|e| e.within("stt", name))?)
             }
+            SttKind::DeepgramFlux => {
+                Arc::new(deepgram_flux::DeepgramFluxStt::new(c).map_err(|e| e.within("stt", name))?)
+            }
+            SttKind::OpenaiCompatible => {
+                Arc::new(openai_stt::OpenAiFileStt::new(c).map_err(|e| e.within("stt", name))?)
+            }
         };
         p.stt.insert(name.clone(), s);
     }
@@ -281,7 +302,7 @@ pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
     for (name, c) in &config.llm {
         let l: Arc<dyn LlmProvider> = match c.kind {
             LlmKind::Hermes | LlmKind::OpenaiCompatible | LlmKind::Openclaw => {
-                Arc::new(openai::OpenAiChat::new(c).map_err(|e| e.within("llm", name))?)
+                Arc::new(openai::OpenAiChat::new(&c.resolved()).map_err(|e| e.within("llm", name))?)
             }
         };
         p.llm.insert(name.clone(), l);

@@ -90,7 +90,9 @@ pub struct Opts {
     pub llm: String,
     /// The agent's `tts` value as TOML (`"\"elevenlabs\""`, or a chain `["a", "b"]`).
     pub tts: String,
-    /// Extra sections (more `[tts.NAME]` tables pointing at other fakes).
+    /// The agent's ears: a `[stt.*]` table name (default `deepgram`, the fake Deepgram).
+    pub stt: String,
+    /// Extra TOML tables (e.g. an `[stt.NAME]` pointing at another fake).
     pub extra_sections: String,
 }
 
@@ -112,6 +114,7 @@ impl Default for Opts {
             voice: None,
             llm: "hermes".into(),
             tts: "\"elevenlabs\"".into(),
+            stt: "deepgram".into(),
             extra_sections: String::new(),
         }
     }
@@ -232,6 +235,7 @@ model = "compat-model"
 first_token_timeout_s = 20
 
 {sim_sections}
+{extra_sections}
 
 {extra_sections}
 
@@ -239,7 +243,7 @@ first_token_timeout_s = 20
 system_prompt = "{SYSTEM_PROMPT}"
 first_message = "{first}"
 llm = "{llm}"
-stt = "deepgram"
+stt = "{stt}"
 tts = {tts}
 long_turn_message = "{FILLER}"
 long_turn_message_after_s = {after}
@@ -273,6 +277,7 @@ allowed_destinations = [{destinations}]
         agent_extra = opts.agent_extra,
         llm = opts.llm,
         tts = opts.tts,
+        stt = opts.stt,
         extra_sections = opts.extra_sections,
     )
 }

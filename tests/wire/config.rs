@@ -598,9 +598,10 @@ fn shipped_example_loads_with_empty_environment() {
     assert_eq!(c.numbers.len(), 1);
     assert_eq!(c.numbers[0].carrier, "twilio");
     assert_eq!(c.server.data_dir.to_str(), Some("./data"));
-    // Only warnings: 3 carriers + llm + stt + 3 tts (elevenlabs, openai, cartesia; the
-    // self-hosted kokoro needs no key).
-    assert_eq!(loaded.warnings.len(), 8, "{:?}", loaded.warnings);
+    // Only warnings: 3 carriers + llm hermes and openclaw + the two Deepgram stt examples +
+    // 3 tts (elevenlabs, openai, cartesia); the self-hosted `openai_compatible` stt, the
+    // `ollama` preset and kokoro need no key.
+    assert_eq!(loaded.warnings.len(), 10, "{:?}", loaded.warnings);
     assert_eq!(
         c.agent("front-desk").map(|a| a.tts.names().to_vec()),
         Some(vec!["elevenlabs".to_string(), "kokoro".to_string()])
@@ -876,6 +877,8 @@ fn agent_examples_load_with_empty_environment() {
             }
         }
     }
+}
+
 #[test]
 fn tts_chains_name_existing_sections_and_kinds_fill_their_own_defaults() {
     let chain = BASE.replace(
@@ -911,4 +914,46 @@ fn tts_chains_name_existing_sections_and_kinds_fill_their_own_defaults() {
         "tts = \"elevenlabs\"\ntts_first_byte_timeout_ms = 50",
     );
     assert!(load_err(&slow).contains("tts_first_byte_timeout_ms = 50 is out of range"));
+}
+
+#[test]
+fn brain_presets_and_openclaw_defaults() {
+    let text = format!(
+        "{BASE}\n[llm.local]\nkind = \"openai_compatible\"\npreset = \"ollama\"\nmodel = \"llama3.2\"\n\n\
+         [llm.vllm]\nkind = \"openai_compatible\"\npreset = \"vllm\"\nmodel = \"Qwen/Qwen2.5-7B-Instruct\"\n\n\
+         [llm.studio]\nkind = \"openai_compatible\"\npreset = \"lm_studio\"\nmodel = \"qwen2.5-7b-instruct\"\n\n\
+         [llm.claw]\nkind = \"openclaw\"\napi_key = \"gw\"\n"
+    );
+    let loaded = load(&text).expect("presets load");
+    let llm = |n: &str| loaded.config.llm[n].resolved();
+    assert_eq!(llm("local").base_url, "http://127.0.0.1:11434/v1");
+    assert_eq!(llm("vllm").base_url, "http://127.0.0.1:8000/v1");
+    assert_eq!(llm("studio").base_url, "http://127.0.0.1:1234/v1");
+    assert_eq!(llm("claw").base_url, "http://127.0.0.1:18789/v1");
+    assert_eq!(llm("claw").model, "openclaw:main");
+    assert_eq!(llm("hermes").base_url, "http://127.0.0.1:8642/v1");
+    assert_eq!(llm("hermes").model, "hermes-agent");
+    // A local preset needs no key: no warning for it.
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+
+    let err = load_err(&format!(
+        "{BASE}\n[llm.local]\nkind = \"openai_compatible\"\npreset = \"ollama\"\n"
+    ));
+    assert!(err.contains("[llm.local] needs a model"), "{err}");
+    let err = load_err(&format!(
+        "{BASE}\n[llm.x]\nkind = \"hermes\"\npreset = \"vllm\"\n"
+    ));
+    assert!(
+        err.contains("preset is only for kind = \"openai_compatible\""),
+        "{err}"
+    );
+    let err = load_err(&format!(
+        "{BASE}\n[stt.flux]\nkind = \"deepgram_flux\"\napi_key = \"k\"\neot_threshold = 0.6\neager_eot_threshold = 0.8\n"
+    ));
+    assert!(
+        err.contains("eager_eot_threshold = 0.8 must not exceed eot_threshold = 0.6"),
+        "{err}"
+    );
+    let err = load_err(&format!("{BASE}\n[stt.w]\nkind = \"openai_compatible\"\n"));
+    assert!(err.contains("[stt.w] needs a model"), "{err}");
 }

@@ -422,7 +422,11 @@ fn llm_cfg(kind: &str, base: &str, key: &str) -> LlmConfig {
     let mut c: LlmConfig = toml::from_str(&format!("kind = \"{kind}\"")).expect("llm config");
     c.base_url = base.into();
     c.api_key = patterd::config::schema::Secret::new(key);
-    c
+    if c.effective_model().is_empty() {
+        // openai_compatible has no default model.
+        c.model = "compat-model".into();
+    }
+    c.resolved()
 }
 
 fn turn() -> ChatTurn {

@@ -939,3 +939,85 @@ fn a_tool_call_before_any_words_speaks_the_filler_once() {
     c.step(Input::Llm(tool_call("lookup_order")));
     assert_eq!(c.details(EventKind::Filler), vec!["tool"]);
 }
+
+/// The texts the policy asked the mouth to speak.
+fn speaks(c: &Call) -> Vec<String> {
+    c.log
+        .iter()
+        .filter_map(|a| match a {
+            Action::Speak { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn eager_end_of_turn_speculates_and_a_resumed_turn_speaks_none_of_it() {
+    let mut c = Call::answered("");
+    c.policy = std::mem::replace(&mut c.policy, Policy::new(agent(""), 0, false, c.now))
+        .with_stt_turns(true);
+    c.step(Input::Interim("I need a table".into()));
+    c.step(Input::EagerEndOfTurn("I need a table".into()));
+    assert_eq!(c.brain_starts().len(), 1, "speculative request");
+    assert_eq!(
+        c.brain_starts()[0].last().map(|m| m.content.as_str()),
+        Some("I need a table")
+    );
+    c.step(Input::Llm(LlmEvent::Delta("SPECULATIVE reply. ".into())));
+    c.step(Input::Llm(LlmEvent::Done));
+    c.run(500);
+    assert!(speaks(&c).is_empty(), "held back: {:?}", c.log);
+    c.step(Input::TurnResumed);
+    assert!(c.did(&Action::CancelBrain));
+    assert_eq!(c.details(EventKind::SpeculationCancelled), ["turn_resumed"]);
+    // The caller goes on; the turn ends on longer words: a new request, its reply spoken.
+    c.step(Input::EagerEndOfTurn("I need a table for four".into()));
+    c.step(Input::EndOfTurn("I need a table for four".into()));
+    assert_eq!(c.count(EventKind::SpeculationUsed), 1);
+    assert_eq!(
+        c.brain_starts().len(),
+        2,
+        "no third request: the speculation is the answer"
+    );
+    c.step(Input::Llm(LlmEvent::Delta("For four, sure. ".into())));
+    c.step(Input::Llm(LlmEvent::Done));
+    c.run(2000);
+    let spoken = speaks(&c);
+    assert!(spoken.iter().any(|t| t.contains("For four")), "{spoken:?}");
+    assert!(
+        !spoken.iter().any(|t| t.contains("SPECULATIVE")),
+        "{spoken:?}"
+    );
+    assert_eq!(c.policy.turns(), 1);
+}
+
+#[test]
+fn end_of_turn_on_other_words_replaces_the_speculation() {
+    let mut c = Call::answered("");
+    c.policy = std::mem::replace(&mut c.policy, Policy::new(agent(""), 0, false, c.now))
+        .with_stt_turns(true);
+    c.step(Input::EagerEndOfTurn("book".into()));
+    c.step(Input::Llm(LlmEvent::Delta("SPECULATIVE. ".into())));
+    c.step(Input::EndOfTurn("book a table".into()));
+    assert_eq!(c.details(EventKind::SpeculationCancelled), ["text_changed"]);
+    assert_eq!(c.brain_starts().len(), 2);
+    c.step(Input::Llm(LlmEvent::Delta("Booked. ".into())));
+    c.step(Input::Llm(LlmEvent::Done));
+    c.run(2000);
+    let spoken = speaks(&c);
+    assert!(
+        !spoken.iter().any(|t| t.contains("SPECULATIVE")),
+        "{spoken:?}"
+    );
+    assert!(spoken.iter().any(|t| t.contains("Booked")), "{spoken:?}");
+}
+
+#[test]
+fn a_brain_that_keeps_history_is_never_asked_speculatively() {
+    let mut c = Call::answered("");
+    c.policy = Policy::new(agent(""), 0, true, c.now).with_stt_turns(true);
+    c.step(Input::EagerEndOfTurn("hello".into()));
+    assert!(c.brain_starts().is_empty());
+    c.step(Input::EndOfTurn("hello".into()));
+    assert_eq!(c.brain_starts().len(), 1);
+}
