@@ -35,7 +35,7 @@ impl Daemon {
             .arg("--config")
             .arg(&path)
             .env_remove("RUST_LOG")
-            .env("PATTERD_DATA_DIR", dir.path())
+            .env("PATTERD_SERVER__DATA_DIR", dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -5,18 +5,25 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-async fn start(extra: &str) -> patterd::server::Running {
+/// A server on port 0 with its own data directory (kept as long as the returned guard).
+async fn start(extra: &str) -> (patterd::server::Running, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nheader_timeout_s = 1\nmax_body_bytes = 1024\n{extra}"
+        "[server]\nlisten = \"127.0.0.1:0\"\nheader_timeout_s = 1\nmax_body_bytes = 1024\n\
+         data_dir = {:?}\n{extra}",
+        dir.path()
     );
     let loaded = patterd::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
-    patterd::server::bind(loaded.config).await.expect("bind")
+    (
+        patterd::server::bind(loaded.config).await.expect("bind"),
+        dir,
+    )
 }
 
 #[tokio::test]
 async fn unknown_routes_methods_and_unconfigured_carriers() {
     patterd::util::init_tls();
-    let s = start("").await;
+    let (s, _dir) = start("").await;
     let base = format!("http://{}", s.local_addr);
     let c = reqwest::Client::new();
     assert_eq!(
@@ -53,7 +60,7 @@ async fn unknown_routes_methods_and_unconfigured_carriers() {
 #[tokio::test]
 async fn oversized_webhook_bodies_are_refused() {
     patterd::util::init_tls();
-    let s =
+    let (s, _dir) =
         start("[carriers.twilio]\nkind = \"twilio\"\naccount_sid = \"AC1\"\nauth_token = \"t\"\n")
             .await;
     let base = format!("http://{}", s.local_addr);
@@ -69,7 +76,7 @@ async fn oversized_webhook_bodies_are_refused() {
 
 #[tokio::test]
 async fn slow_clients_are_cut_off() {
-    let s = start("").await;
+    let (s, _dir) = start("").await;
     let mut sock = tokio::net::TcpStream::connect(s.local_addr).await.unwrap();
     // Half a request line, then nothing: the server must hang up after header_timeout_s.
     sock.write_all(b"GET /healthz HTTP/1.1\r\nHo")
@@ -93,7 +100,7 @@ async fn serves_tls_when_configured() {
     let key_path = dir.path().join("key.pem");
     std::fs::write(&cert_path, cert.cert.pem()).unwrap();
     std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
-    let s = start(&format!(
+    let (s, _data) = start(&format!(
         "[server.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
         cert_path.display(),
         key_path.display()
