@@ -9,6 +9,7 @@ pub mod deepgram;
 pub mod deepgram_flux;
 pub mod elevenlabs;
 pub mod error;
+pub mod fallback;
 pub mod openai;
 pub mod openai_stt;
 pub mod sse;
@@ -159,6 +160,12 @@ pub enum LlmEvent {
     Delta(String),
     /// The brain is running a tool (Hermes `hermes.tool.progress`); never spoken as such.
     ToolProgress(String),
+    /// A fallback chain's brain failed before its first token; `to` answers this turn.
+    Switched {
+        from: String,
+        to: String,
+        reason: String,
+    },
     /// The reply is complete.
     Done,
     /// The turn failed; nothing from the error is ever spoken.
@@ -188,12 +195,15 @@ pub struct AgentProviders {
     pub llm: Arc<dyn LlmProvider>,
 }
 
-/// Every configured provider, by its table name.
+/// Every configured provider, by its table name (a fallback chain by its names joined
+/// with `,`).
 #[derive(Clone, Default)]
 pub struct Providers {
     pub stt: BTreeMap<String, Arc<dyn SttProvider>>,
     pub tts: BTreeMap<String, Arc<dyn TtsProvider>>,
     pub llm: BTreeMap<String, Arc<dyn LlmProvider>>,
+    /// Switches to a backup brain, over every chain (`/metrics`).
+    pub llm_switches: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Providers {
@@ -202,7 +212,7 @@ impl Providers {
         Some(AgentProviders {
             stt: self.stt.get(&agent.stt)?.clone(),
             tts: self.tts.get(&agent.tts)?.clone(),
-            llm: self.llm.get(&agent.llm)?.clone(),
+            llm: self.llm.get(&agent.llm.key())?.clone(),
         })
     }
 }
@@ -240,6 +250,21 @@ pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
             }
         };
         p.llm.insert(name.clone(), l);
+    }
+    for agent in config.agents.values() {
+        let names = agent.llm.names();
+        if names.len() < 2 || p.llm.contains_key(&agent.llm.key()) {
+            continue;
+        }
+        let chain: Option<Vec<_>> = names
+            .iter()
+            .map(|n| p.llm.get(n).map(|l| (n.clone(), l.clone())))
+            .collect();
+        if let Some(chain) = chain {
+            let cooldown = std::time::Duration::from_secs(agent.fallback_cooldown_s);
+            let l = fallback::FallbackLlm::new(chain, cooldown, p.llm_switches.clone());
+            p.llm.insert(agent.llm.key(), Arc::new(l));
+        }
     }
     Ok(p)
 }
