@@ -54,6 +54,8 @@ pub enum EventKind {
     LlmRequest,
     /// The brain finished its reply.
     LlmDone,
+    /// A fallback chain switched provider (detail: `llm FROM -> TO: why`).
+    ProviderSwitch,
     /// The speech-to-text's eager end of turn started the brain speculatively (detail: the
     /// text); its reply is held back until the turn really ends.
     SpeculationStart,
@@ -120,7 +122,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 49] = [
+    pub const ALL: [EventKind; 50] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -142,6 +144,7 @@ impl EventKind {
         EventKind::BackchannelIgnored,
         EventKind::LlmRequest,
         EventKind::LlmDone,
+        EventKind::ProviderSwitch,
         EventKind::SpeculationStart,
         EventKind::SpeculationCancelled,
         EventKind::SpeculationUsed,
@@ -196,6 +199,7 @@ impl EventKind {
             EventKind::BackchannelIgnored => "backchannel_ignored",
             EventKind::LlmRequest => "llm_request",
             EventKind::LlmDone => "llm_done",
+            EventKind::ProviderSwitch => "provider_switch",
             EventKind::SpeculationStart => "speculation_start",
             EventKind::SpeculationCancelled => "speculation_cancelled",
             EventKind::SpeculationUsed => "speculation_used",

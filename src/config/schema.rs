@@ -529,7 +529,8 @@ pub struct AgentConfig {
     /// Spoken as soon as the media stream starts (synthesised while the phone rings).
     #[serde(default)]
     pub first_message: String,
-    pub llm: String,
+    /// A brain's `[llm.*]` name, or a fallback chain of them tried in order.
+    pub llm: ProviderNames,
     pub stt: String,
     pub tts: TtsChain,
     /// A TTS that sends no audio this long after a sentence was asked for is given up for
@@ -547,6 +548,9 @@ pub struct AgentConfig {
     /// Spoken when the brain fails before any reply audio of the turn.
     #[serde(default = "default_llm_error_message")]
     pub llm_error_message: String,
+    /// Seconds a brain of a fallback chain that failed is skipped before it is tried again.
+    #[serde(default = "default_fallback_cooldown_s")]
+    pub fallback_cooldown_s: u64,
     /// Longest a call may last before the agent hangs up.
     #[serde(default = "default_max_duration")]
     pub max_duration_s: u64,
@@ -662,6 +666,38 @@ fn default_tts_first_byte_timeout_ms() -> u64 {
 fn default_tts_cooldown_s() -> f64 {
     30.0
 }
+fn default_fallback_cooldown_s() -> u64 {
+    30
+}
+
+/// `llm = "hermes"` or `llm = ["hermes", "backup"]`: one provider or a fallback chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ProviderNames {
+    One(String),
+    Chain(Vec<String>),
+}
+
+impl ProviderNames {
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            ProviderNames::One(n) => vec![n.clone()],
+            ProviderNames::Chain(v) => v.clone(),
+        }
+    }
+
+    /// The key of the (chained) provider in [`crate::provider::Providers`].
+    pub fn key(&self) -> String {
+        self.names().join(",")
+    }
+}
+
+impl std::fmt::Display for ProviderNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.key())
+    }
+}
+
 fn default_vad_threshold() -> f64 {
     0.5
 }

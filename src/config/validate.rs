@@ -314,7 +314,15 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     }
 
     for (name, agent) in &config.agents {
-        c.reference(&["agents", name, "llm"], "llm", &agent.llm, &config.llm);
+        if agent.llm.names().is_empty() {
+            c.fail(
+                &["agents", name, "llm"],
+                format!("[agents.{name}] llm = [] names no brain: give one name or a chain"),
+            );
+        }
+        for llm in agent.llm.names() {
+            c.reference(&["agents", name, "llm"], "llm", &llm, &config.llm);
+        }
         c.reference(&["agents", name, "stt"], "stt", &agent.stt, &config.stt);
         if agent.tts.names().is_empty() {
             c.fail(

@@ -11,6 +11,7 @@ pub mod deepgram_flux;
 pub mod elevenlabs;
 pub mod error;
 pub mod fallback;
+pub mod fallback_llm;
 pub mod openai;
 pub mod openai_speech;
 pub mod openai_stt;
@@ -194,6 +195,12 @@ pub enum LlmEvent {
     /// A line to speak now, outside the model's reply text (a consult's reassurance or
     /// fallback line).
     Say(String),
+    /// A fallback chain's brain failed before its first token; `to` answers this turn.
+    Switched {
+        from: String,
+        to: String,
+        reason: String,
+    },
     /// The reply is complete.
     Done,
     /// The turn failed; nothing from the error is ever spoken.
@@ -224,7 +231,8 @@ pub struct AgentProviders {
     pub llm: Arc<dyn LlmProvider>,
 }
 
-/// Every configured provider, by its table name.
+/// Every configured provider, by its table name (a fallback chain by its names joined
+/// with `,`).
 #[derive(Clone, Default)]
 pub struct Providers {
     pub stt: BTreeMap<String, Arc<dyn SttProvider>>,
@@ -234,6 +242,8 @@ pub struct Providers {
     pub tts_health: BTreeMap<String, Arc<fallback::Health>>,
     /// TTS chain switches (`patterd_tts_fallbacks_total`).
     pub tts_fallbacks: Arc<std::sync::atomic::AtomicU64>,
+    /// Switches to a backup brain, over every chain (`/metrics`).
+    pub llm_switches: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Providers {
@@ -242,7 +252,7 @@ impl Providers {
         Some(AgentProviders {
             stt: self.stt.get(&agent.stt)?.clone(),
             tts: self.tts_chain(agent)?,
-            llm: self.llm.get(&agent.llm)?.clone(),
+            llm: self.llm.get(&agent.llm.key())?.clone(),
         })
     }
 
@@ -306,6 +316,21 @@ pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
             }
         };
         p.llm.insert(name.clone(), l);
+    }
+    for agent in config.agents.values() {
+        let names = agent.llm.names();
+        if names.len() < 2 || p.llm.contains_key(&agent.llm.key()) {
+            continue;
+        }
+        let chain: Option<Vec<_>> = names
+            .iter()
+            .map(|n| p.llm.get(n).map(|l| (n.clone(), l.clone())))
+            .collect();
+        if let Some(chain) = chain {
+            let cooldown = std::time::Duration::from_secs(agent.fallback_cooldown_s);
+            let l = fallback_llm::FallbackLlm::new(chain, cooldown, p.llm_switches.clone());
+            p.llm.insert(agent.llm.key(), Arc::new(l));
+        }
     }
     Ok(p)
 }

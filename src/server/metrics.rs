@@ -14,7 +14,7 @@ use crate::net::http::{Body, respond};
 pub fn render(app: &App) -> Response<Body> {
     let m: &Metrics = &app.metrics;
     let g = |c: &AtomicU64| Metrics::get(c);
-    let rows: [(&str, &str, &str, u64); 12] = [
+    let rows: [(&str, &str, &str, u64); 13] = [
         (
             "patterd_calls_active",
             "Calls live now.",
@@ -80,6 +80,12 @@ pub fn render(app: &App) -> Response<Body> {
             "Timeline events not stored because the store's queue was full (disk stalled).",
             "counter",
             app.store.tx.dropped(),
+        ),
+        (
+            "patterd_provider_switches_total",
+            "Turns a fallback chain handed to its next brain after one failed before its first token.",
+            "counter",
+            Metrics::get(&app.providers.llm_switches),
         ),
         (
             "patterd_draining",

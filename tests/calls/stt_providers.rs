@@ -355,3 +355,62 @@ async fn flux_vs_v1_figures() {
         median(&mut fx_ms)
     );
 }
+
+// ---------------------------------------------------------------- brain fallback
+
+#[tokio::test]
+async fn brain_500_the_backup_answers_the_same_turn() {
+    let stack = Stack::start(Opts {
+        llm: r#"["hermes", "compat"]"#.into(),
+        ..Default::default()
+    })
+    .await;
+    // Both brains are the same fake: Hermes (model hermes-agent) gets the 500, the backup
+    // (model compat-model) the reply.
+    stack
+        .hermes
+        .push(HermesReply::http(500, "upstream model crashed"));
+    stack.hermes.push(HermesReply::text("The backup answers."));
+    let (sid, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting");
+    speak(&sim, 600);
+    sim.wait_for("the backup's reply heard", WAIT, |s| {
+        s.marks_echoed.len() >= 2
+    })
+    .await
+    .expect("reply plays");
+    sim.hang_up().await;
+    let rec = stack.finished(&sid).await;
+    let h = stack.hermes.record();
+    assert_eq!(h.requests.len(), 2, "the failed primary, then the backup");
+    let spoken = stack.spoken();
+    assert!(
+        spoken.iter().any(|t| t == "The backup answers."),
+        "{spoken:?}"
+    );
+    assert!(
+        !spoken.iter().any(|t| t == LLM_ERROR),
+        "no apology: {spoken:?}"
+    );
+    let switches: Vec<_> = rec
+        .events_of("provider_switch")
+        .map(|e| e.detail.clone())
+        .collect();
+    assert_eq!(switches.len(), 1, "{switches:?}");
+    assert!(
+        switches[0].starts_with("llm hermes -> compat: HTTP 500"),
+        "{switches:?}"
+    );
+    assert_eq!(rec.events_of("llm_request").count(), 1, "one caller turn");
+    assert_eq!(
+        stack
+            .server
+            .app
+            .providers
+            .llm_switches
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}

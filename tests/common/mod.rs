@@ -242,7 +242,7 @@ first_token_timeout_s = 20
 [agents.front-desk]
 system_prompt = "{SYSTEM_PROMPT}"
 first_message = "{first}"
-llm = "{llm}"
+llm = {llm}
 stt = "{stt}"
 tts = {tts}
 long_turn_message = "{FILLER}"
@@ -275,7 +275,12 @@ allowed_destinations = [{destinations}]
         after = opts.long_turn_after_s,
         max_duration = opts.max_duration_s,
         agent_extra = opts.agent_extra,
-        llm = opts.llm,
+        // A chain (`["hermes", "compat"]`) goes in as written; a name is quoted.
+        llm = if opts.llm.starts_with('[') {
+            opts.llm.clone()
+        } else {
+            format!("\"{}\"", opts.llm)
+        },
         tts = opts.tts,
         stt = opts.stt,
         extra_sections = opts.extra_sections,

@@ -70,6 +70,12 @@ impl Policy {
                     self.reply_sentence(&sentence, now, mouth);
                 }
             }
+            LlmEvent::Switched { from, to, reason } => {
+                self.event(
+                    EventKind::ProviderSwitch,
+                    format!("llm {from} -> {to}: {reason}"),
+                );
+            }
             LlmEvent::ToolProgress(label) => {
                 self.event(EventKind::ToolProgress, label);
                 self.filler("tool", now, mouth);
