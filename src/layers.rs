@@ -14,6 +14,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["mcp", "api", "app", "carrier", "config", "net", "util"],
     ),
     ("mcp", &["api", "app", "config", "store", "net", "util"]),
+    // Operator commands (doctor, wire): the config, the carriers' number administration
+    // and the store's wiring records; never the daemon's live state.
+    ("ops", &["carrier", "config", "store", "security", "util"]),
     (
         "api",
         &["app", "carrier", "config", "store", "security", "util"],

@@ -247,7 +247,7 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
     } else if own.clone().next().is_some() {
         let mut own = own;
         match own.find(|(m, _, _)| *m == method).map(|r| r.2) {
-            Some(Own::Health) => text(200, "ok\n"),
+            Some(Own::Health) => health(req.uri().query()),
             Some(Own::Ready) if app.is_draining() => text(503, "draining\n"),
             Some(Own::Ready) => text(200, "ready\n"),
             Some(Own::Metrics) => metrics_guarded(&app, req.headers()),
@@ -265,6 +265,44 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
     };
     let path = crate::api::auth::for_log(&path, 64);
     debug!(%peer, %method, %path, status = resp.status().as_u16(), "request");
+    resp
+}
+
+/// This process's instance id, random per start: `/healthz` sends it in
+/// `X-Patterd-Instance` so `patterd doctor` can tell whether `public_url` reaches the daemon
+/// on `server.listen` or another one.
+fn instance_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        use ring::rand::{SecureRandom, SystemRandom};
+        let mut b = [0u8; 8];
+        // Only fails without an OS entropy source; the pid is then unique enough here.
+        if SystemRandom::new().fill(&mut b).is_err() {
+            b = u64::from(std::process::id()).to_le_bytes();
+        }
+        hex::encode(b)
+    })
+}
+
+/// `/healthz`: `ok`, plus `X-Patterd-Instance`; a `nonce` query parameter (1–64 of
+/// `A-Za-z0-9_-`) is echoed in `X-Patterd-Nonce` (doctor's round trip through `public_url`).
+/// Without the parameter the answer is what it always was.
+fn health(query: Option<&str>) -> Response<Body> {
+    let mut resp = text(200, "ok\n");
+    let headers = resp.headers_mut();
+    if let Ok(v) = hyper::header::HeaderValue::from_str(instance_id()) {
+        headers.insert("x-patterd-instance", v);
+    }
+    let nonce = query.into_iter().flat_map(|q| q.split('&')).find_map(|kv| {
+        kv.strip_prefix("nonce=").filter(|n| {
+            (1..=64).contains(&n.len())
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        })
+    });
+    if let Some(v) = nonce.and_then(|n| hyper::header::HeaderValue::from_str(n).ok()) {
+        headers.insert("x-patterd-nonce", v);
+    }
     resp
 }
 

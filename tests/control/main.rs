@@ -9,6 +9,7 @@ mod common;
 mod api;
 mod daemon;
 mod mcp;
+mod ops;
 mod outbound;
 mod outbound_caps;
 mod security;
