@@ -4,7 +4,9 @@
 //! `/mcp` to [`crate::mcp::http`], and every other path to the carrier whose route it is, as
 //! the carrier registry ([`crate::carrier::Registry`]) resolves it — 404 for unknown paths and
 //! 405 for known paths with another method, derived from the same routes. It knows no
-//! carrier's name or wire format; the daemon's state is [`crate::app::App`].
+//! carrier's name or wire format; the daemon's state is [`crate::app::App`]. Under systemd
+//! (`Type=notify`) it sends `READY=1` once the listener is up, `WATCHDOG=1` from the runtime
+//! at half of `WATCHDOG_USEC`, and `STOPPING=1` when the drain begins.
 
 pub mod metrics;
 pub mod rest;
@@ -31,6 +33,7 @@ use crate::config::{Config, LoadedConfig};
 use crate::mcp::http::McpHttp;
 pub use crate::net::http::AnyBody;
 use crate::net::http::{Body, text};
+use crate::util::sd_notify::{self, Notify};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -347,7 +350,10 @@ pub async fn run(loaded: LoadedConfig) -> i32 {
             return 1;
         }
     };
+    systemd(Notify::Ready);
+    let _watchdog = watchdog();
     signals.recv().await;
+    systemd(Notify::Stopping);
     let app = running.app.clone();
     app.start_drain();
     let live = app.calls.len();
@@ -381,6 +387,34 @@ pub async fn run(loaded: LoadedConfig) -> i32 {
         Err(e) => warn!(error = %e, "call store not flushed before exit"),
     }
     0
+}
+
+/// Tells systemd (`NOTIFY_SOCKET`, `Type=notify`); a failure is logged, never fatal.
+fn systemd(msg: Notify) {
+    match sd_notify::notify(msg) {
+        Ok(true) => debug!(message = %msg.message(), "notified systemd"),
+        Ok(false) => {}
+        Err(e) => warn!(error = %e, "cannot notify systemd (NOTIFY_SOCKET)"),
+    }
+}
+
+/// Sends `WATCHDOG=1` at half of systemd's `WATCHDOG_USEC` from a task on the async runtime:
+/// when the runtime is stuck the pings stop and systemd restarts the daemon. Dropping the
+/// guard stops the pings.
+fn watchdog() -> Option<crate::util::TaskGuard> {
+    let every = sd_notify::watchdog_interval()?;
+    info!(
+        interval_ms = every.as_millis() as u64,
+        "systemd watchdog enabled"
+    );
+    Some(crate::util::TaskGuard::new(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            systemd(Notify::Watchdog);
+        }
+    })))
 }
 
 /// The longest wait for the call store's last writes at exit.

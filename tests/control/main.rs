@@ -13,3 +13,4 @@ mod ops;
 mod outbound;
 mod outbound_caps;
 mod security;
+mod systemd;

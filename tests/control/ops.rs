@@ -462,6 +462,7 @@ async fn doctor_follows_public_url_to_this_daemon_or_says_where_it_goes() {
         );
     }
     // /healthz without a nonce is what it was; a bad nonce is not echoed.
+    patterd::util::init_tls();
     let plain = reqwest::get(daemon.url("/healthz")).await.expect("healthz");
     assert_eq!(plain.status(), 200);
     assert!(plain.headers().get("x-patterd-nonce").is_none());
