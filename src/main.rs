@@ -196,7 +196,8 @@ fn main() -> ExitCode {
             let Some(runtime) = runtime(None) else {
                 return ExitCode::from(1);
             };
-            let code = runtime.block_on(patterd::server::run(loaded));
+            let path = cli.config.clone();
+            let code = runtime.block_on(patterd::server::run(loaded, path));
             runtime.shutdown_timeout(std::time::Duration::from_millis(500));
             ExitCode::from(u8::try_from(code).unwrap_or(1))
         }

@@ -86,5 +86,20 @@ pub fn render(app: &App) -> Response<Body> {
     for (name, help, kind, v) in rows {
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
     }
+    reloads(&mut s, app);
     respond(200, "text/plain; version=0.0.4", Bytes::from(s))
+}
+
+/// Config reloads (SIGHUP) by result: `applied`, or `refused` (the file was invalid or its
+/// providers could not be built; the running configuration was kept).
+fn reloads(s: &mut String, app: &App) {
+    let r = &app.reloads;
+    let name = "patterd_config_reloads_total";
+    let _ = writeln!(
+        s,
+        "# HELP {name} Configuration reloads (SIGHUP) by result.\n# TYPE {name} counter"
+    );
+    for (result, c) in [("applied", &r.applied), ("refused", &r.refused)] {
+        let _ = writeln!(s, "{name}{{result=\"{result}\"}} {}", Metrics::get(c));
+    }
 }

@@ -103,7 +103,7 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
     };
     let app = App::new(config)?;
     let served = Arc::new(Served {
-        mcp: McpHttp::new(&app.config, Arc::downgrade(&app)),
+        mcp: McpHttp::new(&app.config(), Arc::downgrade(&app)),
         app: app.clone(),
     });
     let accept = tokio::spawn(accept_loop(listener, served, tls));
@@ -156,7 +156,7 @@ async fn accept_loop(
     served: Arc<Served>,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
-    let server = &served.app.config.server;
+    let server = &served.app.config().server;
     let limit = Arc::new(Semaphore::new(server.max_connections.max(1)));
     let header_timeout = Duration::from_secs(server.header_timeout_s.max(1));
     loop {
@@ -312,7 +312,7 @@ fn health(query: Option<&str>) -> Response<Body> {
 /// `/metrics`: with `api_token` set it needs the bearer token too, unless
 /// `server.metrics_public = true`.
 fn metrics_guarded(app: &App, headers: &hyper::HeaderMap) -> Response<Body> {
-    let server = &app.config.server;
+    let server = &app.config().server;
     if !server.api_token.is_empty()
         && !server.metrics_public
         && let Err(e) = crate::api::auth::check_bearer(server, headers)
@@ -324,7 +324,9 @@ fn metrics_guarded(app: &App, headers: &hyper::HeaderMap) -> Response<Body> {
 
 /// Runs the daemon until a signal: the first SIGTERM/SIGINT drains (no new calls, live calls
 /// run on for up to `drain_timeout_s`), a second one exits at once. Returns the exit code.
-pub async fn run(loaded: LoadedConfig) -> i32 {
+///
+/// SIGHUP re-reads `config_path` ([`reload`]).
+pub async fn run(loaded: LoadedConfig, config_path: Option<std::path::PathBuf>) -> i32 {
     let started = Instant::now();
     for w in &loaded.warnings {
         warn!("{w}");
@@ -350,9 +352,21 @@ pub async fn run(loaded: LoadedConfig) -> i32 {
             return 1;
         }
     };
+    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            error!(error = %e, "cannot install the SIGHUP handler");
+            return 1;
+        }
+    };
     systemd(Notify::Ready);
     let _watchdog = watchdog();
-    signals.recv().await;
+    loop {
+        tokio::select! {
+            _ = signals.recv() => break,
+            _ = hangups.recv() => reload(&running.app, config_path.as_deref()),
+        }
+    }
     systemd(Notify::Stopping);
     let app = running.app.clone();
     app.start_drain();
@@ -387,6 +401,41 @@ pub async fn run(loaded: LoadedConfig) -> i32 {
         Err(e) => warn!(error = %e, "call store not flushed before exit"),
     }
     0
+}
+
+/// SIGHUP: re-reads the configuration file and applies it to new calls ([`App::reload`]);
+/// live calls keep theirs. An invalid file is refused, logged, and changes nothing. Counted in
+/// `patterd_config_reloads_total`.
+fn reload(app: &App, path: Option<&std::path::Path>) {
+    systemd(Notify::Reloading);
+    let result = match path {
+        None => Err("the daemon was started without a configuration file path".to_string()),
+        Some(p) => crate::config::load(p).map_err(|e| e.to_string()),
+    }
+    .and_then(|loaded| {
+        for w in &loaded.warnings {
+            warn!("{w}");
+        }
+        app.reload(loaded.config).map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(notes) => {
+            crate::app::Metrics::inc(&app.reloads.applied);
+            for n in &notes {
+                warn!("reload: {n}");
+            }
+            info!(
+                live_calls = app.calls.len(),
+                kept_unchanged = notes.len(),
+                "configuration reloaded: new calls use it, live calls keep theirs"
+            );
+        }
+        Err(e) => {
+            crate::app::Metrics::inc(&app.reloads.refused);
+            error!(error = %e, "configuration reload refused: the running configuration is kept");
+        }
+    }
+    systemd(Notify::Ready);
 }
 
 /// Tells systemd (`NOTIFY_SOCKET`, `Type=notify`); a failure is logged, never fatal.

@@ -12,5 +12,6 @@ mod mcp;
 mod ops;
 mod outbound;
 mod outbound_caps;
+mod reload;
 mod security;
 mod systemd;

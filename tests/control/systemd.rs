@@ -1,6 +1,7 @@
 //! systemd's notify protocol against the real binary: a fake `NOTIFY_SOCKET` (a unix datagram
 //! socket in a temp dir) receives `READY=1` once the daemon serves, `WATCHDOG=1` at half of
-//! `WATCHDOG_USEC`, and `STOPPING=1` when SIGTERM starts the drain.
+//! `WATCHDOG_USEC`, `RELOADING=1` then `READY=1` around a SIGHUP reload, and `STOPPING=1`
+//! when SIGTERM starts the drain.
 
 use std::time::Duration;
 
@@ -35,6 +36,18 @@ async fn notify_socket_receives_ready_watchdog_and_stopping() {
     assert_eq!(health.status(), 200);
     assert_eq!(next(&sock).await, "WATCHDOG=1");
     assert_eq!(next(&sock).await, "WATCHDOG=1");
+    // A reload (SIGHUP) is bracketed by RELOADING=1 and READY=1.
+    daemon.signal(libc::SIGHUP);
+    let mut msg = next(&sock).await;
+    while msg == "WATCHDOG=1" {
+        msg = next(&sock).await;
+    }
+    assert!(msg.starts_with("RELOADING=1\nMONOTONIC_USEC="), "{msg}");
+    let mut msg = next(&sock).await;
+    while msg == "WATCHDOG=1" {
+        msg = next(&sock).await;
+    }
+    assert_eq!(msg, "READY=1");
     daemon.signal(libc::SIGTERM);
     // Watchdog pings may still be in flight; STOPPING must follow.
     let mut msg = next(&sock).await;
