@@ -33,10 +33,13 @@ key can be overridden with PATTERD_<SECTION>__<KEY>, e.g. PATTERD_SERVER__LISTEN
 A carrier or provider without credentials is a warning and its routes answer 503.
 
 Signals: SIGTERM or SIGINT drains (readiness goes 503, new calls are refused as busy, live calls
-run on for up to server.drain_timeout_s) and exits 0; a second signal exits at once.
+run on for up to server.drain_timeout_s) and exits 0; a second signal exits at once. SIGHUP
+re-reads the file for new calls (live calls keep theirs; an invalid file is refused and logged;
+[server], [log], [store] and [carriers.*] need a restart). Under systemd (Type=notify) it sends
+READY=1, WATCHDOG=1 and STOPPING=1.
 
-Documentation: README.md and docs/ (configuration.md, api.md, ARCHITECTURE.md) in the source
-tree.";
+Documentation: README.md and docs/ (operations.md, configuration.md, api.md, ARCHITECTURE.md)
+in the source tree.";
 
 #[derive(Debug, Parser)]
 #[command(name = "patterd", version, about = ABOUT, long_about = LONG_ABOUT)]
