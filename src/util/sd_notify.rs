@@ -33,9 +33,13 @@ impl Notify {
     }
 }
 
-/// CLOCK_MONOTONIC in microseconds (what `RELOADING=1` wants beside it).
+/// The time since boot in microseconds, for `MONOTONIC_USEC` beside `RELOADING=1`.
+///
+/// systemd wants CLOCK_MONOTONIC; std exposes it only opaquely (`Instant`) and the daemon has
+/// no `unsafe` for `clock_gettime`, so this reads `/proc/uptime` (CLOCK_BOOTTIME). The two
+/// differ only by time spent suspended, and BOOTTIME is never earlier, so systemd never takes
+/// the notification for one from before the reload it requested.
 fn monotonic_usec() -> u64 {
-    // `Instant` is CLOCK_MONOTONIC on Linux but opaque; read /proc/uptime's clock instead.
     std::fs::read_to_string("/proc/uptime")
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_string))
