@@ -138,8 +138,8 @@ pub trait NumberAdmin: Send + Sync {
 }
 
 /// Sends `req` with `authorization` through `client`: 2xx → the JSON body (`Null` when empty),
-/// 401/403 → [`CarrierError::Unauthorized`], 404 → [`CarrierError::NotFound`], anything else
-/// → [`CarrierError::Http`] with the carrier's message. Never returns or logs the body on
+/// 401/403 → [`CarrierError::Unauthorized`], anything else (404 included) →
+/// [`CarrierError::Http`] with the carrier's message. Never returns or logs the body on
 /// success beyond what the caller reads.
 pub async fn send_with(
     client: &reqwest::Client,
@@ -183,9 +183,15 @@ pub async fn send_with(
     match status {
         200..=299 => Ok(v),
         401 | 403 => Err(CarrierError::Unauthorized { carrier, status }),
-        404 => Err(CarrierError::NotFound {
+        // Not `NotFound`, whose message is about calls; callers that know what was missing
+        // (a number) say so themselves.
+        404 => Err(CarrierError::Http {
             carrier,
-            what: req.url.strip_prefix(base).unwrap_or(&req.url).to_string(),
+            status,
+            message: format!(
+                "no such resource: {}",
+                req.url.strip_prefix(base).unwrap_or(&req.url)
+            ),
         }),
         _ => {
             let message = v

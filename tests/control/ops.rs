@@ -20,6 +20,7 @@ use crate::common::*;
 
 const ELSEWHERE: &str = "+15550001235";
 const UNKNOWN: &str = "+15550009999";
+const PLIVO_UNKNOWN: &str = "+15550009998";
 const OTHER_URL: &str = "https://old.example.test/voice";
 const TELNYX_APP: &str = "2000000000000000001";
 const PLIVO_APP: &str = "30000000000000001";
@@ -178,6 +179,12 @@ number = "{UNKNOWN}"
 carrier = "twilio"
 agent = "a"
 allowed_destinations = ["+1555"]
+
+[[numbers]]
+number = "{PLIVO_UNKNOWN}"
+carrier = "plivo"
+agent = "a"
+allowed_destinations = ["+1555"]
 {extra}
 "#,
             dir = self.dir.path().display(),
@@ -322,6 +329,13 @@ async fn doctor_reports_every_check_against_the_fakes() {
         has(
             f,
             |x| matches!(x, Finding::NumberNotOnAccount { number, .. } if number == UNKNOWN)
+        ),
+        "{d}"
+    );
+    assert!(
+        has(
+            f,
+            |x| matches!(x, Finding::NumberNotOnAccount { number, carrier } if number == PLIVO_UNKNOWN && carrier == "plivo")
         ),
         "{d}"
     );

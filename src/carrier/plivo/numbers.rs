@@ -48,7 +48,17 @@ impl PlivoNumbers {
         let digits: String = number.chars().filter(char::is_ascii_digit).collect();
         let v = self
             .get(format!("{}Number/{digits}/", self.account_url()))
-            .await?;
+            .await
+            .map_err(|e| match e {
+                CarrierError::Http { status: 404, .. } => CarrierError::NotFound {
+                    carrier: CARRIER,
+                    what: format!(
+                        "the number {} on this account",
+                        crate::security::mask_number(&number)
+                    ),
+                },
+                e => e,
+            })?;
         let app_id = v
             .get("application")
             .and_then(Value::as_str)
