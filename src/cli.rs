@@ -1,7 +1,8 @@
 //! The command line (clap): `patterd --config FILE` (same as `patterd run --config FILE`) runs
 //! the daemon; `patterd check --config FILE` validates the configuration and prints it with
 //! secrets redacted; `patterd mcp --stdio` serves the MCP tools on stdin/stdout against the
-//! running daemon. The `--help` text is the short manual; nothing here touches sockets.
+//! running daemon; `patterd doctor` checks an installation; `patterd wire` / `unwire` point a
+//! number at the daemon and back. The `--help` text is the short manual; nothing here touches sockets.
 
 use std::path::PathBuf;
 
@@ -24,16 +25,21 @@ Everything is configured in one TOML file. Start from the documented example:
 
     patterd check --config config/patter.toml     # validate, print with secrets as ***
     patterd --config config/patter.toml           # run the daemon
+    patterd doctor --config config/patter.toml    # check credentials, public_url, numbers
+    patterd wire +14155550100 --config …          # point the number at public_url
 
 Values may reference the environment: ${VAR} (required) or ${VAR:-default} (optional), and any
 key can be overridden with PATTERD_<SECTION>__<KEY>, e.g. PATTERD_SERVER__LISTEN=0.0.0.0:8080.
 A carrier or provider without credentials is a warning and its routes answer 503.
 
 Signals: SIGTERM or SIGINT drains (readiness goes 503, new calls are refused as busy, live calls
-run on for up to server.drain_timeout_s) and exits 0; a second signal exits at once.
+run on for up to server.drain_timeout_s) and exits 0; a second signal exits at once. SIGHUP
+re-reads the file for new calls (live calls keep theirs; an invalid file is refused and logged;
+[server], [log], [store] and [carriers.*] need a restart). Under systemd (Type=notify) it sends
+READY=1, WATCHDOG=1 and STOPPING=1.
 
-Documentation: README.md and docs/ (configuration.md, api.md, ARCHITECTURE.md) in the source
-tree.";
+Documentation: README.md and docs/ (operations.md, configuration.md, api.md, ARCHITECTURE.md)
+in the source tree.";
 
 #[derive(Debug, Parser)]
 #[command(name = "patterd", version, about = ABOUT, long_about = LONG_ABOUT)]
@@ -52,7 +58,7 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Run the daemon (the default when no command is given).
     Run,
@@ -64,6 +70,37 @@ pub enum Command {
         /// Treat warnings (unconfigured carriers or providers) as errors.
         #[arg(long)]
         strict: bool,
+    },
+    /// Check this installation: config, brains, credentials, public_url, numbers, allow-lists.
+    ///
+    /// Prints one line per finding, OK / WARN / FAIL with the fix, and exits 1 when anything
+    /// FAILs. Network checks make one cheap read-only request per service; --offline skips them.
+    Doctor {
+        /// Skip the network checks (config and allow-lists only).
+        #[arg(long)]
+        offline: bool,
+        /// Print the findings as JSON ({"ok": bool, "findings": [...]}).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Point NUMBER's voice webhook at server.public_url through its carrier's REST API.
+    ///
+    /// NUMBER must be in [[numbers]]. Its current settings are saved in the store first, so
+    /// `patterd unwire NUMBER` restores exactly them.
+    Wire {
+        /// The number, E.164 (e.g. +14155550100).
+        number: String,
+        /// Read the number, print the requests that would change it, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Restore the voice webhook settings NUMBER had before `patterd wire`.
+    Unwire {
+        /// The number, E.164.
+        number: String,
+        /// Print the requests that would restore it, change nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Serve the MCP tools on stdin/stdout, talking to the running daemon's REST API.
     ///

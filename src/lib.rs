@@ -16,6 +16,7 @@ pub mod config;
 pub mod logging;
 pub mod mcp;
 pub mod net;
+pub mod ops;
 pub mod provider;
 pub mod security;
 pub mod server;

@@ -32,9 +32,63 @@ fn runtime(worker_threads: Option<usize>) -> Option<tokio::runtime::Runtime> {
     }
 }
 
+/// `patterd wire` / `unwire`.
+fn wire(config: Option<&Path>, number: &str, dry_run: bool, unwire: bool) -> ExitCode {
+    use patterd::ops::wire::{self, Outcome};
+    let loaded = match load(config) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let Some(runtime) = runtime(Some(2)) else {
+        return ExitCode::from(1);
+    };
+    let cfg = &loaded.config;
+    let data_dir = cfg.server.data_dir.clone();
+    let result = runtime.block_on(async {
+        if unwire {
+            wire::unwire(cfg, &data_dir, number, dry_run).await
+        } else {
+            wire::wire(cfg, &data_dir, number, dry_run).await
+        }
+    });
+    let masked = patterd::security::mask_number(number);
+    match result {
+        Ok(Outcome::DryRun(plan)) => {
+            println!("dry run: {} request(s) would be sent:", plan.len());
+            for r in plan {
+                println!("{r}");
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(Outcome::Wired { before, sent }) => {
+            println!(
+                "wired {masked} to {} ({sent} request(s)); saved its previous settings ({before}) \
+                 for `patterd unwire`",
+                cfg.server.public_url
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Outcome::AlreadyWired) => {
+            println!("{masked} already points at {}", cfg.server.public_url);
+            ExitCode::SUCCESS
+        }
+        Ok(Outcome::Restored { sent }) => {
+            println!("restored {masked}'s previous settings ({sent} request(s))");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command.unwrap_or(Command::Run) {
+    match cli.command.as_ref().cloned().unwrap_or(Command::Run) {
         Command::Check { strict } => match load(cli.config.as_deref()) {
             Ok(loaded) => {
                 print!("{}", config::render_effective(&loaded.config));
@@ -56,6 +110,38 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Command::Doctor { offline, json } => {
+            let Some(path) = cli.config.as_deref() else {
+                eprintln!("error: pass --config FILE");
+                return ExitCode::from(2);
+            };
+            let Some(runtime) = runtime(Some(2)) else {
+                return ExitCode::from(1);
+            };
+            let opts = patterd::ops::doctor::Options { offline };
+            let report = runtime.block_on(patterd::ops::doctor::run(path, opts));
+            if json {
+                println!("{}", report.json());
+            } else {
+                print!("{}", report.text());
+            }
+            if report.worst() == patterd::ops::doctor::Level::Fail {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Command::Wire {
+            ref number,
+            dry_run,
+        }
+        | Command::Unwire {
+            ref number,
+            dry_run,
+        } => {
+            let unwire = matches!(cli.command, Some(Command::Unwire { .. }));
+            wire(cli.config.as_deref(), number, dry_run, unwire)
+        }
         Command::Mcp { stdio, url, token } => {
             if !stdio {
                 eprintln!("error: pass --stdio (the daemon itself serves MCP over HTTP at /mcp)");
@@ -110,7 +196,8 @@ fn main() -> ExitCode {
             let Some(runtime) = runtime(None) else {
                 return ExitCode::from(1);
             };
-            let code = runtime.block_on(patterd::server::run(loaded));
+            let path = cli.config.clone();
+            let code = runtime.block_on(patterd::server::run(loaded, path));
             runtime.shutdown_timeout(std::time::Duration::from_millis(500));
             ExitCode::from(u8::try_from(code).unwrap_or(1))
         }

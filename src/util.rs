@@ -1,8 +1,10 @@
 //! Small shared helpers that belong to no single module: a task guard that aborts a spawned
 //! task when dropped (how provider streams are cancelled), and the process-wide TLS setup;
-//! phone-number helpers in [`phone`] and the never-printed [`secret::Secret`].
+//! phone-number helpers in [`phone`], the never-printed [`secret::Secret`] and systemd's
+//! notifications ([`sd_notify`]).
 
 pub mod phone;
+pub mod sd_notify;
 pub mod secret;
 
 use tokio::task::JoinHandle;

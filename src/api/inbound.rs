@@ -36,7 +36,7 @@ pub async fn configure(app: &Arc<App>, body: Value) -> Result<Value, ApiError> {
                     "number {n:?} is not a phone number; use E.164, e.g. +15551234567"
                 ))
             })?;
-            if app.config.number(&n).is_none() {
+            if app.config().number(&n).is_none() {
                 return Err(ApiError::new(
                     404,
                     "unknown_number",
@@ -56,11 +56,11 @@ pub async fn configure(app: &Arc<App>, body: Value) -> Result<Value, ApiError> {
         ))
     })?;
     if let Some(v) = &change.voice
-        && !app.config.tts.contains_key(v)
+        && !app.config().tts.contains_key(v)
     {
         return Err(ApiError::bad_request(format!(
             "voice {v:?} is not a configured [tts.NAME] section; configured: {}",
-            app.config
+            app.config()
                 .tts
                 .keys()
                 .cloned()
@@ -84,7 +84,7 @@ pub async fn configure(app: &Arc<App>, body: Value) -> Result<Value, ApiError> {
 }
 
 pub(crate) fn configured_numbers(app: &App) -> String {
-    app.config
+    app.config()
         .numbers
         .iter()
         .map(|n| n.number.as_str())

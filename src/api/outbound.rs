@@ -58,7 +58,7 @@ impl Originate {
 
 /// Places the call; see the module docs.
 pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError> {
-    let config = &app.config;
+    let config = &app.config();
     let to = crate::util::phone::normalize_e164(&req.to).ok_or_else(|| {
         ApiError::new(
             400,
@@ -136,7 +136,7 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
     {
         agent.tts = v.as_str().into();
     }
-    let providers = app.providers.for_agent(&agent).ok_or_else(|| {
+    let providers = app.providers().for_agent(&agent).ok_or_else(|| {
         ApiError::new(
             503,
             "agent_unavailable",

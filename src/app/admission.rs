@@ -42,8 +42,9 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         return Err(Refusal::Repeated);
     }
     let dialled = normalize_e164(call.to).unwrap_or_else(|| call.to.to_string());
-    let Some(number) = app
-        .config
+    // One configuration for the whole admission (a reload may swap it meanwhile).
+    let config = app.config();
+    let Some(number) = config
         .numbers
         .iter()
         .find(|n| n.number == dialled && n.carrier == call.account)
@@ -63,13 +64,12 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         info!(carrier, call_id, %from, %to, "call refused: inbound disabled by configure_inbound");
         return Err(Refusal::Disabled);
     }
-    let Some((agent, providers)) = app
-        .config
+    let Some((agent, providers)) = config
         .agents
         .get(&number.agent)
         .map(|a| overrides.apply(a))
         .and_then(|a| {
-            let p = app.providers.for_agent(&a)?;
+            let p = app.providers().for_agent(&a)?;
             Some((a, p))
         })
     else {
@@ -102,7 +102,7 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         agent: number.agent.clone(),
         status: "ringing".into(),
     };
-    match actor::start(setup, app.calls.clone(), app.config.server.max_calls) {
+    match actor::start(setup, app.calls.clone(), app.config().server.max_calls) {
         Ok(_) => app.store.tx.send(Write::Call(record)),
         Err(InsertError::Full) => {
             Metrics::inc(&app.metrics.calls_rejected_busy);

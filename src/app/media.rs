@@ -318,7 +318,7 @@ pub async fn serve(
                         break;
                     }
                     Some(MediaCommand::Transfer { id, mut request }) => {
-                        request.public_url = app.config.server.public_url.clone();
+                        request.public_url = app.server.public_url.clone();
                         let request_fut = control
                             .as_ref()
                             .map(|c| c.transfer(&account, &leg_id, &request));

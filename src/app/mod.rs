@@ -61,11 +61,19 @@ pub enum AppError {
 /// Shared, read-mostly state of the daemon. Everything mutable is behind its own small owner
 /// (the call registry, the token store, the outbound calls, atomics).
 pub struct App {
-    pub config: Arc<Config>,
+    /// The configuration new calls use; a reload swaps it ([`App::reload`]), live calls keep
+    /// what they started with.
+    config: RwLock<Arc<Config>>,
     pub carriers: Registry,
-    pub providers: Providers,
-    /// Every agent's tools (built once; per-call runners come from them).
-    pub tools: BTreeMap<String, Arc<crate::tools::AgentTools>>,
+    /// The providers built from [`App::config`], swapped with it.
+    providers: RwLock<Arc<Providers>>,
+    /// Reloads by result (`patterd_config_reloads_total`).
+    pub reloads: Reloads,
+    /// `[server]` as the daemon started: it never changes on reload.
+    pub server: crate::config::schema::ServerConfig,
+    /// Every agent's tools (built with the providers, swapped with them on reload; per-call
+    /// runners come from them).
+    tools: RwLock<Arc<BTreeMap<String, Arc<crate::tools::AgentTools>>>>,
     pub tokens: MediaTokens,
     pub calls: Arc<CallRegistry>,
     pub metrics: Metrics,
@@ -115,8 +123,10 @@ impl App {
         };
         Ok(Arc::new(Self {
             carriers,
-            providers,
-            tools,
+            providers: RwLock::new(Arc::new(providers)),
+            reloads: Reloads::default(),
+            server: config.server.clone(),
+            tools: RwLock::new(Arc::new(tools)),
             tokens: MediaTokens::new(MEDIA_TOKEN_TTL),
             calls: Arc::new(CallRegistry::new()),
             metrics: Metrics::default(),
@@ -128,8 +138,59 @@ impl App {
             started: Instant::now(),
             media_sockets: Arc::new(tokio::sync::Semaphore::new(media_socket_limit(&config))),
             peer_warnings: LogLimiter::new(20, Duration::from_secs(1)),
-            config: Arc::new(config),
+            config: RwLock::new(Arc::new(config)),
         }))
+    }
+
+    /// The configuration new calls use now.
+    pub fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The providers new calls use now.
+    pub fn providers(&self) -> Arc<Providers> {
+        self.providers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Applies a re-read configuration to new calls: agents, numbers, prompts, allow-lists,
+    /// providers, outbound limits. `[server]` (the listener, TLS, public_url, limits), `[log]`,
+    /// `[store]` and `[carriers.*]` are kept as the daemon started — they need a restart — and
+    /// each changed one is named in the returned notes. Live calls keep the agent and
+    /// providers they started with. Nothing changes when the providers cannot be built.
+    pub fn reload(&self, mut new: Config) -> Result<Vec<String>, AppError> {
+        let old = self.config();
+        let mut notes = Vec::new();
+        let changed = |a: &dyn erased::Render, b: &dyn erased::Render| a.render() != b.render();
+        if changed(&old.server, &new.server) {
+            notes.push("[server] changed: the listener address, TLS and public_url cannot change on reload; restart to apply".to_string());
+        }
+        if changed(&old.log, &new.log) {
+            notes.push("[log] changed: restart to apply".to_string());
+        }
+        if changed(&old.store, &new.store) {
+            notes.push("[store] changed: restart to apply".to_string());
+        }
+        if changed(&old.carriers, &new.carriers) {
+            notes.push(
+                "[carriers] changed: carrier accounts and credentials need a restart".to_string(),
+            );
+        }
+        new.server = old.server.clone();
+        new.log = old.log.clone();
+        new.store = old.store.clone();
+        new.carriers = old.carriers.clone();
+        let providers = crate::provider::build_providers(&new).map_err(AppError::Providers)?;
+        let tools = crate::tools::build_all(&new.agents, &providers.llm)?;
+        *self.providers.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(providers);
+        *self.tools.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(tools);
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
+        Ok(notes)
     }
 
     /// True once a drain has begun: new calls are refused politely.
@@ -154,13 +215,34 @@ impl App {
     }
 }
 
+/// Config reloads by result.
+#[derive(Default)]
+pub struct Reloads {
+    pub applied: std::sync::atomic::AtomicU64,
+    pub refused: std::sync::atomic::AtomicU64,
+}
+
+/// Comparing config sections through their serialized form (the schema derives `Serialize`,
+/// not `PartialEq`).
+mod erased {
+    pub trait Render {
+        fn render(&self) -> String;
+    }
+    impl<T: serde::Serialize> Render for T {
+        fn render(&self) -> String {
+            serde_json::to_string(self).unwrap_or_default()
+        }
+    }
+}
+
 impl Host for App {
     fn public_url(&self) -> &str {
-        &self.config.server.public_url
+        // `[server]` never changes on reload: the first configuration's is the one in force.
+        &self.server.public_url
     }
 
     fn max_body_bytes(&self) -> usize {
-        self.config.server.max_body_bytes
+        self.server.max_body_bytes
     }
 
     fn count(&self, counter: Counter) {
@@ -222,7 +304,8 @@ impl Host for App {
 /// Gives a call its agent's tools (none when the agent has none).
 pub(crate) fn with_tools(app: &App, mut setup: crate::call::CallSetup) -> crate::call::CallSetup {
     let (caller, callee) = (setup.from.clone(), setup.to.clone());
-    setup.tools = app.tools.get(&setup.agent_name).and_then(|t| {
+    let tools = app.tools.read().unwrap_or_else(|e| e.into_inner()).clone();
+    setup.tools = tools.get(&setup.agent_name).and_then(|t| {
         t.for_call(crate::tools::CallCtx {
             call_id: setup.call_id.clone(),
             caller,

@@ -180,7 +180,7 @@ impl Drop for Reservation {
 /// Reserves a place under `[outbound] max_concurrent` and `max_per_day`, atomically with every
 /// other reservation; see the module docs.
 pub async fn reserve(app: &Arc<App>) -> Result<Reservation, CapError> {
-    let limits = &app.config.outbound;
+    let limits = &app.config().outbound;
     loop {
         let day = day_start(now_ms());
         let known = {
@@ -288,7 +288,7 @@ async fn place_if(
     call: NewOutbound,
     wanted: &(dyn Fn() -> bool + Send + Sync),
 ) -> Result<Placed, OutboundError> {
-    let config = &app.config;
+    let config = &app.config();
     let kind = config
         .carrier(&call.account)
         .map(|c| c.kind())

@@ -12,6 +12,7 @@
 //! they update is [`outbound::Outbound`].
 
 pub mod account;
+pub mod admin;
 pub mod outbound;
 pub mod port;
 pub mod registry;
@@ -82,6 +83,14 @@ macro_rules! carriers {
             pub fn kind(&self) -> CarrierKind {
                 match self {
                     $(CarrierConfig::$variant(_) => CarrierKind::$variant),+
+                }
+            }
+
+            /// The account's number administration (credential check, wiring); needs the
+            /// account's credentials.
+            pub fn admin(&self) -> Result<Box<dyn admin::NumberAdmin>, CarrierError> {
+                match self {
+                    $(CarrierConfig::$variant(c) => $module::admin(c)),+
                 }
             }
 

@@ -56,7 +56,7 @@ impl McpHttp {
             method: req.method(),
             headers: req.headers(),
         };
-        if let Err(e) = authorize(&app.config.server, access) {
+        if let Err(e) = authorize(&app.config().server, access) {
             let r = json(e.status, &e.body());
             let mut r = r.map(|b: Full<Bytes>| b.boxed());
             if e.status == 401 {

@@ -73,7 +73,7 @@ pub fn render(app: &App) -> Response<Body> {
             "patterd_tts_fallbacks_total",
             "Sentences a TTS chain gave to its next TTS (connect error, 5xx, 429, no first audio in time).",
             "counter",
-            Metrics::get(&app.providers.tts_fallbacks),
+            Metrics::get(&app.providers().tts_fallbacks),
         ),
         (
             "patterd_store_writes_dropped_total",
@@ -85,7 +85,7 @@ pub fn render(app: &App) -> Response<Body> {
             "patterd_provider_switches_total",
             "Turns a fallback chain handed to its next brain after one failed before its first token.",
             "counter",
-            Metrics::get(&app.providers.llm_switches),
+            Metrics::get(&app.providers().llm_switches),
         ),
         (
             "patterd_draining",
@@ -98,5 +98,20 @@ pub fn render(app: &App) -> Response<Body> {
     for (name, help, kind, v) in rows {
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
     }
+    reloads(&mut s, app);
     respond(200, "text/plain; version=0.0.4", Bytes::from(s))
+}
+
+/// Config reloads (SIGHUP) by result: `applied`, or `refused` (the file was invalid or its
+/// providers could not be built; the running configuration was kept).
+fn reloads(s: &mut String, app: &App) {
+    let r = &app.reloads;
+    let name = "patterd_config_reloads_total";
+    let _ = writeln!(
+        s,
+        "# HELP {name} Configuration reloads (SIGHUP) by result.\n# TYPE {name} counter"
+    );
+    for (result, c) in [("applied", &r.applied), ("refused", &r.refused)] {
+        let _ = writeln!(s, "{name}{{result=\"{result}\"}} {}", Metrics::get(c));
+    }
 }

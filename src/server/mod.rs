@@ -4,7 +4,9 @@
 //! `/mcp` to [`crate::mcp::http`], and every other path to the carrier whose route it is, as
 //! the carrier registry ([`crate::carrier::Registry`]) resolves it — 404 for unknown paths and
 //! 405 for known paths with another method, derived from the same routes. It knows no
-//! carrier's name or wire format; the daemon's state is [`crate::app::App`].
+//! carrier's name or wire format; the daemon's state is [`crate::app::App`]. Under systemd
+//! (`Type=notify`) it sends `READY=1` once the listener is up, `WATCHDOG=1` from the runtime
+//! at half of `WATCHDOG_USEC`, and `STOPPING=1` when the drain begins.
 
 pub mod metrics;
 pub mod rest;
@@ -31,6 +33,7 @@ use crate::config::{Config, LoadedConfig};
 use crate::mcp::http::McpHttp;
 pub use crate::net::http::AnyBody;
 use crate::net::http::{Body, text};
+use crate::util::sd_notify::{self, Notify};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -100,7 +103,7 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
     };
     let app = App::new(config)?;
     let served = Arc::new(Served {
-        mcp: McpHttp::new(&app.config, Arc::downgrade(&app)),
+        mcp: McpHttp::new(&app.config(), Arc::downgrade(&app)),
         app: app.clone(),
     });
     let accept = tokio::spawn(accept_loop(listener, served, tls));
@@ -153,7 +156,7 @@ async fn accept_loop(
     served: Arc<Served>,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
-    let server = &served.app.config.server;
+    let server = &served.app.config().server;
     let limit = Arc::new(Semaphore::new(server.max_connections.max(1)));
     let header_timeout = Duration::from_secs(server.header_timeout_s.max(1));
     loop {
@@ -247,7 +250,7 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
     } else if own.clone().next().is_some() {
         let mut own = own;
         match own.find(|(m, _, _)| *m == method).map(|r| r.2) {
-            Some(Own::Health) => text(200, "ok\n"),
+            Some(Own::Health) => health(req.uri().query()),
             Some(Own::Ready) if app.is_draining() => text(503, "draining\n"),
             Some(Own::Ready) => text(200, "ready\n"),
             Some(Own::Metrics) => metrics_guarded(&app, req.headers()),
@@ -268,10 +271,48 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
     resp
 }
 
+/// This process's instance id, random per start: `/healthz` sends it in
+/// `X-Patterd-Instance` so `patterd doctor` can tell whether `public_url` reaches the daemon
+/// on `server.listen` or another one.
+fn instance_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        use ring::rand::{SecureRandom, SystemRandom};
+        let mut b = [0u8; 8];
+        // Only fails without an OS entropy source; the pid is then unique enough here.
+        if SystemRandom::new().fill(&mut b).is_err() {
+            b = u64::from(std::process::id()).to_le_bytes();
+        }
+        hex::encode(b)
+    })
+}
+
+/// `/healthz`: `ok`, plus `X-Patterd-Instance`; a `nonce` query parameter (1–64 of
+/// `A-Za-z0-9_-`) is echoed in `X-Patterd-Nonce` (doctor's round trip through `public_url`).
+/// Without the parameter the answer is what it always was.
+fn health(query: Option<&str>) -> Response<Body> {
+    let mut resp = text(200, "ok\n");
+    let headers = resp.headers_mut();
+    if let Ok(v) = hyper::header::HeaderValue::from_str(instance_id()) {
+        headers.insert("x-patterd-instance", v);
+    }
+    let nonce = query.into_iter().flat_map(|q| q.split('&')).find_map(|kv| {
+        kv.strip_prefix("nonce=").filter(|n| {
+            (1..=64).contains(&n.len())
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        })
+    });
+    if let Some(v) = nonce.and_then(|n| hyper::header::HeaderValue::from_str(n).ok()) {
+        headers.insert("x-patterd-nonce", v);
+    }
+    resp
+}
+
 /// `/metrics`: with `api_token` set it needs the bearer token too, unless
 /// `server.metrics_public = true`.
 fn metrics_guarded(app: &App, headers: &hyper::HeaderMap) -> Response<Body> {
-    let server = &app.config.server;
+    let server = &app.config().server;
     if !server.api_token.is_empty()
         && !server.metrics_public
         && let Err(e) = crate::api::auth::check_bearer(server, headers)
@@ -283,7 +324,9 @@ fn metrics_guarded(app: &App, headers: &hyper::HeaderMap) -> Response<Body> {
 
 /// Runs the daemon until a signal: the first SIGTERM/SIGINT drains (no new calls, live calls
 /// run on for up to `drain_timeout_s`), a second one exits at once. Returns the exit code.
-pub async fn run(loaded: LoadedConfig) -> i32 {
+///
+/// SIGHUP re-reads `config_path` ([`reload`]).
+pub async fn run(loaded: LoadedConfig, config_path: Option<std::path::PathBuf>) -> i32 {
     let started = Instant::now();
     for w in &loaded.warnings {
         warn!("{w}");
@@ -309,7 +352,22 @@ pub async fn run(loaded: LoadedConfig) -> i32 {
             return 1;
         }
     };
-    signals.recv().await;
+    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            error!(error = %e, "cannot install the SIGHUP handler");
+            return 1;
+        }
+    };
+    systemd(Notify::Ready);
+    let _watchdog = watchdog();
+    loop {
+        tokio::select! {
+            _ = signals.recv() => break,
+            _ = hangups.recv() => reload(&running.app, config_path.as_deref()),
+        }
+    }
+    systemd(Notify::Stopping);
     let app = running.app.clone();
     app.start_drain();
     let live = app.calls.len();
@@ -343,6 +401,69 @@ pub async fn run(loaded: LoadedConfig) -> i32 {
         Err(e) => warn!(error = %e, "call store not flushed before exit"),
     }
     0
+}
+
+/// SIGHUP: re-reads the configuration file and applies it to new calls ([`App::reload`]);
+/// live calls keep theirs. An invalid file is refused, logged, and changes nothing. Counted in
+/// `patterd_config_reloads_total`.
+fn reload(app: &App, path: Option<&std::path::Path>) {
+    systemd(Notify::Reloading);
+    let result = match path {
+        None => Err("the daemon was started without a configuration file path".to_string()),
+        Some(p) => crate::config::load(p).map_err(|e| e.to_string()),
+    }
+    .and_then(|loaded| {
+        for w in &loaded.warnings {
+            warn!("{w}");
+        }
+        app.reload(loaded.config).map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(notes) => {
+            crate::app::Metrics::inc(&app.reloads.applied);
+            for n in &notes {
+                warn!("reload: {n}");
+            }
+            info!(
+                live_calls = app.calls.len(),
+                kept_unchanged = notes.len(),
+                "configuration reloaded: new calls use it, live calls keep theirs"
+            );
+        }
+        Err(e) => {
+            crate::app::Metrics::inc(&app.reloads.refused);
+            error!(error = %e, "configuration reload refused: the running configuration is kept");
+        }
+    }
+    systemd(Notify::Ready);
+}
+
+/// Tells systemd (`NOTIFY_SOCKET`, `Type=notify`); a failure is logged, never fatal.
+fn systemd(msg: Notify) {
+    match sd_notify::notify(msg) {
+        Ok(true) => debug!(message = %msg.message(), "notified systemd"),
+        Ok(false) => {}
+        Err(e) => warn!(error = %e, "cannot notify systemd (NOTIFY_SOCKET)"),
+    }
+}
+
+/// Sends `WATCHDOG=1` at half of systemd's `WATCHDOG_USEC` from a task on the async runtime:
+/// when the runtime is stuck the pings stop and systemd restarts the daemon. Dropping the
+/// guard stops the pings.
+fn watchdog() -> Option<crate::util::TaskGuard> {
+    let every = sd_notify::watchdog_interval()?;
+    info!(
+        interval_ms = every.as_millis() as u64,
+        "systemd watchdog enabled"
+    );
+    Some(crate::util::TaskGuard::new(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            systemd(Notify::Watchdog);
+        }
+    })))
 }
 
 /// The longest wait for the call store's last writes at exit.

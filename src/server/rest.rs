@@ -34,7 +34,7 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
         method: req.method(),
         headers: req.headers(),
     };
-    if let Err(e) = authorize(&app.config.server, access) {
+    if let Err(e) = authorize(&app.config().server, access) {
         info!(%peer, path = %for_log(req.uri().path(), 64), code = e.code, "API request refused");
         return error(&e);
     }
@@ -46,7 +46,7 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
         .unwrap_or("")
         .to_string();
     let query = req.uri().query().unwrap_or("").to_string();
-    let body = match read_body(req.into_body(), app.config.server.max_body_bytes).await {
+    let body = match read_body(req.into_body(), app.config().server.max_body_bytes).await {
         Ok(b) => b,
         Err(e) => {
             return error(&ApiError::new(

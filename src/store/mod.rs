@@ -12,6 +12,7 @@
 
 pub mod model;
 mod queue;
+pub mod wiring;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,6 +77,13 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX events_call ON events (call_id, id);
     CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    // 2: numbers wired by `patterd wire`, with the carrier settings `unwire` restores.
+    "CREATE TABLE wirings (
+        number TEXT PRIMARY KEY,
+        carrier_account TEXT NOT NULL,
+        previous TEXT NOT NULL,
+        wired_at INTEGER NOT NULL
+    );",
 ];
 
 /// Milliseconds since the Unix epoch.
@@ -315,7 +323,7 @@ pub struct Store {
     read: Arc<Mutex<Connection>>,
 }
 
-fn open_conn(path: &Path) -> Result<Connection, StoreError> {
+pub(crate) fn open_conn(path: &Path) -> Result<Connection, StoreError> {
     let map = |source| StoreError::Open {
         path: path.display().to_string(),
         source,

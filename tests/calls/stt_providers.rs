@@ -408,7 +408,7 @@ async fn brain_500_the_backup_answers_the_same_turn() {
         stack
             .server
             .app
-            .providers
+            .providers()
             .llm_switches
             .load(std::sync::atomic::Ordering::Relaxed),
         1

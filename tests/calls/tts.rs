@@ -142,7 +142,7 @@ async fn backup_speaks_the_failed_sentence(
         "no sentence lost"
     );
     assert!(
-        patterd::app::Metrics::get(&stack.server.app.providers.tts_fallbacks) >= 1,
+        patterd::app::Metrics::get(&stack.server.app.providers().tts_fallbacks) >= 1,
         "counted"
     );
     let fb = first_bytes(&rec);

@@ -28,6 +28,11 @@ impl Daemon {
     /// Starts `patterd --config <file with config_text>`; `config_text` must use
     /// `listen = "127.0.0.1:0"` and `[log] format = "json"`.
     pub fn start(config_text: &str) -> Daemon {
+        Self::start_with_env(config_text, &[])
+    }
+
+    /// [`Daemon::start`] with extra environment variables (e.g. systemd's `NOTIFY_SOCKET`).
+    pub fn start_with_env(config_text: &str, env: &[(&str, &str)]) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let path: PathBuf = dir.path().join("patter.toml");
         std::fs::write(&path, config_text).expect("write config");
@@ -35,6 +40,10 @@ impl Daemon {
             .arg("--config")
             .arg(&path)
             .env_remove("RUST_LOG")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("WATCHDOG_PID")
+            .envs(env.iter().copied())
             .env("PATTERD_SERVER__DATA_DIR", dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

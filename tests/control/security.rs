@@ -342,7 +342,7 @@ async fn media_sockets_are_bounded() {
         ..Opts::default()
     })
     .await;
-    let limit = patterd::app::media_socket_limit(&stack.server.app.config);
+    let limit = patterd::app::media_socket_limit(&stack.server.app.config());
     assert_eq!(limit, 18);
     let url = format!("{}/twilio/media", stack.ws_base());
     let mut open = Vec::new();

@@ -227,6 +227,20 @@ async fn handle(s: Arc<Shared>, mut req: Request<Incoming>) -> hyper::Response<B
         }
         resp
     };
+    if req.uri().path() == "/v1/projects" && req.method() == hyper::Method::GET {
+        // The credential check (carrier-actions.md §5).
+        let auth = req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if auth != Some(format!("Token {}", cfg.api_key).as_str()) {
+            return reject(401, "INVALID_AUTH", "Invalid credentials.");
+        }
+        return http::json(
+            200,
+            &json!({"projects": [{"project_id": "00000000-0000-0000-0000-000000000001", "name": "sim"}]}),
+        );
+    }
     if req.uri().path() != "/v1/listen" {
         return reject(404, "NOT_FOUND", "unknown path");
     }

@@ -188,6 +188,17 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         .headers()
         .get("xi-api-key")
         .is_some_and(|v| v.as_bytes() == cfg.api_key.as_bytes());
+    if path == "/v1/user" && req.method() == hyper::Method::GET {
+        // The credential check (carrier-actions.md §5).
+        return if key_ok {
+            http::json(
+                200,
+                &json!({"subscription": {"tier": "sim"}, "is_new_user": false}),
+            )
+        } else {
+            http::json(401, &detail("invalid_api_key", "Invalid API key"))
+        };
+    }
     let is_post = req.method() == hyper::Method::POST;
     let body = http::read_body(req, 1 << 20).await.unwrap_or_default();
     r.body = serde_json::from_slice(&body).unwrap_or(Value::Null);

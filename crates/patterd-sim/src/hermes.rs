@@ -271,10 +271,14 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
             &json!({"status": "ok", "platform": "hermes-agent", "version": "0.19.0"}),
         );
     }
-    let authorized = req
-        .headers()
-        .get("authorization")
-        .is_some_and(|v| v.as_bytes() == format!("Bearer {}", s.api_key).as_bytes());
+    // An empty key is a Hermes without API_SERVER_KEY: every request is let in, but the
+    // session headers are refused with 403 (hermes.md §1.6).
+    let keyless = s.api_key.is_empty();
+    let authorized = keyless
+        || req
+            .headers()
+            .get("authorization")
+            .is_some_and(|v| v.as_bytes() == format!("Bearer {}", s.api_key).as_bytes());
     if !authorized {
         s.record.modify(|r| r.unauthorized += 1);
         return http::json(
@@ -284,6 +288,28 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
                 "invalid_request_error",
                 "invalid_api_key",
             ),
+        );
+    }
+    if keyless
+        && (req.headers().contains_key("x-hermes-session-id")
+            || req.headers().contains_key("x-hermes-session-key"))
+    {
+        return http::json(
+            403,
+            &error_body(
+                "Session headers require an API key to be configured",
+                "invalid_request_error",
+                "forbidden",
+            ),
+        );
+    }
+    if req.method() == hyper::Method::GET && path == "/v1/models" {
+        return http::json(
+            200,
+            &json!({"object": "list", "data": [{
+                "id": "hermes-agent", "object": "model", "created": 1_760_000_000,
+                "owned_by": "hermes",
+            }]}),
         );
     }
     if req.method() != hyper::Method::POST || path != "/v1/chat/completions" {

@@ -8,7 +8,10 @@
 //! insists on — `POST /v1/Account/{auth_id}/Call/` (answered 201 with a `request_uuid`),
 //! `DELETE …/Call/{uuid}/` and `DELETE …/Request/{uuid}/` — recording every request;
 //! [`SimPlivo::answer_outbound`] fetches a placed call's `answer_url` the way Plivo does and
-//! [`SimPlivo::hangup_outbound`] posts its hangup callback.
+//! [`SimPlivo::hangup_outbound`] posts its hangup callback. Number administration
+//! (`carrier-actions.md` §3.3, §5): `GET` on the account itself, `GET`/`POST Number/{digits}/`
+//! (`application` as a URI; `app_id` to attach) and `GET`/`POST Application/{app_id}/`
+//! (only the fields sent change), all with the trailing slash; the state is [`PlivoAccount`].
 
 use std::sync::Arc;
 
@@ -83,6 +86,103 @@ impl PlivoRequest {
     }
 }
 
+/// The account's numbers (`number` digits → `app_id`, empty for none) and applications.
+#[derive(Debug, Clone, Default)]
+pub struct PlivoAccount {
+    pub numbers: Vec<(String, String)>,
+    pub apps: Vec<serde_json::Value>,
+}
+
+const APP_UPDATABLE: &[&str] = &[
+    "answer_url",
+    "answer_method",
+    "hangup_url",
+    "hangup_method",
+    "fallback_answer_url",
+    "fallback_method",
+    "message_url",
+    "message_method",
+    "default_number_app",
+    "default_endpoint_app",
+    "subaccount",
+    "log_incoming_messages",
+    "public_uri",
+];
+
+/// The account, number and application routes; `None` for every other path.
+fn account_api(
+    account: &std::sync::Mutex<PlivoAccount>,
+    auth_id: &str,
+    method: &str,
+    path: &str,
+    body: &serde_json::Value,
+) -> Option<(u16, hyper::Response<super::http::Body>)> {
+    let base = format!("/v1/Account/{auth_id}/");
+    let tail = path.strip_prefix(&base)?;
+    let mut acc = account.lock().unwrap_or_else(|e| e.into_inner());
+    let changed = || {
+        (
+            202,
+            json_resp(202, &json!({"api_id": new_uuid(), "message": "changed"})),
+        )
+    };
+    let parts: Vec<&str> = tail.split('/').collect();
+    match (method, parts.as_slice()) {
+        ("GET", [""]) => Some((
+            200,
+            json_resp(
+                200,
+                &json!({"api_id": new_uuid(), "auth_id": auth_id, "account_type": "standard",
+                        "billing_mode": "prepaid", "cash_credits": "12.50", "name": "sim",
+                        "resource_uri": base}),
+            ),
+        )),
+        (m, ["Number", digits, ""]) => {
+            let i = acc.numbers.iter().position(|(n, _)| n == digits)?;
+            if m == "POST" {
+                let Some(app) = body.get("app_id").and_then(|a| a.as_str()) else {
+                    return Some((400, json_resp(400, &json!({"error": "app_id is required"}))));
+                };
+                if !acc.apps.iter().any(|a| a["app_id"] == app) {
+                    return Some((400, json_resp(400, &json!({"error": "invalid app_id"}))));
+                }
+                acc.numbers[i].1 = app.to_string();
+                return Some(changed());
+            }
+            let app = &acc.numbers[i].1;
+            let uri = (!app.is_empty()).then(|| format!("{base}Application/{app}/"));
+            Some((
+                200,
+                json_resp(
+                    200,
+                    &json!({"api_id": new_uuid(), "number": digits, "application": uri,
+                            "voice_enabled": true, "number_type": "local"}),
+                ),
+            ))
+        }
+        (m, ["Application", app_id, ""]) => {
+            let a = acc.apps.iter_mut().find(|a| a["app_id"] == *app_id)?;
+            if m == "POST" {
+                let Some(fields) = body.as_object() else {
+                    return Some((400, json_resp(400, &json!({"error": "JSON body expected"}))));
+                };
+                if let Some(k) = fields.keys().find(|k| !APP_UPDATABLE.contains(&k.as_str())) {
+                    return Some((
+                        400,
+                        json_resp(400, &json!({"error": format!("unknown field {k}")})),
+                    ));
+                }
+                for (k, v) in fields {
+                    a[k.as_str()] = v.clone();
+                }
+                return Some(changed());
+            }
+            Some((200, json_resp(200, a)))
+        }
+        _ => None,
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct PlivoRestRecord {
     pub requests: Vec<PlivoRequest>,
@@ -94,6 +194,7 @@ pub struct FakePlivoRest {
     record: Arc<Recorder<PlivoRestRecord>>,
     /// Answer `POST Call/` with this status (0: place the call).
     fail_create: Arc<std::sync::atomic::AtomicU16>,
+    account: Arc<std::sync::Mutex<PlivoAccount>>,
     _server: TaskGuard,
 }
 
@@ -110,8 +211,13 @@ impl FakePlivoRest {
         let rec = record.clone();
         let fail_create = Arc::new(std::sync::atomic::AtomicU16::new(0));
         let fail = fail_create.clone();
+        let account = Arc::new(std::sync::Mutex::new(PlivoAccount::default()));
+        let acc = account.clone();
+        let account_id = auth_id.to_string();
         let (addr, guard) = serve(move |req| {
             let rec = rec.clone();
+            let acc = acc.clone();
+            let account_id = account_id.clone();
             let expected = expected.clone();
             let prefix = prefix.clone();
             let request_prefix = request_prefix.clone();
@@ -128,11 +234,18 @@ impl FakePlivoRest {
                     .and_then(|t| t.strip_suffix('/'))
                     .filter(|u| !u.is_empty() && !u.contains('/'));
                 let mut request_uuid = None;
+                let admin = if auth_ok {
+                    account_api(&acc, &account_id, &method, &path, &body)
+                } else {
+                    None
+                };
                 let (status, resp) = if !auth_ok {
                     (
                         401,
                         full(401, "text/plain", "Could not verify your access level"),
                     )
+                } else if let Some(r) = admin {
+                    r
                 } else if method == "POST" && path == prefix && fail != 0 {
                     (
                         fail,
@@ -250,8 +363,52 @@ impl FakePlivoRest {
             base_url: format!("http://{addr}"),
             record,
             fail_create,
+            account,
             _server: guard,
         })
+    }
+
+    /// Adds an application.
+    pub fn add_app(&self, app_id: &str, answer_url: &str, hangup_url: &str) {
+        self.account
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apps
+            .push(
+                json!({"app_id": app_id, "app_name": format!("app-{app_id}"),
+                         "answer_url": answer_url, "answer_method": "GET",
+                         "hangup_url": hangup_url, "hangup_method": "GET",
+                         "fallback_answer_url": "", "fallback_method": "POST",
+                         "message_url": "", "default_app": false,
+                         "default_endpoint_app": false, "enabled": true}),
+            );
+    }
+
+    /// Adds a number (digits, no `+`) attached to `app_id` (empty: none).
+    pub fn add_number(&self, digits: &str, app_id: &str) {
+        self.account
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .numbers
+            .push((digits.to_string(), app_id.to_string()));
+    }
+
+    /// The numbers and applications now.
+    pub fn account(&self) -> PlivoAccount {
+        self.account
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Requests that changed something (any method but GET).
+    pub fn writes(&self) -> Vec<PlivoRequest> {
+        self.record
+            .snapshot()
+            .requests
+            .into_iter()
+            .filter(|r| r.method != "GET")
+            .collect()
     }
 
     /// Refuse every following `POST Call/` with this HTTP status (`None`: place calls).

@@ -10,7 +10,12 @@
 //! takes `POST /v2/calls` (dial, answered with a new `call_control_id`) and `speak`;
 //! [`SimTelnyx::answer_outbound`] plays the dialled leg (`call.initiated` outgoing,
 //! `call.answered`, optional machine detection, then the stream patterd starts) and
-//! [`SimTelnyx::hang_up`] ends it with a cause such as `user_busy`.
+//! [`SimTelnyx::hang_up`] ends it with a cause such as `user_busy`. Number administration
+//! (`carrier-actions.md` §3.2, §5): `GET /v2/balance`; `GET /v2/phone_numbers` filtered by
+//! `filter[phone_number]` (digits only: anything else matches nothing) and `PATCH
+//! /v2/phone_numbers/{id}` (only the updatable fields); `GET`/`PATCH
+//! /v2/call_control_applications/{id}`, whose update must carry `application_name` and
+//! `webhook_event_url` (422 otherwise). The numbers and applications are [`TelnyxAccount`].
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -74,12 +79,122 @@ pub struct TelnyxCommand {
     pub status: u16,
 }
 
+/// The account's phone numbers and Call Control applications (JSON as the API shows them).
+#[derive(Debug, Clone, Default)]
+pub struct TelnyxAccount {
+    pub numbers: Vec<Value>,
+    pub apps: Vec<Value>,
+}
+
+/// Number and application routes; `None` for every other path.
+fn account_api(
+    account: &Mutex<TelnyxAccount>,
+    method: &hyper::Method,
+    parts: &[&str],
+    query: &str,
+    body: &[u8],
+) -> Option<hyper::Response<super::http::Body>> {
+    let mut acc = account.lock().unwrap_or_else(|e| e.into_inner());
+    let patch = serde_json::from_slice::<Value>(body).ok();
+    match (method.as_str(), parts) {
+        ("GET", ["v2", "balance"]) => Some(json_resp(
+            200,
+            &json!({"data": {"balance": "300.00", "available_credit": "400.00",
+                    "credit_limit": "100.00", "pending": "0.00", "currency": "USD",
+                    "record_type": "balance"}}),
+        )),
+        ("GET", ["v2", "phone_numbers"]) => {
+            let filter = form_urlencoded::parse(query.as_bytes())
+                .find(|(k, _)| k == "filter[phone_number]")
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default();
+            let digits_only = filter.len() >= 3 && filter.bytes().all(|b| b.is_ascii_digit());
+            let data: Vec<Value> = acc
+                .numbers
+                .iter()
+                .filter(|n| {
+                    digits_only
+                        && n["phone_number"]
+                            .as_str()
+                            .is_some_and(|p| p.contains(&filter))
+                })
+                .cloned()
+                .collect();
+            Some(json_resp(
+                200,
+                &json!({"data": data, "meta": {"page_number": 1, "total_pages": 1}}),
+            ))
+        }
+        ("PATCH", ["v2", "phone_numbers", id]) => {
+            let Some(Value::Object(p)) = patch else {
+                return Some(telnyx_error(
+                    400,
+                    "10015",
+                    "Bad request: JSON object expected",
+                ));
+            };
+            const UPDATABLE: &[&str] = &[
+                "connection_id",
+                "billing_group_id",
+                "address_id",
+                "customer_reference",
+                "external_pin",
+                "hd_voice_enabled",
+                "tags",
+            ];
+            if let Some(k) = p.keys().find(|k| !UPDATABLE.contains(&k.as_str())) {
+                return Some(telnyx_error(
+                    422,
+                    "10015",
+                    &format!("{k} cannot be updated"),
+                ));
+            }
+            let n = acc.numbers.iter_mut().find(|n| n["id"] == *id)?;
+            for (k, v) in p {
+                n[k.as_str()] = v;
+            }
+            Some(json_resp(200, &json!({"data": n})))
+        }
+        ("GET", ["v2", "call_control_applications", id]) => {
+            let a = acc.apps.iter().find(|a| a["id"] == *id)?;
+            Some(json_resp(200, &json!({"data": a})))
+        }
+        ("PATCH", ["v2", "call_control_applications", id]) => {
+            let Some(Value::Object(p)) = patch else {
+                return Some(telnyx_error(
+                    400,
+                    "10015",
+                    "Bad request: JSON object expected",
+                ));
+            };
+            if ["application_name", "webhook_event_url"]
+                .iter()
+                .any(|k| !p.get(*k).is_some_and(Value::is_string))
+            {
+                return Some(telnyx_error(
+                    422,
+                    "10015",
+                    "application_name and webhook_event_url are required",
+                ));
+            }
+            let a = acc.apps.iter_mut().find(|a| a["id"] == *id)?;
+            for (k, v) in p {
+                a[k.as_str()] = v;
+            }
+            Some(json_resp(200, &json!({"data": a})))
+        }
+        _ => None,
+    }
+}
+
 /// Everything the fake saw.
 #[derive(Debug, Clone, Default)]
 pub struct TelnyxRestRecord {
     pub commands: Vec<TelnyxCommand>,
     /// Requests refused before routing (bad auth, bad path, bad body).
     pub refused: Vec<(String, u16)>,
+    /// Number administration requests: method, path, status.
+    pub admin: Vec<(String, String, u16)>,
 }
 
 impl TelnyxRestRecord {
@@ -113,6 +228,7 @@ pub struct FakeTelnyxRest {
     record: Arc<Recorder<TelnyxRestRecord>>,
     /// Answer dials with this status (0: place the call).
     fail_dial: Arc<std::sync::atomic::AtomicU16>,
+    account: Arc<Mutex<TelnyxAccount>>,
     _server: TaskGuard,
 }
 
@@ -182,13 +298,17 @@ impl FakeTelnyxRest {
         let rec = record.clone();
         let fail_dial = Arc::new(std::sync::atomic::AtomicU16::new(0));
         let fail = fail_dial.clone();
+        let account = Arc::new(Mutex::new(TelnyxAccount::default()));
+        let acc = account.clone();
         let (addr, guard) = serve(move |req| {
             let rec = rec.clone();
+            let acc = acc.clone();
             let calls = calls.clone();
             let expected = expected.clone();
             let fail = fail.load(std::sync::atomic::Ordering::Relaxed);
             async move {
                 let path = req.uri().path().to_string();
+                let query = req.uri().query().unwrap_or("").to_string();
                 let auth_ok = super::http::authorized(&req, &expected);
                 let json_ct = req
                     .headers()
@@ -205,6 +325,11 @@ impl FakeTelnyxRest {
                     return refuse(401, "10009", "Authentication failed");
                 }
                 let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+                if let Some(resp) = account_api(&acc, &method, &parts, &query, &body) {
+                    let status = resp.status().as_u16();
+                    rec.modify(|r| r.admin.push((method.to_string(), path.clone(), status)));
+                    return resp;
+                }
                 if parts.as_slice() == ["v2", "calls"] {
                     if fail != 0 {
                         return refuse(fail, "10011", "Dial refused (simulated)");
@@ -316,8 +441,42 @@ impl FakeTelnyxRest {
             base_url: format!("http://{addr}"),
             record,
             fail_dial,
+            account,
             _server: guard,
         })
+    }
+
+    /// Adds a Call Control application.
+    pub fn add_app(&self, id: &str, name: &str, webhook_event_url: &str) {
+        self.account
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apps
+            .push(json!({"id": id, "application_name": name,
+                         "webhook_event_url": webhook_event_url,
+                         "webhook_api_version": "2", "active": true,
+                         "record_type": "call_control_application"}));
+    }
+
+    /// Adds a number routed to `connection_id` (empty: none); returns its id.
+    pub fn add_number(&self, phone_number: &str, connection_id: &str) -> String {
+        let id = new_sid("")[..19].to_string();
+        self.account
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .numbers
+            .push(json!({"id": id, "phone_number": phone_number,
+                         "connection_id": connection_id, "status": "active",
+                         "record_type": "phone_number"}));
+        id
+    }
+
+    /// The numbers and applications now.
+    pub fn account(&self) -> TelnyxAccount {
+        self.account
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Refuse every following dial with this HTTP status (`None`: place calls).

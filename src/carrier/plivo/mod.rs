@@ -6,12 +6,14 @@
 
 pub mod codec;
 pub mod config;
+pub mod numbers;
 pub mod rest;
 pub mod routes;
 pub mod signature;
 pub mod xml;
 
 pub use config::Config;
+pub use numbers::admin;
 pub use routes::build;
 pub use codec::PlivoCodec;
 pub use rest::PlivoRest;

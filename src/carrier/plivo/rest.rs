@@ -101,7 +101,7 @@ impl PlivoRest {
         )
     }
 
-    fn authorization(&self) -> String {
+    pub(crate) fn authorization(&self) -> String {
         let raw = format!("{}:{}", self.auth_id, self.auth_token);
         format!("Basic {}", STANDARD.encode(raw))
     }

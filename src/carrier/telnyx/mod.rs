@@ -6,12 +6,14 @@
 
 pub mod codec;
 pub mod config;
+pub mod numbers;
 pub mod rest;
 pub mod routes;
 pub mod signature;
 pub mod webhook;
 
 pub use config::Config;
+pub use numbers::admin;
 pub use routes::build;
 pub use codec::TelnyxCodec;
 pub use rest::{StreamParams, TelnyxRest};

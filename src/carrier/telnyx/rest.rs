@@ -167,6 +167,11 @@ impl TelnyxRest {
         })
     }
 
+    /// The `Authorization` header value.
+    pub(crate) fn authorization(&self) -> String {
+        format!("Bearer {}", self.api_key)
+    }
+
     /// From a `[carriers.*]` entry of kind telnyx.
     pub fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
         Self::new(cfg.api_base(), cfg.api_key.expose())

@@ -6,6 +6,7 @@
 
 pub mod codec;
 pub mod config;
+pub mod numbers;
 pub mod rest;
 pub mod routes;
 pub mod signature;
@@ -13,6 +14,7 @@ pub mod twiml;
 pub mod webhook;
 
 pub use config::Config;
+pub use numbers::admin;
 pub use routes::build;
 pub use codec::TwilioCodec;
 pub use rest::TwilioRest;

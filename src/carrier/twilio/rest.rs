@@ -161,7 +161,7 @@ impl TwilioRest {
         )
     }
 
-    fn authorization(&self) -> String {
+    pub(crate) fn authorization(&self) -> String {
         let raw = format!("{}:{}", self.account_sid, self.auth_token);
         format!("Basic {}", STANDARD.encode(raw))
     }

@@ -3,7 +3,10 @@
 //! (`POST .../Calls.json`), checks HTTP Basic auth against the configured account, answers with
 //! Twilio-shaped JSON (401 / 404 errors included), and records every request for assertions.
 //! Call creations are also counted as they arrive ([`FakeTwilioRest::dials_started`]) and can be
-//! held until released ([`FakeTwilioRest::hold_dials`]), to test a dial in flight.
+//! held until released ([`FakeTwilioRest::hold_dials`]), to test a dial in flight. It also
+//! holds the account's phone numbers (`IncomingPhoneNumbers`: listed by `PhoneNumber`, which
+//! must arrive percent-encoded since a raw `+` decodes to a space, and updated by `POST`),
+//! and answers the credential check `GET Accounts/{sid}.json` (`carrier-actions.md` §3.1, §5).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -75,7 +78,21 @@ struct Inner {
     fail_with: Option<u16>,
     delay: Duration,
     requests: Vec<RecordedRequest>,
+    /// `IncomingPhoneNumbers` instances.
+    numbers: Vec<serde_json::Value>,
 }
+
+/// The number fields `POST IncomingPhoneNumbers/{sid}.json` may change, by form name.
+const NUMBER_FIELDS: &[(&str, &str)] = &[
+    ("VoiceUrl", "voice_url"),
+    ("VoiceMethod", "voice_method"),
+    ("VoiceFallbackUrl", "voice_fallback_url"),
+    ("VoiceFallbackMethod", "voice_fallback_method"),
+    ("StatusCallback", "status_callback"),
+    ("StatusCallbackMethod", "status_callback_method"),
+    ("VoiceApplicationSid", "voice_application_sid"),
+    ("FriendlyName", "friendly_name"),
+];
 
 /// The fake REST server. Dropping it stops the server.
 pub struct FakeTwilioRest {
@@ -97,6 +114,7 @@ impl FakeTwilioRest {
             fail_with: None,
             delay: Duration::ZERO,
             requests: Vec::new(),
+            numbers: Vec::new(),
         }));
         let (count_tx, count_rx) = watch::channel(0usize);
         let count_tx = Arc::new(count_tx);
@@ -127,6 +145,50 @@ impl FakeTwilioRest {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a number to the account with these voice settings (`voice_url`,
+    /// `voice_method`, `status_callback`, `status_callback_method`, `voice_application_sid`,
+    /// `trunk_sid`; missing ones are empty / `POST`); returns its `PN…` sid.
+    pub fn add_number(&self, phone_number: &str, settings: &[(&str, &str)]) -> String {
+        let sid = super::new_sid("PN");
+        let mut v = json!({
+            "sid": sid,
+            "account_sid": self.lock().account_sid.clone(),
+            "phone_number": phone_number,
+            "friendly_name": phone_number,
+            "voice_url": "",
+            "voice_method": "POST",
+            "voice_fallback_url": "",
+            "voice_fallback_method": "POST",
+            "status_callback": "",
+            "status_callback_method": "POST",
+            "voice_application_sid": "",
+            "trunk_sid": null,
+            "api_version": "2010-04-01",
+        });
+        for (k, val) in settings {
+            v[*k] = json!(val);
+        }
+        self.lock().numbers.push(v);
+        sid
+    }
+
+    /// The number's instance as the API would show it.
+    pub fn number(&self, phone_number: &str) -> Option<serde_json::Value> {
+        self.lock()
+            .numbers
+            .iter()
+            .find(|n| n["phone_number"] == phone_number)
+            .cloned()
+    }
+
+    /// Requests that changed something (any method but GET).
+    pub fn writes(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method != "GET")
+            .collect()
     }
 
     /// Every request so far.
@@ -260,6 +322,85 @@ fn twilio_error(status: u16, code: u32, message: &str) -> Response<Body> {
     )
 }
 
+/// The account and `IncomingPhoneNumbers` routes; `None` for every other path.
+fn numbers_api(
+    inner: &Mutex<Inner>,
+    method: &str,
+    path: &str,
+    form: &[(String, String)],
+    account_sid: &str,
+) -> Option<Response<Body>> {
+    let account = format!("/2010-04-01/Accounts/{account_sid}");
+    let (route, query) = path.split_once('?').unwrap_or((path, ""));
+    if route == format!("{account}.json") {
+        if method != "GET" {
+            return Some(twilio_error(405, 20004, "Method not allowed"));
+        }
+        let g = inner.lock().unwrap_or_else(|e| e.into_inner());
+        // Like Twilio's: the body holds the auth token (never print it).
+        return Some(json_response(
+            200,
+            &json!({"sid": account_sid, "friendly_name": "sim account", "status": "active",
+                    "type": "Full", "auth_token": g.auth_token}),
+        ));
+    }
+    let list = format!("{account}/IncomingPhoneNumbers.json");
+    if route == list {
+        if method != "GET" {
+            return Some(twilio_error(405, 20004, "Method not allowed"));
+        }
+        let wanted = form_urlencoded::parse(query.as_bytes())
+            .find(|(k, _)| k == "PhoneNumber")
+            .map(|(_, v)| v.into_owned());
+        let g = inner.lock().unwrap_or_else(|e| e.into_inner());
+        let found: Vec<_> = g
+            .numbers
+            .iter()
+            .filter(|n| {
+                wanted
+                    .as_deref()
+                    .is_none_or(|w| n["phone_number"].as_str().is_some_and(|p| p.contains(w)))
+            })
+            .cloned()
+            .collect();
+        return Some(json_response(
+            200,
+            &json!({"incoming_phone_numbers": found, "page": 0, "page_size": 50,
+                    "next_page_uri": null, "uri": list}),
+        ));
+    }
+    let sid = route
+        .strip_prefix(&format!("{account}/IncomingPhoneNumbers/"))?
+        .strip_suffix(".json")?;
+    if method != "POST" && method != "GET" {
+        return Some(twilio_error(405, 20004, "Method not allowed"));
+    }
+    let mut g = inner.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(n) = g.numbers.iter_mut().find(|n| n["sid"] == sid) else {
+        return Some(twilio_error(
+            404,
+            20404,
+            &format!("The requested resource {route} was not found"),
+        ));
+    };
+    if method == "POST" {
+        for (k, v) in form {
+            let Some((_, field)) = NUMBER_FIELDS.iter().find(|(f, _)| f == k) else {
+                return Some(twilio_error(400, 20001, &format!("Unknown parameter {k}")));
+            };
+            if field.ends_with("_method") && v != "GET" && v != "POST" {
+                return Some(twilio_error(
+                    400,
+                    21221,
+                    &format!("{k} must be GET or POST"),
+                ));
+            }
+            n[*field] = json!(v);
+        }
+    }
+    Some(json_response(200, n))
+}
+
 async fn handle(
     req: Request<hyper::body::Incoming>,
     inner: Arc<Mutex<Inner>>,
@@ -317,6 +458,8 @@ async fn handle(
             hyper::header::HeaderValue::from_static("Basic realm=\"Twilio API\""),
         );
         r
+    } else if let Some(resp) = numbers_api(&inner, &method, &path, &form, &account_sid) {
+        resp
     } else if method != "POST" {
         twilio_error(405, 20004, "Method not allowed")
     } else if route_path == format!("{prefix}.json") {
