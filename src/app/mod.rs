@@ -10,6 +10,7 @@ pub mod admission;
 pub mod inbound;
 pub mod media;
 pub mod metrics;
+pub mod observe;
 pub mod outbound;
 
 use std::sync::{Arc, RwLock};
@@ -63,7 +64,7 @@ pub struct App {
     pub providers: Providers,
     pub tokens: MediaTokens,
     pub calls: Arc<CallRegistry>,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     /// The call store (`data_dir/patterd.db`).
     pub store: Store,
     /// Outbound calls we placed (live, and recently ended for late carrier callbacks).
@@ -112,7 +113,7 @@ impl App {
             providers,
             tokens: MediaTokens::new(MEDIA_TOKEN_TTL),
             calls: Arc::new(CallRegistry::new()),
-            metrics: Metrics::default(),
+            metrics: Arc::default(),
             store,
             outbound: Outbound::default(),
             outbound_caps: outbound::Caps::default(),
@@ -141,6 +142,16 @@ impl App {
         }
     }
 
+    /// The log a new call reports to: the store, with the call metrics derived on the way.
+    pub fn call_log(&self, setup: &crate::call::CallSetup) -> Arc<dyn crate::call::CallLog> {
+        Arc::new(observe::CallObserver::new(
+            &self.config,
+            self.store.tx.clone(),
+            self.metrics.clone(),
+            setup,
+        ))
+    }
+
     /// Live outbound calls we placed.
     pub fn outbound_live(&self) -> usize {
         self.outbound.live_count()
@@ -158,7 +169,12 @@ impl Host for App {
 
     fn count(&self, counter: Counter) {
         let c = match counter {
-            Counter::WebhookForbidden => &self.metrics.webhooks_forbidden,
+            Counter::WebhookForbidden => {
+                self.metrics
+                    .webhooks_refused
+                    .inc(metrics::RefusalReason::BadSignature);
+                &self.metrics.webhooks_forbidden
+            }
             Counter::MediaRejected => &self.metrics.media_rejected,
             Counter::MediaFrameBad => &self.metrics.media_frames_bad,
         };

@@ -82,11 +82,16 @@ pub enum EventKind {
     HangUp,
     /// The call ended (detail: the [`EndReason`]).
     CallEnd,
+    // -- Stage latencies (issue 14, metrics and the timeline page): detail µs.
+    /// The brain's first token of a turn arrived (detail: µs since the request).
+    LlmFirstToken,
+    /// A synthesis' first audio arrived (detail: µs since the TTS request).
+    TtsFirstAudio,
 }
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 35] = [
+    pub const ALL: [EventKind; 37] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -122,6 +127,8 @@ impl EventKind {
         EventKind::IdleHangUp,
         EventKind::HangUp,
         EventKind::CallEnd,
+        EventKind::LlmFirstToken,
+        EventKind::TtsFirstAudio,
     ];
 
     /// The stored and served name (snake_case).
@@ -162,6 +169,8 @@ impl EventKind {
             EventKind::IdleHangUp => "idle_hang_up",
             EventKind::HangUp => "hang_up",
             EventKind::CallEnd => "call_end",
+            EventKind::LlmFirstToken => "llm_first_token",
+            EventKind::TtsFirstAudio => "tts_first_audio",
         }
     }
 

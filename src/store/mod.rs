@@ -240,6 +240,11 @@ impl StoreTx {
         }
     }
 
+    /// Writes waiting for the store thread now.
+    pub fn queue_depth(&self) -> usize {
+        self.sender.queue.len()
+    }
+
     /// A call event (the actor's timeline).
     pub fn event(&self, call_id: &str, event: &CallEvent) {
         self.send(Write::Event {

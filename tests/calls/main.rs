@@ -12,5 +12,6 @@ mod carriers;
 mod conversation;
 mod faults;
 mod flood;
+mod ops;
 mod telnyx_plivo;
 mod twilio;

@@ -70,6 +70,8 @@ impl Policy {
                     self.reply_sentence(&sentence, now, mouth);
                 }
             }
+            // Counted by the actor (the call's usage), not a conversational input.
+            LlmEvent::Usage(_) => {}
             LlmEvent::ToolProgress(label) => {
                 self.event(EventKind::ToolProgress, label);
                 self.filler("tool", now, mouth);
