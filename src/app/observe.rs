@@ -2,7 +2,8 @@
 //! to the store and derives the daemon's call metrics from the same typed reports — stage
 //! latencies from the timeline's events (turn end → brain request, brain first token, TTS first
 //! audio, turn end → reply first frame, barge-in onset → clear), turns, barge-ins, provider
-//! errors, dropped frames and call outcomes. Each method is a few relaxed atomic operations, so
+//! errors, dropped frames and call outcomes — and prices the call's usage with `[pricing]`
+//! ([`Prices`]) when it ends. Each method is a few relaxed atomic operations, so
 //! the actor that calls it never waits.
 
 use std::sync::Arc;
@@ -14,16 +15,64 @@ use crate::call::{
 };
 use crate::carrier::CarrierKind;
 use crate::config::{Config, LlmKind, SttKind, TtsKind};
-use crate::store::StoreTx;
+use crate::store::{CallCost, StoreTx, Write};
 
 use super::metrics::{BargeIn, FrameDrop, Metrics, Outcome, Provider, ProviderErrorKind, Stage};
 
 /// No time noted.
 const NONE: u64 = u64::MAX;
 
+/// The prices (US dollars) of the providers and carrier account one call uses; 0 when
+/// `[pricing]` names none.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Prices {
+    pub stt_per_minute: f64,
+    pub tts_per_1k_characters: f64,
+    pub llm_per_1m_input_tokens: f64,
+    pub llm_per_1m_output_tokens: f64,
+    pub carrier_per_minute: f64,
+}
+
+impl Prices {
+    pub fn for_call(config: &Config, setup: &CallSetup) -> Self {
+        let p = &config.pricing;
+        let a = &setup.agent;
+        let llm = p.llm.get(&a.llm);
+        Self {
+            stt_per_minute: p.stt.get(&a.stt).map_or(0.0, |x| x.usd_per_minute),
+            tts_per_1k_characters: p.tts.get(&a.tts).map_or(0.0, |x| x.usd_per_1k_characters),
+            llm_per_1m_input_tokens: llm.map_or(0.0, |x| x.usd_per_1m_input_tokens),
+            llm_per_1m_output_tokens: llm.map_or(0.0, |x| x.usd_per_1m_output_tokens),
+            carrier_per_minute: p
+                .carriers
+                .get(&setup.carrier_account)
+                .map_or(0.0, |x| x.usd_per_minute),
+        }
+    }
+
+    /// `usage` priced.
+    pub fn cost(&self, usage: &Usage) -> CallCost {
+        let minutes = |ms: u64| ms as f64 / 60_000.0;
+        let stt_usd = minutes(usage.stt_audio_ms) * self.stt_per_minute;
+        let tts_usd = usage.tts_characters as f64 / 1000.0 * self.tts_per_1k_characters;
+        let llm_usd = usage.llm_prompt_tokens as f64 / 1e6 * self.llm_per_1m_input_tokens
+            + usage.llm_completion_tokens as f64 / 1e6 * self.llm_per_1m_output_tokens;
+        let carrier_usd = minutes(usage.carrier_ms) * self.carrier_per_minute;
+        CallCost {
+            usage: *usage,
+            stt_usd,
+            tts_usd,
+            llm_usd,
+            carrier_usd,
+            total_usd: stt_usd + tts_usd + llm_usd + carrier_usd,
+        }
+    }
+}
+
 /// One call's log: the store plus the metrics derived on the way.
 pub struct CallObserver {
     store: StoreTx,
+    prices: Prices,
     metrics: Arc<Metrics>,
     carrier: CarrierKind,
     stt: Option<Provider>,
@@ -40,6 +89,7 @@ impl CallObserver {
         let a = &setup.agent;
         Self {
             store,
+            prices: Prices::for_call(config, setup),
             metrics,
             carrier: setup.carrier,
             stt: config.stt.get(&a.stt).map(|c| match c.kind {
@@ -137,5 +187,10 @@ impl CallLog for CallObserver {
             Dropped::ToStt => FrameDrop::ToStt,
         });
     }
-    fn usage(&self, _call_id: &str, _usage: &Usage) {}
+    fn usage(&self, call_id: &str, usage: &Usage) {
+        self.store.send(Write::Cost {
+            call_id: call_id.to_string(),
+            cost: self.prices.cost(usage),
+        });
+    }
 }

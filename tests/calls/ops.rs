@@ -30,6 +30,14 @@ async fn two_turn_call(stack: &Stack) -> (String, patterd::call::CallRecord) {
         .unwrap();
     sim.hang_up().await;
     let rec = stack.finished(&call_sid).await;
+    stack
+        .server
+        .app
+        .store
+        .tx
+        .flush()
+        .await
+        .expect("store flush");
     (call_sid, rec)
 }
 
@@ -214,4 +222,115 @@ fn metric_names(expr: &str) -> Vec<String> {
         rest = &tail[end..];
     }
     out
+}
+
+const PRICING: &str = r#"
+[pricing.stt.deepgram]
+usd_per_minute = 0.0043
+[pricing.tts.elevenlabs]
+usd_per_1k_characters = 0.18
+[pricing.llm.hermes]
+usd_per_1m_input_tokens = 2.5
+usd_per_1m_output_tokens = 10.0
+[pricing.carriers.twilio]
+usd_per_minute = 0.0085
+"#;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 + 1e-9 * a.abs().max(b.abs())
+}
+
+/// A call's cost is its usage (counted independently here from what the fakes saw) times the
+/// configured prices, served by the REST API and MCP's `get_metrics` totals.
+#[tokio::test]
+async fn cost_of_a_call_is_its_usage_times_the_prices() {
+    let stack = Stack::start(Opts {
+        extra_config: PRICING.into(),
+        ..Opts::default()
+    })
+    .await;
+    let (call_sid, _) = two_turn_call(&stack).await;
+    let api = crate::common::api::Api::authed(&stack);
+    let (status, row) = api.get(&format!("/v1/calls/{call_sid}")).await;
+    assert_eq!(status, 200, "{row}");
+    let row = row.get("call").cloned().unwrap_or(row);
+    let cost = &row["cost"];
+    let usage = &cost["usage"];
+    let u = |k: &str| {
+        usage[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("usage.{k} in {row}"))
+    };
+
+    // Brain tokens: what the fake reported per turn (prompt fixed, one completion token per
+    // content chunk; two chunks a reply).
+    let turns = stack.hermes.record().requests.len() as u64;
+    assert_eq!(turns, 2);
+    assert_eq!(
+        u("llm_prompt_tokens"),
+        turns * patterd_sim::hermes::PROMPT_TOKENS
+    );
+    assert_eq!(u("llm_completion_tokens"), turns * 2);
+    // TTS characters: every text ElevenLabs was asked to speak.
+    let chars: u64 = stack
+        .spoken()
+        .iter()
+        .map(|t| t.chars().count() as u64)
+        .sum();
+    assert_eq!(u("tts_characters"), chars);
+    // STT audio: what reached the fake Deepgram (8 bytes a ms), give or take frames still in
+    // flight when the caller hung up.
+    let dg_bytes: u64 = stack
+        .dg
+        .record()
+        .connections
+        .iter()
+        .map(|c| c.audio_bytes as u64)
+        .sum();
+    let stt_ms = u("stt_audio_ms");
+    assert!(dg_bytes > 0);
+    assert!(
+        dg_bytes / 8 <= stt_ms && stt_ms <= dg_bytes / 8 + 200,
+        "stt {stt_ms} ms vs {dg_bytes} bytes at Deepgram"
+    );
+    // Carrier minutes: the stored answer-to-end duration, within the store's clock reads.
+    let duration_ms = row["duration_ms"].as_u64().expect("duration");
+    let carrier_ms = u("carrier_ms");
+    assert!(
+        carrier_ms.abs_diff(duration_ms) < 500,
+        "{carrier_ms} vs {duration_ms}"
+    );
+
+    let stt = stt_ms as f64 / 60_000.0 * 0.0043;
+    let tts = chars as f64 / 1000.0 * 0.18;
+    let llm = (turns * 10) as f64 / 1e6 * 2.5 + (turns * 2) as f64 / 1e6 * 10.0;
+    let carrier = carrier_ms as f64 / 60_000.0 * 0.0085;
+    let f = |k: &str| cost[k].as_f64().unwrap_or_else(|| panic!("{k} in {cost}"));
+    assert!(close(f("stt_usd"), stt), "{cost}");
+    assert!(close(f("tts_usd"), tts), "{cost}");
+    assert!(close(f("llm_usd"), llm), "{cost}");
+    assert!(close(f("carrier_usd"), carrier), "{cost}");
+    let total = stt + tts + llm + carrier;
+    assert!(close(f("total_usd"), total), "{cost}");
+    assert!(close(row["cost_usd"].as_f64().expect("cost_usd"), total));
+    assert!(total > 0.0);
+
+    let (_, m) = api.get(&format!("/v1/calls/{call_sid}/metrics")).await;
+    assert!(
+        close(
+            m["metrics"]["cost_usd_total"].as_f64().expect("total"),
+            total
+        ),
+        "{m}"
+    );
+    let (_, list) = api.get("/v1/calls").await;
+    let listed = list["calls"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["call_id"] == call_sid.as_str()))
+        .cloned()
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(close(
+        listed["cost_usd"].as_f64().expect("listed cost"),
+        total
+    ));
 }

@@ -88,6 +88,8 @@ pub struct Opts {
     /// The agent's brain: `hermes`, or `compat` (kind `openai_compatible` on the same fake
     /// Hermes, which then gets the whole history every turn).
     pub llm: String,
+    /// Extra TOML appended at the end of the file (e.g. `[pricing.…]` tables).
+    pub extra_config: String,
 }
 
 impl Default for Opts {
@@ -107,6 +109,7 @@ impl Default for Opts {
             agent_extra: String::new(),
             voice: None,
             llm: "hermes".into(),
+            extra_config: String::new(),
         }
     }
 }
@@ -246,7 +249,9 @@ agent = "front-desk"
 allowed_callers = [{callers}]
 allowed_destinations = [{destinations}]
 {extra_numbers}
+{extra_config}
 "#,
+        extra_config = opts.extra_config,
         max_calls = opts.max_calls,
         sim_sections = patterd_sim::config::SimSections {
             deepgram: (dg, DG_KEY),
