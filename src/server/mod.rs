@@ -7,6 +7,7 @@
 //! carrier's name or wire format; the daemon's state is [`crate::app::App`].
 
 pub mod metrics;
+pub mod pages;
 pub mod rest;
 
 use std::convert::Infallible;

@@ -334,3 +334,117 @@ async fn cost_of_a_call_is_its_usage_times_the_prices() {
         total
     ));
 }
+
+/// The timeline page of a real simulated call in headless Chromium: let in once with
+/// `?token=` (exchanged for a cookie, the token gone from the address), lanes and latency bars
+/// that match the call's turns, a screenshot with both lanes' colours; the call list page.
+#[tokio::test]
+async fn timeline_page_in_a_browser() {
+    let stack = Stack::start(Opts::default()).await;
+    let (call_sid, rec) = two_turn_call(&stack).await;
+
+    // Without credentials, or with the wrong token: refused. JSON clients get JSON.
+    let anon = reqwest::Client::new();
+    let page = format!("{}/v1/calls/{call_sid}/timeline", stack.base);
+    let r = anon.get(&page).send().await.expect("GET");
+    assert_eq!(r.status(), 401);
+    let r = anon
+        .get(format!("{page}?token=wrong"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status(), 401);
+    let r = stack.api_client().get(&page).send().await.expect("GET");
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+
+    let Some(browser) = crate::common::browser::Browser::start(&[]).await else {
+        return;
+    };
+    let c = &browser.client;
+    c.goto(&format!("{page}?token={}", stack.api_token))
+        .await
+        .expect("open the timeline");
+    let url = c.current_url().await.expect("url");
+    assert!(!url.as_str().contains("token"), "token left in {url}");
+    assert!(url.path().ends_with("/timeline"), "{url}");
+
+    let count = |sel: &str| format!("return document.querySelectorAll('{sel}').length;");
+    let n = |v: serde_json::Value| v.as_u64().expect("a count");
+    let callers = rec
+        .transcript
+        .iter()
+        .filter(|t| t.speaker == patterd::call::Speaker::Caller)
+        .count() as u64;
+    let agents = rec.transcript.len() as u64 - callers;
+    assert_eq!(callers, 2);
+    assert_eq!(
+        n(browser.eval(&count("#lane-caller .seg.caller")).await),
+        callers
+    );
+    assert_eq!(
+        n(browser.eval(&count("#lane-agent .seg.agent")).await),
+        agents
+    );
+    assert_eq!(n(browser.eval(&count("#latency .turn")).await), 2);
+    for stage in [
+        "stt_final_to_brain_request",
+        "brain_first_token",
+        "tts_first_audio",
+        "reply_first_frame",
+    ] {
+        let sel = format!("#latency .bar[data-stage={stage}]");
+        assert_eq!(n(browser.eval(&count(&sel)).await), 2, "{stage}");
+    }
+    // Every bar has a visible width.
+    let widths = browser
+        .eval("return [...document.querySelectorAll('#latency .bar')].every(b => b.getBoundingClientRect().width >= 2);")
+        .await;
+    assert_eq!(widths, serde_json::Value::Bool(true));
+
+    // The screenshot: saved for inspection, and both lanes' colours are in it.
+    let png = c.screenshot().await.expect("screenshot");
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/timeline.png");
+    std::fs::write(&out, &png).expect("save the screenshot");
+    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &png);
+    let script = format!(
+        "const img = new Image(); img.src = 'data:image/png;base64,{b64}';
+         await img.decode();
+         const cv = document.createElement('canvas'); cv.width = img.width; cv.height = img.height;
+         const g = cv.getContext('2d'); g.drawImage(img, 0, 0);
+         const d = g.getImageData(0, 0, cv.width, cv.height).data;
+         const near = (i, r, gg, b) => Math.abs(d[i]-r) < 12 && Math.abs(d[i+1]-gg) < 12 && Math.abs(d[i+2]-b) < 12;
+         let caller = 0, agent = 0, white = 0;
+         for (let i = 0; i < d.length; i += 4) {{
+           if (near(i, 0x2b, 0x7b, 0xd6)) caller++;
+           if (near(i, 0xe0, 0x67, 0x2b)) agent++;
+           if (near(i, 255, 255, 255)) white++;
+         }}
+         return [caller, agent, white, d.length / 4];"
+    );
+    let v = c
+        .execute(&format!("return (async () => {{ {script} }})();"), vec![])
+        .await
+        .expect("read the screenshot's pixels");
+    let px: Vec<u64> = serde_json::from_value(v).expect("pixel counts");
+    assert!(px[0] > 200, "caller lane colour: {px:?}");
+    assert!(px[1] > 200, "agent lane colour: {px:?}");
+    assert!(px[2] < px[3], "not blank: {px:?}");
+
+    // The call list, as a browser asks for it (the cookie lets it in).
+    c.goto(&format!("{}/v1/calls", stack.base))
+        .await
+        .expect("open the list");
+    let rows = browser
+        .eval(&format!(
+            "return [...document.querySelectorAll('#calls tr.call a')].map(a => a.textContent).includes('{call_sid}');"
+        ))
+        .await;
+    assert_eq!(rows, serde_json::Value::Bool(true));
+    browser.close().await;
+}
