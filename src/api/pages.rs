@@ -69,8 +69,8 @@ table{border-collapse:collapse} td,th{padding:4px 10px;border-bottom:1px solid #
 .mark{position:absolute;top:3px;width:4px;height:28px;border-radius:2px;transform:translateX(-2px)}
 .mark.barge_in_commit{background:#c81e3c} .mark.barge_in_resume{background:#8a5cd6} .mark.filler{background:#d6a90f}
 .mark.tool{background:#1e9a6a} .mark.transfer{background:#0f8fa6} .mark.error{background:#000}
-.latency{margin:18px 0} .turn{display:flex;align-items:center;margin:3px 0}
-.turn-label{width:90px;font-size:12px;font-weight:600}
+.latency{margin:18px 0} .turn{display:flex;align-items:center;margin:6px 0} .row{display:flex;width:100%;margin:1px 0}
+.turn-label{width:90px;flex:none;font-size:12px;font-weight:600} .rows{flex:1}
 .bar{height:14px;border-radius:2px;margin-right:2px;min-width:2px}
 .bar[data-stage=stt_final_to_brain_request]{background:#7aa6d9} .bar[data-stage=brain_first_token]{background:#4c9a52}
 .bar[data-stage=tts_first_audio]{background:#c9862a} .bar[data-stage=reply_first_frame]{background:#6d4aa6}
@@ -282,7 +282,20 @@ fn timeline_page(call: &CallRow, turns: &[TurnRow], events: &[EventRow]) -> Stri
     let turns_stages = stages(events);
     let widest = turns_stages
         .iter()
-        .map(|t| t.stages.iter().map(|s| s.1).sum::<f64>())
+        .flat_map(|t| {
+            let parts: f64 = t
+                .stages
+                .iter()
+                .filter(|s| s.0 != "reply_first_frame")
+                .map(|s| s.1)
+                .sum();
+            let whole = t
+                .stages
+                .iter()
+                .find(|s| s.0 == "reply_first_frame")
+                .map(|s| s.1);
+            [Some(parts), whole].into_iter().flatten()
+        })
         .fold(1.0, f64::max);
     b.push_str(
         "<div class=\"latency\" id=\"latency\"><h2 style=\"font-size:15px\">Turn latencies</h2>\
@@ -294,17 +307,28 @@ fn timeline_page(call: &CallRow, turns: &[TurnRow], events: &[EventRow]) -> Stri
     for (i, t) in turns_stages.iter().enumerate() {
         let _ = write!(
             b,
-            "<div class=\"turn\" data-turn=\"{}\"><span class=\"turn-label\">Turn {}</span>",
+            "<div class=\"turn\" data-turn=\"{}\"><span class=\"turn-label\">Turn {}</span><div class=\"rows\">",
             i + 1,
             i + 1
         );
-        for (stage, ms) in &t.stages {
-            let _ = write!(
-                b,
-                "<div class=\"bar\" data-stage=\"{stage}\" data-ms=\"{ms:.1}\" style=\"width:{:.2}%\" title=\"{stage}: {ms:.0} ms\"></div>",
-                ms * 60.0 / widest
-            );
+        // The parts in sequence on the first row; the whole (turn end → reply first frame)
+        // under them on the same scale.
+        for row in [false, true] {
+            b.push_str("<div class=\"row\">");
+            for (stage, ms) in t
+                .stages
+                .iter()
+                .filter(|s| (s.0 == "reply_first_frame") == row)
+            {
+                let _ = write!(
+                    b,
+                    "<div class=\"bar\" data-stage=\"{stage}\" data-ms=\"{ms:.1}\" style=\"width:{:.2}%\" title=\"{stage}: {ms:.0} ms\"></div>",
+                    ms * 80.0 / widest
+                );
+            }
+            b.push_str("</div>");
         }
+        b.push_str("</div>");
         let reply = t
             .stages
             .iter()
