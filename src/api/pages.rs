@@ -140,11 +140,14 @@ struct TurnStages {
 fn stages(events: &[EventRow]) -> Vec<TurnStages> {
     let mut out: Vec<TurnStages> = Vec::new();
     let mut turn_end: Option<i64> = None;
+    // When the open turn's first token arrived (ms): its reply's synthesis is requested after.
+    let mut first_token_at: Option<f64> = None;
     let us = |e: &EventRow| e.detail.parse::<f64>().ok().map(|v| v / 1000.0);
     for e in events {
         match e.kind.as_str() {
             "turn_end" => turn_end = Some(e.t_ms),
             "llm_request" => {
+                first_token_at = None;
                 let mut s = Vec::new();
                 if let Some(t) = turn_end.take() {
                     s.push(("stt_final_to_brain_request", (e.t_ms - t).max(0) as f64));
@@ -156,11 +159,14 @@ fn stages(events: &[EventRow]) -> Vec<TurnStages> {
                     && !t.stages.iter().any(|s| s.0 == "brain_first_token")
                 {
                     t.stages.push(("brain_first_token", ms));
+                    first_token_at = Some(e.t_ms as f64);
                 }
             }
             "tts_first_audio" => {
-                if let (Some(t), Some(ms)) = (out.last_mut(), us(e))
-                    && t.stages.iter().any(|s| s.0 == "brain_first_token")
+                // A synthesis requested before the first token (the greeting's, a filler's) is
+                // not this reply's; event times are whole ms, hence the 1 ms slack.
+                if let (Some(t), Some(ms), Some(token)) = (out.last_mut(), us(e), first_token_at)
+                    && e.t_ms as f64 - ms + 1.0 >= token
                     && !t.stages.iter().any(|s| s.0 == "tts_first_audio")
                 {
                     t.stages.push(("tts_first_audio", ms));
