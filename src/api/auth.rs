@@ -88,6 +88,28 @@ pub fn check_bearer(server: &ServerConfig, headers: &HeaderMap) -> Result<(), Ap
     }
 }
 
+/// True when `given` is `server.api_token` (never with no token configured).
+pub fn token_ok(server: &ServerConfig, given: &str) -> bool {
+    let token = &server.api_token;
+    !token.is_empty() && crate::security::ct_eq(given.as_bytes(), token.expose().as_bytes())
+}
+
+/// The web pages' cookie value: HMAC-SHA256 keyed by `api_token` over a fixed purpose, hex —
+/// derived from the token, so the cookie never carries the token itself.
+pub fn page_cookie(server: &ServerConfig) -> String {
+    let key = ring::hmac::Key::new(
+        ring::hmac::HMAC_SHA256,
+        server.api_token.expose().as_bytes(),
+    );
+    hex::encode(ring::hmac::sign(&key, b"patterd page session v1").as_ref())
+}
+
+/// True when `value` is the pages' cookie for this token (never with no token configured).
+pub fn page_cookie_ok(server: &ServerConfig, value: &str) -> bool {
+    !server.api_token.is_empty()
+        && crate::security::ct_eq(value.as_bytes(), page_cookie(server).as_bytes())
+}
+
 /// Names of headers a proxy adds.
 fn is_proxy_header(name: &str) -> bool {
     let n = name.to_ascii_lowercase();

@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod inbound;
 pub mod outbound;
+pub mod pages;
 
 use std::sync::Arc;
 

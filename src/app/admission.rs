@@ -13,7 +13,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::App;
-use super::metrics::Metrics;
+use super::metrics::{Metrics, RefusalReason};
 use crate::call::registry::InsertError;
 use crate::call::{CallSetup, actor};
 use crate::carrier::port::{Admitted, Inbound, Refusal};
@@ -30,11 +30,13 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
     let to = mask_number(call.to);
     if app.is_draining() {
         Metrics::inc(&app.metrics.calls_rejected_busy);
+        app.metrics.webhooks_refused.inc(RefusalReason::Busy);
         info!(carrier, call_id, %from, %to, "call refused: draining");
         return Err(Refusal::Draining);
     }
     if already_handled(app, call_id) {
         Metrics::inc(&app.metrics.webhooks_replayed);
+        app.metrics.webhooks_refused.inc(RefusalReason::Replayed);
         app.log_limited(&format!(
             "call refused: call id {} was already handled (a replayed webhook)",
             crate::security::truncate_for_log(call_id, crate::security::LOG_FIELD_MAX)
@@ -50,17 +52,26 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         .find(|n| n.number == dialled && n.carrier == call.account)
     else {
         Metrics::inc(&app.metrics.calls_rejected_unknown_number);
+        app.metrics
+            .webhooks_refused
+            .inc(RefusalReason::UnknownNumber);
         info!(carrier, call_id, %from, %to, "call refused: number not in [[numbers]] for this carrier");
         return Err(Refusal::UnknownNumber);
     };
     if !number.allows_caller(call.from) {
         Metrics::inc(&app.metrics.calls_rejected_caller);
+        app.metrics
+            .webhooks_refused
+            .inc(RefusalReason::CallerNotAllowed);
         info!(carrier, call_id, %from, %to, "call refused: caller not in allowed_callers");
         return Err(Refusal::CallerNotAllowed);
     }
     let overrides = super::inbound::effective(app, &number.number);
     if overrides.enabled == Some(false) {
         Metrics::inc(&app.metrics.calls_rejected_caller);
+        app.metrics
+            .webhooks_refused
+            .inc(RefusalReason::CallerNotAllowed);
         info!(carrier, call_id, %from, %to, "call refused: inbound disabled by configure_inbound");
         return Err(Refusal::Disabled);
     }
@@ -88,8 +99,12 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         providers,
         attach_timeout: super::MEDIA_TOKEN_TTL,
         media_timeout: Duration::from_secs(30),
-        log: Some(std::sync::Arc::new(app.store.tx.clone())),
+        log: None,
         tools: None,
+    };
+    let setup = CallSetup {
+        log: Some(app.call_log(&setup)),
+        ..setup
     };
     let setup = super::with_tools(app, setup);
     let record = NewCall {
@@ -106,12 +121,14 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         Ok(_) => app.store.tx.send(Write::Call(record)),
         Err(InsertError::Full) => {
             Metrics::inc(&app.metrics.calls_rejected_busy);
+            app.metrics.webhooks_refused.inc(RefusalReason::Busy);
             info!(carrier, call_id, %from, %to, "call refused: max_calls reached");
             return Err(Refusal::Full);
         }
         Err(InsertError::Duplicate) => {
             // Two copies of one webhook racing: the first one started the call.
             Metrics::inc(&app.metrics.webhooks_replayed);
+            app.metrics.webhooks_refused.inc(RefusalReason::Replayed);
             info!(carrier, call_id, "repeated webhook for a live call refused");
             return Err(Refusal::Repeated);
         }

@@ -10,6 +10,7 @@ pub mod admission;
 pub mod inbound;
 pub mod media;
 pub mod metrics;
+pub mod observe;
 pub mod outbound;
 
 use std::collections::BTreeMap;
@@ -76,7 +77,7 @@ pub struct App {
     tools: RwLock<Arc<BTreeMap<String, Arc<crate::tools::AgentTools>>>>,
     pub tokens: MediaTokens,
     pub calls: Arc<CallRegistry>,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     /// The call store (`data_dir/patterd.db`).
     pub store: Store,
     /// Outbound calls we placed (live, and recently ended for late carrier callbacks).
@@ -129,7 +130,7 @@ impl App {
             tools: RwLock::new(Arc::new(tools)),
             tokens: MediaTokens::new(MEDIA_TOKEN_TTL),
             calls: Arc::new(CallRegistry::new()),
-            metrics: Metrics::default(),
+            metrics: Arc::default(),
             store,
             outbound: Outbound::default(),
             outbound_caps: outbound::Caps::default(),
@@ -209,6 +210,16 @@ impl App {
         }
     }
 
+    /// The log a new call reports to: the store, with the call metrics derived on the way.
+    pub fn call_log(&self, setup: &crate::call::CallSetup) -> Arc<dyn crate::call::CallLog> {
+        Arc::new(observe::CallObserver::new(
+            &self.config(),
+            self.store.tx.clone(),
+            self.metrics.clone(),
+            setup,
+        ))
+    }
+
     /// Live outbound calls we placed.
     pub fn outbound_live(&self) -> usize {
         self.outbound.live_count()
@@ -247,7 +258,12 @@ impl Host for App {
 
     fn count(&self, counter: Counter) {
         let c = match counter {
-            Counter::WebhookForbidden => &self.metrics.webhooks_forbidden,
+            Counter::WebhookForbidden => {
+                self.metrics
+                    .webhooks_refused
+                    .inc(metrics::RefusalReason::BadSignature);
+                &self.metrics.webhooks_forbidden
+            }
             Counter::MediaRejected => &self.metrics.media_rejected,
             Counter::MediaFrameBad => &self.metrics.media_frames_bad,
         };

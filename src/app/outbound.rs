@@ -356,8 +356,12 @@ async fn place_if(
         attach_timeout: Duration::from_secs(u64::from(config.outbound.ring_timeout_s))
             + ATTACH_MARGIN,
         media_timeout: Duration::from_secs(30),
-        log: Some(std::sync::Arc::new(app.store.tx.clone())),
+        log: None,
         tools: None,
+    };
+    let setup = CallSetup {
+        log: Some(app.call_log(&setup)),
+        ..setup
     };
     let setup = super::with_tools(app, setup);
     if let Err(e) = actor::start(setup, app.calls.clone(), config.server.max_calls) {

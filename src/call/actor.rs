@@ -17,6 +17,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ActionOutcome;
 use super::event::{EndReason, EventKind};
+use super::log::{Dropped, Usage};
 use super::policy::{Action, Input, Policy};
 use super::registry::InsertError;
 use super::speech::{Speech, TtsNote};
@@ -24,7 +25,9 @@ use super::transcript::{CallEvent, CallRecord};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
 use crate::audio::vad::{Vad, VadConfig};
 use crate::carrier::{ActionResult, MediaCommand, MediaEvent, TransferRequest};
-use crate::provider::{ChatTurn, LlmEvent, LlmStream, SttContext, SttEvent, SttInput, SttStream};
+use crate::provider::{
+    ChatTurn, LlmEvent, LlmStream, SttContext, SttEvent, SttInput, SttStream, TokenUsage, TtsEvent,
+};
 use crate::security::mask_number;
 
 /// Capacity of a call's handle channel.
@@ -73,6 +76,18 @@ struct Actor {
     next_act: u64,
     /// Policy inputs produced while carrying out actions, fed in before the next event.
     deferred: Vec<Input>,
+    /// Stage timing and usage (issue 14): when the open brain stream was requested (until its
+    /// first token), synthesis requests waiting for their first audio, and what was used.
+    llm_requested: Option<Instant>,
+    tts_requested: Vec<(u64, Instant)>,
+    usage: Usage,
+    /// The open brain turn's latest `usage` report (replaced, not added, until the turn ends).
+    turn_tokens: TokenUsage,
+}
+
+/// Microseconds from `at` to now.
+fn micros_since(at: Instant) -> u64 {
+    at.elapsed().as_micros() as u64
 }
 
 /// Receives from an optional channel; pending forever when there is none.
@@ -130,6 +145,10 @@ impl Actor {
             replies: HashMap::new(),
             next_act: 0,
             deferred: Vec::new(),
+            llm_requested: None,
+            tts_requested: Vec::new(),
+            usage: Usage::default(),
+            turn_tokens: TokenUsage::default(),
             setup,
         }
     }
@@ -195,6 +214,8 @@ impl Actor {
                     self.stt_send(SttInput::Finalize);
                 }
                 Action::StartBrain { history } => {
+                    self.end_brain_turn();
+                    self.llm_requested = Some(Instant::now());
                     self.llm = Some(self.setup.providers.llm.stream(ChatTurn {
                         call_id: self.setup.call_id.clone(),
                         caller: Some(self.setup.remote_party().to_string()),
@@ -203,7 +224,10 @@ impl Actor {
                         tools: self.setup.tools.clone(),
                     }));
                 }
-                Action::CancelBrain => self.llm = None,
+                Action::CancelBrain => {
+                    self.end_brain_turn();
+                    self.llm = None;
+                }
                 Action::Event(kind, detail) => self.event(kind, detail),
                 Action::Persist(i) => self.persist(i),
                 Action::ReplyLatency(us) => {
@@ -274,9 +298,19 @@ impl Actor {
                     if let LlmEvent::Error(message) = &ev {
                         warn!(%message, "the brain failed this turn");
                     }
-                    self.step(Input::Llm(ev))
+                    if let LlmEvent::Usage(u) = ev {
+                        self.turn_tokens = u;
+                        None
+                    } else {
+                        if let (LlmEvent::Delta(_), Some(at)) = (&ev, self.llm_requested) {
+                            self.llm_requested = None;
+                            self.event(EventKind::LlmFirstToken, micros_since(at).to_string());
+                        }
+                        self.step(Input::Llm(ev))
+                    }
                 }
                 (id, ev) = self.speech.next_tts() => {
+                    self.tts_progress(id, &ev);
                     match self.speech.on_tts(id, ev) {
                         Some(TtsNote::Failed(kind, err)) => {
                             warn!(error = %err, ?kind, "speech synthesis failed");
@@ -370,6 +404,28 @@ impl Actor {
             && tx.try_send(cmd).is_err()
         {
             self.frames_dropped += 1;
+            if let Some(log) = &self.setup.log {
+                log.frame_dropped(&self.setup.call_id, Dropped::ToCarrier);
+            }
+        }
+    }
+
+    /// Adds the open brain turn's tokens to the call's usage.
+    fn end_brain_turn(&mut self) {
+        let t = std::mem::take(&mut self.turn_tokens);
+        self.usage.llm_prompt_tokens += t.prompt_tokens;
+        self.usage.llm_completion_tokens += t.completion_tokens;
+        self.llm_requested = None;
+    }
+
+    /// Notes a synthesis' first audio (the `tts_first_audio` stage) and forgets finished ones.
+    fn tts_progress(&mut self, id: u64, ev: &Option<TtsEvent>) {
+        let Some(i) = self.tts_requested.iter().position(|(r, _)| *r == id) else {
+            return;
+        };
+        let (_, at) = self.tts_requested.swap_remove(i);
+        if let Some(TtsEvent::Audio(_)) = ev {
+            self.event(EventKind::TtsFirstAudio, micros_since(at).to_string());
         }
     }
 
@@ -432,8 +488,17 @@ impl Actor {
                 }
                 let speech_run_ms = self.vad.speech_run_ms();
                 ended = ended.or(self.step(Input::CallerAudio { speech_run_ms }));
-                if !self.stt_send(SttInput::Audio(frame)) {
+                let n = frame.len() as u64;
+                let streaming = self.stt.is_some();
+                if self.stt_send(SttInput::Audio(frame)) {
+                    if streaming {
+                        self.usage.stt_audio_ms += n / 8;
+                    }
+                } else {
                     self.stt_frames_dropped += 1;
+                    if let Some(log) = &self.setup.log {
+                        log.frame_dropped(&self.setup.call_id, Dropped::ToStt);
+                    }
                 }
                 ended
             }
@@ -516,6 +581,12 @@ impl Actor {
 
     fn start_tts(&mut self) {
         for (id, text) in self.speech.wants_tts() {
+            self.usage.tts_characters += text.chars().count() as u64;
+            // Requests whose streams were dropped unheard are forgotten past a bound.
+            if self.tts_requested.len() >= 64 {
+                self.tts_requested.remove(0);
+            }
+            self.tts_requested.push((id, Instant::now()));
             let stream = self.setup.providers.tts.synthesize(&text);
             self.speech.set_tts(id, stream);
         }
@@ -559,8 +630,11 @@ impl Actor {
         if self.answered.is_some() {
             (0..self.policy.transcript().len()).for_each(|i| self.persist(i));
         }
+        self.end_brain_turn();
+        self.usage.carrier_ms = self.answered.map_or(0, |a| a.elapsed().as_millis() as u64);
         self.event(EventKind::CallEnd, reason.log_text());
         if let Some(store) = &self.setup.log {
+            store.usage(&self.setup.call_id, &self.usage);
             store.ended(&self.setup.call_id, &reason);
         }
         let duration = self

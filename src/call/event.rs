@@ -118,11 +118,16 @@ pub enum EventKind {
     DtmfOut,
     /// An action was refused by policy before reaching the carrier (detail: action: why).
     ActionRefused,
+    // -- Stage latencies (issue 14, metrics and the timeline page): detail µs.
+    /// The brain's first token of a turn arrived (detail: µs since the request).
+    LlmFirstToken,
+    /// A synthesis' first audio arrived (detail: µs since the TTS request).
+    TtsFirstAudio,
 }
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 50] = [
+    pub const ALL: [EventKind; 52] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -173,6 +178,8 @@ impl EventKind {
         EventKind::TransferFailed,
         EventKind::DtmfOut,
         EventKind::ActionRefused,
+        EventKind::LlmFirstToken,
+        EventKind::TtsFirstAudio,
     ];
 
     /// The stored and served name (snake_case).
@@ -228,6 +235,8 @@ impl EventKind {
             EventKind::TransferFailed => "transfer_failed",
             EventKind::DtmfOut => "dtmf_out",
             EventKind::ActionRefused => "action_refused",
+            EventKind::LlmFirstToken => "llm_first_token",
+            EventKind::TtsFirstAudio => "tts_first_audio",
         }
     }
 

@@ -27,7 +27,7 @@ use crate::provider::AgentProviders;
 
 pub use action::{ActionOutcome, CallAction};
 pub use event::{EndReason, EventKind};
-pub use log::CallLog;
+pub use log::{CallLog, Dropped, Usage};
 pub use registry::CallRegistry;
 pub use transcript::{CallEvent, CallRecord, Speaker, TranscriptEntry};
 

@@ -25,6 +25,43 @@ pub struct Config {
     pub numbers: Vec<NumberConfig>,
     pub store: StoreConfig,
     pub outbound: OutboundConfig,
+    pub pricing: PricingConfig,
+}
+
+/// `[pricing]`: what each provider and carrier account charges, in US dollars, keyed by the
+/// same names as `[stt.NAME]`, `[tts.NAME]`, `[llm.NAME]` and `[carriers.NAME]`. A call's cost
+/// is its usage times these prices; a provider without a price counts as free (its usage is
+/// still stored).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PricingConfig {
+    pub stt: BTreeMap<String, PerMinutePrice>,
+    pub tts: BTreeMap<String, TtsPrice>,
+    pub llm: BTreeMap<String, LlmPrice>,
+    pub carriers: BTreeMap<String, PerMinutePrice>,
+}
+
+/// `usd_per_minute`: speech-to-text audio streamed, or carrier minutes (answer to hang-up).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerMinutePrice {
+    pub usd_per_minute: f64,
+}
+
+/// `usd_per_1k_characters`: characters sent to text-to-speech.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TtsPrice {
+    pub usd_per_1k_characters: f64,
+}
+
+/// `usd_per_1m_input_tokens` / `usd_per_1m_output_tokens`: the brain's prompt and completion
+/// tokens, from its stream's `usage`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmPrice {
+    pub usd_per_1m_input_tokens: f64,
+    pub usd_per_1m_output_tokens: f64,
 }
 
 /// `[store]`: the call store (SQLite at `server.data_dir/patterd.db`).

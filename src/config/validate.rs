@@ -99,6 +99,62 @@ fn check_log_level(level: &str) -> Result<(), String> {
         .map_err(|e| format!("is not a valid tracing filter ({e})"))
 }
 
+/// `[pricing.KIND.NAME]`: names a configured provider or carrier account; prices are finite
+/// and not negative.
+fn pricing(c: &mut Check<'_>, config: &Config) {
+    let p = &config.pricing;
+    // (section, name, names a configured entry, its prices by key)
+    type Entry<'a> = (&'a str, &'a String, bool, Vec<(&'a str, f64)>);
+    let mut entries: Vec<Entry<'_>> = Vec::new();
+    for (n, v) in &p.stt {
+        let known = config.stt.contains_key(n);
+        entries.push(("stt", n, known, vec![("usd_per_minute", v.usd_per_minute)]));
+    }
+    for (n, v) in &p.tts {
+        let known = config.tts.contains_key(n);
+        let prices = vec![("usd_per_1k_characters", v.usd_per_1k_characters)];
+        entries.push(("tts", n, known, prices));
+    }
+    for (n, v) in &p.llm {
+        let known = config.llm.contains_key(n);
+        let prices = vec![
+            ("usd_per_1m_input_tokens", v.usd_per_1m_input_tokens),
+            ("usd_per_1m_output_tokens", v.usd_per_1m_output_tokens),
+        ];
+        entries.push(("llm", n, known, prices));
+    }
+    for (n, v) in &p.carriers {
+        let known = config.carriers.contains_key(n);
+        entries.push((
+            "carriers",
+            n,
+            known,
+            vec![("usd_per_minute", v.usd_per_minute)],
+        ));
+    }
+    for (kind, name, known, prices) in entries {
+        if !known {
+            c.fail(
+                &["pricing", kind, name],
+                format!(
+                    "[pricing.{kind}.{name}] prices `{name}`, but there is no [{kind}.{name}]; \
+                     use the name of a configured {kind} entry"
+                ),
+            );
+        }
+        for (key, v) in prices {
+            if !v.is_finite() || v < 0.0 {
+                c.fail(
+                    &["pricing", kind, name, key],
+                    format!(
+                        "[pricing.{kind}.{name}] {key} = {v} must be a price in US dollars, 0 or more"
+                    ),
+                );
+            }
+        }
+    }
+}
+
 /// Every problem with `config`, located through `loc`.
 pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     let mut c = Check {
@@ -179,6 +235,8 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         &["outbound", "ring_timeout_s"],
         u64::from(config.outbound.ring_timeout_s),
     );
+
+    pricing(&mut c, config);
 
     if let Err(why) = check_log_level(&config.log.level) {
         c.fail(

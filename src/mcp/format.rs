@@ -185,7 +185,8 @@ fn metric_lines(m: &Value) -> String {
     format!(
         "Calls: {} (answered {})\nTurns: {} (caller {}, agent {}, interrupted {})\n\
          Duration total: {}s\nResponse latency ms: avg {}, p50 {}, max {}\n\
-         Greeting latency ms: avg {}\nFillers: {}\nErrors: llm {}, tts {}, stt {}\n",
+         Greeting latency ms: avg {}\nFillers: {}\nErrors: llm {}, tts {}, stt {}\n\
+         Cost: ${:.4}\n",
         f("calls"),
         f("answered"),
         f("turns"),
@@ -201,6 +202,9 @@ fn metric_lines(m: &Value) -> String {
         f("llm_errors"),
         f("tts_errors"),
         f("stt_errors"),
+        m.get("cost_usd_total")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0),
     )
 }
 

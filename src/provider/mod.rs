@@ -205,6 +205,16 @@ pub enum LlmEvent {
     Done,
     /// The turn failed; nothing from the error is ever spoken.
     Error(String),
+    /// What the turn cost in tokens (the stream's `usage`, requested with
+    /// `stream_options.include_usage`); a later report for the same turn replaces an earlier one.
+    Usage(TokenUsage),
+}
+
+/// Tokens one brain turn used, as the server reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TokenUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
 }
 
 /// A chat turn in flight. Dropping it drops the HTTP stream (cancels the turn).

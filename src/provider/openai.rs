@@ -31,7 +31,9 @@ use tokio::time::Instant;
 use super::error::{LlmError, SetupError};
 use super::sse::{SseEvent, SseParser};
 use super::tools::ToolCallAccumulator;
-use super::{ChatMessage, ChatTurn, LlmEvent, LlmProvider, LlmStream, Role, ToolCall, Tools};
+use super::{
+    ChatMessage, ChatTurn, LlmEvent, LlmProvider, LlmStream, Role, TokenUsage, ToolCall, Tools,
+};
 use crate::config::schema::{LlmConfig, LlmKind, SessionKeyFrom};
 use crate::util::TaskGuard;
 
@@ -94,7 +96,11 @@ impl OpenAiChat {
         if !turn.system_prompt.trim().is_empty() {
             messages.push(&system);
         }
-        let mut body = json!({ "model": self.cfg.model, "stream": true });
+        let mut body = json!({
+            "model": self.cfg.model,
+            "stream": true,
+            "stream_options": { "include_usage": true },
+        });
         if self.is_hermes() {
             let session = session_id(&turn.call_id);
             headers.push(("X-Hermes-Session-Id".into(), session.clone()));
@@ -130,6 +136,17 @@ impl OpenAiChat {
         }
         (headers, body)
     }
+}
+
+/// The chunk's `usage` object (§7.3: a `choices: []` chunk after the finish when
+/// `include_usage` is asked; some servers put it on the finish chunk or on every chunk).
+fn usage_of(v: &Value) -> Option<TokenUsage> {
+    let u = v.get("usage").filter(|u| u.is_object())?;
+    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+    Some(TokenUsage {
+        prompt_tokens: n("prompt_tokens"),
+        completion_tokens: n("completion_tokens"),
+    })
 }
 
 /// `patter-call-<call id>`, restricted to Hermes' safe charset `[A-Za-z0-9._-]`, ≤ 256 chars.
@@ -394,6 +411,9 @@ impl TurnState {
         };
         if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
             return Err(LlmError::Reported(error_message(err)));
+        }
+        if let Some(u) = usage_of(&v) {
+            send(tx, LlmEvent::Usage(u)).await?;
         }
         if let Some(h) = v.get("hermes")
             && h.get("failed").and_then(Value::as_bool) == Some(true)

@@ -9,6 +9,7 @@
 //! at half of `WATCHDOG_USEC`, and `STOPPING=1` when the drain begins.
 
 pub mod metrics;
+pub mod pages;
 pub mod rest;
 
 use std::convert::Infallible;

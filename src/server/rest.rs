@@ -14,6 +14,7 @@ use crate::api::auth::{Access, authorize, for_log};
 use crate::api::{self, ApiError};
 use crate::app::App;
 use crate::net::http::{Body, BodyError, json as json_response, read_body};
+use crate::server::pages;
 
 /// The JSON error response (with `WWW-Authenticate` on 401).
 pub fn error(e: &ApiError) -> Response<Body> {
@@ -34,6 +35,19 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
         method: req.method(),
         headers: req.headers(),
     };
+    let v1_path = req.uri().path().strip_prefix("/v1").unwrap_or("");
+    if let Some(page) = pages::page_for(req.method(), v1_path, req.headers()) {
+        let config = app.config();
+        let server = &config.server;
+        let query = req.uri().query().unwrap_or("");
+        if let Some(redirect) = pages::exchange_token(server, req.uri().path(), query) {
+            info!(%peer, "page token exchanged for a page cookie");
+            return redirect;
+        }
+        if pages::has_cookie(server, req.headers()) || authorize(server, access).is_ok() {
+            return pages::render(&app, page).await;
+        }
+    }
     if let Err(e) = authorize(&app.config().server, access) {
         info!(%peer, path = %for_log(req.uri().path(), 64), code = e.code, "API request refused");
         return error(&e);

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tracing::{Level, debug, enabled, info, warn};
 
@@ -133,6 +134,18 @@ pub struct NewCall {
     pub status: String,
 }
 
+/// A call's usage and what it cost, per provider, in US dollars (`[pricing]`); stored as the
+/// call's `cost_detail` and served with it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallCost {
+    pub usage: crate::call::Usage,
+    pub stt_usd: f64,
+    pub tts_usd: f64,
+    pub llm_usd: f64,
+    pub carrier_usd: f64,
+    pub total_usd: f64,
+}
+
 /// One write for the store thread.
 pub enum Write {
     Call(NewCall),
@@ -174,6 +187,11 @@ pub enum Write {
     Setting {
         key: String,
         value: String,
+    },
+    /// What the call used and cost (written once, as it ends).
+    Cost {
+        call_id: String,
+        cost: CallCost,
     },
     /// Answered once everything queued before it is committed.
     Flush(oneshot::Sender<()>),
@@ -246,6 +264,11 @@ impl StoreTx {
             }
             Pushed::Closed => false,
         }
+    }
+
+    /// Writes waiting for the store thread now.
+    pub fn queue_depth(&self) -> usize {
+        self.sender.queue.len()
     }
 
     /// A call event (the actor's timeline).
@@ -709,6 +732,13 @@ fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error
                      ELSE 'failed' END)
                  WHERE call_id = ?1",
                 params![call_id, at, reason],
+            )?;
+        }
+        Write::Cost { call_id, cost } => {
+            let detail = serde_json::to_string(&cost).unwrap_or_default();
+            tx.execute(
+                "UPDATE calls SET cost_usd = ?2, cost_detail = ?3 WHERE call_id = ?1",
+                params![call_id, cost.total_usd, detail],
             )?;
         }
         Write::Setting { key, value } => {

@@ -30,8 +30,10 @@ pub struct CallRow {
     pub duration_ms: Option<i64>,
     /// The carrier's billed duration, from its status callback.
     pub carrier_duration_s: Option<i64>,
-    /// Reserved for cost tracking.
+    /// What the call cost in US dollars (usage × `[pricing]`), once it has ended.
     pub cost_usd: Option<f64>,
+    /// The usage and the cost per provider behind `cost_usd` ([`crate::store::CallCost`]).
+    pub cost: Option<crate::store::CallCost>,
     pub turns: i64,
 }
 
@@ -108,12 +110,14 @@ pub struct Metrics {
     pub tts_errors: i64,
     pub stt_errors: i64,
     pub fillers: i64,
+    /// Sum of the calls' `cost_usd` (ended calls with a cost).
+    pub cost_usd_total: f64,
 }
 
 const CALL_COLUMNS: &str = "c.call_id, c.carrier, c.carrier_account, c.direction, c.from_number,
     c.to_number, c.agent, c.status, c.outcome, c.answered_by, c.ended_reason, c.created_at,
     c.answered_at, c.ended_at, c.duration_ms, c.carrier_duration_s, c.cost_usd,
-    (SELECT COUNT(*) FROM turns t WHERE t.call_id = c.call_id)";
+    (SELECT COUNT(*) FROM turns t WHERE t.call_id = c.call_id), c.cost_detail";
 
 fn call_row(r: &Row<'_>) -> Result<CallRow, rusqlite::Error> {
     Ok(CallRow {
@@ -135,6 +139,10 @@ fn call_row(r: &Row<'_>) -> Result<CallRow, rusqlite::Error> {
         carrier_duration_s: r.get(15)?,
         cost_usd: r.get(16)?,
         turns: r.get(17)?,
+        // A detail this version cannot read is left out rather than failing the listing.
+        cost: r
+            .get::<_, Option<String>>(18)?
+            .and_then(|t| serde_json::from_str(&t).ok()),
     })
 }
 
@@ -222,7 +230,8 @@ pub fn metrics(c: &Connection, call_id: Option<&str>) -> Result<Metrics, rusqlit
     let mut m = Metrics::default();
     c.query_row(
         &format!(
-            "SELECT COUNT(*), COUNT(answered_at), COALESCE(SUM(duration_ms), 0) / 1000
+            "SELECT COUNT(*), COUNT(answered_at), COALESCE(SUM(duration_ms), 0) / 1000,
+               COALESCE(SUM(cost_usd), 0.0)
              FROM calls WHERE {scope}"
         ),
         [&arg],
@@ -230,6 +239,7 @@ pub fn metrics(c: &Connection, call_id: Option<&str>) -> Result<Metrics, rusqlit
             m.calls = r.get(0)?;
             m.answered = r.get(1)?;
             m.duration_s_total = r.get(2)?;
+            m.cost_usd_total = r.get(3)?;
             Ok(())
         },
     )?;

@@ -98,8 +98,8 @@ impl WriteQueue {
         self.ready.notify_all();
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    /// Writes waiting for the writer thread (the `/metrics` queue depth).
+    pub fn len(&self) -> usize {
         self.lock().items.len()
     }
 }

@@ -14,6 +14,7 @@ mod carriers;
 mod conversation;
 mod faults;
 mod flood;
+mod ops;
 mod stt_providers;
 mod telnyx_plivo;
 mod tools;

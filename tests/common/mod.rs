@@ -94,6 +94,8 @@ pub struct Opts {
     pub stt: String,
     /// Extra TOML tables (e.g. an `[stt.NAME]` pointing at another fake).
     pub extra_sections: String,
+    /// Extra TOML appended at the end of the file (e.g. `[pricing.…]` tables).
+    pub extra_config: String,
 }
 
 impl Default for Opts {
@@ -116,6 +118,7 @@ impl Default for Opts {
             tts: "\"elevenlabs\"".into(),
             stt: "deepgram".into(),
             extra_sections: String::new(),
+            extra_config: String::new(),
         }
     }
 }
@@ -258,7 +261,9 @@ agent = "front-desk"
 allowed_callers = [{callers}]
 allowed_destinations = [{destinations}]
 {extra_numbers}
+{extra_config}
 "#,
+        extra_config = opts.extra_config,
         max_calls = opts.max_calls,
         sim_sections = patterd_sim::config::SimSections {
             deepgram: (dg, DG_KEY),

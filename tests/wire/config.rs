@@ -957,3 +957,36 @@ fn brain_presets_and_openclaw_defaults() {
     let err = load_err(&format!("{BASE}\n[stt.w]\nkind = \"openai_compatible\"\n"));
     assert!(err.contains("[stt.w] needs a model"), "{err}");
 }
+
+/// `[pricing]` names configured entries and holds prices of 0 or more; a typo or a negative
+/// price is an error naming the table and line.
+#[test]
+fn pricing_names_configured_entries_with_sane_prices() {
+    let good = format!(
+        "{BASE}\n[pricing.stt.deepgram]\nusd_per_minute = 0.0043\n[pricing.llm.hermes]\nusd_per_1m_input_tokens = 2.5\n"
+    );
+    let loaded = load(&good).expect("pricing loads");
+    assert_eq!(loaded.config.pricing.stt["deepgram"].usd_per_minute, 0.0043);
+    assert_eq!(
+        loaded.config.pricing.llm["hermes"].usd_per_1m_output_tokens,
+        0.0
+    );
+
+    let typo = format!("{BASE}\n[pricing.tts.elevenlab]\nusd_per_1k_characters = 0.18\n");
+    let err = load_err(&typo);
+    assert!(
+        err.contains("[pricing.tts.elevenlab]") && err.contains("no [tts.elevenlab]"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(":{}", line_of(&typo, "[pricing.tts.elevenlab]"))),
+        "{err}"
+    );
+
+    let negative = format!("{BASE}\n[pricing.carriers.twilio]\nusd_per_minute = -1.0\n");
+    let err = load_err(&negative);
+    assert!(err.contains("usd_per_minute = -1 must be a price"), "{err}");
+
+    let unknown = format!("{BASE}\n[pricing.stt.deepgram]\nusd_per_second = 1.0\n");
+    assert!(load_err(&unknown).contains("usd_per_second"));
+}

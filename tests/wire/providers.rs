@@ -12,7 +12,7 @@ use patterd::provider::elevenlabs::ElevenLabsTts;
 use patterd::provider::openai::{OpenAiChat, caller_key};
 use patterd::provider::{
     ChatMessage, ChatTurn, LlmEvent, LlmProvider, Role, SttContext, SttEvent, SttInput,
-    SttProvider, SttStream, TtsEvent, TtsProvider, build_providers,
+    SttProvider, SttStream, TokenUsage, TtsEvent, TtsProvider, build_providers,
 };
 use patterd_sim::deepgram::{DeepgramFailure, FakeDeepgram, FakeDeepgramConfig};
 use patterd_sim::elevenlabs::FakeElevenLabs;
@@ -524,6 +524,7 @@ async fn openai_compatible_sends_the_whole_history() {
     assert!(r.body.get("user").is_none());
     assert_eq!(r.body["model"], "gpt-4o-mini");
     assert_eq!(r.body["max_tokens"], 200);
+    assert_eq!(r.body["stream_options"]["include_usage"], true);
 }
 
 #[tokio::test]
@@ -554,6 +555,10 @@ async fn hermes_tool_progress_keepalives_and_post_tool_whitespace() {
             LlmEvent::Delta("Let me check.".into()),
             LlmEvent::ToolProgress("Searching the web".into()),
             LlmEvent::Delta("It is ten.".into()),
+            LlmEvent::Usage(TokenUsage {
+                prompt_tokens: patterd_sim::hermes::PROMPT_TOKENS,
+                completion_tokens: 3,
+            }),
             LlmEvent::Done,
         ]
     );

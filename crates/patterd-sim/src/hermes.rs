@@ -4,7 +4,8 @@
 //! JSON body, and answers from a queue of scripted [`HermesReply`]s — an echo of the last user
 //! message when the queue is empty. Streams follow Hermes' streaming format: a role chunk at
 //! once, content chunks, `event: hermes.tool.progress` events and `: keepalive` comments where scripted, a
-//! finish chunk with usage, then `data: [DONE]`. Scripts can also finish with an error (the
+//! finish chunk, the usage chunk (`"choices": []`, only when the request asked for
+//! `stream_options.include_usage`, as OpenAI sends it), then `data: [DONE]`. Scripts can also finish with an error (the
 //! error text in the finish chunk's `error` and `hermes` objects), send an in-stream `error`
 //! object, cut the stream, or answer an HTTP error. The fake notices a client that disconnects
 //! before the reply ended (cancellation) and records it. For the OpenAI-compatible leg it also
@@ -23,6 +24,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::http::{self, Body, Recorder, Tasks};
+
+/// The prompt tokens the fake reports for every request (completion tokens: one per content
+/// chunk).
+pub const PROMPT_TOKENS: u64 = 10;
 
 /// One step of a streamed reply.
 #[derive(Debug, Clone, PartialEq)]
@@ -423,9 +428,16 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
     }
     let (resp, tx) = http::streaming(200, &headers);
     let model = rq_model(&s, idx);
+    let include_usage = {
+        let mut asked = false;
+        s.record.modify(|r| {
+            asked = r.requests[idx].body["stream_options"]["include_usage"] == Value::Bool(true);
+        });
+        asked
+    };
     let s2 = s.clone();
     s.tasks.spawn(async move {
-        let ok = play(&tx, &model, steps).await;
+        let ok = play(&tx, &model, steps, include_usage).await;
         s2.record.modify(|r| {
             if ok {
                 r.requests[idx].completed = true;
@@ -518,7 +530,12 @@ fn rq_model(s: &Shared, idx: usize) -> String {
 }
 
 /// Streams the reply; false when the client went away first.
-async fn play(tx: &mpsc::Sender<Bytes>, model: &str, steps: Vec<HermesStep>) -> bool {
+async fn play(
+    tx: &mpsc::Sender<Bytes>,
+    model: &str,
+    steps: Vec<HermesStep>,
+    include_usage: bool,
+) -> bool {
     let id = "chatcmpl-fake0001";
     let chunk = |delta: Value, finish: Value, extra: Option<(&str, Value)>| {
         let mut c = json!({
@@ -604,8 +621,21 @@ async fn play(tx: &mpsc::Sender<Bytes>, model: &str, steps: Vec<HermesStep>) -> 
             return false;
         }
     }
-    let usage = json!({"prompt_tokens": 10, "completion_tokens": content_chunks, "total_tokens": 10 + content_chunks});
     let finish = if called_tools { "tool_calls" } else { "stop" };
-    send(chunk(json!({}), json!(finish), Some(("usage", usage)))).await
-        && send("data: [DONE]\n\n".into()).await
+    if !send(chunk(json!({}), json!(finish), None)).await {
+        return false;
+    }
+    if include_usage {
+        // §7.3: one more chunk, `choices` empty, the only one whose `usage` is not null.
+        let usage = json!({
+            "id": id, "object": "chat.completion.chunk", "created": 1_760_000_000u64, "model": model,
+            "choices": [],
+            "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": content_chunks,
+                      "total_tokens": PROMPT_TOKENS + content_chunks},
+        });
+        if !send(format!("data: {usage}\n\n")).await {
+            return false;
+        }
+    }
+    send("data: [DONE]\n\n".into()).await
 }

@@ -76,6 +76,8 @@ impl Policy {
                     format!("llm {from} -> {to}: {reason}"),
                 );
             }
+            // Counted by the actor (the call's usage), not a conversational input.
+            LlmEvent::Usage(_) => {}
             LlmEvent::ToolProgress(label) => {
                 self.event(EventKind::ToolProgress, label);
                 self.filler("tool", now, mouth);

@@ -1,0 +1,213 @@
+//! The call log the composition root plugs into each call: [`CallObserver`] forwards everything
+//! to the store and derives the daemon's call metrics from the same typed reports — stage
+//! latencies from the timeline's events (turn end → brain request, brain first token, TTS first
+//! audio, turn end → reply first frame, barge-in onset → clear), turns, barge-ins, provider
+//! errors, dropped frames and call outcomes — and prices the call's usage with `[pricing]`
+//! ([`Prices`]) when it ends. Each method is a few relaxed atomic operations, so
+//! the actor that calls it never waits.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::call::{
+    CallEvent, CallLog, CallSetup, Dropped, EndReason, EventKind, TranscriptEntry, Usage,
+};
+use crate::carrier::CarrierKind;
+use crate::config::{Config, LlmKind, SttKind, TtsKind};
+use crate::store::{CallCost, StoreTx, Write};
+
+use super::metrics::{BargeIn, FrameDrop, Metrics, Outcome, Provider, ProviderErrorKind, Stage};
+
+/// No time noted.
+const NONE: u64 = u64::MAX;
+
+/// The prices (US dollars) of the providers and carrier account one call uses; 0 when
+/// `[pricing]` names none.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Prices {
+    pub stt_per_minute: f64,
+    pub tts_per_1k_characters: f64,
+    pub llm_per_1m_input_tokens: f64,
+    pub llm_per_1m_output_tokens: f64,
+    pub carrier_per_minute: f64,
+}
+
+impl Prices {
+    pub fn for_call(config: &Config, setup: &CallSetup) -> Self {
+        let p = &config.pricing;
+        let a = &setup.agent;
+        // A fallback chain is priced (and labelled) by its first member.
+        let llm = a.llm.names().first().and_then(|n| p.llm.get(n));
+        let tts = a.tts.names().first().and_then(|n| p.tts.get(n));
+        Self {
+            stt_per_minute: p.stt.get(&a.stt).map_or(0.0, |x| x.usd_per_minute),
+            tts_per_1k_characters: tts.map_or(0.0, |x| x.usd_per_1k_characters),
+            llm_per_1m_input_tokens: llm.map_or(0.0, |x| x.usd_per_1m_input_tokens),
+            llm_per_1m_output_tokens: llm.map_or(0.0, |x| x.usd_per_1m_output_tokens),
+            carrier_per_minute: p
+                .carriers
+                .get(&setup.carrier_account)
+                .map_or(0.0, |x| x.usd_per_minute),
+        }
+    }
+
+    /// `usage` priced.
+    pub fn cost(&self, usage: &Usage) -> CallCost {
+        let minutes = |ms: u64| ms as f64 / 60_000.0;
+        let stt_usd = minutes(usage.stt_audio_ms) * self.stt_per_minute;
+        let tts_usd = usage.tts_characters as f64 / 1000.0 * self.tts_per_1k_characters;
+        let llm_usd = usage.llm_prompt_tokens as f64 / 1e6 * self.llm_per_1m_input_tokens
+            + usage.llm_completion_tokens as f64 / 1e6 * self.llm_per_1m_output_tokens;
+        let carrier_usd = minutes(usage.carrier_ms) * self.carrier_per_minute;
+        CallCost {
+            usage: *usage,
+            stt_usd,
+            tts_usd,
+            llm_usd,
+            carrier_usd,
+            total_usd: stt_usd + tts_usd + llm_usd + carrier_usd,
+        }
+    }
+}
+
+/// One call's log: the store plus the metrics derived on the way.
+pub struct CallObserver {
+    store: StoreTx,
+    prices: Prices,
+    metrics: Arc<Metrics>,
+    carrier: CarrierKind,
+    stt: Option<Provider>,
+    tts: Option<Provider>,
+    llm: Option<Provider>,
+    /// `t_ms` of the caller's latest turn end, until the brain request that answers it.
+    turn_end_ms: AtomicU64,
+    /// `t_ms` of the caller's latest speech onset, until a barge-in stop follows.
+    speech_start_ms: AtomicU64,
+}
+
+impl CallObserver {
+    pub fn new(config: &Config, store: StoreTx, metrics: Arc<Metrics>, setup: &CallSetup) -> Self {
+        let a = &setup.agent;
+        Self {
+            store,
+            prices: Prices::for_call(config, setup),
+            metrics,
+            carrier: setup.carrier,
+            stt: config.stt.get(&a.stt).map(|c| match c.kind {
+                SttKind::Deepgram => Provider::Deepgram,
+                SttKind::DeepgramFlux => Provider::DeepgramFlux,
+                SttKind::OpenaiCompatible => Provider::OpenaiCompatible,
+            }),
+            tts: a
+                .tts
+                .names()
+                .first()
+                .and_then(|n| config.tts.get(n))
+                .map(|c| match c.kind {
+                    TtsKind::Elevenlabs => Provider::Elevenlabs,
+                    TtsKind::Openai => Provider::Openai,
+                    TtsKind::OpenaiCompatible => Provider::OpenaiCompatible,
+                    TtsKind::Cartesia => Provider::Cartesia,
+                }),
+            llm: a
+                .llm
+                .names()
+                .first()
+                .and_then(|n| config.llm.get(n))
+                .map(|c| match c.kind {
+                    LlmKind::Hermes => Provider::Hermes,
+                    LlmKind::OpenaiCompatible => Provider::OpenaiCompatible,
+                    LlmKind::Openclaw => Provider::Openclaw,
+                }),
+            turn_end_ms: AtomicU64::new(NONE),
+            speech_start_ms: AtomicU64::new(NONE),
+        }
+    }
+
+    fn observe_since(&self, mark: &AtomicU64, now_ms: u64, stage: Stage) {
+        let then = mark.swap(NONE, Ordering::Relaxed);
+        if then != NONE && now_ms >= then {
+            self.metrics
+                .stage_seconds
+                .observe(stage, Duration::from_millis(now_ms - then));
+        }
+    }
+
+    fn observe_detail_us(&self, e: &CallEvent, stage: Stage) {
+        if let Ok(us) = e.detail.parse::<u64>() {
+            self.metrics
+                .stage_seconds
+                .observe(stage, Duration::from_micros(us));
+        }
+    }
+
+    fn provider_error(&self, p: Option<Provider>, kind: ProviderErrorKind) {
+        if let Some(p) = p {
+            self.metrics.provider_errors.inc((p, kind));
+        }
+    }
+
+    /// The metrics one timeline event feeds.
+    fn derive(&self, e: &CallEvent) {
+        let m = &self.metrics;
+        match e.kind {
+            EventKind::TurnEnd => self.turn_end_ms.store(e.t_ms, Ordering::Relaxed),
+            EventKind::LlmRequest => {
+                m.turns.inc(self.carrier);
+                self.observe_since(&self.turn_end_ms, e.t_ms, Stage::SttFinalToBrainRequest);
+            }
+            EventKind::LlmFirstToken => self.observe_detail_us(e, Stage::BrainFirstToken),
+            EventKind::TtsFirstAudio => self.observe_detail_us(e, Stage::TtsFirstAudio),
+            EventKind::ReplyFirstFrame => {
+                self.observe_detail_us(e, Stage::TurnEndToReplyFirstFrame)
+            }
+            EventKind::SpeechStart => self.speech_start_ms.store(e.t_ms, Ordering::Relaxed),
+            EventKind::BargeInStop => {
+                self.observe_since(&self.speech_start_ms, e.t_ms, Stage::BargeInToClear)
+            }
+            EventKind::BargeInCommit => m.barge_ins.inc(BargeIn::Committed),
+            EventKind::BargeInResume => m.barge_ins.inc(BargeIn::Resumed),
+            EventKind::EchoIgnored => m.barge_ins.inc(BargeIn::Echo),
+            EventKind::SttError => self.provider_error(self.stt, ProviderErrorKind::SttSession),
+            EventKind::SttReopen => self.provider_error(self.stt, ProviderErrorKind::SttReopen),
+            EventKind::LlmError => self.provider_error(self.llm, ProviderErrorKind::LlmTurn),
+            EventKind::TtsError => self.provider_error(self.tts, ProviderErrorKind::TtsSynthesis),
+            _ => {}
+        }
+    }
+}
+
+impl CallLog for CallObserver {
+    fn event(&self, call_id: &str, event: &CallEvent) {
+        self.derive(event);
+        self.store.event(call_id, event);
+    }
+    fn turn(&self, call_id: &str, seq: usize, entry: &TranscriptEntry) {
+        self.store.turn(call_id, seq, entry);
+    }
+    fn answered(&self, call_id: &str) {
+        self.store.answered(call_id);
+    }
+    fn reply_latency(&self, call_id: &str, latency_us: u64) {
+        self.store.reply_latency(call_id, latency_us);
+    }
+    fn ended(&self, call_id: &str, reason: &EndReason) {
+        self.metrics
+            .calls_ended
+            .inc((self.carrier, Outcome::from(reason)));
+        self.store.ended(call_id, reason);
+    }
+    fn frame_dropped(&self, _call_id: &str, at: Dropped) {
+        self.metrics.frames_dropped.inc(match at {
+            Dropped::ToCarrier => FrameDrop::ToCarrier,
+            Dropped::ToStt => FrameDrop::ToStt,
+        });
+    }
+    fn usage(&self, call_id: &str, usage: &Usage) {
+        self.store.send(Write::Cost {
+            call_id: call_id.to_string(),
+            cost: self.prices.cost(usage),
+        });
+    }
+}

@@ -1,0 +1,149 @@
+//! The HTTP side of the operator's pages under `/v1` (rendered by `api::pages`): which
+//! request asks for a page — `GET /v1/calls/{id}/timeline` always, `GET /v1/calls` when the
+//! client prefers `text/html` (JSON clients keep the API) — and how a browser gets in. A
+//! browser cannot send the bearer header, so a page may be opened once with
+//! `?token=<api_token>`: the token is checked, exchanged for an `HttpOnly; SameSite=Strict`
+//! cookie holding an HMAC derived from it (never the token itself), and the browser is
+//! redirected (303) to the same page without the token. That cookie opens pages only, never
+//! the JSON API.
+
+use std::sync::Arc;
+
+use hyper::header::{HeaderMap, HeaderValue};
+use hyper::{Method, Response};
+
+use crate::api::auth::{page_cookie, page_cookie_ok, token_ok};
+use crate::api::pages;
+use crate::app::App;
+use crate::config::ServerConfig;
+use crate::net::http::{Body, respond};
+
+/// The page cookie's name.
+pub const COOKIE: &str = "patterd_page";
+
+/// Which page a request is for, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Page {
+    Calls,
+    Timeline(String),
+}
+
+/// The page a `/v1` request asks for: the timeline always; the call list when HTML is
+/// preferred over JSON (a browser), so JSON clients keep the API unchanged.
+pub fn page_for(method: &Method, path: &str, headers: &HeaderMap) -> Option<Page> {
+    if method != Method::GET {
+        return None;
+    }
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["calls", id, "timeline"] if !id.is_empty() => Some(Page::Timeline(id.to_string())),
+        ["calls"] if wants_html(headers) => Some(Page::Calls),
+        _ => None,
+    }
+}
+
+fn wants_html(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get(hyper::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let html = accept.find("text/html");
+    let json = accept.find("application/json");
+    match (html, json) {
+        (Some(h), Some(j)) => h < j,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+/// True when the request carries a valid page cookie.
+pub fn has_cookie(server: &ServerConfig, headers: &HeaderMap) -> bool {
+    headers
+        .get_all(hyper::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .any(|(k, v)| k == COOKIE && page_cookie_ok(server, v))
+}
+
+/// `?token=` on a page: with the right token, a 303 to the same page without it that sets the
+/// page cookie; `None` when the query has no token (or the wrong one: the caller then refuses
+/// as for any unauthenticated request).
+pub fn exchange_token(server: &ServerConfig, path: &str, query: &str) -> Option<Response<Body>> {
+    let token = form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())?;
+    if !token_ok(server, &token) {
+        return None;
+    }
+    let rest: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .filter(|(k, _)| k != "token")
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let mut location = path.to_string();
+    if !rest.is_empty() {
+        location.push('?');
+        location.push_str(
+            &form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(rest)
+                .finish(),
+        );
+    }
+    let secure = if server.public_url.starts_with("https://") {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie = format!(
+        "{COOKIE}={}; Path=/v1; HttpOnly; SameSite=Strict; Max-Age=43200{secure}",
+        page_cookie(server)
+    );
+    let mut r = respond(303, "text/plain; charset=utf-8", "see the page\n".into());
+    let h = r.headers_mut();
+    h.insert(
+        hyper::header::LOCATION,
+        HeaderValue::from_str(&location).ok()?,
+    );
+    h.insert(
+        hyper::header::SET_COOKIE,
+        HeaderValue::from_str(&cookie).ok()?,
+    );
+    h.insert(
+        hyper::header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    Some(r)
+}
+
+/// Renders `page`.
+pub async fn render(app: &Arc<App>, page: Page) -> Response<Body> {
+    let r = match page {
+        Page::Calls => pages::calls_html(app).await,
+        Page::Timeline(id) => pages::timeline_html(app, &id).await,
+    };
+    match r {
+        Ok(body) => html(200, &body),
+        Err(e) => html(e.status, &pages::error_html(&e)),
+    }
+}
+
+fn html(status: u16, body: &str) -> Response<Body> {
+    let mut r = respond(status, "text/html; charset=utf-8", body.to_string().into());
+    let h = r.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(
+        hyper::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    h.insert(
+        hyper::header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    r
+}
