@@ -1,7 +1,7 @@
 //! The command line (clap): `patterd --config FILE` (same as `patterd run --config FILE`) runs
 //! the daemon; `patterd check --config FILE` validates the configuration and prints it with
 //! secrets redacted; `patterd mcp --stdio` serves the MCP tools on stdin/stdout against the
-//! running daemon. The `--help` text is the short manual; nothing here touches sockets.
+//! running daemon; `patterd phone-link` prints a link to the browser phone. The `--help` text is the short manual; nothing here touches sockets.
 
 use std::path::PathBuf;
 
@@ -81,5 +81,18 @@ pub enum Command {
         /// The daemon's API token (server.api_token).
         #[arg(long, env = "PATTERD_API_TOKEN", hide_env_values = true)]
         token: Option<String>,
+    },
+    /// Print a short-lived, single-use link that opens the browser phone (/phone).
+    ///
+    /// The link is signed with a key derived from server.api_token (the daemon checks it
+    /// with the same key), expires after --ttl seconds and opens exactly one call. Without
+    /// an api_token the daemon is local-only: open http://127.0.0.1:PORT/phone instead.
+    PhoneLink {
+        /// The agent the link calls (default: the first [agents.*]).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Seconds until the link expires.
+        #[arg(long, default_value_t = 600)]
+        ttl: u64,
     },
 }

@@ -32,6 +32,33 @@ fn runtime(worker_threads: Option<usize>) -> Option<tokio::runtime::Runtime> {
     }
 }
 
+/// The `patterd phone-link` URL for `config`: `public_url` + `/phone?link=…`.
+fn phone_link(
+    config: &patterd::config::Config,
+    agent: Option<&str>,
+    ttl_s: u64,
+) -> Result<String, String> {
+    if let Some(a) = agent
+        && !config.agents.contains_key(a)
+    {
+        let names: Vec<&str> = config.agents.keys().map(String::as_str).collect();
+        return Err(format!(
+            "no agent named {a:?} in the configuration (configured: {})",
+            names.join(", ")
+        ));
+    }
+    let links = patterd::security::link::PhoneLinks::from_secret(config.server.api_token.expose())
+        .ok_or_else(|| {
+            "server.api_token is not set, so the daemon is local-only and needs no link: open \
+         /phone on this machine (e.g. http://127.0.0.1:8080/phone), or set server.api_token"
+                .to_string()
+        })?;
+    let expiry = patterd::security::link::unix_now().saturating_add(ttl_s);
+    let (link, _) = links.mint(agent, expiry);
+    let page = patterd::carrier::public_request_url(&config.server.public_url, "/phone", None);
+    Ok(format!("{page}?link={link}"))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
@@ -98,6 +125,18 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::PhoneLink { agent, ttl } => match load(cli.config.as_deref())
+            .and_then(|l| phone_link(&l.config, agent.as_deref(), ttl))
+        {
+            Ok(url) => {
+                println!("{url}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        },
         Command::Run => {
             let loaded = match load(cli.config.as_deref()) {
                 Ok(l) => l,
