@@ -12,3 +12,4 @@ mod mcp;
 mod outbound;
 mod outbound_caps;
 mod security;
+mod web;
