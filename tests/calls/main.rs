@@ -14,3 +14,4 @@ mod faults;
 mod flood;
 mod telnyx_plivo;
 mod twilio;
+mod web;
