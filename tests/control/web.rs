@@ -253,3 +253,41 @@ async fn a_browser_call_has_the_turns_of_a_phone_call() {
         .expect("JSON");
     assert_eq!(stored["carrier"], "web", "{stored}");
 }
+
+#[tokio::test]
+async fn phone_link_prints_a_link_the_daemon_accepts_once() {
+    let exe = env!("CARGO_BIN_EXE_patterd");
+    let config = format!("{}/config/patter.toml", env!("CARGO_MANIFEST_DIR"));
+    let run = |token: &str, extra: &[&str]| {
+        std::process::Command::new(exe)
+            .args(["phone-link", "--config", &config])
+            .args(extra)
+            .env_clear()
+            .env("PATTERD_API_TOKEN", token)
+            .output()
+            .expect("run patterd phone-link")
+    };
+    let out = run(API_TOKEN, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let link = url
+        .strip_prefix("http://127.0.0.1:8080/phone?link=")
+        .unwrap_or_else(|| panic!("unexpected URL {url}"));
+    // A daemon with the same api_token accepts it, once.
+    let stack = Stack::start(Opts::default()).await;
+    let q = format!("link={link}");
+    let _ws = open(&stack, &q, &[]).await.expect("the printed link opens");
+    refused_with(open(&stack, &q, &[]).await, 409);
+
+    // No api_token: no links (the daemon is local-only), and an unknown agent is named.
+    let none = run("", &[]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("local-only"));
+    let unknown = run(API_TOKEN, &["--agent", "nobody"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no agent named \"nobody\""));
+}
