@@ -82,6 +82,30 @@ pub enum Command {
         #[arg(long, env = "PATTERD_API_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+    /// One call through the whole pipeline with the configured providers and no carrier.
+    ///
+    /// The caller's audio is --say TEXT (spoken by the agent's own TTS) or --wav FILE (8 kHz
+    /// mono, 16-bit PCM or μ-law); it is sent after the greeting, the agent answers, and once
+    /// it has gone quiet the call ends. Prints the transcript and per-stage timings; --out
+    /// writes everything the agent said as a WAV (16-bit PCM, 8 kHz). The call is stored like
+    /// any other (carrier `web`, account `try`).
+    Try {
+        /// The agent to call (default: the first [agents.*]).
+        #[arg(long)]
+        agent: Option<String>,
+        /// What the caller says (synthesised by the agent's TTS).
+        #[arg(long, conflicts_with = "wav", required_unless_present = "wav")]
+        say: Option<String>,
+        /// A recording of the caller (8 kHz mono WAV).
+        #[arg(long)]
+        wav: Option<PathBuf>,
+        /// Where to write the agent's audio (WAV).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
     /// Print a short-lived, single-use link that opens the browser phone (/phone).
     ///
     /// The link is signed with a key derived from server.api_token (the daemon checks it

@@ -12,6 +12,7 @@ pub mod media;
 pub mod metrics;
 pub mod outbound;
 pub mod progress;
+pub mod trial;
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};

@@ -5,3 +5,4 @@
 
 pub mod g711;
 pub mod vad;
+pub mod wav;

@@ -291,3 +291,46 @@ async fn phone_link_prints_a_link_the_daemon_accepts_once() {
     assert_eq!(unknown.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no agent named \"nobody\""));
 }
+
+#[tokio::test]
+async fn patterd_try_runs_one_call_through_the_fakes() {
+    let fakes = crate::common::daemon::Fakes::start(Vec::new()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("patter.toml");
+    std::fs::write(&config, fakes.config_text()).expect("write config");
+    let out = dir.path().join("reply.wav");
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_patterd"))
+        .args(["try", "--config"])
+        .arg(&config)
+        .args(["--say", "Hello, is anyone there?", "--out"])
+        .arg(&out)
+        .env_clear()
+        .env("PATTERD_DATA_DIR", dir.path())
+        .output()
+        .await
+        .expect("run patterd try");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // The fake STT heard the synthesised caller, the fake brain answered.
+    assert!(stdout.contains("caller hello there"), "{stdout}");
+    assert!(stdout.contains("reply first audio"), "{stdout}");
+    assert!(stdout.contains("turn end"), "{stdout}");
+    // The WAV holds exactly the agent's audio the fake TTS produced (the first synthesis is
+    // the caller's own text), as 16-bit PCM.
+    let tts = fakes.el.record();
+    assert_eq!(tts.requests[0].text, "Hello, is anyone there?");
+    // The pacer sends whole 20 ms frames, the last one of each utterance padded with silence.
+    let agent_bytes: usize = tts.requests[1..]
+        .iter()
+        .map(|r| r.bytes_sent.div_ceil(160) * 160)
+        .sum();
+    let wav = std::fs::read(&out).expect("the WAV was written");
+    let samples = patterd::audio::wav::read_ulaw_8k(&wav)
+        .expect("8 kHz WAV")
+        .len();
+    assert_eq!(samples, agent_bytes, "WAV samples vs the TTS's audio");
+}
