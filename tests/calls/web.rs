@@ -54,10 +54,11 @@ fn caller_clip() -> Vec<u8> {
     wav(&s, rate)
 }
 
-/// A reply of several sentences, about 3.5 s of fake speech.
+/// A reply of several sentences, about 3.3 s of fake speech (longer than the 3 s loop).
 const LONG_REPLY: &str = "Thanks for trying the browser phone. This reply is long on purpose. \
     It keeps going so that you can interrupt it. When you speak over it, the page drops what \
-    it has queued. Then the agent listens again. And that is the whole test of barge in.";
+    it has queued. Then the agent listens again. It is longer than the microphone's loop, so \
+    the caller's next words always land on it. And that is the whole test of barge in.";
 
 #[tokio::test]
 async fn the_page_talks_plays_and_is_interrupted() {
