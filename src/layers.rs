@@ -21,8 +21,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "app",
         &[
-            "call", "store", "provider", "config", "carrier", "security", "net", "util",
+            "tools", "call", "store", "provider", "config", "carrier", "security", "net", "util",
         ],
+    ),
+    // Tools run on a call's behalf: actions through `call`, consults through `provider`.
+    (
+        "tools",
+        &["call", "provider", "config", "security", "net", "util"],
     ),
     // `call` reports through its own `CallLog` port; the store implements it.
     (
@@ -33,7 +38,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     ("store", &["call", "config", "carrier", "util"]),
     ("provider", &["config", "net", "util"]),
-    ("config", &["carrier", "util"]),
+    ("config", &["carrier", "net", "util"]),
     ("carrier", &["audio", "net", "security", "util"]),
     ("audio", &["util"]),
     ("net", &["util"]),

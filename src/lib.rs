@@ -20,6 +20,7 @@ pub mod provider;
 pub mod security;
 pub mod server;
 pub mod store;
+pub mod tools;
 pub mod util;
 
 #[cfg(test)]

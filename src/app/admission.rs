@@ -126,7 +126,9 @@ fn launch(app: &App, l: Launch<'_>) -> Result<(), Refusal> {
         attach_timeout: super::MEDIA_TOKEN_TTL,
         media_timeout: Duration::from_secs(30),
         log: Some(std::sync::Arc::new(app.store.tx.clone())),
+        tools: None,
     };
+    let setup = super::with_tools(app, setup);
     let record = NewCall {
         call_id: setup.call_id.clone(),
         carrier: carrier.into(),

@@ -28,7 +28,10 @@ use super::App;
 use super::metrics::Metrics;
 use crate::call::MediaAttach;
 use crate::carrier::port::{MediaSocket, TokenSource};
-use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, SharedCodec, StreamStart};
+use crate::carrier::{
+    ActionResult, CodecError, DtmfDelivery, MediaCodec, MediaCommand, MediaEvent, SharedCodec,
+    StreamStart,
+};
 use crate::net::http::{Body, text};
 use crate::security::token::TokenError;
 
@@ -44,6 +47,9 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bad frames tolerated in a row / in total before the call is ended.
 const MAX_BAD_IN_A_ROW: u32 = 50;
 const MAX_BAD_TOTAL: u32 = 500;
+
+/// Why a carrier action could not even be asked for.
+const NO_ACCOUNT: &str = "the call's carrier account is not configured for REST requests";
 
 /// WebSocket close codes we use.
 const CLOSE_NORMAL: u16 = 1000;
@@ -202,6 +208,8 @@ pub async fn serve(
 
     // 3. Attach to the actor and pump.
     let (ev_tx, ev_rx) = mpsc::channel::<MediaEvent>(64);
+    // The answers to carrier actions (transfer, DTMF) go to the actor on the same channel.
+    let action_tx = ev_tx.clone();
     let (cmd_tx, mut cmd_rx) = mpsc::channel::<MediaCommand>(512);
     let attach = MediaAttach {
         start: StreamStart { ..start },
@@ -285,6 +293,9 @@ pub async fn serve(
     async move {
         let mut hung_up = false;
         let mut refused = false;
+        // Set once the carrier accepted a transfer: the leg now belongs to the carrier's
+        // transfer, so the end of this stream must not hang it up.
+        let transferred = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let hang_up_leg = |why: &'static str| {
             if let Some(c) = &control {
                 let hang_up = c.hang_up(&account, &leg_id);
@@ -313,6 +324,55 @@ pub async fn serve(
                         hung_up = true;
                         hang_up_leg("the call ended");
                         break;
+                    }
+                    Some(MediaCommand::Transfer { id, request }) => {
+                        let request_fut = control
+                            .as_ref()
+                            .map(|c| c.transfer(&account, &leg_id, &request));
+                        let done = transferred.clone();
+                        let tx = action_tx.clone();
+                        tokio::spawn(
+                            async move {
+                                let result = match request_fut {
+                                    None => ActionResult::Failed(NO_ACCOUNT.into()),
+                                    Some(f) => match f.await {
+                                        Ok(()) => {
+                                            done.store(true, std::sync::atomic::Ordering::Release);
+                                            ActionResult::Done
+                                        }
+                                        Err(e) => {
+                                            warn!(error = %e, "carrier transfer request failed");
+                                            ActionResult::Failed(e.to_string())
+                                        }
+                                    },
+                                };
+                                let _ = tx.send(MediaEvent::ActionDone { id, result }).await;
+                            }
+                            .in_current_span(),
+                        );
+                    }
+                    Some(MediaCommand::SendDtmf { id, digits }) => {
+                        let request_fut = control
+                            .as_ref()
+                            .map(|c| c.send_dtmf(&account, &leg_id, &digits));
+                        let tx = action_tx.clone();
+                        tokio::spawn(
+                            async move {
+                                let result = match request_fut {
+                                    None => ActionResult::Failed(NO_ACCOUNT.into()),
+                                    Some(f) => match f.await {
+                                        Ok(DtmfDelivery::Sent) => ActionResult::Done,
+                                        Ok(DtmfDelivery::InBand) => ActionResult::InBand,
+                                        Err(e) => {
+                                            warn!(error = %e, "carrier DTMF request failed");
+                                            ActionResult::Failed(e.to_string())
+                                        }
+                                    },
+                                };
+                                let _ = tx.send(MediaEvent::ActionDone { id, result }).await;
+                            }
+                            .in_current_span(),
+                        );
                     }
                     Some(cmd) => {
                         if let Some(text) = encoder.encode(&cmd)
@@ -345,7 +405,9 @@ pub async fn serve(
                 .await;
         }
         reader.abort();
-        if refused {
+        if transferred.load(std::sync::atomic::Ordering::Acquire) {
+            info!("the call was transferred; its leg is the carrier's now");
+        } else if refused {
             warn!("the call's actor refused this media stream; the call goes on");
         } else if !hung_up && !caller_ended.load(std::sync::atomic::Ordering::Acquire) {
             warn!("media stream ended without a stop from the carrier; hanging up the call leg");

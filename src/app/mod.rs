@@ -14,6 +14,7 @@ pub mod outbound;
 pub mod progress;
 pub mod trial;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,8 @@ pub enum AppError {
     Providers(#[from] crate::provider::SetupError),
     #[error("{0}")]
     Store(#[from] StoreError),
+    #[error("tools: {0}")]
+    Tools(#[from] crate::tools::ToolSetupError),
     #[error(
         "the saved inbound overrides (store setting `{key}`) cannot be read: {source}; \
          fix or delete them with `sqlite3 {db} \"DELETE FROM settings WHERE key = '{key}'\"` \
@@ -64,6 +67,8 @@ pub struct App {
     pub config: Arc<Config>,
     pub carriers: Registry,
     pub providers: Providers,
+    /// Every agent's tools (built once; per-call runners come from them).
+    pub tools: BTreeMap<String, Arc<crate::tools::AgentTools>>,
     pub tokens: MediaTokens,
     pub calls: Arc<CallRegistry>,
     pub metrics: Metrics,
@@ -99,6 +104,7 @@ impl App {
         crate::util::init_tls();
         let providers = crate::provider::build_providers(&config).map_err(AppError::Providers)?;
         let carriers = Registry::from_config(&config.carriers);
+        let tools = crate::tools::build_all(&config.agents, &providers.llm)?;
         let store = Store::open(
             &config.server.data_dir,
             config.store.retention_days,
@@ -115,6 +121,7 @@ impl App {
         Ok(Arc::new(Self {
             carriers,
             providers,
+            tools,
             tokens: MediaTokens::new(MEDIA_TOKEN_TTL),
             calls: Arc::new(CallRegistry::new()),
             metrics: Metrics::default(),
@@ -228,6 +235,21 @@ impl Host for App {
     ) -> Response<Body> {
         media::accept(self, req, socket)
     }
+}
+
+/// Gives a call its agent's tools (none when the agent has none).
+pub(crate) fn with_tools(app: &App, mut setup: crate::call::CallSetup) -> crate::call::CallSetup {
+    let (caller, callee) = (setup.from.clone(), setup.to.clone());
+    setup.tools = app.tools.get(&setup.agent_name).and_then(|t| {
+        t.for_call(crate::tools::CallCtx {
+            call_id: setup.call_id.clone(),
+            caller,
+            callee,
+            agent: setup.agent_name.clone(),
+            calls: app.calls.clone(),
+        })
+    });
+    setup
 }
 
 #[cfg(test)]

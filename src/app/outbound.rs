@@ -357,7 +357,9 @@ async fn place_if(
             + ATTACH_MARGIN,
         media_timeout: Duration::from_secs(30),
         log: Some(std::sync::Arc::new(app.store.tx.clone())),
+        tools: None,
     };
+    let setup = super::with_tools(app, setup);
     if let Err(e) = actor::start(setup, app.calls.clone(), config.server.max_calls) {
         cancel_unanswered(app, &call.account, &id).await;
         app.outbound.remove(&id);

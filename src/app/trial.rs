@@ -15,7 +15,9 @@ use tokio::time::Instant;
 use super::App;
 use crate::call::{CallRecord, EventKind, MediaAttach};
 use crate::carrier::port::{Direct, Refusal};
-use crate::carrier::{CarrierKind, FRAME_BYTES, FRAME_MS, MediaCommand, MediaEvent, StreamStart};
+use crate::carrier::{
+    ActionResult, CarrierKind, FRAME_BYTES, FRAME_MS, MediaCommand, MediaEvent, StreamStart,
+};
 use crate::provider::TtsEvent;
 
 /// What the caller says.
@@ -172,6 +174,10 @@ pub async fn run(
                     let _ = ev_tx.send(MediaEvent::MarkPlayed(m)).await;
                 }
                 Some(MediaCommand::Clear) => {}
+                Some(MediaCommand::Transfer { id, .. } | MediaCommand::SendDtmf { id, .. }) => {
+                    let result = ActionResult::Failed("patterd try has no carrier".into());
+                    let _ = ev_tx.send(MediaEvent::ActionDone { id, result }).await;
+                }
                 Some(MediaCommand::HangUp) | None => break,
             },
             r = changes.changed() => {

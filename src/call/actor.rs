@@ -6,11 +6,12 @@
 //! reopen), the pacer, call timeouts and the final record. It never blocks: every wait is a
 //! branch of the select, every send to a peer a `try_send` on a bounded channel.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -22,7 +23,7 @@ use super::speech::Speech;
 use super::transcript::{CallEvent, CallRecord};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
 use crate::audio::vad::{Vad, VadConfig};
-use crate::carrier::{MediaCommand, MediaEvent};
+use crate::carrier::{ActionResult, MediaCommand, MediaEvent, TransferRequest};
 use crate::provider::{ChatTurn, LlmEvent, LlmStream, SttContext, SttEvent, SttInput, SttStream};
 use crate::security::mask_number;
 
@@ -67,6 +68,11 @@ struct Actor {
     events: Vec<CallEvent>,
     frames_dropped: u64,
     stt_frames_dropped: u64,
+    /// Who asked for each agent action in progress (by the policy's action id).
+    replies: HashMap<u64, oneshot::Sender<ActionOutcome>>,
+    next_act: u64,
+    /// Policy inputs produced while carrying out actions, fed in before the next event.
+    deferred: Vec<Input>,
 }
 
 /// Receives from an optional channel; pending forever when there is none.
@@ -120,6 +126,9 @@ impl Actor {
             events: Vec::new(),
             frames_dropped: 0,
             stt_frames_dropped: 0,
+            replies: HashMap::new(),
+            next_act: 0,
+            deferred: Vec::new(),
             setup,
         }
     }
@@ -161,6 +170,16 @@ impl Actor {
     /// Feeds the policy one input and carries out what it decides. Returns a reason to end
     /// the call when the policy hung up.
     fn step(&mut self, input: Input) -> Option<EndReason> {
+        let mut end = self.step_one(input);
+        // Inputs that carrying out the actions produced (a carrier action that failed at once).
+        while end.is_none() && !self.deferred.is_empty() {
+            let input = self.deferred.remove(0);
+            end = self.step_one(input);
+        }
+        end
+    }
+
+    fn step_one(&mut self, input: Input) -> Option<EndReason> {
         let actions = self.policy.handle(input, Instant::now(), &mut self.speech);
         let mut end = None;
         for action in actions {
@@ -180,6 +199,7 @@ impl Actor {
                         caller: Some(self.setup.remote_party().to_string()),
                         system_prompt: self.setup.agent.system_prompt.clone(),
                         history,
+                        tools: self.setup.tools.clone(),
                     }));
                 }
                 Action::CancelBrain => self.llm = None,
@@ -193,6 +213,23 @@ impl Actor {
                 Action::HangUp(reason) => {
                     self.send(MediaCommand::HangUp);
                     end = Some(reason);
+                }
+                Action::End(reason) => end = Some(reason),
+                Action::Reply { id, outcome } => {
+                    if let Some(reply) = self.replies.remove(&id) {
+                        let _ = reply.send(outcome);
+                    }
+                }
+                Action::Transfer { id, to } => {
+                    info!(to = %mask_number(&to), "asking the carrier to transfer the call");
+                    let request = TransferRequest {
+                        to,
+                        caller_id: self.our_number().to_string(),
+                    };
+                    self.carrier_action(id, MediaCommand::Transfer { id, request });
+                }
+                Action::SendDtmf { id, digits } => {
+                    self.carrier_action(id, MediaCommand::SendDtmf { id, digits });
                 }
             }
         }
@@ -292,6 +329,29 @@ impl Actor {
         }
     }
 
+    /// Our number on this call (the one the caller dialled, or the one we call from).
+    fn our_number(&self) -> &str {
+        if self.setup.outbound {
+            &self.setup.from
+        } else {
+            &self.setup.to
+        }
+    }
+
+    /// Hands an action to the media pump; a command that cannot be queued fails at once.
+    fn carrier_action(&mut self, id: u64, cmd: MediaCommand) {
+        let queued = self
+            .media_tx
+            .as_ref()
+            .is_some_and(|tx| tx.try_send(cmd).is_ok());
+        if !queued {
+            self.deferred.push(Input::ActionDone {
+                id,
+                result: ActionResult::Failed("the call's media stream is not available".into()),
+            });
+        }
+    }
+
     fn send(&mut self, cmd: MediaCommand) {
         if let Some(tx) = &self.media_tx
             && tx.try_send(cmd).is_err()
@@ -313,11 +373,16 @@ impl Actor {
                 let _ = tx.send(self.record(&EndReason::InProgress));
             }
             CallMsg::Act { action, reply } => {
-                // Carried out by the agent-actions work (issue 12); until then, refused.
-                let _ = action;
-                let _ = reply.send(ActionOutcome::Refused {
-                    reason: "this call cannot do that yet".into(),
-                });
+                if self.media_tx.is_none() {
+                    let _ = reply.send(ActionOutcome::Refused {
+                        reason: "the call has not been answered yet".into(),
+                    });
+                    return None;
+                }
+                self.next_act += 1;
+                let id = self.next_act;
+                self.replies.insert(id, reply);
+                return self.step(Input::Act { id, action });
             }
         }
         None
@@ -360,10 +425,13 @@ impl Actor {
                 ended
             }
             MediaEvent::Dtmf(d) => self.step(Input::Dtmf(d)),
+            MediaEvent::ActionDone { id, result } => self.step(Input::ActionDone { id, result }),
             MediaEvent::MarkPlayed(name) => self.step(Input::Mark(name)),
             MediaEvent::Stop => {
                 self.event(EventKind::CarrierStop, "");
-                Some(EndReason::CallerHungUp)
+                // A transfer ends the stream (Twilio, Plivo) before or after its REST answer.
+                self.step(Input::StreamStopped)
+                    .or(Some(EndReason::CallerHungUp))
             }
         }
     }
@@ -475,7 +543,7 @@ impl Actor {
         if self.answered.is_some() {
             (0..self.policy.transcript().len()).for_each(|i| self.persist(i));
         }
-        self.event(EventKind::CallEnd, reason.to_string());
+        self.event(EventKind::CallEnd, reason.log_text());
         if let Some(store) = &self.setup.log {
             store.ended(&self.setup.call_id, &reason);
         }
@@ -486,7 +554,7 @@ impl Actor {
         info!(
             from = %mask_number(&self.setup.from),
             to = %mask_number(&self.setup.to),
-            reason = %reason,
+            reason = %reason.log_text(),
             duration_s = format!("{duration:.1}"),
             turns = self.policy.turns(),
             transcript_entries = self.policy.transcript().len(),

@@ -58,6 +58,14 @@ pub enum EventKind {
     LlmError,
     /// The brain reported tool progress (detail: the tool's label).
     ToolProgress,
+    /// The in-call model called a tool (detail: JSON `turn`, `id`, `name`, `arguments`).
+    ToolCall,
+    /// A tool finished (detail: JSON `turn`, `id`, `name`, `ok`, `content` — what the model
+    /// was told).
+    ToolResult,
+    /// The first frame of the reply after a tool result went out (detail: µs since the
+    /// model's tool call arrived).
+    ToolReplyFirstFrame,
     /// A sentence of the agent's reply was heard by the caller (detail: the sentence).
     Heard,
     /// The agent's reply was cut short (detail: `clear` when audio had to be dropped).
@@ -82,11 +90,24 @@ pub enum EventKind {
     HangUp,
     /// The call ended (detail: the [`EndReason`]).
     CallEnd,
+    /// The agent asked to end the call (detail: its reason); the current sentence finishes.
+    EndCall,
+    /// A transfer was allowed: the handoff line plays, then the carrier is asked (detail: the
+    /// destination, masked).
+    TransferStart,
+    /// The carrier accepted the transfer (detail: the destination, masked).
+    Transferred,
+    /// The carrier refused or failed the transfer (detail: why); the call goes on.
+    TransferFailed,
+    /// The agent sent DTMF (detail: the digits and how: `command`, `in_band` or `failed`).
+    DtmfOut,
+    /// An action was refused by policy before reaching the carrier (detail: action: why).
+    ActionRefused,
 }
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 35] = [
+    pub const ALL: [EventKind; 44] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -110,6 +131,9 @@ impl EventKind {
         EventKind::LlmDone,
         EventKind::LlmError,
         EventKind::ToolProgress,
+        EventKind::ToolCall,
+        EventKind::ToolResult,
+        EventKind::ToolReplyFirstFrame,
         EventKind::Heard,
         EventKind::Interrupted,
         EventKind::Filler,
@@ -122,6 +146,12 @@ impl EventKind {
         EventKind::IdleHangUp,
         EventKind::HangUp,
         EventKind::CallEnd,
+        EventKind::EndCall,
+        EventKind::TransferStart,
+        EventKind::Transferred,
+        EventKind::TransferFailed,
+        EventKind::DtmfOut,
+        EventKind::ActionRefused,
     ];
 
     /// The stored and served name (snake_case).
@@ -150,6 +180,9 @@ impl EventKind {
             EventKind::LlmDone => "llm_done",
             EventKind::LlmError => "llm_error",
             EventKind::ToolProgress => "tool_progress",
+            EventKind::ToolCall => "tool_call",
+            EventKind::ToolResult => "tool_result",
+            EventKind::ToolReplyFirstFrame => "tool_reply_first_frame",
             EventKind::Heard => "heard",
             EventKind::Interrupted => "interrupted",
             EventKind::Filler => "filler",
@@ -162,6 +195,12 @@ impl EventKind {
             EventKind::IdleHangUp => "idle_hang_up",
             EventKind::HangUp => "hang_up",
             EventKind::CallEnd => "call_end",
+            EventKind::EndCall => "end_call",
+            EventKind::TransferStart => "transfer_start",
+            EventKind::Transferred => "transferred",
+            EventKind::TransferFailed => "transfer_failed",
+            EventKind::DtmfOut => "dtmf_out",
+            EventKind::ActionRefused => "action_refused",
         }
     }
 
@@ -210,6 +249,8 @@ pub enum EndReason {
     HungUp(String),
     /// Every handle to the call was dropped (the daemon is going away).
     HandlesDropped,
+    /// The agent transferred the caller to this number (E.164) and the carrier accepted it.
+    Transferred(String),
 }
 
 impl EndReason {
@@ -226,7 +267,18 @@ impl EndReason {
             EndReason::CallerSilent => "caller silent",
             EndReason::HandlesDropped => "handles dropped",
             EndReason::HungUp(why) => return Cow::Owned(format!("hung up: {why}")),
+            EndReason::Transferred(to) => return Cow::Owned(format!("transferred to {to}")),
         })
+    }
+
+    /// The text for a log line: like [`EndReason::text`] with phone numbers masked.
+    pub fn log_text(&self) -> std::borrow::Cow<'static, str> {
+        match self {
+            EndReason::Transferred(to) => {
+                format!("transferred to {}", crate::security::mask_number(to)).into()
+            }
+            other => other.text(),
+        }
     }
 }
 

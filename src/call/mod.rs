@@ -53,6 +53,8 @@ pub struct CallSetup {
     pub media_timeout: Duration,
     /// Where turns and events are persisted as the call goes (never waited on).
     pub log: Option<std::sync::Arc<dyn log::CallLog>>,
+    /// The tools this call's brain may use (built per call by the composition root).
+    pub tools: Option<crate::provider::Tools>,
 }
 
 impl CallSetup {

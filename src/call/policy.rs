@@ -14,18 +14,23 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::action::{ActionOutcome, CallAction};
 use super::event::{EndReason, EventKind};
 use super::speech::{Speech, UttKind};
 use super::transcript::{Speaker, TranscriptEntry};
 use super::turn::{Decision, Endpointer, TurnEnd, Words};
 use crate::audio::vad::VadEvent;
+use crate::carrier::ActionResult;
 use crate::config::AgentConfig;
 use crate::provider::chunker::SentenceChunker;
 use crate::provider::{ChatMessage, LlmEvent, Role};
 
+mod acts;
 mod speaking;
 #[cfg(test)]
 mod tests;
+
+pub use acts::TRANSFER_WAIT;
 
 /// Longest wait for the idle goodbye to play before hanging up anyway.
 pub const GOODBYE_GRACE: Duration = Duration::from_secs(15);
@@ -87,6 +92,13 @@ pub enum Input {
     Dtmf(char),
     /// Speak this text (a handle's `say`).
     Say(String),
+    /// An agent action (tool, MCP, REST) numbered `id`; answered by [`Action::Reply`].
+    Act { id: u64, action: CallAction },
+    /// The carrier's answer to [`Action::Transfer`] / [`Action::SendDtmf`] number `id`.
+    ActionDone { id: u64, result: ActionResult },
+    /// The carrier ended the media stream (the actor ends the call; a transfer in flight
+    /// takes it as the carrier carrying the transfer out).
+    StreamStopped,
     /// A time returned by [`Policy::deadline`] has come.
     Timer,
     /// Something else changed (synthesis, pacing, any event): release a held turn whose
@@ -117,6 +129,15 @@ pub enum Action {
     ReplyLatency(u64),
     /// Hang up and end the call for this reason.
     HangUp(EndReason),
+    /// End the call for this reason without hanging up (the carrier carries the caller on,
+    /// e.g. after a transfer).
+    End(EndReason),
+    /// Tell whoever asked for action `id` what came of it.
+    Reply { id: u64, outcome: ActionOutcome },
+    /// Ask the carrier to cold-transfer the call to `to` (E.164, allowed).
+    Transfer { id: u64, to: String },
+    /// Ask the carrier to send these (checked) DTMF digits.
+    SendDtmf { id: u64, digits: String },
 }
 
 /// The reply to one caller turn.
@@ -130,6 +151,17 @@ struct Turn {
     /// Transcript entry of the agent's reply, created with its first sentence.
     entry: Option<usize>,
     reply_text: String,
+    /// Tool calling: when the model's latest tool call arrived, whether a tool result is
+    /// waiting for the reply's next sentence, and that sentence's utterance.
+    tools: TurnTools,
+}
+
+/// A turn's tool-call bookkeeping (for the `tool_reply_first_frame` latency).
+#[derive(Debug, Default)]
+struct TurnTools {
+    called_at: Option<Instant>,
+    result_in: bool,
+    reply_utt: Option<u64>,
 }
 
 /// How to treat a caller turn that ends while the agent is busy.
@@ -172,6 +204,10 @@ pub struct Policy {
     /// For a brain that keeps its own history: what to tell it about the last interruption.
     brain_note: Option<String>,
     greeting_sent: bool,
+    /// What the goodbye phase ends in (none: the idle goodbye's hang-up).
+    closing: Option<acts::Closing>,
+    /// A DTMF action waiting for the carrier.
+    dtmf_pending: Option<(u64, String)>,
     out: Vec<Action>,
 }
 
@@ -205,6 +241,8 @@ impl Policy {
             transcript: Vec::new(),
             brain_note: None,
             greeting_sent: false,
+            closing: None,
+            dtmf_pending: None,
             out: Vec::new(),
         }
     }
@@ -298,6 +336,13 @@ impl Policy {
                 );
             }
             Input::Say(text) => self.enqueue(UttKind::Say, &text, now, mouth),
+            Input::Act { id, action } => self.act(id, action, now, mouth),
+            Input::ActionDone { id, result } => self.action_done(id, result, now, mouth),
+            Input::StreamStopped => {
+                if let Some(id) = self.transfer_requested() {
+                    self.action_done(id, ActionResult::Done, now, mouth);
+                }
+            }
             Input::Timer => self.on_timer(now, mouth),
             Input::Settle => self.settle(now, mouth),
         }
@@ -381,6 +426,9 @@ impl Policy {
             return;
         }
         if mouth.current_kind() == Some(UttKind::Greeting) && !agent.greeting_interruptible {
+            return;
+        }
+        if mouth.current_kind() == Some(UttKind::Dtmf) {
             return;
         }
         let confirm = Duration::from_millis(agent.barge_in_confirm_ms);
@@ -490,11 +538,12 @@ impl Policy {
         {
             self.caller_turn(text, reason, now, mouth);
         }
-        if let Phase::Goodbye { until } = self.phase
-            && (!mouth.is_speaking() || now >= until)
-        {
-            self.event(EventKind::IdleHangUp, "");
-            self.out.push(Action::HangUp(EndReason::CallerSilent));
+        if let Phase::Goodbye { until } = self.phase {
+            // A transfer the carrier was asked for waits for its answer (or the deadline).
+            let waiting = self.transfer_requested().is_some();
+            if now >= until || (!waiting && !mouth.is_speaking()) {
+                self.close(now, mouth);
+            }
         }
     }
 
@@ -539,6 +588,11 @@ impl Policy {
     /// The caller finished a turn (`reason` says how we knew). Backchannels and echo over a
     /// busy agent are dropped; otherwise the agent is cut (if allowed) and the brain asked.
     fn caller_turn(&mut self, text: String, reason: TurnEnd, now: Instant, mouth: &mut Speech) {
+        if self.closing.is_some() {
+            // The call is being ended or transferred: nothing the caller says changes that.
+            self.event(EventKind::TurnHeld, "closing");
+            return;
+        }
         let dtmf = reason == TurnEnd::Dtmf;
         let overlap = self.overlap(mouth);
         let barge = matches!(self.phase, Phase::BargeIn { .. });
@@ -609,6 +663,7 @@ impl Policy {
             filler_done: false,
             entry: None,
             reply_text: String::new(),
+            tools: TurnTools::default(),
         });
         self.event(EventKind::LlmRequest, self.turns.to_string());
     }

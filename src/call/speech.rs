@@ -41,6 +41,8 @@ pub enum UttKind {
     Say,
     /// An idle-caller nudge or the idle goodbye.
     Idle,
+    /// In-band DTMF tones the agent sends (never interrupted by caller speech).
+    Dtmf,
 }
 
 /// One piece of text on its way to the caller.
@@ -153,6 +155,30 @@ impl Speech {
             sent_audio: BytesMut::new(),
         });
         id
+    }
+
+    /// Queues ready-made μ-law audio (no synthesis), e.g. DTMF tones. Returns the utterance id.
+    pub fn push_audio(&mut self, kind: UttKind, text: String, entry: usize, audio: &[u8]) -> u64 {
+        let id = self.push(kind, text, entry, None);
+        if let Some(u) = self.queue.back_mut() {
+            u.started = true;
+            u.synth_done = true;
+            u.buf.extend_from_slice(audio);
+        }
+        id
+    }
+
+    /// Keeps only what the caller is hearing now: the first utterance awaiting its mark, or
+    /// when none is, the next one queued. Everything after it is dropped (synthesis
+    /// cancelled); audio of it already at the carrier plays on until the call is hung up or
+    /// the carrier is told to `clear`.
+    pub fn keep_current(&mut self) {
+        if self.awaiting_mark.is_empty() {
+            self.queue.truncate(1);
+        } else {
+            self.awaiting_mark.truncate(1);
+            self.queue.clear();
+        }
     }
 
     /// Like [`Speech::push`] but before everything that has not started playing yet.

@@ -175,6 +175,42 @@ pub enum MediaEvent {
     MarkPlayed(String),
     /// The stream ended (caller hung up or the carrier stopped it).
     Stop,
+    /// What the carrier made of a [`MediaCommand::Transfer`] or [`MediaCommand::SendDtmf`]
+    /// (reported by the media pump, which made the request).
+    ActionDone {
+        id: u64,
+        result: ActionResult,
+    },
+}
+
+/// The carrier's answer to an action the media pump carried out for the actor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionResult {
+    /// The carrier accepted it.
+    Done,
+    /// The carrier has no command for this while streaming: send the DTMF as in-band tones
+    /// on the media stream.
+    InBand,
+    /// The carrier refused or could not be reached (the message says why).
+    Failed(String),
+}
+
+/// A cold transfer of a live call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferRequest {
+    /// Where to (E.164, already allowed by the agent's policy).
+    pub to: String,
+    /// The caller id shown to `to` (our number on this call).
+    pub caller_id: String,
+}
+
+/// How a carrier delivers DTMF on a live, streaming call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DtmfDelivery {
+    /// The carrier's own command sent the digits.
+    Sent,
+    /// The carrier has no such command while streaming: send in-band tones on the stream.
+    InBand,
 }
 
 /// Something the call actor wants the carrier to do.
@@ -188,6 +224,12 @@ pub enum MediaCommand {
     Clear,
     /// End the call (REST hang-up, then close the media socket).
     HangUp,
+    /// Cold-transfer the call through the carrier's REST API; the answer comes back as
+    /// [`MediaEvent::ActionDone`] with this `id`.
+    Transfer { id: u64, request: TransferRequest },
+    /// Send DTMF digits with the carrier's own command (or learn that they must go in-band);
+    /// the answer comes back as [`MediaEvent::ActionDone`] with this `id`.
+    SendDtmf { id: u64, digits: String },
 }
 
 /// A frame the codec refused, with why. Counted and logged by the media socket; never fatal on

@@ -14,7 +14,7 @@ use hyper::{Method, Request, Response};
 
 use super::outbound::{Outbound, PlaceCall, PlaceError};
 use super::port::Host;
-use super::{CarrierConfig, CarrierError, CarrierKind};
+use super::{CarrierConfig, CarrierError, CarrierKind, DtmfDelivery, TransferRequest};
 use crate::net::http::Body;
 
 /// A boxed, sendable future.
@@ -170,24 +170,27 @@ pub trait Carrier: Send + Sync + 'static {
         None
     }
 
-    /// Transfers a live call to `to` (not supported yet by any carrier).
+    /// Cold-transfers a live, streaming call leg (docs: carrier-actions §1). Unsupported
+    /// unless the carrier implements it.
     fn transfer(
         &self,
         _account: &str,
         _leg_id: &str,
-        _to: &str,
+        _request: &TransferRequest,
     ) -> BoxFuture<Result<(), CarrierError>> {
         unsupported(self.kind(), "be transferred")
     }
 
-    /// Sends DTMF `digits` on a live call (not supported yet by any carrier).
+    /// Sends DTMF `digits` (`0-9*#A-D`, already checked) on a live, streaming call leg with
+    /// the carrier's own command, or answers [`DtmfDelivery::InBand`] when the carrier has
+    /// none (the default): the caller then sends tones on the media stream.
     fn send_dtmf(
         &self,
         _account: &str,
         _leg_id: &str,
         _digits: &str,
-    ) -> BoxFuture<Result<(), CarrierError>> {
-        unsupported(self.kind(), "send DTMF")
+    ) -> BoxFuture<Result<DtmfDelivery, CarrierError>> {
+        Box::pin(std::future::ready(Ok(DtmfDelivery::InBand)))
     }
 }
 

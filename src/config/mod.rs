@@ -7,12 +7,14 @@
 mod error;
 pub mod schema;
 mod source;
+pub mod tools;
 pub mod validate;
 
 pub use crate::util::phone::{is_e164, is_e164_prefix, normalize_e164};
 pub use error::{ConfigError, Problem};
 pub use schema::*;
 pub use source::{ENV_PREFIX, ENV_SEPARATOR, SubstError, substitute};
+pub use tools::{BuiltinTool, ConsultConfig, WebhookToolConfig};
 
 use std::path::Path;
 

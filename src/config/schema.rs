@@ -400,6 +400,67 @@ pub struct AgentConfig {
     /// Spoken before hanging up on a silent caller.
     #[serde(default = "default_idle_goodbye_message")]
     pub idle_goodbye_message: String,
+
+    // Actions on the call (docs/configuration.md, "Agent actions").
+    /// Numbers (E.164) or prefixes (`+` then digits) the agent may transfer a call to; empty
+    /// means transfers are refused.
+    #[serde(default)]
+    pub transfer_allowed: Vec<String>,
+    /// Spoken to the caller before a transfer is handed to the carrier.
+    #[serde(default = "default_transfer_message")]
+    pub transfer_message: String,
+
+    // Tools (docs/agents.md; the types are in `config::tools`).
+    /// Built-in tools the model may call (`end_call`, `transfer_call`, `send_dtmf`).
+    #[serde(default)]
+    pub tools: Vec<super::tools::BuiltinTool>,
+    /// Tool rounds per caller turn before the model must answer in words.
+    #[serde(default = "super::tools::default_max_tool_rounds")]
+    pub max_tool_rounds: u32,
+    /// `[agents.X.consult]`: hand hard requests to a back-office agent.
+    #[serde(default)]
+    pub consult: Option<super::tools::ConsultConfig>,
+    /// `[[agents.X.webhook_tools]]`: tools served over HTTP.
+    #[serde(default)]
+    pub webhook_tools: Vec<super::tools::WebhookToolConfig>,
+}
+
+impl AgentConfig {
+    /// Whether this agent may transfer a call to `to` (any spelling): only numbers matching a
+    /// `transfer_allowed` entry after E.164 normalisation; none when the list is empty.
+    /// Returns the normalised number.
+    pub fn transfer_target(&self, to: &str) -> Result<String, TransferRefusal> {
+        if self.transfer_allowed.is_empty() {
+            return Err(TransferRefusal::NoTransfers);
+        }
+        let Some(number) = normalize_e164(to) else {
+            return Err(TransferRefusal::NotANumber);
+        };
+        if self
+            .transfer_allowed
+            .iter()
+            .any(|prefix| number.starts_with(prefix.as_str()))
+        {
+            Ok(number)
+        } else {
+            Err(TransferRefusal::NotAllowed)
+        }
+    }
+}
+
+/// Why [`AgentConfig::transfer_target`] refused a destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TransferRefusal {
+    #[error("this agent may not transfer calls (its transfer_allowed list is empty)")]
+    NoTransfers,
+    #[error("that is not a phone number; give the full international number, e.g. +14155551234")]
+    NotANumber,
+    #[error("that number is not one this agent may transfer to (transfer_allowed)")]
+    NotAllowed,
+}
+
+fn default_transfer_message() -> String {
+    "Please hold while I transfer your call.".into()
 }
 
 fn default_vad_threshold() -> f64 {

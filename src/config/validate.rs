@@ -261,6 +261,17 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             );
         }
         c.at_least_one(&["agents", name, "max_duration_s"], agent.max_duration_s);
+        for (j, dest) in agent.transfer_allowed.iter().enumerate() {
+            if !is_e164_prefix(dest) {
+                c.fail(
+                    &["agents", name, "transfer_allowed", &j.to_string()],
+                    format!(
+                        "[agents.{name}] transfer_allowed contains {dest:?}, which is not an E.164 \
+                         number or prefix (+ then 1 to 15 digits, e.g. +1555 or +15550001234)"
+                    ),
+                );
+            }
+        }
         let vad = agent.vad_threshold;
         if !(vad.is_finite() && vad > 0.0 && vad < 1.0) {
             c.fail(
@@ -320,6 +331,14 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
                     "[agents.{name}] idle_nudge_after_s = {idle} must be 0 (off) or more seconds"
                 ),
             );
+        }
+    }
+
+    // Tool keys (config::tools).
+    for (name, agent) in &config.agents {
+        for (keys, message) in super::tools::problems(name, agent, &config.llm) {
+            let parts: Vec<&str> = keys.iter().map(String::as_str).collect();
+            c.fail(&parts, message);
         }
     }
 

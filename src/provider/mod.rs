@@ -10,6 +10,7 @@ pub mod elevenlabs;
 pub mod error;
 pub mod openai;
 pub mod sse;
+pub mod tools;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use crate::config::schema::{AgentConfig, Config, LlmKind, SttKind, TtsKind};
 use crate::util::TaskGuard;
 
 pub use error::{LlmError, SetupError, TtsError};
+pub use tools::{ToolCall, ToolFuture, ToolOutput, ToolRunner, ToolSpec, Tools};
 
 // ---------------------------------------------------------------- speech to text
 
@@ -135,6 +137,9 @@ pub struct ChatTurn {
     /// The conversation so far, ending with the new caller message. A stateless brain gets it
     /// all; Hermes keeps its own transcript and gets only the last message.
     pub history: Vec<ChatMessage>,
+    /// The tools the model may call this turn (never sent to kind `hermes`, which runs its
+    /// own); `None` for none.
+    pub tools: Option<Tools>,
 }
 
 /// What a streamed chat turn reports.
@@ -144,6 +149,18 @@ pub enum LlmEvent {
     Delta(String),
     /// The brain is running a tool (Hermes `hermes.tool.progress`); never spoken as such.
     ToolProgress(String),
+    /// The model called a tool (about to run).
+    ToolCall(ToolCall),
+    /// A tool finished; `content` is what the model is told.
+    ToolResult {
+        id: String,
+        name: String,
+        ok: bool,
+        content: String,
+    },
+    /// A line to speak now, outside the model's reply text (a consult's reassurance or
+    /// fallback line).
+    Say(String),
     /// The reply is complete.
     Done,
     /// The turn failed; nothing from the error is ever spoken.

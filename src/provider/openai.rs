@@ -11,6 +11,16 @@
 //! after a tool round) is dropped. `finish_reason:"error"`, an `error` object or a failed
 //! `hermes` object end the turn with [`LlmEvent::Error`] and their text is never a delta.
 //! Deadlines: connect, first token (a delta or tool progress) and the whole turn.
+//!
+//! Tool calling (providers.md §7.4, kind `openai_compatible` only — Hermes runs its own tools
+//! and is sent none): the turn's [`Tools`] go out as `tools`; streamed `delta.tool_calls` are
+//! accumulated by index; when the response ends with calls, each is run through the turn's
+//! [`super::ToolRunner`] (reported as [`LlmEvent::ToolCall`] / [`LlmEvent::ToolResult`], with
+//! a runner's announcement or fallback line as [`LlmEvent::Say`]), the assistant message with
+//! its `tool_calls` and one `role: tool` message per call are appended, and the request is sent
+//! again — at most `max_rounds` times per caller turn; the request after the last round offers
+//! no tools, so the model has to answer in words. Deadlines apply per request; a tool's own
+//! time is bounded by the tool.
 
 use std::time::Duration;
 
@@ -20,7 +30,8 @@ use tokio::time::Instant;
 
 use super::error::{LlmError, SetupError};
 use super::sse::{SseEvent, SseParser};
-use super::{ChatMessage, ChatTurn, LlmEvent, LlmProvider, LlmStream, Role};
+use super::tools::ToolCallAccumulator;
+use super::{ChatMessage, ChatTurn, LlmEvent, LlmProvider, LlmStream, Role, ToolCall, Tools};
 use crate::config::schema::{LlmConfig, LlmKind, SessionKeyFrom};
 use crate::util::TaskGuard;
 
@@ -54,6 +65,16 @@ impl OpenAiChat {
 
     fn is_hermes(&self) -> bool {
         self.cfg.kind == LlmKind::Hermes
+    }
+
+    /// The turn's tools if this brain is offered any (never Hermes; never an empty list).
+    fn offered_tools(&self, turn: &ChatTurn) -> Option<Tools> {
+        if self.is_hermes() {
+            return None;
+        }
+        turn.tools
+            .clone()
+            .filter(|t| t.0.max_rounds() > 0 && !t.0.specs().is_empty())
     }
 
     /// The request headers and body for one turn.
@@ -103,6 +124,10 @@ impl OpenAiChat {
         if let Some(m) = self.cfg.max_tokens {
             body["max_tokens"] = json!(m);
         }
+        if let Some(tools) = self.offered_tools(turn) {
+            let specs: Vec<Value> = tools.0.specs().iter().map(|t| t.to_json()).collect();
+            body["tools"] = Value::Array(specs);
+        }
         (headers, body)
     }
 }
@@ -137,19 +162,20 @@ impl LlmProvider for OpenAiChat {
     fn stream(&self, turn: ChatTurn) -> LlmStream {
         let (tx, rx) = mpsc::channel(64);
         let (headers, body) = self.build_request(&turn);
-        let req = headers
-            .iter()
-            .fold(self.client.post(&self.url).json(&body), |r, (k, v)| {
-                r.header(k, v)
-            });
+        let tools = self.offered_tools(&turn);
+        let client = self.client.clone();
+        let url = self.url.clone();
         let first = Duration::from_secs(self.cfg.first_token_timeout_s.max(1));
         let total = Duration::from_secs(self.cfg.effective_timeout_s().max(1));
         let task = tokio::spawn(async move {
-            let result = tokio::time::timeout(total, run(req, first, &tx)).await;
-            let last = match result {
-                Ok(Ok(())) => LlmEvent::Done,
-                Ok(Err(e)) => LlmEvent::Error(e.to_string()),
-                Err(_) => LlmEvent::Error(LlmError::NoCompleteReply(total).to_string()),
+            let request = |body: &Value| {
+                headers
+                    .iter()
+                    .fold(client.post(&url).json(body), |r, (k, v)| r.header(k, v))
+            };
+            let last = match rounds(request, body, tools, first, total, &tx).await {
+                Ok(()) => LlmEvent::Done,
+                Err(e) => LlmEvent::Error(e.to_string()),
             };
             if let LlmEvent::Error(e) = &last {
                 tracing::warn!(error = %e, "chat turn failed");
@@ -163,12 +189,88 @@ impl LlmProvider for OpenAiChat {
     }
 }
 
-/// Runs one turn, sending deltas and tool progress; `Ok` means a complete reply.
+/// One caller turn: requests and tool rounds until the model answers without tool calls.
+async fn rounds(
+    request: impl Fn(&Value) -> reqwest::RequestBuilder,
+    mut body: Value,
+    tools: Option<Tools>,
+    first: Duration,
+    total: Duration,
+    tx: &mpsc::Sender<LlmEvent>,
+) -> Result<(), LlmError> {
+    let max = tools.as_ref().map_or(0, |t| t.0.max_rounds());
+    let mut done_rounds = 0u32;
+    loop {
+        let offer = tools.is_some() && done_rounds < max;
+        if !offer && let Some(o) = body.as_object_mut() {
+            o.remove("tools");
+        }
+        let end = match tokio::time::timeout(total, run(request(&body), first, tx)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(LlmError::NoCompleteReply(total)),
+        };
+        if end.calls.is_empty() {
+            return Ok(());
+        }
+        let Some(t) = tools.as_ref().filter(|_| offer) else {
+            tracing::warn!(
+                calls = end.calls.len(),
+                rounds = done_rounds,
+                "the model called tools it was not offered (or past max_tool_rounds); ignored"
+            );
+            return Ok(());
+        };
+        done_rounds += 1;
+        let content = if end.text.is_empty() {
+            Value::Null
+        } else {
+            Value::String(end.text)
+        };
+        let mut appended = vec![json!({
+            "role": "assistant",
+            "content": content,
+            "tool_calls": end.calls.iter().map(ToolCall::to_json).collect::<Vec<_>>(),
+        })];
+        for call in end.calls {
+            if let Some(line) = t.0.announce(&call.name) {
+                send(tx, LlmEvent::Say(line)).await?;
+            }
+            send(tx, LlmEvent::ToolCall(call.clone())).await?;
+            let out = t.0.run(call.clone()).await;
+            if let Some(line) = out.say.clone() {
+                send(tx, LlmEvent::Say(line)).await?;
+            }
+            send(
+                tx,
+                LlmEvent::ToolResult {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    ok: out.ok,
+                    content: out.content.clone(),
+                },
+            )
+            .await?;
+            appended.push(json!({"role": "tool", "tool_call_id": call.id, "content": out.content}));
+        }
+        if let Some(m) = body.get_mut("messages").and_then(Value::as_array_mut) {
+            m.extend(appended);
+        }
+    }
+}
+
+/// How one streamed response ended: its raw text and the tool calls it made.
+#[derive(Debug, Default)]
+struct RoundEnd {
+    text: String,
+    calls: Vec<ToolCall>,
+}
+
+/// Runs one request, sending deltas and tool progress; `Ok` means a complete response.
 async fn run(
     req: reqwest::RequestBuilder,
     first_token: Duration,
     tx: &mpsc::Sender<LlmEvent>,
-) -> Result<(), LlmError> {
+) -> Result<RoundEnd, LlmError> {
     let first_deadline = Instant::now() + first_token;
     let mut resp = tokio::time::timeout_at(first_deadline, req.send())
         .await
@@ -209,12 +311,12 @@ async fn run(
         }
         for ev in events {
             if state.handle(ev, tx).await? {
-                return Ok(());
+                return Ok(state.end());
             }
         }
         if chunk.is_none() {
             return if state.finished {
-                Ok(())
+                Ok(state.end())
             } else {
                 Err(LlmError::Truncated)
             };
@@ -230,9 +332,19 @@ struct TurnState {
     segment_start: bool,
     think: ThinkFilter,
     started: bool,
+    /// The response's raw content (for the assistant message of a tool round).
+    text: String,
+    calls: ToolCallAccumulator,
 }
 
 impl TurnState {
+    fn end(&mut self) -> RoundEnd {
+        RoundEnd {
+            text: std::mem::take(&mut self.text),
+            calls: std::mem::take(&mut self.calls).finish(),
+        }
+    }
+
     /// Handles one SSE event; `Ok(true)` ends the turn successfully.
     async fn handle(
         &mut self,
@@ -296,11 +408,16 @@ impl TurnState {
         if finish == Some("error") {
             return Err(LlmError::FinishedWithError);
         }
+        if let Some(calls) = choice.get("delta").and_then(|d| d.get("tool_calls")) {
+            self.got_first = true;
+            self.calls.push(calls);
+        }
         if let Some(text) = choice
             .get("delta")
             .and_then(|d| d.get("content"))
             .and_then(Value::as_str)
         {
+            self.text.push_str(text);
             let text = self.think.push(text);
             self.emit(text, tx).await?;
         }

@@ -1,7 +1,8 @@
 //! Whole calls through the simulators, one binary: the carrier matrix (`carriers`, every
 //! cross-carrier scenario over Twilio, Telnyx and Plivo), the Twilio-only scenarios
 //! (`twilio`), the conversation scenarios with real speech (`conversation`), faulty peers
-//! during a call (`faults`) and a forged-webhook flood during live calls (`flood`).
+//! during a call (`faults`), a forged-webhook flood during live calls (`flood`) and the
+//! agent's tools during a call (`tools`).
 //!
 //! `cargo test --test calls conversation::` runs one module's tests.
 
@@ -13,5 +14,6 @@ mod conversation;
 mod faults;
 mod flood;
 mod telnyx_plivo;
+mod tools;
 mod twilio;
 mod web;

@@ -438,6 +438,7 @@ fn turn() -> ChatTurn {
             m(Role::Assistant, "Hello! How can I help?"),
             m(Role::User, "What time is it?"),
         ],
+        tools: None,
     }
 }
 

@@ -7,7 +7,10 @@
 //! finish chunk with usage, then `data: [DONE]`. Scripts can also finish with an error (the
 //! error text in the finish chunk's `error` and `hermes` objects), send an in-stream `error`
 //! object, cut the stream, or answer an HTTP error. The fake notices a client that disconnects
-//! before the reply ended (cancellation) and records it.
+//! before the reply ended (cancellation) and records it. For the OpenAI-compatible leg it also
+//! streams scripted `delta.tool_calls` (providers.md §7.4, arguments split across chunks,
+//! `finish_reason:"tool_calls"`) and, as the real API does, refuses (400) a follow-up whose
+//! `role: tool` messages do not answer a preceding assistant message's `tool_calls`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -50,6 +53,18 @@ pub enum HermesStep {
     StreamError(String),
     /// Close the stream without a finish chunk. Ends the reply.
     Cut,
+    /// One tool call streamed as `delta.tool_calls` fragments exactly as providers.md §7.4
+    /// shows: a first fragment with `index`, `id`, `type:"function"`, `function.name` and
+    /// `arguments:""`, then the arguments split into `parts` pieces (at arbitrary character
+    /// boundaries) carrying only `index` and `function.arguments`. A reply with tool calls
+    /// finishes with `finish_reason:"tool_calls"`.
+    ToolCall {
+        index: u32,
+        id: String,
+        name: String,
+        arguments: String,
+        parts: usize,
+    },
 }
 
 /// How the fake answers one request.
@@ -71,6 +86,17 @@ impl HermesReply {
     /// `text` streamed in chunks with `delay` before each chunk.
     pub fn text_paced(text: &str, delay: Duration) -> Self {
         Self::Stream(text_steps(text, delay))
+    }
+
+    /// A reply that only calls `name` with `arguments` (JSON text, streamed in 3 pieces).
+    pub fn tool_call(id: &str, name: &str, arguments: &str) -> Self {
+        Self::Stream(vec![HermesStep::ToolCall {
+            index: 0,
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+            parts: 3,
+        }])
     }
 
     pub fn http(status: u16, message: &str) -> Self {
@@ -119,6 +145,38 @@ impl HermesRequest {
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The names of the request's `tools`.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.body
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The request's `role: tool` messages as (tool_call_id, content) pairs.
+    pub fn tool_messages(&self) -> Vec<(String, String)> {
+        self.body
+            .get("messages")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+                    .map(|m| {
+                        let f =
+                            |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                        (f("tool_call_id"), f("content"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The request's `messages` as (role, content) pairs.
@@ -271,6 +329,9 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
             "invalid_messages",
         );
     }
+    if let Some(problem) = tool_message_problem(&rq.body) {
+        return refuse(rq, &problem, "invalid_tool_message");
+    }
     let reply = s
         .queue
         .lock()
@@ -350,6 +411,71 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
     resp
 }
 
+/// As the real API: every `role: tool` message answers a `tool_calls` entry of an earlier
+/// assistant message, each call is answered, and `tools` entries are functions with a name.
+fn tool_message_problem(body: &Value) -> Option<String> {
+    let messages = body.get("messages")?.as_array()?;
+    let mut open: Vec<String> = Vec::new();
+    for m in messages {
+        match m.get("role").and_then(Value::as_str) {
+            Some("assistant") => {
+                if !open.is_empty() {
+                    return Some(format!("tool calls {open:?} have no tool message"));
+                }
+                for c in m
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let id = c.get("id").and_then(Value::as_str)?;
+                    if c.pointer("/function/name")
+                        .and_then(Value::as_str)
+                        .is_none()
+                        || c.pointer("/function/arguments")
+                            .and_then(Value::as_str)
+                            .is_none()
+                    {
+                        return Some(
+                            "a tool call needs function.name and function.arguments".into(),
+                        );
+                    }
+                    open.push(id.to_string());
+                }
+            }
+            Some("tool") => {
+                let id = m.get("tool_call_id").and_then(Value::as_str).unwrap_or("");
+                let Some(i) = open.iter().position(|o| o == id) else {
+                    return Some(format!(
+                        "messages with role 'tool' must be a response to a preceding message with 'tool_calls' (id {id:?})"
+                    ));
+                };
+                open.remove(i);
+            }
+            _ => {
+                if !open.is_empty() {
+                    return Some(format!("tool calls {open:?} have no tool message"));
+                }
+            }
+        }
+    }
+    for t in body
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if t.get("type").and_then(Value::as_str) != Some("function")
+            || t.pointer("/function/name")
+                .and_then(Value::as_str)
+                .is_none()
+        {
+            return Some("each tool needs type 'function' and function.name".into());
+        }
+    }
+    None
+}
+
 fn rq_model(s: &Shared, idx: usize) -> String {
     // Reads one request in place: cloning the whole record per request would make a long
     // load run quadratic.
@@ -388,6 +514,7 @@ async fn play(tx: &mpsc::Sender<Bytes>, model: &str, steps: Vec<HermesStep>) -> 
         return false;
     }
     let mut content_chunks = 0u64;
+    let mut called_tools = false;
     for step in steps {
         let ok = match step {
             HermesStep::Text(t) => {
@@ -426,12 +553,33 @@ async fn play(tx: &mpsc::Sender<Bytes>, model: &str, steps: Vec<HermesStep>) -> 
                 return send(format!("data: {e}\n\n")).await;
             }
             HermesStep::Cut => return true,
+            HermesStep::ToolCall {
+                index,
+                id,
+                name,
+                arguments,
+                parts,
+            } => {
+                called_tools = true;
+                let first = json!({"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]});
+                let mut ok = send(chunk(first, Value::Null, None)).await;
+                let chars: Vec<char> = arguments.chars().collect();
+                let size = chars.len().div_ceil(parts.max(1)).max(1);
+                for piece in chars.chunks(size) {
+                    let piece: String = piece.iter().collect();
+                    let d =
+                        json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
+                    ok = ok && send(chunk(d, Value::Null, None)).await;
+                }
+                ok
+            }
         };
         if !ok {
             return false;
         }
     }
     let usage = json!({"prompt_tokens": 10, "completion_tokens": content_chunks, "total_tokens": 10 + content_chunks});
-    send(chunk(json!({}), json!("stop"), Some(("usage", usage)))).await
+    let finish = if called_tools { "tool_calls" } else { "stop" };
+    send(chunk(json!({}), json!(finish), Some(("usage", usage)))).await
         && send("data: [DONE]\n\n".into()).await
 }

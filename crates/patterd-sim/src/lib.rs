@@ -1,6 +1,6 @@
 //! `patterd_sim`: simulators of the peers patterd talks to — the Twilio, Telnyx and Plivo
 //! carriers (webhooks signed as each carrier signs them, media streams in each dialect, REST
-//! fakes), Deepgram, ElevenLabs and a Hermes Agent — each speaking the documented wire protocol
+//! fakes), Deepgram, ElevenLabs, a Hermes Agent and the HTTP endpoints tools call — each speaking the documented wire protocol
 //! on 127.0.0.1. patterd's integration tests (a dev-dependency) and the load generator drive
 //! whole calls through them; they are as strict as the real peers. The daemon never depends on
 //! this crate; it depends on the daemon for codecs and signature checks.
@@ -14,5 +14,6 @@ pub mod plivo;
 pub mod stream;
 pub mod telnyx;
 pub mod tone;
+pub mod tool_endpoint;
 pub mod twilio;
 pub mod ws;

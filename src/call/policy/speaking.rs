@@ -74,6 +74,45 @@ impl Policy {
                 self.event(EventKind::ToolProgress, label);
                 self.filler("tool", now, mouth);
             }
+            LlmEvent::ToolCall(call) => {
+                self.flush_reply(now, mouth);
+                let turn_no = self.turn.as_ref().map_or(0, |t| t.id);
+                if let Some(t) = self.turn.as_mut() {
+                    t.tools.called_at = Some(now);
+                }
+                let detail = serde_json::json!({
+                    "turn": turn_no, "id": call.id, "name": call.name, "arguments": call.arguments,
+                });
+                self.event(EventKind::ToolCall, detail.to_string());
+                self.filler("tool", now, mouth);
+            }
+            LlmEvent::ToolResult {
+                id,
+                name,
+                ok,
+                content,
+            } => {
+                let turn_no = self.turn.as_ref().map_or(0, |t| t.id);
+                if let Some(t) = self.turn.as_mut() {
+                    t.tools.result_in = true;
+                }
+                let detail = serde_json::json!({
+                    "turn": turn_no, "id": id, "name": name, "ok": ok, "content": content,
+                });
+                self.event(EventKind::ToolResult, detail.to_string());
+            }
+            LlmEvent::Say(text) => {
+                self.flush_reply(now, mouth);
+                if let Some(t) = self.turn.as_mut() {
+                    // A spoken announcement stands in for the long-turn filler.
+                    t.filler_done = true;
+                    if !t.reply_text.is_empty() {
+                        t.reply_text.push(' ');
+                    }
+                    t.reply_text.push_str(&text);
+                }
+                self.reply_sentence(&text, now, mouth);
+            }
             LlmEvent::Done => {
                 self.brain = false;
                 self.out.push(Action::CancelBrain);
@@ -121,6 +160,13 @@ impl Policy {
         }
     }
 
+    /// Speaks what the chunker holds (text the model streamed before a tool call).
+    fn flush_reply(&mut self, now: Instant, mouth: &mut Speech) {
+        if let Some(rest) = self.chunker.finish() {
+            self.reply_sentence(&rest, now, mouth);
+        }
+    }
+
     pub(super) fn reply_sentence(&mut self, sentence: &str, now: Instant, mouth: &mut Speech) {
         let Some(turn) = self.turn.as_ref() else {
             return;
@@ -147,13 +193,19 @@ impl Policy {
             }
         };
         let kind = UttKind::Reply { turn: turn_id };
-        mouth.push(kind, text.clone(), entry, None);
+        let utt = mouth.push(kind, text.clone(), entry, None);
+        if let Some(t) = self.turn.as_mut()
+            && t.tools.result_in
+        {
+            t.tools.result_in = false;
+            t.tools.reply_utt = Some(utt);
+        }
         self.out.push(Action::Speak { kind, text });
     }
 
     /// Starts a transcript entry for something the agent is about to say (nothing heard yet);
     /// returns its index.
-    fn agent_entry(&mut self, text: &str, now: Instant) -> usize {
+    pub(super) fn agent_entry(&mut self, text: &str, now: Instant) -> usize {
         let at = self.answered_ms(now);
         self.transcript.push(TranscriptEntry {
             speaker: Speaker::Agent,
@@ -201,6 +253,17 @@ impl Policy {
 
     /// The pacer started sending these utterances: first-frame latencies.
     pub(super) fn on_started(&mut self, started: &[(u64, UttKind)], now: Instant) {
+        for (id, _) in started {
+            let Some(t) = self.turn.as_mut() else { break };
+            if t.tools.reply_utt == Some(*id) {
+                t.tools.reply_utt = None;
+                let us = t
+                    .tools
+                    .called_at
+                    .map_or(0, |c| now.saturating_duration_since(c).as_micros());
+                self.event(EventKind::ToolReplyFirstFrame, us.to_string());
+            }
+        }
         for (_, kind) in started {
             match *kind {
                 UttKind::Greeting if !self.greeting_sent => {

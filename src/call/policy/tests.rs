@@ -7,8 +7,9 @@
 use std::collections::HashSet;
 
 use super::*;
-use crate::carrier::{FRAME_MS, MediaCommand};
+use crate::carrier::{ActionResult, FRAME_MS, MediaCommand};
 use crate::provider::TtsEvent;
+use crate::security::mask_number;
 use bytes::Bytes;
 
 /// Audio per synthesised utterance: one second of μ-law.
@@ -695,5 +696,188 @@ fn a_brain_that_keeps_history_is_told_what_was_heard() {
             "[The caller interrupted you; of your last reply they heard only: \
              \"We are open every day from noon.\"] No, I meant Tuesday."
         )
+    );
+}
+
+// Agent actions (`policy/acts.rs`).
+
+impl Call {
+    fn replies(&self) -> Vec<(u64, ActionOutcome)> {
+        self.log
+            .iter()
+            .filter_map(|a| match a {
+                Action::Reply { id, outcome } => Some((*id, outcome.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn act(&mut self, id: u64, action: CallAction) {
+        self.step(Input::Act { id, action });
+    }
+}
+
+const TRANSFERS: &str = "transfer_allowed = [\"+1415555\", \"+442071234567\"]\n\
+                         transfer_message = \"Transferring you now.\"";
+
+#[test]
+fn end_call_mid_reply_finishes_the_sentence_then_hangs_up() {
+    let mut c = Call::replying("");
+    // The second sentence is playing; the third waits.
+    c.act(
+        1,
+        CallAction::EndCall {
+            reason: "done".into(),
+        },
+    );
+    assert!(matches!(c.replies()[..], [(1, ActionOutcome::Done { .. })]));
+    assert_eq!(c.ended, None, "the sentence being spoken finishes first");
+    c.run(3000);
+    assert_eq!(c.ended, Some(EndReason::HungUp("done".into())));
+    let heard = c.agent_entry("We are open").heard_text;
+    assert!(heard.contains("We close at ten"), "{heard}");
+    assert!(
+        !heard.contains("midnight"),
+        "the next sentence never started: {heard}"
+    );
+}
+
+#[test]
+fn transfers_are_checked_against_the_allow_list_before_anything_happens() {
+    for (extra, to, why) in [
+        ("", "+14155550100", "transfer_allowed list is empty"),
+        (
+            TRANSFERS,
+            "+19005550100",
+            "not one this agent may transfer to",
+        ),
+        (TRANSFERS, "+1415", "not a phone number"),
+        (TRANSFERS, "call my boss", "not a phone number"),
+    ] {
+        let mut c = Call::answered(extra);
+        c.act(7, CallAction::Transfer { to: to.into() });
+        match &c.replies()[..] {
+            [(7, ActionOutcome::Refused { reason })] => assert!(reason.contains(why), "{reason}"),
+            other => panic!("{to}: {other:?}"),
+        }
+        assert!(!c.log.iter().any(|a| matches!(a, Action::Transfer { .. })));
+        assert_eq!(c.count(EventKind::ActionRefused), 1);
+        assert_eq!(c.policy.phase(), Phase::Idle);
+    }
+}
+
+#[test]
+fn an_allowed_transfer_speaks_the_handoff_then_asks_the_carrier() {
+    let mut c = Call::answered(TRANSFERS);
+    // Any spelling that normalises to an allowed number.
+    c.act(
+        3,
+        CallAction::Transfer {
+            to: "+1 (415) 555-0100".into(),
+        },
+    );
+    assert!(c.replies().is_empty(), "answered when the carrier has");
+    assert!(!c.log.iter().any(|a| matches!(a, Action::Transfer { .. })));
+    c.run(1200);
+    assert_eq!(
+        c.agent_entry("Transferring").heard_text,
+        "Transferring you now."
+    );
+    assert!(c.did(&Action::Transfer {
+        id: 3,
+        to: "+14155550100".into()
+    }));
+    // A second action while the transfer is in flight is refused.
+    c.act(4, CallAction::Say { text: "hi".into() });
+    c.step(Input::ActionDone {
+        id: 3,
+        result: ActionResult::Done,
+    });
+    let replies = c.replies();
+    assert!(matches!(replies[0], (4, ActionOutcome::Refused { .. })));
+    assert!(
+        matches!(replies[1], (3, ActionOutcome::Done { .. })),
+        "{replies:?} {:?}",
+        c.log
+    );
+    assert!(c.did(&Action::End(EndReason::Transferred("+14155550100".into()))));
+    // The timeline names the number masked; the end reason carries it.
+    assert_eq!(
+        c.details(EventKind::Transferred),
+        vec![mask_number("+14155550100")]
+    );
+    assert_ne!(mask_number("+14155550100"), "+14155550100");
+}
+
+#[test]
+fn a_failed_transfer_tells_why_and_the_call_goes_on() {
+    let mut c = Call::answered(TRANSFERS);
+    c.act(
+        1,
+        CallAction::Transfer {
+            to: "+442071234567".into(),
+        },
+    );
+    c.run(1200);
+    c.step(Input::ActionDone {
+        id: 1,
+        result: ActionResult::Failed("carrier said no".into()),
+    });
+    match &c.replies()[..] {
+        [(1, ActionOutcome::Failed { reason })] => assert!(reason.contains("carrier said no")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.policy.phase(), Phase::Idle);
+    c.caller_says("are you still there");
+    assert_eq!(c.count(EventKind::LlmRequest), 1, "turns are taken again");
+}
+
+#[test]
+fn dtmf_is_checked_then_sent_by_command_or_as_tones() {
+    let mut c = Call::answered("");
+    c.act(
+        1,
+        CallAction::SendDtmf {
+            digits: "12x".into(),
+        },
+    );
+    assert!(
+        matches!(&c.replies()[..], [(1, ActionOutcome::Refused { reason })] if reason.contains("'X'"))
+    );
+    c.act(
+        2,
+        CallAction::SendDtmf {
+            digits: "1#".into(),
+        },
+    );
+    assert!(c.did(&Action::SendDtmf {
+        id: 2,
+        digits: "1#".into()
+    }));
+    c.act(3, CallAction::SendDtmf { digits: "2".into() });
+    c.step(Input::ActionDone {
+        id: 2,
+        result: ActionResult::InBand,
+    });
+    let replies = c.replies();
+    assert!(
+        matches!(replies[1], (3, ActionOutcome::Refused { .. })),
+        "one at a time"
+    );
+    assert!(matches!(replies[2], (2, ActionOutcome::Done { .. })));
+    c.run(1000);
+    assert_eq!(c.agent_entry("[DTMF").heard_text, "[DTMF 1#]");
+    c.act(4, CallAction::SendDtmf { digits: "9".into() });
+    c.step(Input::ActionDone {
+        id: 4,
+        result: ActionResult::Done,
+    });
+    assert!(matches!(
+        c.replies().last(),
+        Some((4, ActionOutcome::Done { .. }))
+    ));
+    assert_eq!(
+        c.details(EventKind::DtmfOut),
+        vec!["1# in_band".to_string(), "9 command".to_string()]
     );
 }

@@ -225,7 +225,9 @@ impl MediaCodec for PlivoCodec {
                 json!({"event": "checkpoint", "streamId": sid, "name": name})
             }
             MediaCommand::Clear => json!({"event": "clearAudio", "streamId": sid}),
-            MediaCommand::HangUp => return None,
+            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
+                return None;
+            }
         };
         Some(v.to_string())
     }

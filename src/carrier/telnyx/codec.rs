@@ -240,7 +240,9 @@ impl MediaCodec for TelnyxCodec {
             }),
             MediaCommand::Mark(name) => json!({"event": "mark", "mark": {"name": name}}),
             MediaCommand::Clear => json!({"event": "clear"}),
-            MediaCommand::HangUp => return None,
+            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
+                return None;
+            }
         };
         Some(v.to_string())
     }

@@ -125,7 +125,9 @@ impl MediaCodec for TwilioCodec {
                 "mark": {"name": name},
             }),
             MediaCommand::Clear => json!({"event": "clear", "streamSid": sid}),
-            MediaCommand::HangUp => return None,
+            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
+                return None;
+            }
         };
         Some(v.to_string())
     }

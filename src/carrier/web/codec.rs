@@ -71,7 +71,11 @@ impl MediaCodec for WebCodec {
             MediaCommand::Audio(a) => json!({"event": "media", "payload": STANDARD.encode(a)}),
             MediaCommand::Mark(name) => json!({"event": "mark", "name": name}),
             MediaCommand::Clear => json!({"event": "clear"}),
-            MediaCommand::HangUp => return None,
+            // Hang-up closes the socket; a browser cannot be transferred or dial digits (the
+            // pump asks the carrier, which says it is unsupported).
+            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
+                return None;
+            }
         };
         Some(v.to_string())
     }
