@@ -2,7 +2,8 @@
 //! the daemon; `patterd check --config FILE` validates the configuration and prints it with
 //! secrets redacted; `patterd mcp --stdio` serves the MCP tools on stdin/stdout against the
 //! running daemon; `patterd doctor` checks an installation; `patterd wire` / `unwire` point a
-//! number at the daemon and back. The `--help` text is the short manual; nothing here touches sockets.
+//! number at the daemon and back; `patterd phone-link` prints a link to the browser phone. The
+//! `--help` text is the short manual; nothing here touches sockets.
 
 use std::path::PathBuf;
 
@@ -118,5 +119,42 @@ pub enum Command {
         /// The daemon's API token (server.api_token).
         #[arg(long, env = "PATTERD_API_TOKEN", hide_env_values = true)]
         token: Option<String>,
+    },
+    /// One call through the whole pipeline with the configured providers and no carrier.
+    ///
+    /// The caller's audio is --say TEXT (spoken by the agent's own TTS) or --wav FILE (8 kHz
+    /// mono, 16-bit PCM or μ-law); it is sent after the greeting, the agent answers, and once
+    /// it has gone quiet the call ends. Prints the transcript and per-stage timings; --out
+    /// writes everything the agent said as a WAV (16-bit PCM, 8 kHz). The call is stored like
+    /// any other (carrier `web`, account `try`).
+    Try {
+        /// The agent to call (default: the first [agents.*]).
+        #[arg(long)]
+        agent: Option<String>,
+        /// What the caller says (synthesised by the agent's TTS).
+        #[arg(long, conflicts_with = "wav", required_unless_present = "wav")]
+        say: Option<String>,
+        /// A recording of the caller (8 kHz mono WAV).
+        #[arg(long)]
+        wav: Option<PathBuf>,
+        /// Where to write the agent's audio (WAV).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Print a short-lived, single-use link that opens the browser phone (/phone).
+    ///
+    /// The link is signed with a key derived from server.api_token (the daemon checks it
+    /// with the same key), expires after --ttl seconds and opens exactly one call. Without
+    /// an api_token the daemon is local-only: open http://127.0.0.1:PORT/phone instead.
+    PhoneLink {
+        /// The agent the link calls (default: the first [agents.*]).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Seconds until the link expires.
+        #[arg(long, default_value_t = 600)]
+        ttl: u64,
     },
 }

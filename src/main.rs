@@ -86,6 +86,118 @@ fn wire(config: Option<&Path>, number: &str, dry_run: bool, unwire: bool) -> Exi
     }
 }
 
+/// The `patterd phone-link` URL for `config`: `public_url` + `/phone?link=…`.
+fn phone_link(
+    config: &patterd::config::Config,
+    agent: Option<&str>,
+    ttl_s: u64,
+) -> Result<String, String> {
+    if let Some(a) = agent
+        && !config.agents.contains_key(a)
+    {
+        let names: Vec<&str> = config.agents.keys().map(String::as_str).collect();
+        return Err(format!(
+            "no agent named {a:?} in the configuration (configured: {})",
+            names.join(", ")
+        ));
+    }
+    let links = patterd::security::link::PhoneLinks::from_secret(config.server.api_token.expose())
+        .ok_or_else(|| {
+            "server.api_token is not set, so the daemon is local-only and needs no link: open \
+         /phone on this machine (e.g. http://127.0.0.1:8080/phone), or set server.api_token"
+                .to_string()
+        })?;
+    let expiry = patterd::security::link::unix_now().saturating_add(ttl_s);
+    let (link, _) = links.mint(agent, expiry);
+    let page = patterd::carrier::public_request_url(&config.server.public_url, "/phone", None);
+    Ok(format!("{page}?link={link}"))
+}
+
+/// `patterd try`: runs the trial call and prints what happened.
+async fn try_call(
+    loaded: config::LoadedConfig,
+    agent: Option<String>,
+    caller: patterd::app::trial::CallerAudio,
+    out: Option<&Path>,
+    timeout: u64,
+) -> Result<(), String> {
+    use patterd::call::{EventKind, Speaker};
+    let app = patterd::app::App::new(loaded.config).map_err(|e| e.to_string())?;
+    let trial = patterd::app::trial::run(
+        &app,
+        agent.as_deref(),
+        caller,
+        std::time::Duration::from_secs(timeout),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let _ = app.store.tx.flush().await;
+    let rec = &trial.record;
+    println!(
+        "call {} (agent {}), ended: {}",
+        rec.call_id, rec.agent, rec.ended_reason
+    );
+    println!("transcript:");
+    for e in &rec.transcript {
+        let who = match e.speaker {
+            Speaker::Caller => "caller",
+            Speaker::Agent => "agent ",
+        };
+        let heard = if e.speaker == Speaker::Agent && e.heard_text != e.text {
+            format!("   [heard: {}]", e.heard_text)
+        } else {
+            String::new()
+        };
+        println!("  {who} {}{heard}", e.text);
+    }
+    println!("timings (ms since the call started):");
+    println!("  caller audio       {} ms", trial.caller_audio_ms);
+    let at = |k: EventKind| rec.events_of(k).next();
+    for (k, label) in [
+        (EventKind::SttConnected, "stt connected     "),
+        (EventKind::SpeechStart, "caller speech start"),
+        (EventKind::SpeechEnd, "caller speech end "),
+        (EventKind::TurnEnd, "turn end          "),
+        (EventKind::LlmRequest, "brain request     "),
+        (EventKind::LlmDone, "brain done        "),
+    ] {
+        if let Some(e) = at(k) {
+            println!("  {label} {:>6} {}", e.t_ms, e.detail);
+        }
+    }
+    if let Some(e) = at(EventKind::GreetingFirstFrame) {
+        println!(
+            "  greeting first audio {} ms after the stream started",
+            e.detail.parse::<u64>().unwrap_or(0) / 1000
+        );
+    }
+    for e in rec.events_of(EventKind::ReplyFirstFrame) {
+        println!(
+            "  reply first audio  {} ms after the turn ended",
+            e.detail.parse::<u64>().unwrap_or(0) / 1000
+        );
+    }
+    for k in [
+        EventKind::LlmError,
+        EventKind::TtsError,
+        EventKind::SttError,
+    ] {
+        for e in rec.events_of(k) {
+            println!("  {} {}", k.as_str(), e.detail);
+        }
+    }
+    let secs = trial.agent_audio.len() as f64 / 8000.0;
+    match out {
+        Some(path) => {
+            std::fs::write(path, patterd::audio::wav::ulaw_to_wav(&trial.agent_audio))
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            println!("wrote {} ({secs:.2} s of agent audio)", path.display());
+        }
+        None => println!("agent audio: {secs:.2} s (pass --out FILE.wav to keep it)"),
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.as_ref().cloned().unwrap_or(Command::Run) {
@@ -184,6 +296,60 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Try {
+            agent,
+            say,
+            wav,
+            out,
+            timeout,
+        } => {
+            let loaded = match load(cli.config.as_deref()) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let caller = match (say, wav) {
+                (Some(text), _) => patterd::app::trial::CallerAudio::Say(text),
+                (None, Some(path)) => match std::fs::read(&path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| patterd::audio::wav::read_ulaw_8k(&b).map_err(|e| e.to_string()))
+                {
+                    Ok(a) => patterd::app::trial::CallerAudio::Ulaw(a),
+                    Err(e) => {
+                        eprintln!("error: {}: {e}", path.display());
+                        return ExitCode::from(1);
+                    }
+                },
+                (None, None) => {
+                    eprintln!("error: pass --say TEXT or --wav FILE");
+                    return ExitCode::from(2);
+                }
+            };
+            let Some(runtime) = runtime(Some(2)) else {
+                return ExitCode::from(1);
+            };
+            match runtime.block_on(try_call(loaded, agent, caller, out.as_deref(), timeout)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::PhoneLink { agent, ttl } => match load(cli.config.as_deref())
+            .and_then(|l| phone_link(&l.config, agent.as_deref(), ttl))
+        {
+            Ok(url) => {
+                println!("{url}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        },
         Command::Run => {
             let loaded = match load(cli.config.as_deref()) {
                 Ok(l) => l,

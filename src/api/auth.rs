@@ -62,6 +62,18 @@ pub fn authorize(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiError>
     check_content_type(req.method, req.headers)
 }
 
+/// Who is asking, without the web-page checks (origin, content type): the bearer token, or in
+/// token-less local mode a loopback peer and `Host` without proxy headers. The server gives
+/// its verdict to carrier routes that open calls without a carrier signature (the browser
+/// phone), which check the origin themselves.
+pub fn check_caller(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiError> {
+    if server.api_token.is_empty() {
+        check_local(server, req)
+    } else {
+        check_bearer(server, req.headers)
+    }
+}
+
 /// `Authorization: Bearer <api_token>`; with no token configured nothing passes.
 pub fn check_bearer(server: &ServerConfig, headers: &HeaderMap) -> Result<(), ApiError> {
     let token = &server.api_token;

@@ -16,7 +16,7 @@ use super::App;
 use super::metrics::{Metrics, RefusalReason};
 use crate::call::registry::InsertError;
 use crate::call::{CallSetup, actor};
-use crate::carrier::port::{Admitted, Inbound, Refusal};
+use crate::carrier::port::{Admitted, Direct, Inbound, Refusal};
 use crate::security::mask_number;
 use crate::store::{NewCall, Write};
 use crate::util::phone::normalize_e164;
@@ -87,16 +87,53 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         warn!(carrier, agent = %number.agent, "call refused: the agent's providers are not available");
         return Err(Refusal::AgentUnavailable);
     };
+    launch(
+        app,
+        Launch {
+            carrier: call.carrier,
+            account: call.account,
+            call_id,
+            from: normalize_e164(call.from).unwrap_or_else(|| call.from.to_string()),
+            to: dialled,
+            agent_name: &number.agent,
+            agent,
+            providers,
+        },
+    )?;
+    Metrics::inc(&app.metrics.calls_accepted);
+    info!(carrier, call_id, %from, %to, agent = %number.agent, "call accepted");
+    Ok(Admitted {
+        agent: number.agent.clone(),
+    })
+}
+
+/// A call that is accepted: what [`launch`] needs to start it.
+struct Launch<'a> {
+    carrier: crate::carrier::CarrierKind,
+    account: &'a str,
+    call_id: &'a str,
+    from: String,
+    to: String,
+    agent_name: &'a str,
+    agent: crate::config::AgentConfig,
+    providers: crate::provider::AgentProviders,
+}
+
+/// Starts the actor of an accepted call and records it (`max_calls` and a racing duplicate
+/// still refuse it here).
+fn launch(app: &App, l: Launch<'_>) -> Result<(), Refusal> {
+    let carrier = l.carrier.as_str();
+    let call_id = l.call_id;
     let setup = CallSetup {
         call_id: call_id.to_string(),
-        carrier: call.carrier,
-        carrier_account: call.account.to_string(),
-        from: normalize_e164(call.from).unwrap_or_else(|| call.from.to_string()),
-        to: dialled,
+        carrier: l.carrier,
+        carrier_account: l.account.to_string(),
+        from: l.from,
+        to: l.to,
         outbound: false,
-        agent_name: number.agent.clone(),
-        agent: Arc::new(agent),
-        providers,
+        agent_name: l.agent_name.to_string(),
+        agent: Arc::new(l.agent),
+        providers: l.providers,
         attach_timeout: super::MEDIA_TOKEN_TTL,
         media_timeout: Duration::from_secs(30),
         log: None,
@@ -109,12 +146,12 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
     let setup = super::with_tools(app, setup);
     let record = NewCall {
         call_id: setup.call_id.clone(),
-        carrier: call.carrier.as_str().into(),
-        carrier_account: call.account.to_string(),
+        carrier: carrier.into(),
+        carrier_account: l.account.to_string(),
         direction: "inbound",
         from: setup.from.clone(),
         to: setup.to.clone(),
-        agent: number.agent.clone(),
+        agent: l.agent_name.to_string(),
         status: "ringing".into(),
     };
     match actor::start(setup, app.calls.clone(), app.config().server.max_calls) {
@@ -122,7 +159,7 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         Err(InsertError::Full) => {
             Metrics::inc(&app.metrics.calls_rejected_busy);
             app.metrics.webhooks_refused.inc(RefusalReason::Busy);
-            info!(carrier, call_id, %from, %to, "call refused: max_calls reached");
+            info!(carrier, call_id, "call refused: max_calls reached");
             return Err(Refusal::Full);
         }
         Err(InsertError::Duplicate) => {
@@ -133,11 +170,60 @@ pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
             return Err(Refusal::Repeated);
         }
     };
+    Ok(())
+}
+
+/// Decides on a call that names its agent (the browser phone): refuse while draining or for a
+/// call id already handled (a phone link used twice), pick the agent (the named one, else the
+/// first configured), build its providers and start the same call actor as a phone call.
+pub fn admit_direct(app: &App, call: Direct<'_>) -> Result<Admitted, Refusal> {
+    let carrier = call.carrier.as_str();
+    let call_id = call.call_id;
+    if app.is_draining() {
+        Metrics::inc(&app.metrics.calls_rejected_busy);
+        info!(carrier, call_id, "call refused: draining");
+        return Err(Refusal::Draining);
+    }
+    if already_handled(app, call_id) {
+        Metrics::inc(&app.metrics.webhooks_replayed);
+        app.log_limited(&format!(
+            "call refused: call id {} was already handled (a link used twice)",
+            crate::security::truncate_for_log(call_id, crate::security::LOG_FIELD_MAX)
+        ));
+        return Err(Refusal::Repeated);
+    }
+    let name = match call.agent {
+        Some(a) => a.to_string(),
+        None => match app.config().agents.keys().next() {
+            Some(a) => a.clone(),
+            None => return Err(Refusal::UnknownAgent),
+        },
+    };
+    let config = app.config();
+    let Some(agent) = config.agents.get(&name) else {
+        info!(carrier, call_id, "call refused: no such agent");
+        return Err(Refusal::UnknownAgent);
+    };
+    let Some(providers) = app.providers().for_agent(agent) else {
+        warn!(carrier, agent = %name, "call refused: the agent's providers are not available");
+        return Err(Refusal::AgentUnavailable);
+    };
+    launch(
+        app,
+        Launch {
+            carrier: call.carrier,
+            account: call.account,
+            call_id,
+            from: call.from.to_string(),
+            to: format!("agent:{name}"),
+            agent_name: &name,
+            agent: agent.clone(),
+            providers,
+        },
+    )?;
     Metrics::inc(&app.metrics.calls_accepted);
-    info!(carrier, call_id, %from, %to, agent = %number.agent, "call accepted");
-    Ok(Admitted {
-        agent: number.agent.clone(),
-    })
+    info!(carrier, call_id, agent = %name, "call accepted");
+    Ok(Admitted { agent: name })
 }
 
 /// True when `call_id` was already handled: live, recently finished, or in the call store.

@@ -224,6 +224,14 @@ pub async fn serve(
     // The encoder is a copy of the codec as it stands after `start` (it knows the stream id);
     // the original moves into the reader.
     let mut encoder = codec.clone_box();
+    // A client that shows the call's progress (the browser phone) gets it on this socket.
+    let (progress_tx, mut progress_rx) = mpsc::channel(super::progress::QUEUE);
+    let progress = encoder.wants_progress().then(|| {
+        crate::util::TaskGuard::new(tokio::spawn(super::progress::watch(
+            handle.clone(),
+            progress_tx,
+        )))
+    });
     let reader_app = app.clone();
     // Set when the carrier said the stream is over (`stop`, or a clean close for carriers that
     // end streams that way). A stream that ends any other way may leave the carrier's call leg
@@ -375,6 +383,13 @@ pub async fn serve(
                         }
                     }
                 },
+                Some(p) = progress_rx.recv(), if progress.is_some() => {
+                    if let Some(text) = encoder.encode_progress(&p)
+                        && write.write_frame(Frame::text(Payload::Owned(text.into_bytes()))).await.is_err()
+                    {
+                        break;
+                    }
+                }
                 f = obligated_rx.recv() => match f {
                     Some(f) => {
                         let close = f.opcode == OpCode::Close;

@@ -12,6 +12,8 @@ pub mod media;
 pub mod metrics;
 pub mod observe;
 pub mod outbound;
+pub mod progress;
+pub mod trial;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -24,11 +26,12 @@ use tokio::sync::watch;
 use crate::call::CallRegistry;
 use crate::carrier::Registry;
 use crate::carrier::outbound::{Outbound, StatusUpdate};
-use crate::carrier::port::{Admitted, Counter, Host, Inbound, MediaSocket, Refusal};
+use crate::carrier::port::{Admitted, Counter, Direct, Host, Inbound, MediaSocket, Refusal};
 use crate::config::Config;
 use crate::net::http::Body;
 use crate::provider::Providers;
 use crate::security::LogLimiter;
+use crate::security::link::PhoneLinks;
 use crate::security::token::MediaTokens;
 use crate::store::{Store, StoreError, Write};
 use inbound::{Overrides, SETTING_KEY};
@@ -93,6 +96,8 @@ pub struct App {
     pub media_sockets: Arc<tokio::sync::Semaphore>,
     /// Rate limit for warnings unauthenticated peers can trigger.
     pub peer_warnings: LogLimiter,
+    /// The browser phone's link key (from `server.api_token`; none without one).
+    pub phone_links: Option<PhoneLinks>,
 }
 
 /// How many media sockets may be open at once: two per call (a carrier may reconnect) plus
@@ -139,6 +144,7 @@ impl App {
             started: Instant::now(),
             media_sockets: Arc::new(tokio::sync::Semaphore::new(media_socket_limit(&config))),
             peer_warnings: LogLimiter::new(20, Duration::from_secs(1)),
+            phone_links: PhoneLinks::from_secret(config.server.api_token.expose()),
             config: RwLock::new(Arc::new(config)),
         }))
     }
@@ -272,6 +278,18 @@ impl Host for App {
 
     fn admit(&self, call: Inbound<'_>) -> Result<Admitted, Refusal> {
         admission::admit(self, call)
+    }
+
+    fn agents(&self) -> Vec<String> {
+        self.config().agents.keys().cloned().collect()
+    }
+
+    fn admit_direct(&self, call: Direct<'_>) -> Result<Admitted, Refusal> {
+        admission::admit_direct(self, call)
+    }
+
+    fn phone_links(&self) -> Option<&PhoneLinks> {
+        self.phone_links.as_ref()
     }
 
     fn mint_token(&self, call_id: &str) -> String {

@@ -9,3 +9,4 @@ pub mod dtmf;
 pub mod g711;
 pub mod resample;
 pub mod vad;
+pub mod wav;

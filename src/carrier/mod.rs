@@ -3,7 +3,7 @@
 //!
 //! The carrier-neutral core is here: every carrier maps its media frames onto [`MediaEvent`]s
 //! and [`MediaCommand`]s (the only thing the call actor sees) with a [`MediaCodec`]. Each
-//! carrier is one folder (`twilio/`, `telnyx/`, `plivo/`) holding its wire formats, its
+//! carrier is one folder (`twilio/`, `telnyx/`, `plivo/`, `web/`) holding its wire formats, its
 //! `[carriers.NAME]` keys (`config.rs`) and its HTTP routes (`routes.rs`), and implements the
 //! [`Carrier`] trait ([`registry`]); the folder is registered by one line in the
 //! `carriers!` invocation below, which also makes the `kind = "…"` value of the tagged
@@ -125,6 +125,7 @@ carriers! {
     twilio => Twilio,
     telnyx => Telnyx,
     plivo => Plivo,
+    web => Web,
 }
 
 impl CarrierConfig {
@@ -346,6 +347,35 @@ pub trait MediaCodec: Send {
     fn stop_on_close(&self) -> bool {
         false
     }
+    /// True when the other end shows the call's progress (the browser phone): the media pump
+    /// then sends it [`CallProgress`] updates through [`Self::encode_progress`].
+    fn wants_progress(&self) -> bool {
+        false
+    }
+    /// Encodes one progress update as a text frame.
+    fn encode_progress(&mut self, _progress: &CallProgress) -> Option<String> {
+        None
+    }
+}
+
+/// What a call's watcher (the browser phone's page) is told as the call goes, from the call's
+/// own timeline and transcript.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallProgress {
+    /// A timeline event: its stored name (`turn_end`, `reply_first_frame`, …) and detail.
+    Event {
+        t_ms: u64,
+        kind: String,
+        detail: String,
+    },
+    /// A transcript entry, new or changed (the agent's heard text grows as marks come back).
+    Transcript {
+        index: usize,
+        agent: bool,
+        text: String,
+        heard: String,
+        interrupted: bool,
+    },
 }
 
 /// A [`MediaCodec`] that can copy itself as it stands (the media pump encodes with a copy taken

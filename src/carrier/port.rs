@@ -24,6 +24,25 @@ pub struct Inbound<'a> {
     pub to: &'a str,
 }
 
+/// A call that names its agent instead of a dialled number (the browser phone): no
+/// `[[numbers]]` entry, the agent chosen by the caller (or the only / first agent).
+#[derive(Debug, Clone, Copy)]
+pub struct Direct<'a> {
+    pub carrier: CarrierKind,
+    pub account: &'a str,
+    pub call_id: &'a str,
+    /// Shown as the caller in the call store (e.g. `browser`).
+    pub from: &'a str,
+    pub agent: Option<&'a str>,
+}
+
+/// Set by the HTTP server on every carrier request: whether it carries the control API's
+/// credentials (the bearer token, or in token-less local mode a loopback peer and `Host`
+/// without proxy headers), as `/v1` would decide. Carriers whose routes open calls without a
+/// carrier signature (the browser phone) require it or their own signed link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ControlAccess(pub bool);
+
 /// Why a call is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -39,6 +58,8 @@ pub enum Refusal {
     AgentUnavailable,
     /// Inbound calls to this number were turned off at runtime (`configure_inbound`).
     Disabled,
+    /// The agent the call asked for is not configured.
+    UnknownAgent,
     /// The call id was already handled (it is live, or in the call store): a replayed
     /// webhook. The carrier answers it without touching the call.
     Repeated,
@@ -110,6 +131,19 @@ pub trait Host: Send + Sync + 'static {
     fn outbound(&self) -> &Outbound;
     /// Records what the carrier reported about a call.
     fn report(&self, update: StatusUpdate);
+    /// The configured agents' names, in order.
+    fn agents(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Decides on a call that names its agent ([`Direct`]) and, when accepted, starts its
+    /// actor — the same checks and call actor as [`Host::admit`] without a number.
+    fn admit_direct(&self, _call: Direct<'_>) -> Result<Admitted, Refusal> {
+        Err(Refusal::AgentUnavailable)
+    }
+    /// The phone-link key, when the configuration has secret material for one.
+    fn phone_links(&self) -> Option<&crate::security::link::PhoneLinks> {
+        None
+    }
     /// Upgrades `req` and serves the media socket in the background.
     fn accept_media(self: Arc<Self>, req: Request<Incoming>, socket: MediaSocket)
     -> Response<Body>;

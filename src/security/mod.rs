@@ -2,6 +2,7 @@
 //! logs, constant-time comparison, and (in submodules) webhook signature checks and per-call
 //! media tokens. Nothing here knows about sockets or call state.
 
+pub mod link;
 pub mod token;
 
 use std::sync::Mutex;

@@ -261,6 +261,15 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
         match app.carriers.resolve(&method, &path) {
             Resolved::Route(carrier, r) => {
                 let (carrier, r) = (carrier.clone(), r.clone());
+                let mut req = req;
+                let access = crate::api::auth::Access {
+                    peer,
+                    method: &method,
+                    headers: req.headers(),
+                };
+                let ok = crate::api::auth::check_caller(&app.config().server, access).is_ok();
+                req.extensions_mut()
+                    .insert(crate::carrier::port::ControlAccess(ok));
                 serve(&carrier, &r, app as Arc<dyn Host>, req).await
             }
             Resolved::MethodNotAllowed => text(405, "method not allowed\n"),

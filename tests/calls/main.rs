@@ -20,3 +20,4 @@ mod telnyx_plivo;
 mod tools;
 mod tts;
 mod twilio;
+mod web;

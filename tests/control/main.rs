@@ -15,3 +15,4 @@ mod outbound_caps;
 mod reload;
 mod security;
 mod systemd;
+mod web;

@@ -23,6 +23,8 @@ pub fn checks(config: &Config, client: &reqwest::Client) -> Vec<BoxFuture<Vec<Fi
         out.push(Box::pin(async move {
             let admin = match admin {
                 Ok(a) => a,
+                // A carrier without accounts to check (the browser phone).
+                Err(CarrierError::Unsupported { .. }) => return Vec::new(),
                 Err(e) => {
                     return vec![Finding::CredentialsRefused {
                         service,

@@ -1,0 +1,188 @@
+//! The browser phone's socket protocol: JSON text frames, audio as base64 μ-law 8 kHz in
+//! 20 ms frames — the same bytes a phone call carries, so nothing is resampled on the server
+//! (the page runs its AudioContext at 8 kHz and the browser's own resampler converts the
+//! microphone). Page → daemon: `{"event":"start"}`, `{"event":"media","payload":…}`,
+//! `{"event":"mark","name":…}` (sent when the audio before the mark has really been played,
+//! or dropped by a clear), `{"event":"dtmf","digit":…}`, `{"event":"stop"}`. Daemon → page:
+//! `media`, `mark`, `clear`, and `progress` (the call's timeline events and transcript
+//! entries, for the page to show).
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::carrier::wire::{json_frame, parse_digit, str_field, unknown_event};
+use crate::carrier::{
+    CallProgress, CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart,
+};
+
+/// Largest text frame accepted.
+pub const MAX_FRAME_BYTES: usize = 64 * 1024;
+/// Largest decoded audio payload accepted (one second).
+const MAX_AUDIO_BYTES: usize = 8000;
+
+/// Per-socket codec; the call id is known before the socket opens (the route admitted it).
+#[derive(Debug, Clone)]
+pub struct WebCodec {
+    call_id: String,
+}
+
+impl WebCodec {
+    pub fn new(call_id: &str) -> Self {
+        Self {
+            call_id: call_id.to_string(),
+        }
+    }
+}
+
+impl MediaCodec for WebCodec {
+    fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
+        let msg = json_frame(frame, MAX_FRAME_BYTES)?;
+        match str_field(&msg, "event")? {
+            "start" => Ok(Some(MediaEvent::Start(StreamStart {
+                call_id: self.call_id.clone(),
+                stream_id: self.call_id.clone(),
+                custom_parameters: Default::default(),
+            }))),
+            "media" => {
+                let payload = str_field(&msg, "payload")?;
+                if payload.len() / 4 * 3 > MAX_AUDIO_BYTES {
+                    return Err(CodecError::TooLarge(payload.len() / 4 * 3));
+                }
+                let audio = STANDARD
+                    .decode(payload)
+                    .map_err(|_| CodecError::BadBase64)?;
+                Ok(Some(MediaEvent::Audio(Bytes::from(audio))))
+            }
+            "mark" => Ok(Some(MediaEvent::MarkPlayed(
+                str_field(&msg, "name")?.to_string(),
+            ))),
+            "dtmf" => Ok(Some(MediaEvent::Dtmf(parse_digit(str_field(
+                &msg, "digit",
+            )?)?))),
+            "stop" => Ok(Some(MediaEvent::Stop)),
+            other => Err(unknown_event(other)),
+        }
+    }
+
+    fn encode(&mut self, cmd: &MediaCommand) -> Option<String> {
+        let v = match cmd {
+            MediaCommand::Audio(a) => json!({"event": "media", "payload": STANDARD.encode(a)}),
+            MediaCommand::Mark(name) => json!({"event": "mark", "name": name}),
+            MediaCommand::Clear => json!({"event": "clear"}),
+            // Hang-up closes the socket; a browser cannot be transferred or dial digits (the
+            // pump asks the carrier, which says it is unsupported).
+            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
+                return None;
+            }
+        };
+        Some(v.to_string())
+    }
+
+    /// A closed page is the caller hanging up.
+    fn stop_on_close(&self) -> bool {
+        true
+    }
+
+    fn wants_progress(&self) -> bool {
+        true
+    }
+
+    fn encode_progress(&mut self, p: &CallProgress) -> Option<String> {
+        let v: Value = match p {
+            CallProgress::Event { t_ms, kind, detail } => json!({
+                "event": "progress", "type": "event", "t_ms": t_ms, "kind": kind, "detail": detail,
+            }),
+            CallProgress::Transcript {
+                index,
+                agent,
+                text,
+                heard,
+                interrupted,
+            } => json!({
+                "event": "progress", "type": "transcript", "index": index,
+                "speaker": if *agent { "agent" } else { "caller" },
+                "text": text, "heard": heard, "interrupted": interrupted,
+            }),
+        };
+        Some(v.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_decode_to_the_call_the_route_admitted() {
+        let mut c = WebCodec::new("web-1");
+        match c.decode(r#"{"event":"start"}"#) {
+            Ok(Some(MediaEvent::Start(s))) => assert_eq!(s.call_id, "web-1"),
+            other => panic!("{other:?}"),
+        }
+        let audio = STANDARD.encode([0xFFu8; 160]);
+        assert_eq!(
+            c.decode(&format!(r#"{{"event":"media","payload":"{audio}"}}"#)),
+            Ok(Some(MediaEvent::Audio(Bytes::from(vec![0xFF; 160]))))
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"mark","name":"m1"}"#),
+            Ok(Some(MediaEvent::MarkPlayed("m1".into())))
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"dtmf","digit":"5"}"#),
+            Ok(Some(MediaEvent::Dtmf('5')))
+        );
+        assert_eq!(c.decode(r#"{"event":"stop"}"#), Ok(Some(MediaEvent::Stop)));
+    }
+
+    #[test]
+    fn bad_frames_are_refused_with_why() {
+        let mut c = WebCodec::new("web-1");
+        assert!(matches!(c.decode("nope"), Err(CodecError::BadJson(_))));
+        assert_eq!(
+            c.decode(r#"{"event":"media"}"#),
+            Err(CodecError::MissingField("payload"))
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"media","payload":"!!!"}"#),
+            Err(CodecError::BadBase64)
+        );
+        let big = "A".repeat(20_000);
+        assert!(matches!(
+            c.decode(&format!(r#"{{"event":"media","payload":"{big}"}}"#)),
+            Err(CodecError::TooLarge(_))
+        ));
+        assert!(matches!(
+            c.decode(r#"{"event":"hello"}"#),
+            Err(CodecError::UnknownEvent(_))
+        ));
+        assert_eq!(
+            c.decode(r#"{"event":"dtmf","digit":"55"}"#),
+            Err(CodecError::InvalidField("digit"))
+        );
+    }
+
+    #[test]
+    fn commands_and_progress_encode() {
+        let mut c = WebCodec::new("web-1");
+        assert_eq!(
+            c.encode(&MediaCommand::Clear).as_deref(),
+            Some(r#"{"event":"clear"}"#)
+        );
+        assert_eq!(c.encode(&MediaCommand::HangUp), None);
+        let p = c
+            .encode_progress(&CallProgress::Transcript {
+                index: 0,
+                agent: true,
+                text: "Hi".into(),
+                heard: "Hi".into(),
+                interrupted: false,
+            })
+            .expect("frame");
+        let v: Value = serde_json::from_str(&p).expect("json");
+        assert_eq!(v["speaker"], "agent");
+        assert_eq!(v["type"], "transcript");
+    }
+}
