@@ -197,7 +197,7 @@ impl Actor {
                     self.llm = Some(self.setup.providers.llm.stream(ChatTurn {
                         call_id: self.setup.call_id.clone(),
                         caller: Some(self.setup.remote_party().to_string()),
-                        system_prompt: self.setup.agent.system_prompt.clone(),
+                        system_prompt: self.setup.system_prompt(),
                         history,
                     }));
                 }

@@ -60,6 +60,70 @@ impl CallSetup {
     pub fn remote_party(&self) -> &str {
         if self.outbound { &self.to } else { &self.from }
     }
+
+    /// The agent's `system_prompt` with `{call_id}`, `{caller}` (who placed the call),
+    /// `{callee}` (who was called) and `{agent}` filled in, so a brain that runs its own tools
+    /// (Hermes with patterd's MCP server) knows which call it is in.
+    pub fn system_prompt(&self) -> String {
+        render_prompt(
+            &self.agent.system_prompt,
+            &[
+                ("call_id", &self.call_id),
+                ("caller", &self.from),
+                ("callee", &self.to),
+                ("agent", &self.agent_name),
+            ],
+        )
+    }
+}
+
+/// Replaces each `{name}` of `vars` in `template` (one pass: values are never re-expanded;
+/// other braces are left alone).
+pub fn render_prompt(template: &str, vars: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let var = after.find('}').and_then(|close| {
+            vars.iter()
+                .find(|(n, _)| *n == &after[..close])
+                .map(|v| (close, v.1))
+        });
+        match var {
+            Some((close, value)) => {
+                out.push_str(value);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod prompt_tests {
+    use super::render_prompt;
+
+    #[test]
+    fn placeholders_are_filled_once_and_other_braces_kept() {
+        let vars = [
+            ("call_id", "CA1"),
+            ("caller", "+1555{agent}"),
+            ("agent", "desk"),
+        ];
+        assert_eq!(
+            render_prompt(
+                "In call {call_id} from {caller} as {agent}; {json: 1} {nope} {",
+                &vars
+            ),
+            "In call CA1 from +1555{agent} as desk; {json: 1} {nope} {"
+        );
+    }
 }
 
 /// The media stream the carrier opened for this call, handed to the actor.
