@@ -351,3 +351,47 @@ async fn the_system_prompt_names_the_call() {
         format!("Call {call_id} from {CALLER} to {OUR_NUMBER} as front-desk; keep {{this}}.")
     );
 }
+
+/// A carrier that refuses the transfer: the agent is told why and the call goes on (its leg is
+/// neither transferred nor hung up).
+#[tokio::test]
+async fn a_carrier_refusing_the_transfer_leaves_the_call_up() {
+    let stack = stack_with(TRANSFERS).await;
+    let (call_id, _sim) = greeted(&stack, Carrier::Twilio).await;
+    stack.rest.fail_with(Some(400));
+    let outcome = act(
+        &stack,
+        &call_id,
+        CallAction::Transfer {
+            to: "+14155550100".into(),
+        },
+    )
+    .await
+    .expect("outcome");
+    match &outcome {
+        ActionOutcome::Failed { reason } => {
+            assert!(reason.contains("Injected failure"), "{reason}");
+            assert!(reason.contains("the call goes on"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let handle = stack.server.app.calls.get(&call_id).expect("still live");
+    let rec = handle.snapshot().await.expect("snapshot");
+    assert!(
+        rec.events
+            .iter()
+            .any(|e| e.kind.as_str() == "transfer_failed")
+    );
+    // The call takes actions again.
+    stack.rest.fail_with(None);
+    let said = act(
+        &stack,
+        &call_id,
+        CallAction::Say {
+            text: "Sorry about that.".into(),
+        },
+    )
+    .await
+    .expect("outcome");
+    assert!(said.is_done(), "{said:?}");
+}
