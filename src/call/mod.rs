@@ -63,32 +63,69 @@ impl CallSetup {
         if self.outbound { &self.to } else { &self.from }
     }
 
-    /// The agent's `system_prompt` with `{call_id}`, `{caller}`, `{callee}` and `{agent}`
-    /// filled in (so a brain that acts on its own call through MCP knows which call it is in).
+    /// The agent's `system_prompt` with `{call_id}`, `{caller}` (who placed the call),
+    /// `{callee}` (who was called) and `{agent}` filled in, so a brain that runs its own tools
+    /// (Hermes with patterd's MCP server) knows which call it is in.
     pub fn system_prompt(&self) -> String {
         render_prompt(
             &self.agent.system_prompt,
-            &self.call_id,
-            &self.from,
-            &self.to,
-            &self.agent_name,
+            &[
+                ("call_id", &self.call_id),
+                ("caller", &self.from),
+                ("callee", &self.to),
+                ("agent", &self.agent_name),
+            ],
         )
     }
 }
 
-/// Fills the `system_prompt` placeholders; other braces are left as they are.
-pub fn render_prompt(
-    template: &str,
-    call_id: &str,
-    caller: &str,
-    callee: &str,
-    agent: &str,
-) -> String {
-    template
-        .replace("{call_id}", call_id)
-        .replace("{caller}", caller)
-        .replace("{callee}", callee)
-        .replace("{agent}", agent)
+/// Replaces each `{name}` of `vars` in `template` (one pass: values are never re-expanded;
+/// other braces are left alone).
+pub fn render_prompt(template: &str, vars: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let var = after.find('}').and_then(|close| {
+            vars.iter()
+                .find(|(n, _)| *n == &after[..close])
+                .map(|v| (close, v.1))
+        });
+        match var {
+            Some((close, value)) => {
+                out.push_str(value);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod prompt_tests {
+    use super::render_prompt;
+
+    #[test]
+    fn placeholders_are_filled_once_and_other_braces_kept() {
+        let vars = [
+            ("call_id", "CA1"),
+            ("caller", "+1555{agent}"),
+            ("agent", "desk"),
+        ];
+        assert_eq!(
+            render_prompt(
+                "In call {call_id} from {caller} as {agent}; {json: 1} {nope} {",
+                &vars
+            ),
+            "In call CA1 from +1555{agent} as desk; {json: 1} {nope} {"
+        );
+    }
 }
 
 /// The media stream the carrier opened for this call, handed to the actor.
@@ -204,23 +241,5 @@ impl CallHandle {
     /// True once the actor has gone.
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn prompt_placeholders_are_filled_and_other_braces_kept() {
-        let p = super::render_prompt(
-            "You are {agent} on call {call_id} from {caller} to {callee}; JSON {\"a\": 1} {other}",
-            "CA1",
-            "+15557654321",
-            "+15550001234",
-            "front-desk",
-        );
-        assert_eq!(
-            p,
-            "You are front-desk on call CA1 from +15557654321 to +15550001234; JSON {\"a\": 1} {other}"
-        );
     }
 }

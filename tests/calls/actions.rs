@@ -316,3 +316,82 @@ async fn end_call_mid_reply_finishes_the_sentence_then_hangs_up() {
     );
     stack.wait_rest_hang_up(Carrier::Twilio, &call_id).await;
 }
+
+/// Hermes acting on its own call needs to know which call it is in: the system prompt's
+/// `{call_id}`, `{caller}`, `{callee}` and `{agent}` are filled in per call.
+#[tokio::test]
+async fn the_system_prompt_names_the_call() {
+    let stack = stack_with("").await;
+    let api = crate::common::api::Api::authed(&stack);
+    let (s, v) = api
+        .send(
+            reqwest::Method::PUT,
+            "/v1/inbound",
+            Some(serde_json::json!({
+                "systemPrompt": "Call {call_id} from {caller} to {callee} as {agent}; keep {this}."
+            })),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    stack.hermes.push(HermesReply::text("Hello."));
+    let (call_id, sim) = greeted(&stack, Carrier::Twilio).await;
+    speak(&sim, 600);
+    let rec = stack
+        .hermes
+        .wait_until("the brain asked", |r| !r.requests.is_empty())
+        .await;
+    let system = rec.requests[0]
+        .messages()
+        .into_iter()
+        .find(|(role, _)| role == "system")
+        .map(|(_, c)| c)
+        .unwrap_or_default();
+    assert_eq!(
+        system,
+        format!("Call {call_id} from {CALLER} to {OUR_NUMBER} as front-desk; keep {{this}}.")
+    );
+}
+
+/// A carrier that refuses the transfer: the agent is told why and the call goes on (its leg is
+/// neither transferred nor hung up).
+#[tokio::test]
+async fn a_carrier_refusing_the_transfer_leaves_the_call_up() {
+    let stack = stack_with(TRANSFERS).await;
+    let (call_id, _sim) = greeted(&stack, Carrier::Twilio).await;
+    stack.rest.fail_with(Some(400));
+    let outcome = act(
+        &stack,
+        &call_id,
+        CallAction::Transfer {
+            to: "+14155550100".into(),
+        },
+    )
+    .await
+    .expect("outcome");
+    match &outcome {
+        ActionOutcome::Failed { reason } => {
+            assert!(reason.contains("Injected failure"), "{reason}");
+            assert!(reason.contains("the call goes on"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let handle = stack.server.app.calls.get(&call_id).expect("still live");
+    let rec = handle.snapshot().await.expect("snapshot");
+    assert!(
+        rec.events
+            .iter()
+            .any(|e| e.kind.as_str() == "transfer_failed")
+    );
+    // The call takes actions again.
+    stack.rest.fail_with(None);
+    let said = act(
+        &stack,
+        &call_id,
+        CallAction::Say {
+            text: "Sorry about that.".into(),
+        },
+    )
+    .await
+    .expect("outcome");
+    assert!(said.is_done(), "{said:?}");
+}

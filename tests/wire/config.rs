@@ -990,3 +990,23 @@ fn pricing_names_configured_entries_with_sane_prices() {
     let unknown = format!("{BASE}\n[pricing.stt.deepgram]\nusd_per_second = 1.0\n");
     assert!(load_err(&unknown).contains("usd_per_second"));
 }
+
+#[test]
+fn transfer_allowed_entries_must_be_e164_numbers_or_prefixes() {
+    let text = with_agent_lines("transfer_allowed = [\"+1415555\", \"1900\", \"+1 415\"]");
+    let err = load_err(&text);
+    let line = line_of(&text, "transfer_allowed");
+    for bad in ["\"1900\"", "\"+1 415\""] {
+        assert!(
+            err.contains(&format!(
+                "patter.toml:{line}: [agents.front-desk] transfer_allowed contains {bad}, which is \
+                 not an E.164 number or prefix"
+            )),
+            "{err}"
+        );
+    }
+    assert!(!err.contains("\"+1415555\""), "a prefix is fine: {err}");
+    // An empty list (no transfers) and a handoff line load.
+    let ok = with_agent_lines("transfer_allowed = []\ntransfer_message = \"Hold on.\"");
+    patterd::config::load_str_with_vars(&ok, "patter.toml", &[]).expect("valid");
+}

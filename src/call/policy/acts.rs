@@ -97,6 +97,8 @@ impl Policy {
                 self.reply_sentence(&rest, now, mouth);
             }
         }
+        // A barge-in may have paused the mouth: what is kept plays (from its sentence's start).
+        mouth.resume();
         mouth.keep_current();
         self.held_turn = None;
     }

@@ -1021,3 +1021,45 @@ fn a_brain_that_keeps_history_is_never_asked_speculatively() {
     c.step(Input::EndOfTurn("hello".into()));
     assert_eq!(c.brain_starts().len(), 1);
 }
+
+#[test]
+fn a_stream_stopped_by_the_carriers_transfer_counts_as_transferred() {
+    // Twilio and Plivo end the media stream for the transfer, maybe before the REST answer.
+    let mut c = Call::answered(TRANSFERS);
+    c.act(
+        5,
+        CallAction::Transfer {
+            to: "+14155550123".into(),
+        },
+    );
+    c.run(1200);
+    assert!(
+        c.log
+            .iter()
+            .any(|a| matches!(a, Action::Transfer { id: 5, .. }))
+    );
+    c.step(Input::StreamStopped);
+    assert!(matches!(c.replies()[..], [(5, ActionOutcome::Done { .. })]));
+    assert!(c.did(&Action::End(EndReason::Transferred("+14155550123".into()))));
+    // Without a transfer in flight a stop is just the caller hanging up: nothing to do here.
+    let mut c = Call::answered(TRANSFERS);
+    c.step(Input::StreamStopped);
+    assert!(c.replies().is_empty());
+    assert!(!c.log.iter().any(|a| matches!(a, Action::End(_))));
+}
+
+#[test]
+fn end_call_during_a_barge_in_still_finishes_the_sentence() {
+    let mut c = Call::replying("");
+    c.speech_start();
+    c.voiced(300);
+    assert!(matches!(c.policy.phase(), Phase::BargeIn { .. }));
+    c.act(
+        2,
+        CallAction::EndCall {
+            reason: "bye".into(),
+        },
+    );
+    c.run(5000);
+    assert_eq!(c.ended, Some(EndReason::HungUp("bye".into())));
+}
