@@ -420,6 +420,13 @@ impl Actor {
 
     /// Notes a synthesis' first audio (the `tts_first_audio` stage) and forgets finished ones.
     fn tts_progress(&mut self, id: u64, ev: &Option<TtsEvent>) {
+        // A chain's notes come before the audio they announce.
+        if matches!(
+            ev,
+            Some(TtsEvent::FirstByte { .. } | TtsEvent::Switched { .. })
+        ) {
+            return;
+        }
         let Some(i) = self.tts_requested.iter().position(|(r, _)| *r == id) else {
             return;
         };
