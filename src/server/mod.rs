@@ -6,6 +6,7 @@
 //! 405 for known paths with another method, derived from the same routes. It knows no
 //! carrier's name or wire format; the daemon's state is [`crate::app::App`].
 
+pub mod healthcheck;
 pub mod metrics;
 pub mod rest;
 
