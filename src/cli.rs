@@ -157,4 +157,16 @@ pub enum Command {
         #[arg(long, default_value_t = 600)]
         ttl: u64,
     },
+    /// Probe the running daemon's `/healthz`: exit 0 when it answers 200, 1 otherwise.
+    ///
+    /// For container HEALTHCHECKs and supervisors (no curl needed). The address is --url, else
+    /// server.listen from the configuration (0.0.0.0 is asked on 127.0.0.1). Plain HTTP only.
+    Healthcheck {
+        /// The daemon's base URL, e.g. http://127.0.0.1:8080.
+        #[arg(long)]
+        url: Option<String>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 3, value_name = "SECONDS")]
+        timeout: u64,
+    },
 }

@@ -296,6 +296,36 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Healthcheck { url, timeout } => {
+            let base = match url {
+                Some(u) => u,
+                None => match load(cli.config.as_deref()) {
+                    Ok(l) if l.config.server.tls.is_some() => {
+                        eprintln!(
+                            "error: server.tls is set and healthcheck speaks plain HTTP only; \
+                             probe https://…/healthz with your orchestrator instead"
+                        );
+                        return ExitCode::from(1);
+                    }
+                    Ok(l) => patterd::server::healthcheck::target(&l.config.server.listen),
+                    Err(e) => {
+                        eprintln!("error: {e} (or pass --url)");
+                        return ExitCode::from(1);
+                    }
+                },
+            };
+            let timeout = std::time::Duration::from_secs(timeout.max(1));
+            match patterd::server::healthcheck::probe(&base, timeout) {
+                Ok(()) => {
+                    println!("healthy: {base}/healthz answered 200");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("unhealthy: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Try {
             agent,
             say,

@@ -176,8 +176,9 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             &["server", "listen"],
             format!(
                 "[server] listen = {:?} is reachable from the network but [server] api_token \
-                 is empty, which would leave /v1 and /mcp open; set api_token = \
-                 \"${{PATTERD_API_TOKEN}}\" or listen on 127.0.0.1",
+                 is empty, which would leave /v1 and /mcp open; set the environment variable \
+                 PATTERD_API_TOKEN (the example configuration's api_token reads it; generate one \
+                 with `openssl rand -hex 32`), or listen on 127.0.0.1",
                 server.listen
             ),
         ),

@@ -10,6 +10,7 @@ fn minimal_config() -> String {
     r#"
 [server]
 listen = "127.0.0.1:0"
+data_dir = "${PATTERD_DATA_DIR}"
 drain_timeout_s = 30
 [log]
 format = "json"
@@ -41,6 +42,35 @@ fn healthz_answers_and_sigterm_with_no_calls_exits_zero_quickly() {
     d.signal(libc::SIGTERM);
     let code = d.wait_exit(Duration::from_secs(10));
     assert_eq!(code, Some(0));
+}
+
+/// `patterd healthcheck` (the container image's HEALTHCHECK): exit 0 while the daemon serves
+/// `/healthz`, 1 with a line saying why once it is gone.
+#[test]
+fn healthcheck_subcommand_follows_the_daemon() {
+    let exe = env!("CARGO_BIN_EXE_patterd");
+    let mut d = Daemon::start(&minimal_config());
+    let base = d.url("");
+    let probe = || {
+        Command::new(exe)
+            .args(["healthcheck", "--url", &base, "--timeout", "5"])
+            .env_remove("PATTERD_CONFIG")
+            .output()
+            .expect("run patterd healthcheck")
+    };
+    let up = probe();
+    let stdout = String::from_utf8_lossy(&up.stdout);
+    assert_eq!(up.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("answered 200"), "{stdout}");
+    d.signal(libc::SIGTERM);
+    assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
+    let down = probe();
+    let stderr = String::from_utf8_lossy(&down.stderr);
+    assert_eq!(down.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("unhealthy: cannot connect to"),
+        "{stderr}"
+    );
 }
 
 #[test]

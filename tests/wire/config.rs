@@ -572,6 +572,33 @@ fn render_effective_redacts_secrets() {
     assert_eq!(reloaded.config.numbers.len(), 1);
 }
 
+/// The container image (deploy/Dockerfile) runs the example with `PATTERD_SERVER__LISTEN=
+/// 0.0.0.0:8080`: without `PATTERD_API_TOKEN` it refuses in one line that names the variable to
+/// set; with it, it loads.
+#[test]
+fn container_defaults_need_the_api_token_variable() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/patter.toml");
+    let text = std::fs::read_to_string(path).expect("config/patter.toml exists");
+    let image_env = [
+        ("PATTERD_SERVER__LISTEN", "0.0.0.0:8080"),
+        ("PATTERD_DATA_DIR", "/var/lib/patterd"),
+    ];
+    let err = match config::load_str_with_vars(&text, "/etc/patterd/patter.toml", &image_env) {
+        Ok(_) => panic!("the image's defaults must refuse to start without a token"),
+        Err(e) => e.to_string(),
+    };
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("set the environment variable PATTERD_API_TOKEN"),
+        "{err}"
+    );
+    let with_token = [image_env[0], image_env[1], ("PATTERD_API_TOKEN", "s3cret")];
+    let loaded = config::load_str_with_vars(&text, "/etc/patterd/patter.toml", &with_token)
+        .unwrap_or_else(|e| panic!("loads with the token: {e}"));
+    assert_eq!(loaded.config.server.listen, "0.0.0.0:8080");
+    assert_eq!(loaded.config.server.api_token.expose(), "s3cret");
+}
+
 #[test]
 fn shipped_example_loads_with_empty_environment() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/patter.toml");
