@@ -196,6 +196,7 @@ label_enum!(
     Provider, "provider" {
         Deepgram => "deepgram",
         DeepgramFlux => "deepgram_flux",
+        Assemblyai => "assemblyai",
         Elevenlabs => "elevenlabs",
         Openai => "openai",
         Cartesia => "cartesia",

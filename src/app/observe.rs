@@ -98,6 +98,7 @@ impl CallObserver {
                 SttKind::Deepgram => Provider::Deepgram,
                 SttKind::DeepgramFlux => Provider::DeepgramFlux,
                 SttKind::OpenaiCompatible => Provider::OpenaiCompatible,
+                SttKind::Assemblyai => Provider::Assemblyai,
             }),
             tts: a
                 .tts

@@ -396,6 +396,9 @@ pub enum SttKind {
     /// Per-utterance file transcription (`POST {base_url}/audio/transcriptions`): OpenAI,
     /// speaches / faster-whisper, whisper.cpp's server.
     OpenaiCompatible,
+    /// AssemblyAI Universal-Streaming v3 (`/v3/ws`): the model ends turns (`Turn` with
+    /// `end_of_turn`), steered by `eot_threshold` and `eot_timeout_ms`.
+    Assemblyai,
 }
 
 impl SttKind {
@@ -405,6 +408,7 @@ impl SttKind {
             SttKind::Deepgram | SttKind::DeepgramFlux => "wss://api.deepgram.com",
             // speaches' default listen address (providers.md §8.1).
             SttKind::OpenaiCompatible => "http://127.0.0.1:8000/v1",
+            SttKind::Assemblyai => "wss://streaming.assemblyai.com",
         }
     }
 
@@ -414,6 +418,7 @@ impl SttKind {
             SttKind::Deepgram => "nova-3",
             SttKind::DeepgramFlux => "flux-general-en",
             SttKind::OpenaiCompatible => "",
+            SttKind::Assemblyai => "universal-streaming-english",
         }
     }
 

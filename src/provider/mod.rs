@@ -4,6 +4,7 @@
 //! events they produce. A stream is cancelled by dropping it. [`build_providers`] turns the
 //! `[stt.*]`, `[tts.*]` and `[llm.*]` tables into shared provider objects.
 
+pub mod assemblyai;
 pub mod cartesia;
 pub mod chunker;
 pub mod deepgram;
@@ -302,6 +303,9 @@ pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
             }
             SttKind::OpenaiCompatible => {
                 Arc::new(openai_stt::OpenAiFileStt::new(c).map_err(|e| e.within("stt", name))?)
+            }
+            SttKind::Assemblyai => {
+                Arc::new(assemblyai::AssemblyAiStt::new(c).map_err(|e| e.within("stt", name))?)
             }
         };
         p.stt.insert(name.clone(), s);

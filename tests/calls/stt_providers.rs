@@ -414,3 +414,154 @@ async fn brain_500_the_backup_answers_the_same_turn() {
         1
     );
 }
+
+// ---------------------------------------------------------------- AssemblyAI
+
+use patterd_sim::assemblyai::{FakeAssemblyAi, FakeAssemblyAiConfig};
+
+const AAI_KEY: &str = "aai-test-key";
+
+async fn assemblyai_stack(fake: &FakeAssemblyAi, api_key: &str) -> Stack {
+    Stack::start(Opts {
+        stt: "aai".into(),
+        extra_sections: format!(
+            "[stt.aai]\nkind = \"assemblyai\"\nbase_url = \"{}\"\napi_key = \"{api_key}\"\n\
+             eot_threshold = 0.7\n",
+            fake.base_url()
+        ),
+        ..Default::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn assemblyai_end_of_turn_is_the_turn_and_the_session_terminates() {
+    let fake = FakeAssemblyAi::start_with(FakeAssemblyAiConfig {
+        api_key: AAI_KEY.into(),
+        turns: vec!["i need a table for four".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("fake assemblyai");
+    let stack = assemblyai_stack(&fake, AAI_KEY).await;
+    stack.hermes.push(HermesReply::text("For four, sure."));
+    let (sid, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting");
+    speak(&sim, 600);
+    let h = stack
+        .hermes
+        .wait_until("the turn reaches the brain", |r| !r.requests.is_empty())
+        .await;
+    let user = h.requests[0]
+        .messages()
+        .into_iter()
+        .rev()
+        .find(|(role, _)| role == "user")
+        .map(|(_, t)| t);
+    // format_turns is on (smart_format): the formatted end of turn is the one used.
+    assert_eq!(user.as_deref(), Some("I need a table for four."));
+    sim.wait_for("reply heard", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .expect("reply plays");
+    sim.hang_up().await;
+    let rec = stack.finished(&sid).await;
+    let r = fake
+        .wait_until("the terminated session", |r| {
+            r.connections.first().is_some_and(|c| c.closed.is_some())
+        })
+        .await;
+    let c = &r.connections[0];
+    let q = |k: &str| {
+        c.query
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(q("encoding"), Some("pcm_mulaw"));
+    assert_eq!(q("sample_rate"), Some("8000"));
+    assert_eq!(q("format_turns"), Some("true"));
+    assert_eq!(q("end_of_turn_confidence_threshold"), Some("0.7"));
+    assert!(
+        c.headers
+            .iter()
+            .any(|(k, v)| k == "authorization" && v == AAI_KEY),
+        "raw key, no scheme: {:?}",
+        c.headers
+    );
+    // Every chunk within AssemblyAI's 50–1000 ms bounds (400–8000 μ-law bytes).
+    assert!(
+        c.chunks.iter().all(|n| (400..=8000).contains(n)),
+        "{:?}",
+        c.chunks
+    );
+    assert_eq!(c.terminates, 1);
+    assert_eq!(c.closed.as_ref().map(|x| x.0), Some(1000));
+    assert_eq!(c.ends_of_turn().len(), 2, "unformatted then formatted");
+    let turn_ends: Vec<_> = rec
+        .events_of("turn_end")
+        .map(|e| e.detail.clone())
+        .collect();
+    assert_eq!(turn_ends, ["end_of_turn"]);
+}
+
+#[tokio::test]
+async fn assemblyai_bad_key_and_server_error_are_clear_errors() {
+    let fake = FakeAssemblyAi::start_with(FakeAssemblyAiConfig {
+        api_key: AAI_KEY.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("fake assemblyai");
+    let stack = assemblyai_stack(&fake, "not-the-key").await;
+    let (sid, sim) = stack.call().await;
+    fake.wait_until("two refused sessions (open and the one reopen)", |r| {
+        r.connections
+            .iter()
+            .filter(|c| c.closed.as_ref().is_some_and(|x| x.0 == 4001))
+            .count()
+            >= 2
+    })
+    .await;
+    sim.hang_up().await;
+    let rec = stack.finished(&sid).await;
+    let errors: Vec<_> = rec
+        .events_of("stt_error")
+        .map(|e| e.detail.clone())
+        .collect();
+    assert!(
+        errors.iter().any(|d| d.contains("AssemblyAI")
+            && d.contains("4001")
+            && d.contains("check [stt] api_key")),
+        "{errors:?}"
+    );
+    assert!(stack.hermes.record().requests.is_empty());
+
+    // A server error mid-call: AssemblyAI's `Error` message names its code.
+    let fake = FakeAssemblyAi::start_with(FakeAssemblyAiConfig {
+        api_key: AAI_KEY.into(),
+        failure: Some(patterd_sim::assemblyai::AssemblyAiFailure::ErrorAfterAudioBytes(1600)),
+        ..Default::default()
+    })
+    .await
+    .expect("fake assemblyai");
+    let stack = assemblyai_stack(&fake, AAI_KEY).await;
+    let (sid, sim) = stack.call().await;
+    fake.wait_until("the failed stream", |r| {
+        r.connections.first().is_some_and(|c| c.closed.is_some())
+    })
+    .await;
+    sim.hang_up().await;
+    let rec = stack.finished(&sid).await;
+    let errors: Vec<_> = rec
+        .events_of("stt_error")
+        .map(|e| e.detail.clone())
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|d| d.contains("3005: the fake failed on purpose")),
+        "{errors:?}"
+    );
+}

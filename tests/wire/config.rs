@@ -625,10 +625,11 @@ fn shipped_example_loads_with_empty_environment() {
     assert_eq!(c.numbers.len(), 1);
     assert_eq!(c.numbers[0].carrier, "twilio");
     assert_eq!(c.server.data_dir.to_str(), Some("./data"));
-    // Only warnings: 3 carriers + llm hermes and openclaw + the two Deepgram stt examples +
-    // 3 tts (elevenlabs, openai, cartesia); the self-hosted `openai_compatible` stt, the
+    // Only warnings: 3 carriers + llm hermes and openclaw + the two Deepgram stt examples and
+    // AssemblyAI + 3 tts (elevenlabs, openai, cartesia); the self-hosted `openai_compatible` stt, the
     // `ollama` preset and kokoro need no key.
-    assert_eq!(loaded.warnings.len(), 10, "{:?}", loaded.warnings);
+    assert_eq!(loaded.warnings.len(), 11, "{:?}", loaded.warnings);
+    assert_eq!(c.stt["assemblyai"].kind, config::SttKind::Assemblyai);
     assert_eq!(
         c.agent("front-desk").map(|a| a.tts.names().to_vec()),
         Some(vec!["elevenlabs".to_string(), "kokoro".to_string()])

@@ -47,6 +47,11 @@ pub fn checks(config: &Config, client: &reqwest::Client) -> Vec<BoxFuture<Vec<Fi
             SttKind::OpenaiCompatible => client
                 .get(format!("{base}/models"))
                 .bearer_auth(stt.api_key.expose()),
+            // The streaming host has no key-check endpoint; AssemblyAI's REST API lists
+            // transcripts for a valid key (401 otherwise).
+            SttKind::Assemblyai => client
+                .get(assemblyai_rest_base(stt.effective_base_url()))
+                .header("Authorization", stt.api_key.expose()),
         };
         out.push(provider(format!("[stt.{name}]"), req));
     }
@@ -85,6 +90,14 @@ fn http_base(base: &str) -> String {
     } else {
         base.to_string()
     }
+}
+
+/// AssemblyAI's REST key check for a streaming `base_url`: `wss://streaming.assemblyai.com`
+/// → `https://api.assemblyai.com/v2/transcript?limit=1` (EU: `streaming.eu.` → `api.eu.`); any
+/// other host (a fake, a proxy) is asked at the same path.
+fn assemblyai_rest_base(base: &str) -> String {
+    let base = http_base(base).replace("://streaming.", "://api.");
+    format!("{base}/v2/transcript?limit=1")
 }
 
 fn provider(service: String, req: reqwest::RequestBuilder) -> BoxFuture<Vec<Finding>> {

@@ -1,0 +1,390 @@
+//! AssemblyAI Universal-Streaming v3 speech-to-text (`/v3/ws`, providers.md §6), kind
+//! `assemblyai`. One WebSocket per call, authenticated by the raw key in `Authorization`;
+//! caller μ-law 8 kHz goes up unchanged (`encoding=pcm_mulaw&sample_rate=8000`) as binary
+//! frames, batched from 20 ms carrier frames into 100 ms chunks (AssemblyAI refuses chunks
+//! outside 50–1000 ms with 3007; the last one is padded with μ-law silence to 50 ms).
+//! `{"type":"Terminate"}` ends the session (the server answers `Termination` and closes).
+//! The model decides the turns: a partial `Turn` is an interim transcript, `SpeechStarted` a
+//! barge-in hint, and the `Turn` with `end_of_turn` (the formatted one when `format_turns`,
+//! i.e. `smart_format`, is on) becomes [`SttEvent::EndOfTurn`]; `eot_threshold` and
+//! `eot_timeout_ms` are sent as `end_of_turn_confidence_threshold` and `max_turn_silence`.
+//! Our endpointer only listens ([`SttProvider::ends_turns`]). An `Error` message or a close
+//! other than the answer to our `Terminate` is a fatal error naming AssemblyAI's code and
+//! what to do about it.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::deepgram::ws_base;
+use super::error::SetupError;
+use super::{SttContext, SttEvent, SttInput, SttProvider, SttStream};
+use crate::config::schema::SttConfig;
+use crate::net::ws_client::{self, WsConnectError};
+use crate::net::ws_pump::{self, WsIn};
+use crate::util::TaskGuard;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+const INPUT_QUEUE: usize = 1024;
+/// The API version header AssemblyAI's SDK sends.
+const API_VERSION: &str = "2025-05-12";
+/// Bytes of μ-law 8 kHz per chunk sent (100 ms).
+const CHUNK_BYTES: usize = 800;
+/// The shortest chunk AssemblyAI accepts (50 ms).
+const MIN_CHUNK_BYTES: usize = 400;
+/// μ-law silence.
+const MULAW_SILENCE: u8 = 0xFF;
+
+pub struct AssemblyAiStt {
+    cfg: SttConfig,
+    url: String,
+}
+
+impl AssemblyAiStt {
+    pub fn new(cfg: &SttConfig) -> Result<Self, SetupError> {
+        Ok(Self {
+            cfg: cfg.clone(),
+            url: stream_url(cfg)?,
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// The `/v3/ws` URL: μ-law 8 kHz, the speech model, `format_turns`, and the turn settings
+/// that are set (`keyterms_prompt` is a JSON list, as the SDK sends it).
+pub fn stream_url(cfg: &SttConfig) -> Result<String, SetupError> {
+    let base = ws_base(cfg)?;
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    q.append_pair("sample_rate", "8000")
+        .append_pair("encoding", "pcm_mulaw")
+        .append_pair("speech_model", cfg.effective_model())
+        .append_pair(
+            "format_turns",
+            if cfg.smart_format { "true" } else { "false" },
+        );
+    if let Some(t) = cfg.eot_threshold {
+        q.append_pair("end_of_turn_confidence_threshold", &t.to_string());
+    }
+    if let Some(t) = cfg.eot_timeout_ms {
+        q.append_pair("max_turn_silence", &t.to_string());
+    }
+    if !cfg.keyterms.is_empty() {
+        let list = serde_json::to_string(&cfg.keyterms).unwrap_or_else(|_| "[]".into());
+        q.append_pair("keyterms_prompt", &list);
+    }
+    Ok(format!("{base}/v3/ws?{}", q.finish()))
+}
+
+impl SttProvider for AssemblyAiStt {
+    fn ends_turns(&self) -> bool {
+        true
+    }
+
+    fn open(&self, ctx: &SttContext) -> SttStream {
+        let (in_tx, in_rx) = mpsc::channel(INPUT_QUEUE);
+        let (ev_tx, ev_rx) = mpsc::channel(256);
+        let url = self.url.clone();
+        let key = self.cfg.api_key.expose().to_string();
+        let formatted = self.cfg.smart_format;
+        let call_id = ctx.call_id.clone();
+        let task = tokio::spawn(async move {
+            run(&url, &key, formatted, &call_id, in_rx, &ev_tx).await;
+            let _ = ev_tx.send(SttEvent::Closed).await;
+        });
+        SttStream {
+            input: in_tx,
+            events: ev_rx,
+            guard: TaskGuard::new(task),
+        }
+    }
+}
+
+/// A clear message for a failed handshake.
+fn handshake_message(e: &WsConnectError) -> String {
+    let text = e.to_string();
+    let status = text
+        .rsplit("Invalid status code: ")
+        .next()
+        .filter(|_| text.contains("Invalid status code: "))
+        .and_then(|s| s.trim().get(..3))
+        .and_then(|s| s.parse::<u16>().ok());
+    let hint = match status {
+        Some(401) | Some(403) => {
+            "AssemblyAI rejected the API key (HTTP 401/403): check [stt] api_key"
+        }
+        Some(429) => "AssemblyAI is rate limiting (HTTP 429): too many concurrent streams",
+        Some(s) if s >= 500 => "AssemblyAI had a server error; try again",
+        Some(_) => "AssemblyAI refused the request: check [stt] model, base_url and thresholds",
+        None => match e {
+            WsConnectError::Timeout(..) => {
+                "AssemblyAI did not answer in time: check network access and [stt] base_url"
+            }
+            _ => "could not reach AssemblyAI: check network access and [stt] base_url",
+        },
+    };
+    format!("{hint} ({text})")
+}
+
+/// What an AssemblyAI close code (or `Error` `error_code`) means, and what to do.
+pub fn close_hint(code: u16) -> &'static str {
+    match code {
+        4001 => "not authorized: check [stt] api_key",
+        4002 => "insufficient funds: top up the AssemblyAI account",
+        4003 => "a paid-only feature was requested: check the AssemblyAI plan or [stt] model",
+        4000 => "bad sample rate (patterd sends μ-law 8000 Hz; check [stt] base_url)",
+        3005 => "AssemblyAI server error; try again",
+        3006 => "input validation error: check [stt] model and thresholds",
+        3007 => "audio chunk duration violation (chunks must be 50–1000 ms)",
+        3008 => "maximum session duration exceeded",
+        3009 | 4102 => "too many concurrent sessions for the AssemblyAI plan",
+        4029 => "audio sent faster than real time",
+        4031 => "session idle too long",
+        4100 | 4101 => "AssemblyAI could not parse a control message",
+        1013 => "temporary server condition; try again",
+        _ => "see AssemblyAI's streaming error codes",
+    }
+}
+
+async fn run(
+    url: &str,
+    key: &str,
+    formatted: bool,
+    call_id: &str,
+    mut input: mpsc::Receiver<SttInput>,
+    ev: &mpsc::Sender<SttEvent>,
+) {
+    let fail = |message: String| SttEvent::Error {
+        message,
+        fatal: true,
+    };
+    let headers = [("Authorization", key), ("AssemblyAI-Version", API_VERSION)];
+    let (ws, _) = match ws_client::connect(url, &headers, CONNECT_TIMEOUT).await {
+        Ok(x) => x,
+        Err(e) => {
+            let message = handshake_message(&e);
+            tracing::warn!(call = %call_id, error = %message, "AssemblyAI connect failed");
+            let _ = ev.send(fail(message)).await;
+            return;
+        }
+    };
+    if ev.send(SttEvent::Connected).await.is_err() {
+        return;
+    }
+    let (mut incoming, sender, _reader) = ws_pump::split(ws);
+    let mut closing: Option<Instant> = None;
+    let mut pending = BytesMut::with_capacity(CHUNK_BYTES);
+    let mut session_id = String::from("-");
+    loop {
+        let drain_at = closing.unwrap_or_else(Instant::now) + DRAIN_TIMEOUT;
+        tokio::select! {
+            msg = input.recv(), if closing.is_none() => {
+                let res = match msg {
+                    Some(SttInput::Audio(b)) if !b.is_empty() => {
+                        pending.extend_from_slice(&b);
+                        if pending.len() >= CHUNK_BYTES {
+                            let chunk: Bytes = pending.split().freeze();
+                            sender.binary(&chunk).await
+                        } else {
+                            continue;
+                        }
+                    }
+                    Some(SttInput::Audio(_)) | Some(SttInput::Finalize) => continue,
+                    Some(SttInput::Close) | None => {
+                        closing = Some(Instant::now());
+                        let mut res = Ok(());
+                        if !pending.is_empty() {
+                            if pending.len() < MIN_CHUNK_BYTES {
+                                pending.resize(MIN_CHUNK_BYTES, MULAW_SILENCE);
+                            }
+                            let chunk: Bytes = pending.split().freeze();
+                            res = sender.binary(&chunk).await;
+                        }
+                        match res {
+                            Ok(()) => sender.text(r#"{"type":"Terminate"}"#).await,
+                            Err(e) => Err(e),
+                        }
+                    }
+                };
+                if let Err(e) = res {
+                    let _ = ev.send(fail(format!("AssemblyAI send failed: {e}"))).await;
+                    return;
+                }
+            }
+            _ = tokio::time::sleep_until(drain_at), if closing.is_some() => {
+                let _ = sender.close(1000, "").await;
+                return;
+            }
+            msg = incoming.recv() => match msg {
+                Some(WsIn::Text(t)) => {
+                    if let Some(id) = begin_id(&t) {
+                        session_id = id;
+                        tracing::debug!(call = %call_id, session = %session_id, "AssemblyAI session began");
+                        continue;
+                    }
+                    if let Some(e) = map_message(&t, formatted)
+                        && ev.send(e).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Some(WsIn::Binary(_)) => {}
+                Some(WsIn::Close { code, reason }) => {
+                    let code = code.unwrap_or(1005);
+                    tracing::info!(call = %call_id, code, reason = %reason, session = %session_id, "AssemblyAI closed the stream");
+                    if code != 1000 || closing.is_none() {
+                        let _ = ev.send(fail(format!(
+                            "AssemblyAI closed the stream: {code} {reason}: {} (session {session_id})",
+                            close_hint(code)
+                        ))).await;
+                    }
+                    return;
+                }
+                Some(WsIn::Failed(e)) => {
+                    if closing.is_none() {
+                        let _ = ev.send(fail(format!(
+                            "AssemblyAI connection lost: {e} (session {session_id})"
+                        ))).await;
+                    }
+                    return;
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+/// The session id of a `Begin` message.
+fn begin_id(text: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    (v.get("type").and_then(Value::as_str)? == "Begin").then(|| {
+        v.get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("-")
+            .to_string()
+    })
+}
+
+/// Maps one server text frame onto an event (none for `Begin`, `Termination`, the
+/// unformatted end of turn when `formatted` turns are awaited, and unknown types). Public
+/// for the parser tests.
+pub fn map_message(text: &str, formatted: bool) -> Option<SttEvent> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    match v.get("type").and_then(Value::as_str)? {
+        "SpeechStarted" => Some(SttEvent::SpeechStarted),
+        "Turn" => {
+            let transcript = v
+                .get("transcript")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .trim()
+                .to_string();
+            let end = v
+                .get("end_of_turn")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let is_formatted = v
+                .get("turn_is_formatted")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            if end && (!formatted || is_formatted) {
+                Some(SttEvent::EndOfTurn(transcript))
+            } else if end || transcript.is_empty() {
+                None
+            } else {
+                Some(SttEvent::Interim(transcript))
+            }
+        }
+        "Error" => {
+            let code = v.get("error_code").and_then(Value::as_u64).unwrap_or(0);
+            let msg = v
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("no description");
+            Some(SttEvent::Error {
+                message: format!(
+                    "AssemblyAI reported an error: {code}: {msg}: {}",
+                    close_hint(u16::try_from(code).unwrap_or(0))
+                ),
+                fatal: true,
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_carries_encoding_model_and_turn_settings() {
+        let mut c: SttConfig = toml::from_str(r#"kind = "assemblyai""#).expect("config");
+        assert_eq!(
+            stream_url(&c).expect("url"),
+            "wss://streaming.assemblyai.com/v3/ws?sample_rate=8000&encoding=pcm_mulaw\
+             &speech_model=universal-streaming-english&format_turns=true"
+        );
+        c.eot_threshold = Some(0.6);
+        c.eot_timeout_ms = Some(2000);
+        c.keyterms = vec!["Patterd".into()];
+        let u = stream_url(&c).expect("url");
+        assert!(
+            u.ends_with(
+                "&end_of_turn_confidence_threshold=0.6&max_turn_silence=2000\
+                 &keyterms_prompt=%5B%22Patterd%22%5D"
+            ),
+            "{u}"
+        );
+    }
+
+    #[test]
+    fn turns_map_onto_stt_events() {
+        let turn = |end: bool, fmt: bool, t: &str| {
+            format!(
+                r#"{{"type":"Turn","turn_order":0,"turn_is_formatted":{fmt},"end_of_turn":{end},"transcript":"{t}","end_of_turn_confidence":0.9,"words":[]}}"#
+            )
+        };
+        assert_eq!(
+            map_message(&turn(false, false, "hi"), true),
+            Some(SttEvent::Interim("hi".into()))
+        );
+        assert_eq!(map_message(&turn(false, false, ""), true), None);
+        // With format_turns, the unformatted end of turn is skipped for the formatted one.
+        assert_eq!(map_message(&turn(true, false, "hi there"), true), None);
+        assert_eq!(
+            map_message(&turn(true, true, "Hi there."), true),
+            Some(SttEvent::EndOfTurn("Hi there.".into()))
+        );
+        assert_eq!(
+            map_message(&turn(true, false, "hi there"), false),
+            Some(SttEvent::EndOfTurn("hi there".into()))
+        );
+        assert_eq!(
+            map_message(r#"{"type":"SpeechStarted","timestamp":120}"#, true),
+            Some(SttEvent::SpeechStarted)
+        );
+        assert_eq!(
+            map_message(r#"{"type":"Begin","id":"s1","expires_at":1}"#, true),
+            None
+        );
+        assert_eq!(
+            begin_id(r#"{"type":"Begin","id":"s1"}"#).as_deref(),
+            Some("s1")
+        );
+        assert_eq!(map_message("not json", true), None);
+        let Some(SttEvent::Error { message, fatal }) =
+            map_message(r#"{"type":"Error","error_code":3005,"error":"boom"}"#, true)
+        else {
+            panic!("error event");
+        };
+        assert!(fatal);
+        assert!(message.contains("3005: boom"), "{message}");
+    }
+}
