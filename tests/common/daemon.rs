@@ -45,6 +45,8 @@ impl Daemon {
             .env_remove("WATCHDOG_PID")
             .envs(env.iter().copied())
             .env("PATTERD_SERVER__DATA_DIR", dir.path())
+            // For configs that name it: data_dir = "${PATTERD_DATA_DIR}".
+            .env("PATTERD_DATA_DIR", dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
