@@ -8,9 +8,11 @@
 //! snake `context_id`) follows the last audio frame; the base64 `audio` is μ-law 8 kHz that goes
 //! to the carrier untouched.
 //!
-//! Barge-in (the call drops the sentence's stream) forgets the context at once: its later
-//! frames are dropped, never reaching the call, and if its init was not sent yet (queued behind
-//! the 5-context limit) it is never opened. At most [`MAX_CONTEXTS`] contexts are open at a
+//! Barge-in (the call drops the sentence's stream) forgets the context: its later frames are
+//! dropped, never reaching the call (the stream is gone, so nothing can be played from it), and
+//! if its init was not sent yet (queued behind the 5-context limit) it is never opened. Its
+//! `close_context` was already sent with its text, so the server ends it right after the
+//! flushed audio. At most [`MAX_CONTEXTS`] contexts are open at a
 //! time; more sentences wait in the session. An error frame (`message`, `error`, `code`) or a
 //! close fails every open sentence; the next sentence reconnects. When the call's providers are
 //! dropped the session sends `{"close_socket":true}` and reads until the server closes.
@@ -65,15 +67,12 @@ enum Cmd {
         text: String,
         events: mpsc::Sender<TtsEvent>,
     },
-    /// The sentence's stream was dropped (barge-in or hang-up).
-    Forget(String),
 }
 
 /// One call's ElevenLabs socket. Dropping it closes the socket (after open contexts finish).
 pub struct ElevenLabsWs {
     cmd: mpsc::Sender<Cmd>,
     next_context: AtomicU64,
-    _task: TaskGuard,
 }
 
 impl ElevenLabsWs {
@@ -87,6 +86,8 @@ impl ElevenLabsWs {
         if let Some(speed) = cfg.speed {
             init["voice_settings"] = json!({ "speed": speed });
         }
+        // Not aborted on drop: when the last sender goes the task sends `close_socket` and
+        // reads until the server closes (bounded by the read stall).
         let session = Session {
             url: socket_url(cfg),
             key: cfg.api_key.expose().to_string(),
@@ -95,10 +96,10 @@ impl ElevenLabsWs {
             waiting: VecDeque::new(),
             open: HashMap::new(),
         };
+        tokio::spawn(session.run());
         Self {
             cmd,
             next_context: AtomicU64::new(1),
-            _task: TaskGuard::new(tokio::spawn(session.run())),
         }
     }
 }
@@ -110,7 +111,6 @@ impl TtsProvider for ElevenLabsWs {
             "patterd-{}",
             self.next_context.fetch_add(1, Ordering::Relaxed)
         );
-        let watch = tx.clone();
         let speak = Cmd::Speak {
             ctx: ctx.clone(),
             text: text.to_string(),
@@ -126,15 +126,6 @@ impl TtsProvider for ElevenLabsWs {
                 guard: TaskGuard::empty(),
             };
         }
-        // Tells the session when the call drops this sentence; holds no strong sender, so
-        // it never keeps the socket open by itself.
-        let cmd = self.cmd.downgrade();
-        tokio::spawn(async move {
-            watch.closed().await;
-            if let Some(cmd) = cmd.upgrade() {
-                let _ = cmd.send(Cmd::Forget(ctx)).await;
-            }
-        });
         TtsStream {
             events: rx,
             guard: TaskGuard::empty(),
@@ -193,12 +184,6 @@ impl Session {
                     Some(Cmd::Speak { ctx, text, events }) => {
                         self.waiting.push_back((ctx, text, events));
                     }
-                    Some(Cmd::Forget(ctx)) => {
-                        self.waiting.retain(|(c, _, _)| *c != ctx);
-                        if let Some(o) = self.open.get_mut(&ctx) {
-                            o.forgotten = true;
-                        }
-                    }
                     None => {
                         let Some(c) = conn.as_ref() else { return };
                         let _ = c.sender.text(&json!({"close_socket": true}).to_string()).await;
@@ -246,8 +231,15 @@ impl Session {
                         }
                     }
                 }
-                let Some(c) = conn.as_ref() else { break };
+                let Some(c) = conn.as_mut() else { break };
                 if let Err(e) = self.open_context(c, &ctx, &text).await {
+                    // The server may have said why before closing (e.g. a bad key).
+                    let e = match tokio::time::timeout(Duration::from_secs(2), c.incoming.recv())
+                        .await
+                    {
+                        Ok(m) => self.on_frame(m).await.err().unwrap_or(e),
+                        Err(_) => e,
+                    };
                     let _ = events.send(e.event()).await;
                     self.fail_all(e).await;
                     conn = None;
@@ -398,6 +390,9 @@ impl Session {
                     let _ = o.events.send(e.event()).await;
                 }
                 return Ok(());
+            }
+            if o.events.is_closed() {
+                o.forgotten = true;
             }
             if !o.forgotten && !audio.is_empty() {
                 // Never blocks the socket for long: the call reads its streams continuously;

@@ -743,3 +743,91 @@ fn build_providers_resolves_agents() {
             .is_some_and(|e| e.to_string().contains("[stt.ears]"))
     );
 }
+
+// ------------------------------------------------------------------ ElevenLabs WebSocket
+
+fn ws_cfg(base: &str, key: &str) -> TtsConfig {
+    let mut c = tts_cfg(base, key);
+    c.transport = patterd::config::schema::TtsTransport::Websocket;
+    c
+}
+
+#[tokio::test]
+async fn elevenlabs_websocket_carries_every_sentence_of_a_call_on_one_socket() {
+    let fake = FakeElevenLabs::start("el").await.expect("fake");
+    let tts = ElevenLabsTts::new(&ws_cfg(&fake.base_url(), "el")).expect("tts");
+    let call = tts.for_call().expect("a per-call session");
+    let texts = ["Hello there.", "How are you?", "Goodbye now."];
+    let mut streams: Vec<_> = texts.iter().map(|t| call.synthesize(t)).collect();
+    for (s, t) in streams.iter_mut().zip(texts) {
+        let evs = drain(&mut s.events).await;
+        assert_eq!(evs.last(), Some(&TtsEvent::Done), "{t}: {evs:?}");
+        let audio: usize = evs
+            .iter()
+            .map(|e| match e {
+                TtsEvent::Audio(a) => a.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(audio, fake.expected_bytes(t), "{t}");
+    }
+    let rec = fake.record();
+    assert_eq!(rec.ws_sockets.len(), 1, "one socket per call");
+    assert!(rec.requests.is_empty(), "no HTTP requests");
+    let q = &rec.ws_sockets[0];
+    assert!(
+        q.contains(&("output_format".into(), "ulaw_8000".into())),
+        "{q:?}"
+    );
+    assert!(
+        q.contains(&("inactivity_timeout".into(), "180".into())),
+        "{q:?}"
+    );
+    assert_eq!(rec.ws_contexts.len(), 3);
+    for (c, t) in rec.ws_contexts.iter().zip(texts) {
+        assert_eq!(c.text.trim(), t);
+        assert!(c.closed && c.final_sent, "{c:?}");
+        assert_eq!(c.init["text"], " ");
+    }
+    // Dropping the call's session closes the socket politely.
+    drop(call);
+    fake.wait_until("close_socket", |r| r.ws_close_socket == 1)
+        .await;
+}
+
+#[tokio::test]
+async fn elevenlabs_websocket_bad_key_is_a_clear_error() {
+    let fake = FakeElevenLabs::start("el").await.expect("fake");
+    let tts = ElevenLabsTts::new(&ws_cfg(&fake.base_url(), "wrong")).expect("tts");
+    let call = tts.for_call().expect("session");
+    let evs = drain(&mut call.synthesize("Hello.").events).await;
+    match evs.last() {
+        Some(TtsEvent::Error(e)) => {
+            assert!(e.contains("Invalid API key"), "{e}");
+            assert!(e.contains("check [tts] api_key"), "{e}");
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    assert_eq!(
+        fake.record().ws_errors,
+        vec![("invalid_api_key".to_string(), 1008)]
+    );
+}
+
+#[tokio::test]
+async fn elevenlabs_websocket_more_sentences_than_contexts_wait_their_turn() {
+    let fake = FakeElevenLabs::start("el").await.expect("fake");
+    let tts = ElevenLabsTts::new(&ws_cfg(&fake.base_url(), "el")).expect("tts");
+    let call = tts.for_call().expect("session");
+    let mut streams: Vec<_> = (0..8)
+        .map(|i| call.synthesize(&format!("Sentence number {i}.")))
+        .collect();
+    for s in &mut streams {
+        let evs = drain(&mut s.events).await;
+        assert_eq!(evs.last(), Some(&TtsEvent::Done), "{evs:?}");
+    }
+    let rec = fake.record();
+    assert_eq!(rec.ws_sockets.len(), 1);
+    assert!(rec.ws_errors.is_empty(), "{:?}", rec.ws_errors);
+    assert_eq!(rec.ws_contexts.len(), 8);
+}
