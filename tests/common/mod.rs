@@ -240,7 +240,6 @@ first_token_timeout_s = 20
 {sim_sections}
 {extra_sections}
 
-{extra_sections}
 
 [agents.front-desk]
 system_prompt = "{SYSTEM_PROMPT}"
