@@ -3,6 +3,8 @@
 //! server speak the greeting and the reply; a chain `["elevenlabs", "openai"]` gives a sentence
 //! whose ElevenLabs request stalls past `tts_first_byte_timeout_ms`, or answers 500, to OpenAI,
 //! records `tts_fallback` and counts it; every sentence's `tts_first_byte` is on the timeline.
+//! ElevenLabs with `transport = "websocket"` speaks a whole call over one socket and a barge-in
+//! plays nothing more of the cut reply; the HTTP transport still speaks a whole call.
 
 use patterd_sim::openai_speech::{Dialect, FakeOpenAiSpeech, FakeOpenAiSpeechConfig};
 

@@ -831,3 +831,59 @@ async fn elevenlabs_websocket_more_sentences_than_contexts_wait_their_turn() {
     assert!(rec.ws_errors.is_empty(), "{:?}", rec.ws_errors);
     assert_eq!(rec.ws_contexts.len(), 8);
 }
+
+#[tokio::test]
+async fn fake_elevenlabs_websocket_refuses_a_sixth_context_and_late_voice_settings() {
+    use patterd::net::ws_pump::{self, WsIn};
+    let fake = FakeElevenLabs::start("el").await.expect("fake");
+    let url = patterd::provider::elevenlabs_ws::socket_url(&ws_cfg(&fake.base_url(), "el"));
+    let open = || async {
+        let (ws, _) = patterd::net::ws_client::connect(&url, &[("xi-api-key", "el")], LIMIT)
+            .await
+            .expect("connect");
+        ws_pump::split(ws)
+    };
+    async fn closed_with(rx: &mut mpsc::Receiver<WsIn>) -> (String, Option<u16>) {
+        let mut error = String::new();
+        loop {
+            match next(rx).await {
+                WsIn::Text(t) if t.contains("\"error\"") => error = t,
+                WsIn::Text(_) => {}
+                WsIn::Close { code, .. } => return (error, code),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    // Six contexts at once: the sixth is refused and the socket closes 1008.
+    let (mut rx, tx, _g) = open().await;
+    for i in 0..6 {
+        tx.text(&format!(r#"{{"text":" ","context_id":"c{i}"}}"#))
+            .await
+            .expect("send");
+    }
+    let (error, code) = closed_with(&mut rx).await;
+    assert!(error.contains("max_active_conversations"), "{error}");
+    assert_eq!(code, Some(1008));
+    // voice_settings after a context's init is refused the same way.
+    let (mut rx, tx, _g) = open().await;
+    tx.text(r#"{"text":" ","context_id":"a"}"#)
+        .await
+        .expect("send");
+    tx.text(r#"{"text":"Hi ","context_id":"a","voice_settings":{"speed":1.0}}"#)
+        .await
+        .expect("send");
+    let (error, code) = closed_with(&mut rx).await;
+    assert!(
+        error.contains("only accepted in a context's init"),
+        "{error}"
+    );
+    assert_eq!(code, Some(1008));
+    // Text before a context's init is out of order.
+    let (mut rx, tx, _g) = open().await;
+    tx.text(r#"{"text":"Hi ","context_id":"b"}"#)
+        .await
+        .expect("send");
+    let (error, code) = closed_with(&mut rx).await;
+    assert!(error.contains("invalid_message_order"), "{error}");
+    assert_eq!(code, Some(1008));
+}
