@@ -476,6 +476,21 @@ pub struct TtsConfig {
     /// nothing is asked and 24 kHz is expected (Kokoro-FastAPI's fixed rate).
     #[serde(default)]
     pub sample_rate: Option<u32>,
+    /// `elevenlabs`: `http` (one streaming request per sentence, the default) or `websocket`
+    /// (one multi-context socket per call carrying every sentence, providers.md §3.3).
+    #[serde(default)]
+    pub transport: TtsTransport,
+}
+
+/// How an `elevenlabs` TTS reaches the vendor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TtsTransport {
+    /// `POST …/stream` per sentence.
+    #[default]
+    Http,
+    /// `…/multi-stream-input`: one socket per call, one context per sentence.
+    Websocket,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -360,6 +360,17 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
                 format!("[tts.{name}] optimize_streaming_latency = {l} is out of range 0 to 4"),
             );
         }
+        if tts.transport == super::schema::TtsTransport::Websocket
+            && tts.kind != super::schema::TtsKind::Elevenlabs
+        {
+            c.fail(
+                &["tts", name, "transport"],
+                format!(
+                    "[tts.{name}] transport = \"websocket\" is for kind = \"elevenlabs\" only \
+                     (remove it: this kind has one transport)"
+                ),
+            );
+        }
     }
     for (name, carrier) in &config.carriers {
         if let Some(u) = carrier.api_base_url() {

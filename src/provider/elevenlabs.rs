@@ -1,4 +1,5 @@
-//! ElevenLabs text-to-speech over HTTP streaming (providers.md §3.1): one
+//! ElevenLabs text-to-speech over HTTP streaming (providers.md §3.1, the default
+//! `transport = "http"`; `"websocket"` hands each call an [`ElevenLabsWs`] session): one
 //! `POST /v1/text-to-speech/{voice_id}/stream?output_format=ulaw_8000` per text piece, whose
 //! chunked body is raw μ-law 8 kHz that goes to the carrier untouched.
 //!
@@ -18,10 +19,11 @@ pub const MAX_AUDIO_BYTES: usize = 120 * 8000;
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use super::elevenlabs_ws::ElevenLabsWs;
 use super::error::{SetupError, TtsError};
 use super::openai::error_text;
 use super::{TtsEvent, TtsProvider, TtsStream};
-use crate::config::schema::TtsConfig;
+use crate::config::schema::{TtsConfig, TtsTransport};
 use crate::util::TaskGuard;
 
 const VENDOR: &str = "ElevenLabs";
@@ -75,7 +77,32 @@ fn url_escape(s: &str) -> String {
 }
 
 impl TtsProvider for ElevenLabsTts {
+    fn for_call(&self) -> Option<std::sync::Arc<dyn TtsProvider>> {
+        (self.cfg.transport == TtsTransport::Websocket)
+            .then(|| std::sync::Arc::new(ElevenLabsWs::new(&self.cfg)) as _)
+    }
+
     fn synthesize(&self, text: &str) -> TtsStream {
+        if self.cfg.transport == TtsTransport::Websocket {
+            // Outside a call (e.g. `patterd try`): a socket for this text alone, closed
+            // once it is spoken.
+            let session = ElevenLabsWs::new(&self.cfg);
+            let mut inner = session.synthesize(text);
+            let (tx, rx) = mpsc::channel(64);
+            let task = tokio::spawn(async move {
+                let _session = session;
+                while let Some(ev) = inner.events.recv().await {
+                    let last = !matches!(ev, TtsEvent::Audio(_));
+                    if tx.send(ev).await.is_err() || last {
+                        break;
+                    }
+                }
+            });
+            return TtsStream {
+                events: rx,
+                guard: TaskGuard::new(task),
+            };
+        }
         let (tx, rx) = mpsc::channel(64);
         let mut body = json!({ "text": text, "model_id": self.cfg.model });
         if let Some(speed) = self.cfg.speed {
@@ -229,6 +256,7 @@ mod tests {
             speed: None,
             instructions: None,
             sample_rate: None,
+            transport: Default::default(),
         };
         let tts = ElevenLabsTts::new(&cfg).expect("tts");
         let mut s = tts.synthesize("Hello.");

@@ -10,6 +10,7 @@ pub mod chunker;
 pub mod deepgram;
 pub mod deepgram_flux;
 pub mod elevenlabs;
+pub mod elevenlabs_ws;
 pub mod error;
 pub mod fallback;
 pub mod fallback_llm;
@@ -143,6 +144,13 @@ pub struct TtsStream {
 pub trait TtsProvider: Send + Sync {
     /// Starts synthesising `text` as μ-law 8 kHz.
     fn synthesize(&self, text: &str) -> TtsStream;
+
+    /// A provider of its own for one call, when this kind keeps per-call state (the ElevenLabs
+    /// WebSocket: one socket per call, opened on the first sentence, closed when the call's
+    /// providers are dropped). `None` (the default): the call shares `self`.
+    fn for_call(&self) -> Option<std::sync::Arc<dyn TtsProvider>> {
+        None
+    }
 }
 
 // ---------------------------------------------------------------- language model
@@ -267,13 +275,16 @@ impl Providers {
         })
     }
 
-    /// The agent's `tts` names as one chain.
+    /// The agent's `tts` names as one chain, made for one call ([`TtsProvider::for_call`]).
     fn tts_chain(&self, agent: &AgentConfig) -> Option<Arc<dyn TtsProvider>> {
         let mut members = Vec::new();
         for name in agent.tts.names() {
             members.push(fallback::Member {
                 name: name.clone(),
-                provider: self.tts.get(name)?.clone(),
+                provider: {
+                    let shared = self.tts.get(name)?;
+                    shared.for_call().unwrap_or_else(|| shared.clone())
+                },
                 health: self.tts_health.get(name).cloned().unwrap_or_default(),
             });
         }

@@ -3,6 +3,8 @@
 //! server speak the greeting and the reply; a chain `["elevenlabs", "openai"]` gives a sentence
 //! whose ElevenLabs request stalls past `tts_first_byte_timeout_ms`, or answers 500, to OpenAI,
 //! records `tts_fallback` and counts it; every sentence's `tts_first_byte` is on the timeline.
+//! ElevenLabs with `transport = "websocket"` speaks a whole call over one socket and a barge-in
+//! plays nothing more of the cut reply; the HTTP transport still speaks a whole call.
 
 use patterd_sim::openai_speech::{Dialect, FakeOpenAiSpeech, FakeOpenAiSpeechConfig};
 
@@ -207,4 +209,118 @@ async fn cartesia_speaks_a_whole_call() {
     let fb = first_bytes(&rec);
     eprintln!("cartesia tts_first_byte µs (zero-latency fake): {fb:?}");
     assert!(fb.iter().all(|(p, _)| p == "cartesia"), "{fb:?}");
+}
+
+fn elevenlabs_ws_section(fake: &patterd_sim::elevenlabs::FakeElevenLabs) -> String {
+    format!(
+        "[tts.elws]\nkind = \"elevenlabs\"\ntransport = \"websocket\"\napi_key = \"{EL_KEY}\"\nvoice_id = \"voice123\"\nbase_url = \"{}\"\n",
+        fake.base_url()
+    )
+}
+
+async fn elevenlabs_ws_stack(
+    transcripts: &[&str],
+) -> (patterd_sim::elevenlabs::FakeElevenLabs, Stack) {
+    let fake = patterd_sim::elevenlabs::FakeElevenLabs::start(EL_KEY)
+        .await
+        .expect("fake");
+    let stack = Stack::start(Opts {
+        tts: "\"elws\"".into(),
+        transcripts: transcripts.iter().map(|t| t.to_string()).collect(),
+        extra_sections: elevenlabs_ws_section(&fake),
+        ..Default::default()
+    })
+    .await;
+    (fake, stack)
+}
+
+#[tokio::test]
+async fn elevenlabs_websocket_speaks_a_whole_call_over_one_socket() {
+    let (fake, stack) = elevenlabs_ws_stack(&[]).await;
+    let rec = greeting_and_reply(&stack).await;
+    let el = fake.record();
+    assert_eq!(el.ws_sockets.len(), 1, "one socket for the whole call");
+    assert!(el.requests.is_empty(), "no HTTP synthesis");
+    let texts: Vec<&str> = el.ws_contexts.iter().map(|c| c.text.trim()).collect();
+    assert_eq!(texts[0], GREETING);
+    assert!(texts.len() >= 3, "greeting and two sentences: {texts:?}");
+    assert!(texts.iter().any(|t| t.contains("ships today")), "{texts:?}");
+    assert!(el.ws_errors.is_empty(), "{:?}", el.ws_errors);
+    // The hang-up dropped the call's session: it said goodbye with close_socket.
+    fake.wait_until("close_socket", |r| r.ws_close_socket == 1)
+        .await;
+    let fb = first_bytes(&rec);
+    eprintln!("elevenlabs websocket tts_first_byte µs (zero-latency fake): {fb:?}");
+    assert!(fb.iter().all(|(p, _)| p == "elws"), "{fb:?}");
+}
+
+#[tokio::test]
+async fn elevenlabs_http_still_speaks_a_whole_call() {
+    let stack = Stack::start(Opts::default()).await;
+    let rec = greeting_and_reply(&stack).await;
+    let el = stack.el.record();
+    assert!(el.ws_sockets.is_empty());
+    assert!(el.requests.len() >= 3, "{:?}", el.texts());
+    let fb = first_bytes(&rec);
+    eprintln!("elevenlabs http tts_first_byte µs (zero-latency fake): {fb:?}");
+    assert!(fb.iter().all(|(p, _)| p == "elevenlabs"), "{fb:?}");
+}
+
+#[tokio::test]
+async fn elevenlabs_websocket_barge_in_plays_nothing_more_of_the_cut_sentence() {
+    let (fake, stack) = elevenlabs_ws_stack(&["tell me everything", "stop please"]).await;
+    let long = "This is the first of many sentences. ".repeat(12);
+    stack.hermes.push(HermesReply::text(long.trim()));
+    stack.hermes.push(HermesReply::text("Okay."));
+    let (call_id, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting");
+    speak(&sim, 600);
+    sim.wait_for("reply playing", WAIT, |s| {
+        s.utterances.len() >= 2 && s.playback_queued_bytes > 1600
+    })
+    .await
+    .expect("reply playing");
+    speak(&sim, 600);
+    let s = sim
+        .wait_for("the clear", WAIT, |s| !s.clears.is_empty())
+        .await
+        .expect("clear");
+    let clear_at = s.clears[0];
+    stack
+        .hermes
+        .wait_until("second turn", |r| r.requests.len() == 2)
+        .await;
+    let acked = s.marks_echoed.len();
+    let s = sim
+        .wait_for("next reply acknowledged", WAIT, |s| {
+            s.marks_echoed.len() > acked
+        })
+        .await
+        .expect("next reply");
+    // After the clear, the only agent audio is the new reply's.
+    let after: u64 = s
+        .utterances
+        .iter()
+        .filter(|u| u.start_ms >= clear_at)
+        .map(|u| u.bytes)
+        .sum();
+    assert_eq!(
+        after as usize,
+        fake.expected_bytes("Okay."),
+        "{:?}",
+        s.utterances
+    );
+    let el = fake.record();
+    assert_eq!(el.ws_sockets.len(), 1, "the same socket after the barge-in");
+    assert!(el.ws_errors.is_empty(), "{:?}", el.ws_errors);
+    // Every context was closed (none left open towards the 5-context limit).
+    assert!(
+        el.ws_contexts.iter().all(|c| c.closed),
+        "{:?}",
+        el.ws_contexts
+    );
+    sim.hang_up().await;
+    stack.finished(&call_id).await;
 }

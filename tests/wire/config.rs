@@ -1038,3 +1038,29 @@ fn transfer_allowed_entries_must_be_e164_numbers_or_prefixes() {
     let ok = with_agent_lines("transfer_allowed = []\ntransfer_message = \"Hold on.\"");
     patterd::config::load_str_with_vars(&ok, "patter.toml", &[]).expect("valid");
 }
+
+#[test]
+fn elevenlabs_transport_websocket_loads_and_other_kinds_refuse_it() {
+    let ws = BASE.replace(
+        "[tts.elevenlabs]\n",
+        "[tts.elevenlabs]\ntransport = \"websocket\"\n",
+    );
+    let loaded = load(&ws).expect("websocket transport loads");
+    assert_eq!(
+        loaded.config.tts["elevenlabs"].transport,
+        patterd::config::schema::TtsTransport::Websocket
+    );
+    let bad =
+        format!("{BASE}\n[tts.local]\nkind = \"openai_compatible\"\ntransport = \"websocket\"\n");
+    let e = load_err(&bad);
+    assert!(
+        e.contains("transport = \"websocket\" is for kind = \"elevenlabs\" only"),
+        "{e}"
+    );
+    let typo = BASE.replace(
+        "[tts.elevenlabs]\n",
+        "[tts.elevenlabs]\ntransport = \"socket\"\n",
+    );
+    let e = load_err(&typo);
+    assert!(e.contains("websocket"), "{e}");
+}

@@ -743,3 +743,147 @@ fn build_providers_resolves_agents() {
             .is_some_and(|e| e.to_string().contains("[stt.ears]"))
     );
 }
+
+// ------------------------------------------------------------------ ElevenLabs WebSocket
+
+fn ws_cfg(base: &str, key: &str) -> TtsConfig {
+    let mut c = tts_cfg(base, key);
+    c.transport = patterd::config::schema::TtsTransport::Websocket;
+    c
+}
+
+#[tokio::test]
+async fn elevenlabs_websocket_carries_every_sentence_of_a_call_on_one_socket() {
+    let fake = FakeElevenLabs::start("el").await.expect("fake");
+    let tts = ElevenLabsTts::new(&ws_cfg(&fake.base_url(), "el")).expect("tts");
+    let call = tts.for_call().expect("a per-call session");
+    let texts = ["Hello there.", "How are you?", "Goodbye now."];
+    let mut streams: Vec<_> = texts.iter().map(|t| call.synthesize(t)).collect();
+    for (s, t) in streams.iter_mut().zip(texts) {
+        let evs = drain(&mut s.events).await;
+        assert_eq!(evs.last(), Some(&TtsEvent::Done), "{t}: {evs:?}");
+        let audio: usize = evs
+            .iter()
+            .map(|e| match e {
+                TtsEvent::Audio(a) => a.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(audio, fake.expected_bytes(t), "{t}");
+    }
+    let rec = fake.record();
+    assert_eq!(rec.ws_sockets.len(), 1, "one socket per call");
+    assert!(rec.requests.is_empty(), "no HTTP requests");
+    let q = &rec.ws_sockets[0];
+    assert!(
+        q.contains(&("output_format".into(), "ulaw_8000".into())),
+        "{q:?}"
+    );
+    assert!(
+        q.contains(&("inactivity_timeout".into(), "180".into())),
+        "{q:?}"
+    );
+    assert_eq!(rec.ws_contexts.len(), 3);
+    for (c, t) in rec.ws_contexts.iter().zip(texts) {
+        assert_eq!(c.text.trim(), t);
+        assert!(c.closed && c.final_sent, "{c:?}");
+        assert_eq!(c.init["text"], " ");
+    }
+    // Dropping the call's session closes the socket politely.
+    drop(call);
+    fake.wait_until("close_socket", |r| r.ws_close_socket == 1)
+        .await;
+}
+
+#[tokio::test]
+async fn elevenlabs_websocket_bad_key_is_a_clear_error() {
+    let fake = FakeElevenLabs::start("el").await.expect("fake");
+    let tts = ElevenLabsTts::new(&ws_cfg(&fake.base_url(), "wrong")).expect("tts");
+    let call = tts.for_call().expect("session");
+    let evs = drain(&mut call.synthesize("Hello.").events).await;
+    match evs.last() {
+        Some(TtsEvent::Error(e)) => {
+            assert!(e.contains("Invalid API key"), "{e}");
+            assert!(e.contains("check [tts] api_key"), "{e}");
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    assert_eq!(
+        fake.record().ws_errors,
+        vec![("invalid_api_key".to_string(), 1008)]
+    );
+}
+
+#[tokio::test]
+async fn elevenlabs_websocket_more_sentences_than_contexts_wait_their_turn() {
+    let fake = FakeElevenLabs::start("el").await.expect("fake");
+    let tts = ElevenLabsTts::new(&ws_cfg(&fake.base_url(), "el")).expect("tts");
+    let call = tts.for_call().expect("session");
+    let mut streams: Vec<_> = (0..8)
+        .map(|i| call.synthesize(&format!("Sentence number {i}.")))
+        .collect();
+    for s in &mut streams {
+        let evs = drain(&mut s.events).await;
+        assert_eq!(evs.last(), Some(&TtsEvent::Done), "{evs:?}");
+    }
+    let rec = fake.record();
+    assert_eq!(rec.ws_sockets.len(), 1);
+    assert!(rec.ws_errors.is_empty(), "{:?}", rec.ws_errors);
+    assert_eq!(rec.ws_contexts.len(), 8);
+}
+
+#[tokio::test]
+async fn fake_elevenlabs_websocket_refuses_a_sixth_context_and_late_voice_settings() {
+    use patterd::net::ws_pump::{self, WsIn};
+    let fake = FakeElevenLabs::start("el").await.expect("fake");
+    let url = patterd::provider::elevenlabs_ws::socket_url(&ws_cfg(&fake.base_url(), "el"));
+    let open = || async {
+        let (ws, _) = patterd::net::ws_client::connect(&url, &[("xi-api-key", "el")], LIMIT)
+            .await
+            .expect("connect");
+        ws_pump::split(ws)
+    };
+    async fn closed_with(rx: &mut mpsc::Receiver<WsIn>) -> (String, Option<u16>) {
+        let mut error = String::new();
+        loop {
+            match next(rx).await {
+                WsIn::Text(t) if t.contains("\"error\"") => error = t,
+                WsIn::Text(_) => {}
+                WsIn::Close { code, .. } => return (error, code),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    // Six contexts at once: the sixth is refused and the socket closes 1008.
+    let (mut rx, tx, _g) = open().await;
+    for i in 0..6 {
+        tx.text(&format!(r#"{{"text":" ","context_id":"c{i}"}}"#))
+            .await
+            .expect("send");
+    }
+    let (error, code) = closed_with(&mut rx).await;
+    assert!(error.contains("max_active_conversations"), "{error}");
+    assert_eq!(code, Some(1008));
+    // voice_settings after a context's init is refused the same way.
+    let (mut rx, tx, _g) = open().await;
+    tx.text(r#"{"text":" ","context_id":"a"}"#)
+        .await
+        .expect("send");
+    tx.text(r#"{"text":"Hi ","context_id":"a","voice_settings":{"speed":1.0}}"#)
+        .await
+        .expect("send");
+    let (error, code) = closed_with(&mut rx).await;
+    assert!(
+        error.contains("only accepted in a context's init"),
+        "{error}"
+    );
+    assert_eq!(code, Some(1008));
+    // Text before a context's init is out of order.
+    let (mut rx, tx, _g) = open().await;
+    tx.text(r#"{"text":"Hi ","context_id":"b"}"#)
+        .await
+        .expect("send");
+    let (error, code) = closed_with(&mut rx).await;
+    assert!(error.contains("invalid_message_order"), "{error}");
+    assert_eq!(code, Some(1008));
+}

@@ -7,7 +7,9 @@
 //! records every request and whether the client went away before the audio ended (the body
 //! was dropped: cancellation). A failure mode answers every request with 500 or 401. With a
 //! `voice` clip set, the audio is that clip (repeated as needed) instead of a tone, so the
-//! agent sounds like speech to a voice-activity detector and can be echoed back.
+//! agent sounds like speech to a voice-activity detector and can be echoed back. The same
+//! server answers the multi-context WebSocket `/v1/text-to-speech/{voice_id}/multi-stream-input`
+//! (`crate::elevenlabs_ws`), recorded in `ws_sockets` / `ws_contexts` / `ws_errors`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -77,9 +79,31 @@ pub struct TtsRequest {
     pub cancelled: bool,
 }
 
+/// One context on the multi-context socket.
+#[derive(Debug, Clone, Default)]
+pub struct WsContext {
+    pub context_id: String,
+    /// The context's init message.
+    pub init: Value,
+    /// All text sent to it (concatenated).
+    pub text: String,
+    pub bytes_sent: usize,
+    /// The client sent `close_context`.
+    pub closed: bool,
+    /// Its `isFinal` was sent.
+    pub final_sent: bool,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct ElevenLabsRecord {
     pub requests: Vec<TtsRequest>,
+    /// Multi-context sockets accepted (upgraded), with their query parameters.
+    pub ws_sockets: Vec<Vec<(String, String)>>,
+    pub ws_contexts: Vec<WsContext>,
+    /// Error frames' `error` ids and the close codes the fake sent.
+    pub ws_errors: Vec<(String, u16)>,
+    /// `close_socket` messages received.
+    pub ws_close_socket: usize,
 }
 
 impl ElevenLabsRecord {
@@ -89,10 +113,10 @@ impl ElevenLabsRecord {
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     cfg: Mutex<FakeElevenLabsConfig>,
-    record: Recorder<ElevenLabsRecord>,
-    tasks: Tasks,
+    pub(crate) record: Recorder<ElevenLabsRecord>,
+    pub(crate) tasks: Tasks,
 }
 
 /// A running fake; dropping it stops the server.
@@ -160,7 +184,7 @@ impl FakeElevenLabs {
     }
 }
 
-fn audio_ms(c: &FakeElevenLabsConfig, text: &str) -> u32 {
+pub(crate) fn audio_ms(c: &FakeElevenLabsConfig, text: &str) -> u32 {
     (text.chars().count() as u32 * c.ms_per_char).max(c.min_ms)
 }
 
@@ -188,6 +212,9 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         .headers()
         .get("xi-api-key")
         .is_some_and(|v| v.as_bytes() == cfg.api_key.as_bytes());
+    if path.ends_with("/multi-stream-input") {
+        return crate::elevenlabs_ws::upgrade(s.clone(), cfg, req).await;
+    }
     if path == "/v1/user" && req.method() == hyper::Method::GET {
         // The credential check (carrier-actions.md §5).
         return if key_ok {

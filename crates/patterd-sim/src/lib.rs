@@ -13,6 +13,7 @@ pub mod config;
 pub mod deepgram;
 pub mod dtmf;
 pub mod elevenlabs;
+mod elevenlabs_ws;
 pub mod flux;
 pub mod hermes;
 pub mod http;
