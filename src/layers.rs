@@ -17,7 +17,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // `api` names the action contract of a live call (`call::action`) it hands to the actor.
     // Operator commands (doctor, wire): the config, the carriers' number administration
     // and the store's wiring records; never the daemon's live state.
-    ("ops", &["carrier", "provider", "config", "store", "security", "util"]),
+    (
+        "ops",
+        &["carrier", "provider", "config", "store", "security", "util"],
+    ),
     (
         "api",
         &[
