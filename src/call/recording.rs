@@ -3,8 +3,9 @@
 //! The actor hands each frame to a [`Recorder`] (a `try_send` on a bounded channel; what does
 //! not fit is dropped and counted) and a writer on a blocking thread does the decoding and the
 //! file I/O. Both tracks are placed in time from the recording's start: caller audio when it
-//! arrived, agent audio when it was sent to the carrier (after the agent audio already placed,
-//! as the carrier plays it); a barge-in `clear` withdraws the agent audio placed after it, which
+//! arrived (right after the previous caller frame when it came within [`JITTER`] of its end),
+//! agent audio when it was sent to the carrier (after the agent audio already placed, as the
+//! carrier plays it); a barge-in `clear` withdraws the agent audio placed after it, which
 //! the caller never heard. Audio older than [`HORIZON`] is final and written out; the RIFF
 //! sizes are filled in when the call ends (the file is written as `<call_id>.wav.part` and
 //! renamed when complete).
@@ -28,6 +29,9 @@ const RATE: u64 = 8000;
 /// Audio this far behind the latest frame can no longer change (agent audio runs at most a
 /// second ahead of real time; a `clear` only withdraws audio after now).
 const HORIZON: u64 = 3 * RATE;
+/// Caller frames arriving this little after the previous one ended follow it directly (network
+/// jitter); a later one leaves a gap (the carrier sent nothing meanwhile).
+const JITTER: u64 = 480;
 /// Bytes of the WAV header written before the samples.
 const HEADER: u64 = 44;
 
@@ -145,7 +149,11 @@ impl Tracks {
         match msg {
             Msg::Caller { at, frame } => {
                 self.latest = self.latest.max(at);
-                let at = at.max(self.caller_end);
+                let at = if at <= self.caller_end + JITTER {
+                    self.caller_end
+                } else {
+                    at
+                };
                 self.place(false, at, &frame);
                 self.caller_end = at + frame.len() as u64;
             }
@@ -281,8 +289,13 @@ mod tests {
         }
         // A clear at 200 samples withdraws the rest of the second frame and the third.
         t.apply(Msg::Clear { at: 200 });
+        // A caller frame within the jitter follows the previous one; a later one leaves a gap.
         t.apply(Msg::Caller {
             at: 100,
+            frame: frame(0x80),
+        });
+        t.apply(Msg::Caller {
+            at: 1000,
             frame: frame(0x80),
         });
         let mut out = Vec::new();
@@ -296,21 +309,20 @@ mod tests {
             .map(|c| i16::from_le_bytes([c[0], c[1]]))
             .collect();
         let loud = g711::ulaw_to_linear(0x00);
-        assert_eq!(right.len(), 480);
+        let caller = g711::ulaw_to_linear(0x80);
+        assert_eq!(right.len(), 1160);
         assert!(right[..200].iter().all(|s| *s == loud));
         assert!(right[200..].iter().all(|s| *s == 0));
-        assert!(left[..100].iter().all(|s| *s == 0));
-        assert!(
-            left[100..260]
-                .iter()
-                .all(|s| *s == g711::ulaw_to_linear(0x80))
-        );
+        assert!(left[..160].iter().all(|s| *s == caller));
+        assert!(left[160..1000].iter().all(|s| *s == 0));
+        assert!(left[1000..].iter().all(|s| *s == caller));
         // The next agent frame starts at the clear, not after the withdrawn audio.
         t.apply(Msg::Agent {
             at: 0,
             frame: frame(0x00),
         });
         assert_eq!(t.agent_end, 200 + 160);
+        assert_eq!(t.written, 1160);
     }
 
     #[test]
