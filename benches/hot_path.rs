@@ -2,7 +2,8 @@
 //! its μ-law, measure its energy (a cheap level as a baseline; patterd's voice detector,
 //! `audio::vad`, is not measured here), forward it to the STT input channel; encode an outgoing
 //! agent frame; the SSE parser on a Hermes stream; the sentence chunker on a streamed reply;
-//! one second of TTS PCM resampled to μ-law 8 kHz (`resample`).
+//! one second of TTS PCM resampled to μ-law 8 kHz (`resample`); the recording writer's work
+//! for one minute of call (`recording`).
 //! Run with `cargo bench --bench hot_path`.
 
 use std::hint::black_box;
@@ -141,11 +142,27 @@ fn resample(c: &mut Criterion) {
     }
 }
 
+/// The recording writer's whole work for one minute of a two-way call (both channels full):
+/// decode, interleave, write and finalise the WAV (`call::recording`).
+fn recording(c: &mut Criterion) {
+    let minute = ulaw_tone(440.0, 60_000, 8000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("recordings").join("CA1.wav");
+    c.bench_function("recording_1min_stereo_wav", |b| {
+        b.iter(|| {
+            patterd::call::recording::write_call(&path, black_box(&minute), black_box(&minute))
+                .expect("writes");
+        })
+    });
+    let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    println!("recording of one minute: {bytes} bytes");
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    targets = carrier_frames, providers, resample
+    targets = carrier_frames, providers, resample, recording
 }
 criterion_main!(benches);

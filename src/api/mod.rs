@@ -203,7 +203,7 @@ async fn list_calls(
 
 /// Decodes one percent-encoded path segment; a segment that is not UTF-8 once decoded is a
 /// bad request.
-fn decode_segment(seg: &str) -> Result<String, ApiError> {
+pub fn decode_segment(seg: &str) -> Result<String, ApiError> {
     percent_encoding::percent_decode_str(seg)
         .decode_utf8()
         .map(|s| s.into_owned())
@@ -250,6 +250,32 @@ pub async fn call_json(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
     let mut v = json!(call);
     v["live"] = json!(app.calls.get(id).is_some());
     Ok(v)
+}
+
+/// A finished call's recording (a stereo WAV); 404 when the call was not recorded or its
+/// recording is not complete yet.
+pub async fn recording(app: &Arc<App>, id: &str) -> Result<Vec<u8>, ApiError> {
+    let none = || {
+        ApiError::new(
+            404,
+            "no_recording",
+            format!(
+                "call `{}` has no recording; only agents with `record = true` are recorded, \
+                 and a recording is served once its call has ended",
+                id.escape_default()
+            ),
+        )
+    };
+    let path = crate::call::recording::path(&app.config().server.data_dir, id).ok_or_else(none)?;
+    match tokio::fs::read(&path).await {
+        Ok(bytes) => Ok(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(none()),
+        Err(e) => Err(ApiError::new(
+            500,
+            "recording_unreadable",
+            format!("the recording could not be read ({e}); check data_dir's permissions"),
+        )),
+    }
 }
 
 /// A call with its turns.

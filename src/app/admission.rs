@@ -138,6 +138,7 @@ fn launch(app: &App, l: Launch<'_>) -> Result<(), Refusal> {
         media_timeout: Duration::from_secs(30),
         log: None,
         tools: None,
+        recording: None,
     };
     let setup = CallSetup {
         log: Some(app.call_log(&setup)),

@@ -227,6 +227,8 @@ label_enum!(
         ToCarrier => "to_carrier",
         /// Caller audio for speech-to-text.
         ToStt => "to_stt",
+        /// Caller or agent audio for the call's recording.
+        ToRecording => "to_recording",
     }
 );
 

@@ -335,8 +335,13 @@ impl Host for App {
     }
 }
 
-/// Gives a call its agent's tools (none when the agent has none).
+/// Gives a call its agent's tools (none when the agent has none) and, when the agent records
+/// calls, its recording's path.
 pub(crate) fn with_tools(app: &App, mut setup: crate::call::CallSetup) -> crate::call::CallSetup {
+    if setup.agent.record {
+        setup.recording =
+            crate::call::recording::path(&app.config().server.data_dir, &setup.call_id);
+    }
     let (caller, callee) = (setup.from.clone(), setup.to.clone());
     let tools = app.tools.read().unwrap_or_else(|e| e.into_inner()).clone();
     setup.tools = tools.get(&setup.agent_name).and_then(|t| {

@@ -203,6 +203,7 @@ impl CallLog for CallObserver {
         self.metrics.frames_dropped.inc(match at {
             Dropped::ToCarrier => FrameDrop::ToCarrier,
             Dropped::ToStt => FrameDrop::ToStt,
+            Dropped::ToRecording => FrameDrop::ToRecording,
         });
     }
     fn usage(&self, call_id: &str, usage: &Usage) {

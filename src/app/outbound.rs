@@ -358,6 +358,7 @@ async fn place_if(
         media_timeout: Duration::from_secs(30),
         log: None,
         tools: None,
+        recording: None,
     };
     let setup = CallSetup {
         log: Some(app.call_log(&setup)),

@@ -19,6 +19,7 @@ use super::ActionOutcome;
 use super::event::{EndReason, EventKind};
 use super::log::{Dropped, Usage};
 use super::policy::{Action, Input, Policy};
+use super::recording::Recorder;
 use super::registry::InsertError;
 use super::speech::{Speech, TtsNote};
 use super::transcript::{CallEvent, CallRecord};
@@ -83,6 +84,8 @@ struct Actor {
     usage: Usage,
     /// The open brain turn's latest `usage` report (replaced, not added, until the turn ends).
     turn_tokens: TokenUsage,
+    /// The call's recording, from the media stream's start (`record = true` agents only).
+    recorder: Option<Recorder>,
 }
 
 /// Microseconds from `at` to now.
@@ -149,6 +152,7 @@ impl Actor {
             tts_requested: Vec::new(),
             usage: Usage::default(),
             turn_tokens: TokenUsage::default(),
+            recorder: None,
             setup,
         }
     }
@@ -400,13 +404,36 @@ impl Actor {
     }
 
     fn send(&mut self, cmd: MediaCommand) {
-        if let Some(tx) = &self.media_tx
-            && tx.try_send(cmd).is_err()
-        {
+        let Some(tx) = &self.media_tx else {
+            return;
+        };
+        // What the recording hears of it, known before the command is handed over.
+        let heard = match &cmd {
+            MediaCommand::Audio(frame) => Some(Some(frame.clone())),
+            MediaCommand::Clear => Some(None),
+            _ => None,
+        };
+        if tx.try_send(cmd).is_err() {
             self.frames_dropped += 1;
             if let Some(log) = &self.setup.log {
                 log.frame_dropped(&self.setup.call_id, Dropped::ToCarrier);
             }
+            return;
+        }
+        // Only audio the carrier accepted is recorded; a clear withdraws what it flushes.
+        let recorded = match (&self.recorder, heard) {
+            (Some(rec), Some(Some(frame))) => rec.agent(frame),
+            (Some(rec), Some(None)) => rec.clear(),
+            _ => true,
+        };
+        if !recorded {
+            self.recording_dropped();
+        }
+    }
+
+    fn recording_dropped(&self) {
+        if let Some(log) = &self.setup.log {
+            log.frame_dropped(&self.setup.call_id, Dropped::ToRecording);
         }
     }
 
@@ -474,6 +501,7 @@ impl Actor {
         self.last_media = now;
         self.media_tx = Some(m.commands);
         self.media_rx = Some(m.events);
+        self.recorder = self.setup.recording.clone().map(Recorder::start);
         self.step(Input::Answered);
         self.event(EventKind::MediaStart, m.start.stream_id.clone());
         if let Some(store) = &self.setup.log {
@@ -488,6 +516,11 @@ impl Actor {
         match ev {
             MediaEvent::Start(_) => None,
             MediaEvent::Audio(frame) => {
+                if let Some(rec) = &self.recorder
+                    && !rec.caller(frame.clone())
+                {
+                    self.recording_dropped();
+                }
                 let mut ended = None;
                 for event in self.vad.push_ulaw(&frame) {
                     let audio_ms = self.vad.audio_ms();
@@ -634,6 +667,8 @@ impl Actor {
         }
         self.media_tx = None;
         self.media_rx = None;
+        // Dropping the recorder lets its writer finish the file.
+        self.recorder = None;
         if self.answered.is_some() {
             (0..self.policy.transcript().len()).for_each(|i| self.persist(i));
         }

@@ -34,6 +34,8 @@ pub enum Dropped {
     ToCarrier,
     /// Caller audio for speech-to-text (the session's queue was full).
     ToStt,
+    /// Audio for the call's recording (the recording writer's queue was full).
+    ToRecording,
 }
 
 /// What one call used, in the units providers bill (priced by `[pricing]`).

@@ -11,6 +11,7 @@ pub mod actor;
 pub mod event;
 pub mod log;
 pub mod policy;
+pub mod recording;
 pub mod registry;
 pub mod speech;
 pub mod transcript;
@@ -55,6 +56,8 @@ pub struct CallSetup {
     pub log: Option<std::sync::Arc<dyn log::CallLog>>,
     /// The tools this call's brain may use (built per call by the composition root).
     pub tools: Option<crate::provider::Tools>,
+    /// Where to write the call's recording (`None`: not recorded).
+    pub recording: Option<std::path::PathBuf>,
 }
 
 impl CallSetup {

@@ -611,6 +611,10 @@ pub struct AgentConfig {
     /// Longest a call may last before the agent hangs up.
     #[serde(default = "default_max_duration")]
     pub max_duration_s: u64,
+    /// Records each call as a stereo WAV (caller left, agent right) at
+    /// `data_dir/recordings/<call_id>.wav`, served by `GET /v1/calls/{id}/recording`.
+    #[serde(default)]
+    pub record: bool,
 
     // Conversation: voice activity, end of turn, barge-in, idle callers (docs/conversation.md).
     /// Our voice-activity detector's voiced-frame threshold (0–1).

@@ -13,7 +13,7 @@ use tracing::info;
 use crate::api::auth::{Access, authorize, for_log};
 use crate::api::{self, ApiError};
 use crate::app::App;
-use crate::net::http::{Body, BodyError, json as json_response, read_body};
+use crate::net::http::{Body, BodyError, json as json_response, read_body, respond};
 use crate::server::pages;
 
 /// The JSON error response (with `WWW-Authenticate` on 401).
@@ -51,6 +51,21 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
     if let Err(e) = authorize(&app.config().server, access) {
         info!(%peer, path = %for_log(req.uri().path(), 64), code = e.code, "API request refused");
         return error(&e);
+    }
+    if req.method() == hyper::Method::GET
+        && let Some(id) = v1_path
+            .strip_prefix("/calls/")
+            .and_then(|p| p.strip_suffix("/recording"))
+            .filter(|id| !id.contains('/'))
+    {
+        let id = match api::decode_segment(id) {
+            Ok(id) => id,
+            Err(e) => return error(&e),
+        };
+        return match api::recording(&app, &id).await {
+            Ok(wav) => respond(200, "audio/wav", wav.into()),
+            Err(e) => error(&e),
+        };
     }
     let method = req.method().clone();
     let path = req

@@ -525,13 +525,13 @@ impl Store {
 
 fn writer_loop(mut conn: Connection, rx: &WriteQueue, retention_days: u32, path: &Path) {
     const PRUNE_EVERY: Duration = Duration::from_secs(3600);
-    prune(&conn, retention_days);
+    prune(&conn, retention_days, path);
     let mut last_prune = std::time::Instant::now();
     loop {
         let batch = match rx.pop_batch(256, PRUNE_EVERY) {
             Popped::Batch(b) => b,
             Popped::Idle => {
-                prune(&conn, retention_days);
+                prune(&conn, retention_days, path);
                 last_prune = std::time::Instant::now();
                 continue;
             }
@@ -581,23 +581,48 @@ fn writer_loop(mut conn: Connection, rx: &WriteQueue, retention_days: u32, path:
             let _ = done.send(());
         }
         if last_prune.elapsed() >= PRUNE_EVERY {
-            prune(&conn, retention_days);
+            prune(&conn, retention_days, path);
             last_prune = std::time::Instant::now();
         }
     }
 }
 
-fn prune(conn: &Connection, retention_days: u32) {
+/// Deletes calls older than the retention, and their recordings (next to the database `db`).
+fn prune(conn: &Connection, retention_days: u32, db: &Path) {
     if retention_days == 0 {
         return;
     }
     let cutoff = now_ms() - i64::from(retention_days) * 86_400_000;
-    match conn.execute(
-        "DELETE FROM calls WHERE created_at < ?1 AND ended_at IS NOT NULL",
-        [cutoff],
-    ) {
-        Ok(0) => {}
-        Ok(n) => info!(calls = n, retention_days, "pruned old calls from the store"),
+    let deleted = conn
+        .prepare(
+            "DELETE FROM calls WHERE created_at < ?1 AND ended_at IS NOT NULL RETURNING call_id",
+        )
+        .and_then(|mut q| {
+            q.query_map([cutoff], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        });
+    match deleted {
+        Ok(ids) if ids.is_empty() => {}
+        Ok(ids) => {
+            let data_dir = db.parent().unwrap_or(Path::new("."));
+            let mut recordings = 0;
+            for id in &ids {
+                let Some(file) = crate::call::recording::path(data_dir, id) else {
+                    continue;
+                };
+                match std::fs::remove_file(&file) {
+                    Ok(()) => recordings += 1,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        warn!(path = %file.display(), error = %e, "could not delete an expired recording")
+                    }
+                }
+            }
+            info!(
+                calls = ids.len(),
+                recordings, retention_days, "pruned old calls from the store"
+            );
+        }
         Err(e) => warn!(error = %e, "call store prune failed"),
     }
 }

@@ -15,6 +15,7 @@ mod conversation;
 mod faults;
 mod flood;
 mod ops;
+mod recording;
 mod stt_providers;
 mod telnyx_plivo;
 mod tools;

@@ -206,6 +206,7 @@ impl Driver {
         let queued = self.inbound.iter().filter(|(_, s)| *s).count();
         self.state.send_modify(|s| {
             s.frames_sent += 1;
+            s.sent_audio.extend_from_slice(&frame);
             s.played_bytes = played;
             s.playback_queued_bytes = enqueued - played;
             s.speech_frames_queued = queued;
@@ -592,6 +593,7 @@ impl Driver {
         let mut open = self.open_utterance;
         self.state.send_modify(|s| {
             s.agent_audio_bytes += audio.len() as u64;
+            s.received_audio.extend_from_slice(audio);
             s.dtmf_heard.extend(heard.iter());
             s.first_agent_audio_ms.get_or_insert(at);
             s.last_agent_audio_ms = Some(at);

@@ -217,6 +217,10 @@ pub struct SimState {
     pub protocol_errors: Vec<String>,
     pub closed: Option<CloseInfo>,
     pub timeline: Vec<TimelineEntry>,
+    /// Every caller frame sent (speech and filler), in order (μ-law).
+    pub sent_audio: Vec<u8>,
+    /// Every byte of agent audio received, in order (μ-law; cleared audio included).
+    pub received_audio: Vec<u8>,
 }
 
 impl SimState {

@@ -1,0 +1,339 @@
+//! Call recordings (`[agents.X] record = true`): a stereo 16-bit PCM WAV at 8 kHz per call,
+//! the caller on the left and the agent on the right, at `data_dir/recordings/<call_id>.wav`.
+//! The actor hands each frame to a [`Recorder`] (a `try_send` on a bounded channel; what does
+//! not fit is dropped and counted) and a writer on a blocking thread does the decoding and the
+//! file I/O. Both tracks are placed in time from the recording's start: caller audio when it
+//! arrived (right after the previous caller frame when it came within [`JITTER`] of its end),
+//! agent audio when it was sent to the carrier (after the agent audio already placed, as the
+//! carrier plays it); a barge-in `clear` withdraws the agent audio placed after it, which
+//! the caller never heard. Audio older than [`HORIZON`] is final and written out; the RIFF
+//! sizes are filled in when the call ends (the file is written as `<call_id>.wav.part` and
+//! renamed when complete).
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::warn;
+
+use crate::audio::g711;
+
+/// Frames queued to the writer (both tracks: about five seconds of a two-way call).
+const QUEUE: usize = 512;
+/// Samples per second.
+const RATE: u64 = 8000;
+/// Audio this far behind the latest frame can no longer change (agent audio runs at most a
+/// second ahead of real time; a `clear` only withdraws audio after now).
+const HORIZON: u64 = 3 * RATE;
+/// Caller frames arriving this little after the previous one ended follow it directly (network
+/// jitter); a later one leaves a gap (the carrier sent nothing meanwhile).
+const JITTER: u64 = 480;
+/// Bytes of the WAV header written before the samples.
+const HEADER: u64 = 44;
+
+/// Where a call's recording lives; `None` for a call id that is not a safe file name (ids are
+/// letters, digits and `-_.:`, as carriers make them; Telnyx ids contain `:`).
+pub fn path(data_dir: &Path, call_id: &str) -> Option<PathBuf> {
+    let safe = !call_id.is_empty()
+        && call_id.len() <= 128
+        && call_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' || b == b':')
+        && !call_id.starts_with('.');
+    safe.then(|| data_dir.join("recordings").join(format!("{call_id}.wav")))
+}
+
+/// One message to the writer. Times are in samples since the recording started.
+#[derive(Debug)]
+enum Msg {
+    Caller {
+        at: u64,
+        frame: Bytes,
+    },
+    Agent {
+        at: u64,
+        frame: Bytes,
+    },
+    /// A `clear`: agent audio placed at or after `at` was never played.
+    Clear {
+        at: u64,
+    },
+}
+
+/// The actor's end of a recording. Dropping it finalises the file.
+pub struct Recorder {
+    tx: mpsc::Sender<Msg>,
+    start: Instant,
+}
+
+impl Recorder {
+    /// Starts recording to `path` now (the writer creates the file on its thread).
+    pub fn start(path: PathBuf) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = write(&path, rx) {
+                warn!(path = %path.display(), error = %e, "the call's recording could not be written; check that data_dir is writable");
+            }
+        });
+        Self {
+            tx,
+            start: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        (self.start.elapsed().as_micros() as u64) * RATE / 1_000_000
+    }
+
+    /// Caller audio (μ-law) that arrived now. False when it was dropped (the queue is full).
+    pub fn caller(&self, frame: Bytes) -> bool {
+        let at = self.now();
+        self.tx.try_send(Msg::Caller { at, frame }).is_ok()
+    }
+
+    /// Agent audio (μ-law) sent to the carrier now. False when it was dropped.
+    pub fn agent(&self, frame: Bytes) -> bool {
+        let at = self.now();
+        self.tx.try_send(Msg::Agent { at, frame }).is_ok()
+    }
+
+    /// The carrier was told to `clear` now. False when it was dropped.
+    pub fn clear(&self) -> bool {
+        let at = self.now();
+        self.tx.try_send(Msg::Clear { at }).is_ok()
+    }
+}
+
+/// Both tracks from sample `written` on, not yet final.
+#[derive(Default)]
+struct Tracks {
+    written: u64,
+    left: VecDeque<i16>,
+    right: VecDeque<i16>,
+    /// Where the next caller / agent frame goes at the earliest.
+    caller_end: u64,
+    agent_end: u64,
+    latest: u64,
+}
+
+impl Tracks {
+    fn grow(&mut self, end: u64) {
+        let len = end.saturating_sub(self.written) as usize;
+        if self.left.len() < len {
+            self.left.resize(len, 0);
+            self.right.resize(len, 0);
+        }
+    }
+
+    fn place(&mut self, right: bool, at: u64, frame: &[u8]) {
+        let end = at + frame.len() as u64;
+        self.grow(end);
+        let track = if right {
+            &mut self.right
+        } else {
+            &mut self.left
+        };
+        for (i, b) in frame.iter().enumerate() {
+            let t = at + i as u64;
+            if t >= self.written {
+                track[(t - self.written) as usize] = g711::ulaw_to_linear(*b);
+            }
+        }
+    }
+
+    fn apply(&mut self, msg: Msg) {
+        match msg {
+            Msg::Caller { at, frame } => {
+                self.latest = self.latest.max(at);
+                let at = if at <= self.caller_end + JITTER {
+                    self.caller_end
+                } else {
+                    at
+                };
+                self.place(false, at, &frame);
+                self.caller_end = at + frame.len() as u64;
+            }
+            Msg::Agent { at, frame } => {
+                self.latest = self.latest.max(at);
+                let at = at.max(self.agent_end);
+                self.place(true, at, &frame);
+                self.agent_end = at + frame.len() as u64;
+            }
+            Msg::Clear { at } => {
+                self.latest = self.latest.max(at);
+                let from = at.saturating_sub(self.written) as usize;
+                for s in self.right.iter_mut().skip(from) {
+                    *s = 0;
+                }
+                self.agent_end = self.agent_end.min(at);
+            }
+        }
+    }
+
+    /// Takes the samples before `until` (interleaved, little-endian).
+    fn take(&mut self, until: u64, out: &mut Vec<u8>) {
+        let n = (until.saturating_sub(self.written) as usize).min(self.left.len());
+        out.clear();
+        for (l, r) in self.left.drain(..n).zip(self.right.drain(..n)) {
+            out.extend_from_slice(&l.to_le_bytes());
+            out.extend_from_slice(&r.to_le_bytes());
+        }
+        self.written += n as u64;
+    }
+}
+
+/// The WAV header for `samples` stereo frames.
+fn header(samples: u64) -> [u8; HEADER as usize] {
+    let data = u32::try_from(samples * 4).unwrap_or(u32::MAX - 36);
+    let mut h = [0u8; HEADER as usize];
+    let mut w = &mut h[..];
+    let parts: [&[u8]; 12] = [
+        b"RIFF",
+        &(data + 36).to_le_bytes(),
+        b"WAVEfmt ",
+        &16u32.to_le_bytes(),
+        &1u16.to_le_bytes(),
+        &2u16.to_le_bytes(),
+        &(RATE as u32).to_le_bytes(),
+        &(RATE as u32 * 4).to_le_bytes(),
+        &4u16.to_le_bytes(),
+        &16u16.to_le_bytes(),
+        b"data",
+        &data.to_le_bytes(),
+    ];
+    for p in parts {
+        let _ = w.write_all(p);
+    }
+    h
+}
+
+/// The writer: runs on a blocking thread until the [`Recorder`] is dropped.
+/// It writes `<call_id>.wav.part` and renames it to `<call_id>.wav` once finalised, so a
+/// recording that can be served is always complete.
+fn write(path: &Path, mut rx: mpsc::Receiver<Msg>) -> std::io::Result<()> {
+    write_msgs(path, std::iter::from_fn(move || rx.blocking_recv()))
+}
+
+/// The writer's whole work for a call whose caller sent `caller` and whose agent sent `agent`
+/// (μ-law, both from the start, one 20 ms frame each per 20 ms): what `cargo bench --bench
+/// hot_path -- recording` measures.
+pub fn write_call(path: &Path, caller: &[u8], agent: &[u8]) -> std::io::Result<()> {
+    let frames = caller.len().max(agent.len()).div_ceil(160);
+    let msgs = (0..frames).flat_map(move |i| {
+        let at = i as u64 * 160;
+        let slice = |a: &[u8]| {
+            Bytes::copy_from_slice(a.get(i * 160..((i + 1) * 160).min(a.len())).unwrap_or(&[]))
+        };
+        [
+            Msg::Caller {
+                at,
+                frame: slice(caller),
+            },
+            Msg::Agent {
+                at,
+                frame: slice(agent),
+            },
+        ]
+    });
+    write_msgs(path, msgs.collect::<Vec<_>>().into_iter())
+}
+
+fn write_msgs(path: &Path, msgs: impl Iterator<Item = Msg>) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let part = path.with_extension("wav.part");
+    let mut file = BufWriter::new(File::create(&part)?);
+    file.write_all(&header(0))?;
+    let mut tracks = Tracks::default();
+    let mut buf = Vec::new();
+    for msg in msgs {
+        tracks.apply(msg);
+        if tracks.latest >= tracks.written + 2 * HORIZON {
+            tracks.take(tracks.latest - HORIZON, &mut buf);
+            file.write_all(&buf)?;
+        }
+    }
+    tracks.take(u64::MAX, &mut buf);
+    file.write_all(&buf)?;
+    let samples = tracks.written;
+    let mut file = file.into_inner().map_err(|e| e.into_error())?;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(&header(samples))?;
+    file.sync_data()?;
+    drop(file);
+    std::fs::rename(&part, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(byte: u8) -> Bytes {
+        Bytes::from(vec![byte; 160])
+    }
+
+    #[test]
+    fn tracks_place_agent_audio_after_what_was_sent_and_clear_withdraws_it() {
+        let mut t = Tracks::default();
+        // Three agent frames sent at once play one after another.
+        for _ in 0..3 {
+            t.apply(Msg::Agent {
+                at: 0,
+                frame: frame(0x00),
+            });
+        }
+        // A clear at 200 samples withdraws the rest of the second frame and the third.
+        t.apply(Msg::Clear { at: 200 });
+        // A caller frame within the jitter follows the previous one; a later one leaves a gap.
+        t.apply(Msg::Caller {
+            at: 100,
+            frame: frame(0x80),
+        });
+        t.apply(Msg::Caller {
+            at: 1000,
+            frame: frame(0x80),
+        });
+        let mut out = Vec::new();
+        t.take(u64::MAX, &mut out);
+        let right: Vec<i16> = out
+            .chunks(4)
+            .map(|c| i16::from_le_bytes([c[2], c[3]]))
+            .collect();
+        let left: Vec<i16> = out
+            .chunks(4)
+            .map(|c| i16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        let loud = g711::ulaw_to_linear(0x00);
+        let caller = g711::ulaw_to_linear(0x80);
+        assert_eq!(right.len(), 1160);
+        assert!(right[..200].iter().all(|s| *s == loud));
+        assert!(right[200..].iter().all(|s| *s == 0));
+        assert!(left[..160].iter().all(|s| *s == caller));
+        assert!(left[160..1000].iter().all(|s| *s == 0));
+        assert!(left[1000..].iter().all(|s| *s == caller));
+        // The next agent frame starts at the clear, not after the withdrawn audio.
+        t.apply(Msg::Agent {
+            at: 0,
+            frame: frame(0x00),
+        });
+        assert_eq!(t.agent_end, 200 + 160);
+        assert_eq!(t.written, 1160);
+    }
+
+    #[test]
+    fn unsafe_call_ids_get_no_path() {
+        let dir = Path::new("/d");
+        assert_eq!(
+            path(dir, "CA12_ab-c"),
+            Some(PathBuf::from("/d/recordings/CA12_ab-c.wav"))
+        );
+        assert_eq!(path(dir, "../x"), None);
+        assert_eq!(path(dir, "a/b"), None);
+        assert_eq!(path(dir, ""), None);
+    }
+}
