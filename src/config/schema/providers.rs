@@ -1,0 +1,376 @@
+//! The provider sections of `patter.toml`: `[llm.NAME]` brains (kinds, presets), `[stt.NAME]`
+//! and `[tts.NAME]` (kinds with their per-kind defaults), and an agent's TTS chain. Re-exported
+//! by [`super`] (`config::schema`), whose names the rest of the daemon uses.
+
+use serde::{Deserialize, Serialize};
+
+use crate::util::secret::Secret;
+
+/// `[llm.NAME]`: a brain an agent can use.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    pub kind: LlmKind,
+    /// `openai_compatible` only: a local server whose defaults to use (its URL, no key).
+    #[serde(default)]
+    pub preset: Option<LlmPreset>,
+    /// Base URL up to and including `/v1`; `/chat/completions` is appended. Empty: the
+    /// kind's or preset's default ([`LlmConfig::effective_base_url`]).
+    #[serde(default)]
+    pub base_url: String,
+    #[serde(default)]
+    pub api_key: Secret,
+    /// Empty: the kind's default ([`LlmConfig::effective_model`]; `openai_compatible` needs one).
+    #[serde(default)]
+    pub model: String,
+    /// Whole-turn budget; defaults to 120 s for Hermes (tools run) and 60 s otherwise.
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+    /// Budget for the first streamed token; past it the turn fails.
+    #[serde(default = "default_first_token_timeout")]
+    pub first_token_timeout_s: u64,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_s: u64,
+    /// Hermes memory scope: `caller_hash` derives `X-Hermes-Session-Key` from the caller's
+    /// number. Mutually exclusive with `session_key`.
+    #[serde(default)]
+    pub session_key_from: Option<SessionKeyFrom>,
+    /// A fixed `X-Hermes-Session-Key`.
+    #[serde(default)]
+    pub session_key: Option<String>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+}
+
+/// Local OpenAI-compatible servers with known defaults (`[llm.NAME] preset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LlmPreset {
+    /// Ollama's OpenAI-compatible API on its default port 11434.
+    Ollama,
+    /// vLLM's `vllm serve` on its default port 8000.
+    Vllm,
+    /// LM Studio's local server on its default port 1234.
+    LmStudio,
+}
+
+impl LlmConfig {
+    /// `base_url`, or the preset's or kind's default: Hermes' API server on 8642, OpenClaw's
+    /// Gateway on 18789 (its `/v1/chat/completions`, docs.openclaw.ai/gateway/openai-http-api),
+    /// Ollama 11434, vLLM 8000, LM Studio 1234.
+    pub fn effective_base_url(&self) -> &str {
+        if !self.base_url.trim().is_empty() {
+            return &self.base_url;
+        }
+        match (self.kind, self.preset) {
+            (_, Some(LlmPreset::Ollama)) => "http://127.0.0.1:11434/v1",
+            (_, Some(LlmPreset::Vllm)) => "http://127.0.0.1:8000/v1",
+            (_, Some(LlmPreset::LmStudio)) => "http://127.0.0.1:1234/v1",
+            (LlmKind::Openclaw, None) => "http://127.0.0.1:18789/v1",
+            _ => "http://127.0.0.1:8642/v1",
+        }
+    }
+
+    /// `model`, or the kind's default: `hermes-agent` for Hermes, `openclaw:main` (the
+    /// Gateway's default agent) for OpenClaw; empty for `openai_compatible` (required).
+    pub fn effective_model(&self) -> &str {
+        if !self.model.trim().is_empty() {
+            return &self.model;
+        }
+        match self.kind {
+            LlmKind::Hermes => "hermes-agent",
+            LlmKind::Openclaw => "openclaw:main",
+            LlmKind::OpenaiCompatible => "",
+        }
+    }
+
+    /// This table with its defaults filled in (what the client is built from).
+    pub fn resolved(&self) -> LlmConfig {
+        let mut c = self.clone();
+        c.base_url = self.effective_base_url().to_string();
+        c.model = self.effective_model().to_string();
+        c
+    }
+
+    pub fn effective_timeout_s(&self) -> u64 {
+        self.timeout_s.unwrap_or(match self.kind {
+            LlmKind::Hermes => 120,
+            _ => 60,
+        })
+    }
+}
+
+fn default_first_token_timeout() -> u64 {
+    60
+}
+fn default_connect_timeout() -> u64 {
+    10
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LlmKind {
+    Hermes,
+    OpenaiCompatible,
+    Openclaw,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionKeyFrom {
+    CallerHash,
+}
+
+/// `[stt.NAME]`: a speech-to-text service.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SttConfig {
+    pub kind: SttKind,
+    #[serde(default)]
+    pub api_key: Secret,
+    /// Empty: the kind's default ([`SttConfig::effective_model`]).
+    #[serde(default)]
+    pub model: String,
+    #[serde(default = "default_language")]
+    pub language: String,
+    /// Empty: the kind's default ([`SttConfig::effective_base_url`]).
+    #[serde(default)]
+    pub base_url: String,
+    /// Silence (ms) after which Deepgram marks `speech_final`; for `openai_compatible`, the
+    /// silence after which our voice-activity detector cuts the utterance and uploads it.
+    #[serde(default = "default_endpointing")]
+    pub endpointing_ms: u32,
+    /// Word-gap (ms) for Deepgram's `UtteranceEnd`; 0 disables it.
+    #[serde(default = "default_utterance_end")]
+    pub utterance_end_ms: u32,
+    #[serde(default = "default_true")]
+    pub smart_format: bool,
+    /// Nova-3 key terms to boost (names, products).
+    #[serde(default)]
+    pub keyterms: Vec<String>,
+    /// A `KeepAlive` is sent after this long without audio (Deepgram closes after 10 s).
+    #[serde(default = "default_keepalive_ms")]
+    pub keepalive_ms: u64,
+    /// `deepgram_flux`: end-of-turn confidence that ends a turn (0.5–0.9; Deepgram's default
+    /// 0.7 when unset).
+    #[serde(default)]
+    pub eot_threshold: Option<f32>,
+    /// `deepgram_flux`: confidence for an early `EagerEndOfTurn` that starts the brain
+    /// speculatively (0.3–0.9, at most `eot_threshold`; unset: no speculation).
+    #[serde(default)]
+    pub eager_eot_threshold: Option<f32>,
+    /// `deepgram_flux`: silence after which a turn ends whatever the model says (500–10000;
+    /// Deepgram's default 5000 when unset).
+    #[serde(default)]
+    pub eot_timeout_ms: Option<u32>,
+}
+
+fn default_keepalive_ms() -> u64 {
+    3000
+}
+
+fn default_language() -> String {
+    "en".into()
+}
+fn default_endpointing() -> u32 {
+    300
+}
+fn default_utterance_end() -> u32 {
+    1000
+}
+pub(super) fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SttKind {
+    Deepgram,
+    /// Deepgram Flux (`/v2/listen`): the model ends turns (`EndOfTurn`), optionally early
+    /// (`EagerEndOfTurn`, a speculative brain request).
+    DeepgramFlux,
+    /// Per-utterance file transcription (`POST {base_url}/audio/transcriptions`): OpenAI,
+    /// speaches / faster-whisper, whisper.cpp's server.
+    OpenaiCompatible,
+    /// AssemblyAI Universal-Streaming v3 (`/v3/ws`): the model ends turns (`Turn` with
+    /// `end_of_turn`), steered by `eot_threshold` and `eot_timeout_ms`.
+    Assemblyai,
+}
+
+impl SttKind {
+    /// `base_url` when the table leaves it out.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            SttKind::Deepgram | SttKind::DeepgramFlux => "wss://api.deepgram.com",
+            // speaches' default listen address (providers.md §8.1).
+            SttKind::OpenaiCompatible => "http://127.0.0.1:8000/v1",
+            SttKind::Assemblyai => "wss://streaming.assemblyai.com",
+        }
+    }
+
+    /// `model` when the table leaves it out (empty: the table must name one).
+    pub fn default_model(self) -> &'static str {
+        match self {
+            SttKind::Deepgram => "nova-3",
+            SttKind::DeepgramFlux => "flux-general-en",
+            SttKind::OpenaiCompatible => "",
+            SttKind::Assemblyai => "universal-streaming-english",
+        }
+    }
+
+    /// Whether the service works without an `api_key` (self-hosted servers).
+    pub fn key_optional(self) -> bool {
+        matches!(self, SttKind::OpenaiCompatible)
+    }
+}
+
+impl SttConfig {
+    /// `base_url`, or the kind's default.
+    pub fn effective_base_url(&self) -> &str {
+        if self.base_url.trim().is_empty() {
+            self.kind.default_base_url()
+        } else {
+            &self.base_url
+        }
+    }
+
+    /// `model`, or the kind's default.
+    pub fn effective_model(&self) -> &str {
+        if self.model.trim().is_empty() {
+            self.kind.default_model()
+        } else {
+            &self.model
+        }
+    }
+}
+
+/// `[tts.NAME]`: a text-to-speech service. `voice_id`, `model` and `base_url` left out take
+/// the defaults of the `kind` ([`TtsKind::default_voice`] and friends), filled in by
+/// [`TtsConfig::fill_kind_defaults`] right after loading.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TtsConfig {
+    pub kind: TtsKind,
+    #[serde(default)]
+    pub api_key: Secret,
+    #[serde(default)]
+    pub voice_id: String,
+    #[serde(default)]
+    pub model: String,
+    /// ElevenLabs and Cartesia: the scheme and host; OpenAI-style: up to and including `/v1`.
+    #[serde(default)]
+    pub base_url: String,
+    /// ElevenLabs `optimize_streaming_latency` (0–4).
+    #[serde(default)]
+    pub optimize_streaming_latency: Option<u8>,
+    #[serde(default)]
+    pub speed: Option<f32>,
+    /// `openai`: the style prompt (`instructions`, gpt-4o-mini-tts only).
+    #[serde(default)]
+    pub instructions: Option<String>,
+    /// `openai_compatible`: the PCM rate to ask for (speaches' `sample_rate`, 8000–48000). Unset:
+    /// nothing is asked and 24 kHz is expected (Kokoro-FastAPI's fixed rate).
+    #[serde(default)]
+    pub sample_rate: Option<u32>,
+    /// `elevenlabs`: `http` (one streaming request per sentence, the default) or `websocket`
+    /// (one multi-context socket per call carrying every sentence, providers.md §3.3).
+    #[serde(default)]
+    pub transport: TtsTransport,
+}
+
+/// How an `elevenlabs` TTS reaches the vendor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TtsTransport {
+    /// `POST …/stream` per sentence.
+    #[default]
+    Http,
+    /// `…/multi-stream-input`: one socket per call, one context per sentence.
+    Websocket,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TtsKind {
+    #[default]
+    Elevenlabs,
+    /// OpenAI `POST /v1/audio/speech`, 24 kHz PCM resampled to 8 kHz.
+    Openai,
+    /// Kokoro-FastAPI / speaches `POST /v1/audio/speech` (self-hosted), resampled like `openai`.
+    OpenaiCompatible,
+    /// Cartesia Sonic over its WebSocket, μ-law 8 kHz.
+    Cartesia,
+}
+
+impl TtsKind {
+    pub fn default_voice(self) -> &'static str {
+        match self {
+            TtsKind::Elevenlabs => "EXAVITQu4vr4xnSDxMaL",
+            TtsKind::Openai => "alloy",
+            TtsKind::OpenaiCompatible => "af_heart",
+            TtsKind::Cartesia => "a0e99841-438c-4a64-b679-ae501e7d6091",
+        }
+    }
+    pub fn default_model(self) -> &'static str {
+        match self {
+            TtsKind::Elevenlabs => "eleven_flash_v2_5",
+            TtsKind::Openai => "gpt-4o-mini-tts",
+            TtsKind::OpenaiCompatible => "kokoro",
+            TtsKind::Cartesia => "sonic-3",
+        }
+    }
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            TtsKind::Elevenlabs => "https://api.elevenlabs.io",
+            TtsKind::Openai => "https://api.openai.com/v1",
+            TtsKind::OpenaiCompatible => "http://127.0.0.1:8880/v1",
+            TtsKind::Cartesia => "wss://api.cartesia.ai",
+        }
+    }
+    /// Whether the service needs an `api_key` (self-hosted servers usually do not).
+    pub fn needs_key(self) -> bool {
+        !matches!(self, TtsKind::OpenaiCompatible)
+    }
+}
+
+impl TtsConfig {
+    /// Fills `voice_id`, `model` and `base_url` left empty with the kind's defaults.
+    pub fn fill_kind_defaults(&mut self) {
+        if self.voice_id.is_empty() {
+            self.voice_id = self.kind.default_voice().into();
+        }
+        if self.model.is_empty() {
+            self.model = self.kind.default_model().into();
+        }
+        if self.base_url.is_empty() {
+            self.base_url = self.kind.default_base_url().into();
+        }
+    }
+}
+
+/// An agent's text-to-speech chain: one `[tts.NAME]` (`tts = "elevenlabs"`) or several tried in
+/// order (`tts = ["elevenlabs", "cartesia"]`, docs/configuration.md "Fallback chains").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TtsChain {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl TtsChain {
+    /// The names in order (at least one once validated).
+    pub fn names(&self) -> &[String] {
+        match self {
+            TtsChain::One(n) => std::slice::from_ref(n),
+            TtsChain::Many(v) => v,
+        }
+    }
+}
+
+impl From<&str> for TtsChain {
+    fn from(s: &str) -> Self {
+        TtsChain::One(s.to_string())
+    }
+}
