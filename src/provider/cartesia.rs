@@ -79,15 +79,10 @@ impl TtsProvider for CartesiaTts {
         // Not aborted on drop: the task notices the dropped stream, cancels the context and
         // closes the socket itself (bounded by the read stall).
         tokio::spawn(async move {
-            let last = match run(&url, &key, &ctx, &request, &tx).await {
-                Ok(()) => TtsEvent::Done,
-                Err(TtsError::Abandoned) => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, "speech synthesis failed");
-                    e.event()
-                }
-            };
-            let _ = tx.send(last).await;
+            let result = run(&url, &key, &ctx, &request, &tx).await;
+            if let Some(last) = TtsError::final_event(result) {
+                let _ = tx.send(last).await;
+            }
         });
         TtsStream {
             events: rx,

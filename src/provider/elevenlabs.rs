@@ -103,7 +103,6 @@ impl TtsProvider for ElevenLabsTts {
                 guard: TaskGuard::new(task),
             };
         }
-        let (tx, rx) = mpsc::channel(64);
         let mut body = json!({ "text": text, "model_id": self.cfg.model });
         if let Some(speed) = self.cfg.speed {
             body["voice_settings"] = json!({ "speed": speed });
@@ -115,20 +114,7 @@ impl TtsProvider for ElevenLabsTts {
             .header("Accept", "audio/basic")
             .json(&body);
         let stall = self.stall;
-        let task = tokio::spawn(async move {
-            let last = match run(req, stall, &tx).await {
-                Ok(()) => TtsEvent::Done,
-                Err(e) => {
-                    tracing::warn!(error = %e, "speech synthesis failed");
-                    e.event()
-                }
-            };
-            let _ = tx.send(last).await;
-        });
-        TtsStream {
-            events: rx,
-            guard: TaskGuard::new(task),
-        }
+        TtsStream::spawn(move |tx| async move { run(req, stall, &tx).await })
     }
 }
 

@@ -140,6 +140,19 @@ impl TtsError {
         }
     }
 
+    /// The last event of a synthesis that ended with `result`: `Done`, the failure's event
+    /// (logged), or none when the stream was abandoned (nobody is listening).
+    pub fn final_event(result: Result<(), TtsError>) -> Option<super::TtsEvent> {
+        match result {
+            Ok(()) => Some(super::TtsEvent::Done),
+            Err(TtsError::Abandoned) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "speech synthesis failed");
+                Some(e.event())
+            }
+        }
+    }
+
     /// The event a provider sends for this failure.
     pub fn event(&self) -> super::TtsEvent {
         if self.switchable() {

@@ -141,6 +141,29 @@ pub struct TtsStream {
     pub guard: TaskGuard,
 }
 
+impl TtsStream {
+    /// Runs `work` as one text's synthesis task (aborted when the stream is dropped): the
+    /// audio it sends goes out as it comes, then `Done`, or the failure's event
+    /// ([`TtsError::final_event`]).
+    pub fn spawn<F, Fut>(work: F) -> Self
+    where
+        F: FnOnce(mpsc::Sender<TtsEvent>) -> Fut,
+        Fut: std::future::Future<Output = Result<(), TtsError>> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel(64);
+        let work = work(tx.clone());
+        let task = tokio::spawn(async move {
+            if let Some(last) = TtsError::final_event(work.await) {
+                let _ = tx.send(last).await;
+            }
+        });
+        TtsStream {
+            events: rx,
+            guard: TaskGuard::new(task),
+        }
+    }
+}
+
 pub trait TtsProvider: Send + Sync {
     /// Starts synthesising `text` as μ-law 8 kHz.
     fn synthesize(&self, text: &str) -> TtsStream;

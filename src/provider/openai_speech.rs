@@ -22,7 +22,6 @@ use super::{TtsEvent, TtsProvider, TtsStream};
 use crate::audio::g711::encode_ulaw;
 use crate::audio::resample::Resampler;
 use crate::config::schema::{TtsConfig, TtsKind};
-use crate::util::TaskGuard;
 
 /// The PCM rate of `response_format = "pcm"` when none is asked for (OpenAI, Kokoro).
 pub const DEFAULT_PCM_RATE: u32 = 24_000;
@@ -102,26 +101,12 @@ impl OpenAiSpeech {
 
 impl TtsProvider for OpenAiSpeech {
     fn synthesize(&self, text: &str) -> TtsStream {
-        let (tx, rx) = mpsc::channel(64);
         let mut req = self.client.post(&self.url).json(&self.body(text));
         if !self.cfg.api_key.is_empty() {
             req = req.bearer_auth(self.cfg.api_key.expose());
         }
         let (stall, vendor, rate) = (self.stall, self.vendor, self.pcm_rate);
-        let task = tokio::spawn(async move {
-            let last = match run(req, stall, vendor, rate, &tx).await {
-                Ok(()) => TtsEvent::Done,
-                Err(e) => {
-                    tracing::warn!(error = %e, "speech synthesis failed");
-                    e.event()
-                }
-            };
-            let _ = tx.send(last).await;
-        });
-        TtsStream {
-            events: rx,
-            guard: TaskGuard::new(task),
-        }
+        TtsStream::spawn(move |tx| async move { run(req, stall, vendor, rate, &tx).await })
     }
 }
 
