@@ -1,0 +1,264 @@
+//! The store's writer thread: drains the write queue in batches, applies each typed [`Write`]
+//! inside one transaction per batch, answers flushes after the commit, and prunes calls (and
+//! their recordings) older than the retention at start and hourly.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, params};
+use tracing::{Level, debug, enabled, info, warn};
+
+use super::queue::{Popped, WriteQueue};
+use super::{TERMINAL, Write, now_ms};
+
+pub(super) fn writer_loop(mut conn: Connection, rx: &WriteQueue, retention_days: u32, path: &Path) {
+    const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+    prune(&conn, retention_days, path);
+    let mut last_prune = std::time::Instant::now();
+    loop {
+        let batch = match rx.pop_batch(256, PRUNE_EVERY) {
+            Popped::Batch(b) => b,
+            Popped::Idle => {
+                prune(&conn, retention_days, path);
+                last_prune = std::time::Instant::now();
+                continue;
+            }
+            Popped::Closed => return,
+        };
+        let mut flushes = Vec::new();
+        // Turns of this batch, logged at debug once committed (tests wait on these lines).
+        let log_turns = enabled!(Level::DEBUG);
+        let mut stored = Vec::new();
+        match conn.transaction() {
+            Ok(tx) => {
+                for w in batch {
+                    match w {
+                        Write::Flush(done) => flushes.push(done),
+                        w => {
+                            if let (
+                                true,
+                                Write::Turn {
+                                    call_id,
+                                    seq,
+                                    entry,
+                                },
+                            ) = (log_turns, &w)
+                            {
+                                stored.push((call_id.clone(), *seq, entry.heard_text.len()));
+                            }
+                            if let Err(e) = apply(&tx, w) {
+                                warn!(error = %e, "call store write failed");
+                            }
+                        }
+                    }
+                }
+                match tx.commit() {
+                    Ok(()) => {
+                        for (call_id, seq, heard_bytes) in stored {
+                            debug!(%call_id, seq, heard_bytes, "turn stored");
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, path = %path.display(), "call store commit failed")
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "call store: cannot begin a transaction"),
+        }
+        for done in flushes {
+            let _ = done.send(());
+        }
+        if last_prune.elapsed() >= PRUNE_EVERY {
+            prune(&conn, retention_days, path);
+            last_prune = std::time::Instant::now();
+        }
+    }
+}
+
+/// Deletes calls older than the retention, and their recordings (next to the database `db`).
+fn prune(conn: &Connection, retention_days: u32, db: &Path) {
+    if retention_days == 0 {
+        return;
+    }
+    let cutoff = now_ms() - i64::from(retention_days) * 86_400_000;
+    let deleted = conn
+        .prepare(
+            "DELETE FROM calls WHERE created_at < ?1 AND ended_at IS NOT NULL RETURNING call_id",
+        )
+        .and_then(|mut q| {
+            q.query_map([cutoff], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        });
+    match deleted {
+        Ok(ids) if ids.is_empty() => {}
+        Ok(ids) => {
+            let data_dir = db.parent().unwrap_or(Path::new("."));
+            let mut recordings = 0;
+            for id in &ids {
+                let Some(file) = crate::call::recording::path(data_dir, id) else {
+                    continue;
+                };
+                match std::fs::remove_file(&file) {
+                    Ok(()) => recordings += 1,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        warn!(path = %file.display(), error = %e, "could not delete an expired recording")
+                    }
+                }
+            }
+            info!(
+                calls = ids.len(),
+                recordings, retention_days, "pruned old calls from the store"
+            );
+        }
+        Err(e) => warn!(error = %e, "call store prune failed"),
+    }
+}
+
+fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error> {
+    match w {
+        Write::Call(c) => {
+            tx.execute(
+                "INSERT OR IGNORE INTO calls (call_id, carrier, carrier_account, direction,
+                   from_number, to_number, agent, status, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    c.call_id,
+                    c.carrier,
+                    c.carrier_account,
+                    c.direction,
+                    c.from,
+                    c.to,
+                    c.agent,
+                    c.status,
+                    now_ms()
+                ],
+            )?;
+        }
+        Write::Status {
+            call_id,
+            status,
+            outcome,
+            answered_by,
+            carrier_duration_s,
+        } => {
+            // A terminal status is never replaced by a late progress callback.
+            if let Some(s) = status {
+                let terminal = TERMINAL.contains(&s.as_str());
+                tx.execute(
+                    "UPDATE calls SET status = ?2 WHERE call_id = ?1
+                       AND (?3 OR status NOT IN ('completed','busy','failed','no-answer','canceled'))",
+                    params![call_id, s, terminal],
+                )?;
+            }
+            if let Some(o) = outcome {
+                tx.execute(
+                    "UPDATE calls SET outcome = ?2 WHERE call_id = ?1",
+                    params![call_id, o],
+                )?;
+            }
+            if let Some(a) = answered_by {
+                tx.execute(
+                    "UPDATE calls SET answered_by = ?2 WHERE call_id = ?1",
+                    params![call_id, a],
+                )?;
+            }
+            if let Some(d) = carrier_duration_s {
+                tx.execute(
+                    "UPDATE calls SET carrier_duration_s = ?2 WHERE call_id = ?1",
+                    params![call_id, d as i64],
+                )?;
+            }
+        }
+        Write::Turn {
+            call_id,
+            seq,
+            entry,
+        } => {
+            let speaker = match entry.speaker {
+                crate::call::Speaker::Caller => "caller",
+                crate::call::Speaker::Agent => "agent",
+            };
+            tx.execute(
+                "INSERT INTO turns (call_id, seq, speaker, text, heard_text, interrupted, start_ms, end_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (call_id, seq) DO UPDATE SET text = excluded.text,
+                   heard_text = excluded.heard_text, interrupted = excluded.interrupted,
+                   start_ms = excluded.start_ms, end_ms = excluded.end_ms",
+                params![
+                    call_id,
+                    seq as i64,
+                    speaker,
+                    entry.text,
+                    entry.heard_text,
+                    entry.interrupted,
+                    entry.start_ms as i64,
+                    entry.end_ms as i64
+                ],
+            )?;
+        }
+        Write::Event { call_id, event, at } => {
+            tx.execute(
+                "INSERT INTO events (call_id, t_ms, kind, detail, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    call_id,
+                    event.t_ms as i64,
+                    event.kind.as_str(),
+                    event.detail,
+                    at
+                ],
+            )?;
+        }
+        Write::Answered { call_id, at } => {
+            tx.execute(
+                "UPDATE calls SET status = 'in-progress', answered_at = COALESCE(answered_at, ?2)
+                 WHERE call_id = ?1",
+                params![call_id, at],
+            )?;
+        }
+        Write::ReplyLatency {
+            call_id,
+            latency_us,
+        } => {
+            tx.execute(
+                "UPDATE turns SET response_latency_ms = ?2 WHERE call_id = ?1
+                   AND response_latency_ms IS NULL AND seq = (SELECT MAX(seq) FROM turns
+                   WHERE call_id = ?1 AND speaker = 'caller')",
+                params![call_id, (latency_us / 1000) as i64],
+            )?;
+        }
+        Write::Ended {
+            call_id,
+            reason,
+            at,
+        } => {
+            tx.execute(
+                "UPDATE calls SET ended_at = ?2, ended_reason = ?3,
+                   duration_ms = CASE WHEN answered_at IS NULL THEN 0 ELSE ?2 - answered_at END,
+                   status = CASE WHEN status IN ('completed','busy','failed','no-answer','canceled')
+                     THEN status WHEN answered_at IS NOT NULL OR outcome IN ('answered', 'voicemail')
+                     THEN 'completed' ELSE 'failed' END,
+                   outcome = COALESCE(outcome, CASE WHEN answered_at IS NOT NULL THEN 'answered'
+                     ELSE 'failed' END)
+                 WHERE call_id = ?1",
+                params![call_id, at, reason],
+            )?;
+        }
+        Write::Cost { call_id, cost } => {
+            let detail = serde_json::to_string(&cost).unwrap_or_default();
+            tx.execute(
+                "UPDATE calls SET cost_usd = ?2, cost_detail = ?3 WHERE call_id = ?1",
+                params![call_id, cost.total_usd, detail],
+            )?;
+        }
+        Write::Setting { key, value } => {
+            tx.execute(
+                "INSERT INTO settings (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )?;
+        }
+        Write::Flush(_) => {}
+    }
+    Ok(())
+}
