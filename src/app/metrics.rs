@@ -197,6 +197,7 @@ label_enum!(
         Deepgram => "deepgram",
         DeepgramFlux => "deepgram_flux",
         Assemblyai => "assemblyai",
+        OpenaiRealtime => "openai_realtime",
         Elevenlabs => "elevenlabs",
         Openai => "openai",
         Cartesia => "cartesia",
@@ -217,6 +218,16 @@ label_enum!(
         LlmTurn => "llm_turn",
         /// A synthesis failed.
         TtsSynthesis => "tts_synthesis",
+    }
+);
+
+label_enum!(
+    /// Why a speech-to-text chain moved a call to its next STT
+    /// (`provider::fallback_stt::SttSwitchReason`).
+    SttSwitch, "reason" {
+        OpenFailed => "open_failed",
+        OpenTimeout => "open_timeout",
+        Dropped => "dropped",
     }
 );
 
@@ -448,6 +459,8 @@ metrics! {
         "Frames dropped because the queue ahead was full, by direction.";
     stage_seconds: Histogram<Stage> = "patterd_stage_seconds",
         "Latency of each stage of a turn, in seconds.";
+    stt_switches: Counter<(Provider, SttSwitch)> = "patterd_stt_switches_total",
+        "Calls an STT chain moved to its next STT, by the kind of the STT left and why.";
 }
 
 impl Metrics {

@@ -1064,3 +1064,44 @@ fn elevenlabs_transport_websocket_loads_and_other_kinds_refuse_it() {
     let e = load_err(&typo);
     assert!(e.contains("websocket"), "{e}");
 }
+
+#[test]
+fn stt_chains_load_and_unknown_names_in_them_are_reported() {
+    // A list loads; a single string still does (BASE).
+    let text = BASE.replace(
+        "stt = \"deepgram\"",
+        "stt = [\"deepgram\", \"backup\"]\nstt_connect_timeout_ms = 1500",
+    ) + "\n[stt.backup]\nkind = \"openai_realtime\"\napi_key = \"k\"\n";
+    let c = load(&text).expect("chain loads").config;
+    let a = &c.agents["front-desk"];
+    assert_eq!(a.stt.names(), ["deepgram", "backup"]);
+    assert_eq!(a.stt_connect_timeout_ms, 1500);
+    assert_eq!(c.stt["backup"].kind, config::SttKind::OpenaiRealtime);
+    assert_eq!(c.stt["backup"].effective_model(), "gpt-4o-transcribe");
+    assert!(load(BASE).is_ok());
+
+    let text = BASE.replace("stt = \"deepgram\"", "stt = [\"deepgram\", \"deepgrm\"]");
+    let err = load_err(&text);
+    let line = line_of(&text, "deepgrm");
+    assert!(
+        err.starts_with(&format!(
+            "patter.toml:{line}: [agents.front-desk] stt = \"deepgrm\" names no [stt.deepgrm] section"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `deepgram`?"), "{err}");
+
+    let err = load_err(&BASE.replace("stt = \"deepgram\"", "stt = []"));
+    assert!(
+        err.contains("stt = [] names no [stt.NAME] section"),
+        "{err}"
+    );
+    let err = load_err(&BASE.replace(
+        "stt = \"deepgram\"",
+        "stt = \"deepgram\"\nstt_connect_timeout_ms = 50",
+    ));
+    assert!(
+        err.contains("stt_connect_timeout_ms = 50 is out of range 100 to 30000"),
+        "{err}"
+    );
+}
