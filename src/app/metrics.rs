@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::call::EndReason;
 use crate::carrier::CarrierKind;
+use crate::provider::fallback_stt::SttSwitchReason;
 
 // ------------------------------------------------------------------------------- labels
 
@@ -132,6 +133,23 @@ impl LabelValue for CarrierKind {
     }
 }
 
+/// Why a speech-to-text chain moved a call to its next STT.
+impl LabelValue for SttSwitchReason {
+    const KEY: &'static str = "reason";
+    fn all() -> &'static [Self] {
+        &SttSwitchReason::ALL
+    }
+    fn index(self) -> usize {
+        SttSwitchReason::ALL
+            .iter()
+            .position(|r| *r == self)
+            .unwrap_or_default()
+    }
+    fn as_label(self) -> &'static str {
+        self.as_str()
+    }
+}
+
 label_enum!(
     /// A stage of a turn whose latency is measured.
     Stage, "stage" {
@@ -218,16 +236,6 @@ label_enum!(
         LlmTurn => "llm_turn",
         /// A synthesis failed.
         TtsSynthesis => "tts_synthesis",
-    }
-);
-
-label_enum!(
-    /// Why a speech-to-text chain moved a call to its next STT
-    /// (`provider::fallback_stt::SttSwitchReason`).
-    SttSwitch, "reason" {
-        OpenFailed => "open_failed",
-        OpenTimeout => "open_timeout",
-        Dropped => "dropped",
     }
 );
 
@@ -459,7 +467,7 @@ metrics! {
         "Frames dropped because the queue ahead was full, by direction.";
     stage_seconds: Histogram<Stage> = "patterd_stage_seconds",
         "Latency of each stage of a turn, in seconds.";
-    stt_switches: Counter<(Provider, SttSwitch)> = "patterd_stt_switches_total",
+    stt_switches: Counter<(Provider, SttSwitchReason)> = "patterd_stt_switches_total",
         "Calls an STT chain moved to its next STT, by the kind of the STT left and why.";
 }
 

@@ -15,11 +15,10 @@ use crate::call::{
 };
 use crate::carrier::CarrierKind;
 use crate::config::{Config, LlmKind, SttKind, TtsKind};
+use crate::provider::fallback_stt::SttSwitchReason;
 use crate::store::{CallCost, StoreTx, Write};
 
-use super::metrics::{
-    BargeIn, FrameDrop, Metrics, Outcome, Provider, ProviderErrorKind, Stage, SttSwitch,
-};
+use super::metrics::{BargeIn, FrameDrop, Metrics, Outcome, Provider, ProviderErrorKind, Stage};
 
 /// No time noted.
 const NONE: u64 = u64::MAX;
@@ -163,11 +162,8 @@ impl CallObserver {
         let Some((reason, rest)) = detail.split_once(": ") else {
             return;
         };
-        let reason = match reason {
-            "open_failed" => SttSwitch::OpenFailed,
-            "open_timeout" => SttSwitch::OpenTimeout,
-            "dropped" => SttSwitch::Dropped,
-            _ => return,
+        let Some(reason) = SttSwitchReason::parse(reason) else {
+            return;
         };
         let from = rest.split_once(" -> ").map_or(rest, |(f, _)| f);
         if let Some((_, kind)) = self.stt_kinds.iter().find(|(n, _)| n == from) {

@@ -5,7 +5,8 @@
 //! which hears the caller; the switch is on the call's timeline and in `/metrics`.
 
 use crate::common::*;
-use patterd::app::metrics::{Provider, SttSwitch};
+use patterd::app::metrics::Provider;
+use patterd::provider::fallback_stt::SttSwitchReason;
 use patterd_sim::assemblyai::{AssemblyAiFailure, FakeAssemblyAi, FakeAssemblyAiConfig};
 use patterd_sim::hermes::HermesReply;
 use patterd_sim::openai_realtime::{FakeOpenAiRealtime, FakeOpenAiRealtimeConfig};
@@ -150,7 +151,7 @@ async fn primary_stt_refusing_the_handshake_hands_the_call_to_the_backup() {
     let m = &stack.server.app.metrics;
     assert_eq!(
         m.stt_switches
-            .get((Provider::Assemblyai, SttSwitch::OpenFailed)),
+            .get((Provider::Assemblyai, SttSwitchReason::OpenFailed)),
         1
     );
     let mut page = String::new();
@@ -202,7 +203,7 @@ async fn primary_stt_with_nothing_listening_hands_the_call_to_openai_realtime() 
             .app
             .metrics
             .stt_switches
-            .get((Provider::Deepgram, SttSwitch::OpenFailed)),
+            .get((Provider::Deepgram, SttSwitchReason::OpenFailed)),
         1
     );
 }

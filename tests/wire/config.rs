@@ -625,11 +625,20 @@ fn shipped_example_loads_with_empty_environment() {
     assert_eq!(c.numbers.len(), 1);
     assert_eq!(c.numbers[0].carrier, "twilio");
     assert_eq!(c.server.data_dir.to_str(), Some("./data"));
-    // Only warnings: 3 carriers + llm hermes and openclaw + the two Deepgram stt examples and
-    // AssemblyAI + 3 tts (elevenlabs, openai, cartesia); the self-hosted `openai_compatible` stt, the
-    // `ollama` preset and kokoro need no key.
-    assert_eq!(loaded.warnings.len(), 11, "{:?}", loaded.warnings);
+    // Only warnings: 3 carriers + llm hermes and openclaw + the two Deepgram stt examples,
+    // AssemblyAI and OpenAI Realtime + 3 tts (elevenlabs, openai, cartesia); the self-hosted
+    // `openai_compatible` stt, the `ollama` preset and kokoro need no key.
+    assert_eq!(loaded.warnings.len(), 12, "{:?}", loaded.warnings);
     assert_eq!(c.stt["assemblyai"].kind, config::SttKind::Assemblyai);
+    assert_eq!(
+        c.stt["openai_realtime"].kind,
+        config::SttKind::OpenaiRealtime
+    );
+    // The example agent listens through an STT chain.
+    assert_eq!(
+        c.agent("front-desk").map(|a| a.stt.names()),
+        Some(vec!["deepgram".to_string(), "assemblyai".to_string()])
+    );
     assert_eq!(
         c.agent("front-desk").map(|a| a.tts.names().to_vec()),
         Some(vec!["elevenlabs".to_string(), "kokoro".to_string()])
