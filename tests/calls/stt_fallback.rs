@@ -207,3 +207,73 @@ async fn primary_stt_with_nothing_listening_hands_the_call_to_openai_realtime() 
         1
     );
 }
+
+#[tokio::test]
+async fn a_primary_dropping_mid_call_is_reopened_on_the_backup() {
+    let aai = FakeAssemblyAi::start_with(FakeAssemblyAiConfig {
+        failure: Some(AssemblyAiFailure::ErrorAfterAudioBytes(1600)),
+        ..Default::default()
+    })
+    .await
+    .expect("fake assemblyai");
+    let stack = Stack::start(Opts {
+        stt: r#"["aai", "deepgram"]"#.into(),
+        extra_sections: format!(
+            "[stt.aai]\nkind = \"assemblyai\"\nbase_url = \"{}\"\napi_key = \"aai-test-key\"\n",
+            aai.base_url()
+        ),
+        transcripts: vec![WORDS.into()],
+        ..Default::default()
+    })
+    .await;
+    stack.hermes.push(HermesReply::text("For four, sure."));
+    let (sid, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting");
+    // AssemblyAI fails after 200 ms of audio (Error 3005, close 3005).
+    speak(&sim, 300);
+    aai.wait_until("the primary's failure", |r| {
+        r.connections.first().is_some_and(|c| c.closed.is_some())
+    })
+    .await;
+    speak(&sim, 600);
+    let h = stack
+        .hermes
+        .wait_until("the turn reaches the brain", |r| !r.requests.is_empty())
+        .await;
+    let users: Vec<_> = h
+        .requests
+        .iter()
+        .filter_map(|q| {
+            q.messages()
+                .into_iter()
+                .rev()
+                .find(|(r, _)| r == "user")
+                .map(|(_, t)| t)
+        })
+        .collect();
+    assert!(users.iter().any(|u| u == WORDS), "{users:?}");
+    sim.hang_up().await;
+    let rec = stack.finished(&sid).await;
+    let switches: Vec<_> = rec
+        .events_of("stt_switched")
+        .map(|e| e.detail.clone())
+        .collect();
+    assert_eq!(switches.len(), 1, "{switches:?}");
+    assert!(
+        switches[0].starts_with("dropped: aai -> deepgram: ") && switches[0].contains("3005"),
+        "{switches:?}"
+    );
+    assert_eq!(rec.events_of("stt_reopen").count(), 1);
+    assert_eq!(aai.record().connections.len(), 1, "the reopen skipped it");
+    assert_eq!(
+        stack
+            .server
+            .app
+            .metrics
+            .stt_switches
+            .get((Provider::Assemblyai, SttSwitchReason::Dropped)),
+        1
+    );
+}
