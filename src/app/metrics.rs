@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::call::EndReason;
 use crate::carrier::CarrierKind;
+use crate::provider::fallback_stt::SttSwitchReason;
 
 // ------------------------------------------------------------------------------- labels
 
@@ -132,6 +133,23 @@ impl LabelValue for CarrierKind {
     }
 }
 
+/// Why a speech-to-text chain moved a call to its next STT.
+impl LabelValue for SttSwitchReason {
+    const KEY: &'static str = "reason";
+    fn all() -> &'static [Self] {
+        &SttSwitchReason::ALL
+    }
+    fn index(self) -> usize {
+        SttSwitchReason::ALL
+            .iter()
+            .position(|r| *r == self)
+            .unwrap_or_default()
+    }
+    fn as_label(self) -> &'static str {
+        self.as_str()
+    }
+}
+
 label_enum!(
     /// A stage of a turn whose latency is measured.
     Stage, "stage" {
@@ -197,6 +215,7 @@ label_enum!(
         Deepgram => "deepgram",
         DeepgramFlux => "deepgram_flux",
         Assemblyai => "assemblyai",
+        OpenaiRealtime => "openai_realtime",
         Elevenlabs => "elevenlabs",
         Openai => "openai",
         Cartesia => "cartesia",
@@ -448,6 +467,8 @@ metrics! {
         "Frames dropped because the queue ahead was full, by direction.";
     stage_seconds: Histogram<Stage> = "patterd_stage_seconds",
         "Latency of each stage of a turn, in seconds.";
+    stt_switches: Counter<(Provider, SttSwitchReason)> = "patterd_stt_switches_total",
+        "Calls an STT chain moved to its next STT, by the kind of the STT left and why.";
 }
 
 impl Metrics {

@@ -15,6 +15,7 @@ use crate::call::{
 };
 use crate::carrier::CarrierKind;
 use crate::config::{Config, LlmKind, SttKind, TtsKind};
+use crate::provider::fallback_stt::SttSwitchReason;
 use crate::store::{CallCost, StoreTx, Write};
 
 use super::metrics::{BargeIn, FrameDrop, Metrics, Outcome, Provider, ProviderErrorKind, Stage};
@@ -41,7 +42,12 @@ impl Prices {
         let llm = a.llm.names().first().and_then(|n| p.llm.get(n));
         let tts = a.tts.names().first().and_then(|n| p.tts.get(n));
         Self {
-            stt_per_minute: p.stt.get(&a.stt).map_or(0.0, |x| x.usd_per_minute),
+            stt_per_minute: a
+                .stt
+                .names()
+                .first()
+                .and_then(|n| p.stt.get(n))
+                .map_or(0.0, |x| x.usd_per_minute),
             tts_per_1k_characters: tts.map_or(0.0, |x| x.usd_per_1k_characters),
             llm_per_1m_input_tokens: llm.map_or(0.0, |x| x.usd_per_1m_input_tokens),
             llm_per_1m_output_tokens: llm.map_or(0.0, |x| x.usd_per_1m_output_tokens),
@@ -78,6 +84,8 @@ pub struct CallObserver {
     metrics: Arc<Metrics>,
     carrier: CarrierKind,
     stt: Option<Provider>,
+    /// The kinds of the agent's STTs by `[stt.NAME]` (the chain's members).
+    stt_kinds: Vec<(String, Provider)>,
     tts: Option<Provider>,
     llm: Option<Provider>,
     /// `t_ms` of the caller's latest turn end, until the brain request that answers it.
@@ -94,12 +102,18 @@ impl CallObserver {
             prices: Prices::for_call(config, setup),
             metrics,
             carrier: setup.carrier,
-            stt: config.stt.get(&a.stt).map(|c| match c.kind {
-                SttKind::Deepgram => Provider::Deepgram,
-                SttKind::DeepgramFlux => Provider::DeepgramFlux,
-                SttKind::OpenaiCompatible => Provider::OpenaiCompatible,
-                SttKind::Assemblyai => Provider::Assemblyai,
-            }),
+            stt: a
+                .stt
+                .names()
+                .first()
+                .and_then(|n| config.stt.get(n))
+                .map(|c| stt_kind(c.kind)),
+            stt_kinds: a
+                .stt
+                .names()
+                .into_iter()
+                .filter_map(|n| config.stt.get(&n).map(|c| (n, stt_kind(c.kind))))
+                .collect(),
             tts: a
                 .tts
                 .names()
@@ -143,6 +157,20 @@ impl CallObserver {
         }
     }
 
+    /// An `stt_switched` event (`reason: from -> to: why`) counted by the kind left and why.
+    fn stt_switched(&self, detail: &str) {
+        let Some((reason, rest)) = detail.split_once(": ") else {
+            return;
+        };
+        let Some(reason) = SttSwitchReason::parse(reason) else {
+            return;
+        };
+        let from = rest.split_once(" -> ").map_or(rest, |(f, _)| f);
+        if let Some((_, kind)) = self.stt_kinds.iter().find(|(n, _)| n == from) {
+            self.metrics.stt_switches.inc((*kind, reason));
+        }
+    }
+
     fn provider_error(&self, p: Option<Provider>, kind: ProviderErrorKind) {
         if let Some(p) = p {
             self.metrics.provider_errors.inc((p, kind));
@@ -172,10 +200,21 @@ impl CallObserver {
             EventKind::EchoIgnored => m.barge_ins.inc(BargeIn::Echo),
             EventKind::SttError => self.provider_error(self.stt, ProviderErrorKind::SttSession),
             EventKind::SttReopen => self.provider_error(self.stt, ProviderErrorKind::SttReopen),
+            EventKind::SttSwitched => self.stt_switched(&e.detail),
             EventKind::LlmError => self.provider_error(self.llm, ProviderErrorKind::LlmTurn),
             EventKind::TtsError => self.provider_error(self.tts, ProviderErrorKind::TtsSynthesis),
             _ => {}
         }
+    }
+}
+
+fn stt_kind(k: SttKind) -> Provider {
+    match k {
+        SttKind::Deepgram => Provider::Deepgram,
+        SttKind::DeepgramFlux => Provider::DeepgramFlux,
+        SttKind::OpenaiCompatible => Provider::OpenaiCompatible,
+        SttKind::Assemblyai => Provider::Assemblyai,
+        SttKind::OpenaiRealtime => Provider::OpenaiRealtime,
     }
 }
 

@@ -592,8 +592,33 @@ impl Actor {
                     self.reopen_stt();
                 }
             }
+            SttEvent::Switched {
+                from,
+                to,
+                reason,
+                message,
+                ends_turns,
+            } => self.stt_switched(&from, &to, reason, &message, ends_turns),
         }
         None
+    }
+
+    /// The agent's STT chain moved this call to its next STT: on the timeline, and the turn
+    /// model follows the new STT's.
+    fn stt_switched(
+        &mut self,
+        from: &str,
+        to: &str,
+        reason: crate::provider::fallback_stt::SttSwitchReason,
+        message: &str,
+        ends_turns: bool,
+    ) {
+        warn!(%from, %to, %reason, %message, "speech-to-text switched");
+        self.event(
+            EventKind::SttSwitched,
+            format!("{reason}: {from} -> {to}: {message}"),
+        );
+        self.policy.set_stt_turns(ends_turns);
     }
 
     /// A speech-to-text session that dies mid-call is reopened once; after that the caller is

@@ -123,11 +123,14 @@ pub enum EventKind {
     LlmFirstToken,
     /// A synthesis' first audio arrived (detail: µs since the TTS request).
     TtsFirstAudio,
+    /// The STT chain moved the call to its next STT (detail: `reason: from -> to: why`, the
+    /// reason `open_failed`, `open_timeout` or `dropped`).
+    SttSwitched,
 }
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 52] = [
+    pub const ALL: [EventKind; 53] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -180,6 +183,7 @@ impl EventKind {
         EventKind::ActionRefused,
         EventKind::LlmFirstToken,
         EventKind::TtsFirstAudio,
+        EventKind::SttSwitched,
     ];
 
     /// The stored and served name (snake_case).
@@ -237,6 +241,7 @@ impl EventKind {
             EventKind::ActionRefused => "action_refused",
             EventKind::LlmFirstToken => "llm_first_token",
             EventKind::TtsFirstAudio => "tts_first_audio",
+            EventKind::SttSwitched => "stt_switched",
         }
     }
 

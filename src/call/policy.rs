@@ -270,6 +270,12 @@ impl Policy {
 
     /// The speech-to-text decides the end of turns itself (see
     /// [`crate::provider::SttProvider::ends_turns`]).
+    /// The speech-to-text changed mid-call (a fallback chain switched): whether the new one
+    /// ends turns itself.
+    pub fn set_stt_turns(&mut self, yes: bool) {
+        self.stt_turns = yes;
+    }
+
     pub fn with_stt_turns(mut self, yes: bool) -> Self {
         self.stt_turns = yes;
         self

@@ -223,7 +223,16 @@ pub struct AgentConfig {
     pub first_message: String,
     /// A brain's `[llm.*]` name, or a fallback chain of them tried in order.
     pub llm: ProviderNames,
-    pub stt: String,
+    /// A speech-to-text's `[stt.*]` name, or a fallback chain of them tried in order when
+    /// opening the session fails.
+    pub stt: ProviderNames,
+    /// An STT of a chain whose session has not opened this long is given up for the next
+    /// one (only with a chain).
+    #[serde(default = "default_stt_connect_timeout_ms")]
+    pub stt_connect_timeout_ms: u64,
+    /// An STT of a chain that failed is skipped this long before it is tried again.
+    #[serde(default = "default_tts_cooldown_s")]
+    pub stt_cooldown_s: f64,
     pub tts: TtsChain,
     /// A TTS that sends no audio this long after a sentence was asked for is given up for
     /// that sentence, which the next TTS of the chain speaks (only with a chain).
@@ -358,6 +367,9 @@ fn default_transfer_message() -> String {
 
 fn default_tts_first_byte_timeout_ms() -> u64 {
     2000
+}
+fn default_stt_connect_timeout_ms() -> u64 {
+    3000
 }
 fn default_tts_cooldown_s() -> f64 {
     30.0

@@ -393,7 +393,31 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         for llm in agent.llm.names() {
             c.reference(&["agents", name, "llm"], "llm", &llm, &config.llm);
         }
-        c.reference(&["agents", name, "stt"], "stt", &agent.stt, &config.stt);
+        if agent.stt.names().is_empty() {
+            c.fail(
+                &["agents", name, "stt"],
+                format!("[agents.{name}] stt = [] names no [stt.NAME] section; name one or more"),
+            );
+        }
+        for stt in agent.stt.names() {
+            c.reference(&["agents", name, "stt"], "stt", &stt, &config.stt);
+        }
+        let ct = agent.stt_connect_timeout_ms;
+        if !(100..=30_000).contains(&ct) {
+            c.fail(
+                &["agents", name, "stt_connect_timeout_ms"],
+                format!(
+                    "[agents.{name}] stt_connect_timeout_ms = {ct} is out of range 100 to 30000"
+                ),
+            );
+        }
+        let cool = agent.stt_cooldown_s;
+        if !cool.is_finite() || cool < 0.0 {
+            c.fail(
+                &["agents", name, "stt_cooldown_s"],
+                format!("[agents.{name}] stt_cooldown_s = {cool} must be 0 or more seconds"),
+            );
+        }
         if agent.tts.names().is_empty() {
             c.fail(
                 &["agents", name, "tts"],

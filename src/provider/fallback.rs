@@ -2,7 +2,8 @@
 //! a cool-down and retried later. The generic part — [`Health`] (one per configured provider,
 //! shared by every call, so one call's failure spares the next calls the wait), [`Member`] and
 //! [`Chain::order`] — knows nothing about speech and can carry STT or LLM chains too;
-//! [`Chain<dyn TtsProvider>`] is the text-to-speech chain, itself a [`TtsProvider`].
+//! [`Chain<dyn TtsProvider>`] is the text-to-speech chain, itself a [`TtsProvider`], and
+//! `Chain<dyn SttProvider>` the speech-to-text chain ([`super::fallback_stt`]).
 //!
 //! The TTS chain switches only *before* a sentence's first audio byte: on a connect error, a
 //! 5xx or 429 (a provider's [`TtsEvent::Unavailable`]) or when no audio came within
@@ -75,6 +76,10 @@ pub struct Chain<P: ?Sized> {
     cooldown: Duration,
     first_byte_timeout: Duration,
     switches: Arc<AtomicU64>,
+    /// The member whose work failed after it had started (an STT session dropped mid-call)
+    /// and why: the chain's next run reports its switch away from it
+    /// ([`super::fallback_stt`]).
+    dropped: Arc<Mutex<Option<(String, String)>>>,
 }
 
 impl<P: ?Sized> Chain<P> {
@@ -90,11 +95,31 @@ impl<P: ?Sized> Chain<P> {
             cooldown,
             first_byte_timeout,
             switches,
+            dropped: Arc::default(),
         }
     }
 
     pub fn members(&self) -> &[Member<P>] {
         &self.members
+    }
+
+    /// How long a failed member is skipped.
+    pub fn cooldown(&self) -> Duration {
+        self.cooldown
+    }
+
+    /// The deadline a member gets to start (TTS: first audio byte; STT: session open).
+    pub fn first_byte_timeout(&self) -> Duration {
+        self.first_byte_timeout
+    }
+
+    /// The counter of switches.
+    pub fn switches(&self) -> &Arc<AtomicU64> {
+        &self.switches
+    }
+
+    pub(super) fn dropped(&self) -> &Arc<Mutex<Option<(String, String)>>> {
+        &self.dropped
     }
 
     /// The members to try now, in order: those not cooling down in configured order, then

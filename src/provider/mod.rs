@@ -14,7 +14,9 @@ pub mod elevenlabs_ws;
 pub mod error;
 pub mod fallback;
 pub mod fallback_llm;
+pub mod fallback_stt;
 pub mod openai;
+pub mod openai_realtime;
 pub mod openai_speech;
 pub mod openai_stt;
 pub mod sse;
@@ -71,6 +73,15 @@ pub enum SttEvent {
     EndOfTurn(String),
     /// Something went wrong; `fatal` means the session is gone.
     Error { message: String, fatal: bool },
+    /// A fallback chain ([`fallback_stt`]) moved the session from `from` to `to`
+    /// (`message`: what went wrong); `ends_turns` is [`SttProvider::ends_turns`] of `to`.
+    Switched {
+        from: String,
+        to: String,
+        reason: fallback_stt::SttSwitchReason,
+        message: String,
+        ends_turns: bool,
+    },
     /// The session ended.
     Closed,
 }
@@ -267,6 +278,7 @@ pub trait LlmProvider: Send + Sync {
 /// The providers an agent uses, resolved from the configuration.
 #[derive(Clone)]
 pub struct AgentProviders {
+    /// The agent's STT, or its chain ([`fallback_stt`]) for `stt = [..]`.
     pub stt: Arc<dyn SttProvider>,
     /// The agent's TTS chain ([`fallback::Chain`]; one member for `tts = "NAME"`).
     pub tts: Arc<dyn TtsProvider>,
@@ -282,6 +294,11 @@ pub struct Providers {
     pub llm: BTreeMap<String, Arc<dyn LlmProvider>>,
     /// Each `[tts.NAME]`'s health, shared by every chain naming it (cool-downs).
     pub tts_health: BTreeMap<String, Arc<fallback::Health>>,
+    /// Each `[stt.NAME]`'s health, shared by every chain naming it (cool-downs).
+    pub stt_health: BTreeMap<String, Arc<fallback::Health>>,
+    /// STT chain switches (the typed count per reason is `patterd_stt_switches_total`,
+    /// derived from the calls' `stt_switched` events).
+    pub stt_switches: Arc<std::sync::atomic::AtomicU64>,
     /// TTS chain switches (`patterd_tts_fallbacks_total`).
     pub tts_fallbacks: Arc<std::sync::atomic::AtomicU64>,
     /// Switches to a backup brain, over every chain (`/metrics`).
@@ -292,10 +309,36 @@ impl Providers {
     /// The providers an agent names, if all exist.
     pub fn for_agent(&self, agent: &AgentConfig) -> Option<AgentProviders> {
         Some(AgentProviders {
-            stt: self.stt.get(&agent.stt)?.clone(),
+            stt: self.stt_chain(agent)?,
             tts: self.tts_chain(agent)?,
             llm: self.llm.get(&agent.llm.key())?.clone(),
         })
+    }
+
+    /// The agent's `stt`: the provider itself for one name, else a chain made for one call
+    /// (it remembers a member that dropped mid-call for the reopen).
+    fn stt_chain(&self, agent: &AgentConfig) -> Option<Arc<dyn SttProvider>> {
+        let names = agent.stt.names();
+        if let [one] = names.as_slice() {
+            return self.stt.get(one).cloned();
+        }
+        let mut members = Vec::new();
+        for name in &names {
+            members.push(fallback::Member {
+                name: name.clone(),
+                provider: self.stt.get(name)?.clone(),
+                health: self.stt_health.get(name).cloned().unwrap_or_default(),
+            });
+        }
+        if members.is_empty() {
+            return None;
+        }
+        Some(Arc::new(fallback::Chain::new(
+            members,
+            std::time::Duration::from_secs_f64(agent.stt_cooldown_s.max(0.0)),
+            std::time::Duration::from_millis(agent.stt_connect_timeout_ms),
+            self.stt_switches.clone(),
+        )))
     }
 
     /// The agent's `tts` names as one chain, made for one call ([`TtsProvider::for_call`]).
@@ -341,8 +384,12 @@ pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
             SttKind::Assemblyai => {
                 Arc::new(assemblyai::AssemblyAiStt::new(c).map_err(|e| e.within("stt", name))?)
             }
+            SttKind::OpenaiRealtime => Arc::new(
+                openai_realtime::OpenAiRealtimeStt::new(c).map_err(|e| e.within("stt", name))?,
+            ),
         };
         p.stt.insert(name.clone(), s);
+        p.stt_health.insert(name.clone(), Default::default());
     }
     for (name, c) in &config.tts {
         let t: Arc<dyn TtsProvider> = match c.kind {

@@ -16,6 +16,7 @@ mod faults;
 mod flood;
 mod ops;
 mod recording;
+mod stt_fallback;
 mod stt_providers;
 mod telnyx_plivo;
 mod tools;

@@ -90,7 +90,8 @@ pub struct Opts {
     pub llm: String,
     /// The agent's `tts` value as TOML (`"\"elevenlabs\""`, or a chain `["a", "b"]`).
     pub tts: String,
-    /// The agent's ears: a `[stt.*]` table name (default `deepgram`, the fake Deepgram).
+    /// The agent's ears: a `[stt.*]` table name (default `deepgram`, the fake Deepgram), or
+    /// a chain as TOML (`["a", "b"]`).
     pub stt: String,
     /// Extra TOML tables (e.g. an `[stt.NAME]` pointing at another fake).
     pub extra_sections: String,
@@ -244,7 +245,7 @@ first_token_timeout_s = 20
 system_prompt = "{SYSTEM_PROMPT}"
 first_message = "{first}"
 llm = {llm}
-stt = "{stt}"
+stt = {stt}
 tts = {tts}
 long_turn_message = "{FILLER}"
 long_turn_message_after_s = {after}
@@ -285,7 +286,11 @@ allowed_destinations = [{destinations}]
             format!("\"{}\"", opts.llm)
         },
         tts = opts.tts,
-        stt = opts.stt,
+        stt = if opts.stt.starts_with('[') {
+            opts.stt.clone()
+        } else {
+            format!("\"{}\"", opts.stt)
+        },
         extra_sections = opts.extra_sections,
     )
 }

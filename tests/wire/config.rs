@@ -625,11 +625,20 @@ fn shipped_example_loads_with_empty_environment() {
     assert_eq!(c.numbers.len(), 1);
     assert_eq!(c.numbers[0].carrier, "twilio");
     assert_eq!(c.server.data_dir.to_str(), Some("./data"));
-    // Only warnings: 3 carriers + llm hermes and openclaw + the two Deepgram stt examples and
-    // AssemblyAI + 3 tts (elevenlabs, openai, cartesia); the self-hosted `openai_compatible` stt, the
-    // `ollama` preset and kokoro need no key.
-    assert_eq!(loaded.warnings.len(), 11, "{:?}", loaded.warnings);
+    // Only warnings: 3 carriers + llm hermes and openclaw + the two Deepgram stt examples,
+    // AssemblyAI and OpenAI Realtime + 3 tts (elevenlabs, openai, cartesia); the self-hosted
+    // `openai_compatible` stt, the `ollama` preset and kokoro need no key.
+    assert_eq!(loaded.warnings.len(), 12, "{:?}", loaded.warnings);
     assert_eq!(c.stt["assemblyai"].kind, config::SttKind::Assemblyai);
+    assert_eq!(
+        c.stt["openai_realtime"].kind,
+        config::SttKind::OpenaiRealtime
+    );
+    // The example agent listens through an STT chain.
+    assert_eq!(
+        c.agent("front-desk").map(|a| a.stt.names()),
+        Some(vec!["deepgram".to_string(), "assemblyai".to_string()])
+    );
     assert_eq!(
         c.agent("front-desk").map(|a| a.tts.names().to_vec()),
         Some(vec!["elevenlabs".to_string(), "kokoro".to_string()])
@@ -1063,4 +1072,45 @@ fn elevenlabs_transport_websocket_loads_and_other_kinds_refuse_it() {
     );
     let e = load_err(&typo);
     assert!(e.contains("websocket"), "{e}");
+}
+
+#[test]
+fn stt_chains_load_and_unknown_names_in_them_are_reported() {
+    // A list loads; a single string still does (BASE).
+    let text = BASE.replace(
+        "stt = \"deepgram\"",
+        "stt = [\"deepgram\", \"backup\"]\nstt_connect_timeout_ms = 1500",
+    ) + "\n[stt.backup]\nkind = \"openai_realtime\"\napi_key = \"k\"\n";
+    let c = load(&text).expect("chain loads").config;
+    let a = &c.agents["front-desk"];
+    assert_eq!(a.stt.names(), ["deepgram", "backup"]);
+    assert_eq!(a.stt_connect_timeout_ms, 1500);
+    assert_eq!(c.stt["backup"].kind, config::SttKind::OpenaiRealtime);
+    assert_eq!(c.stt["backup"].effective_model(), "gpt-4o-transcribe");
+    assert!(load(BASE).is_ok());
+
+    let text = BASE.replace("stt = \"deepgram\"", "stt = [\"deepgram\", \"deepgrm\"]");
+    let err = load_err(&text);
+    let line = line_of(&text, "deepgrm");
+    assert!(
+        err.starts_with(&format!(
+            "patter.toml:{line}: [agents.front-desk] stt = \"deepgrm\" names no [stt.deepgrm] section"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `deepgram`?"), "{err}");
+
+    let err = load_err(&BASE.replace("stt = \"deepgram\"", "stt = []"));
+    assert!(
+        err.contains("stt = [] names no [stt.NAME] section"),
+        "{err}"
+    );
+    let err = load_err(&BASE.replace(
+        "stt = \"deepgram\"",
+        "stt = \"deepgram\"\nstt_connect_timeout_ms = 50",
+    ));
+    assert!(
+        err.contains("stt_connect_timeout_ms = 50 is out of range 100 to 30000"),
+        "{err}"
+    );
 }

@@ -14,5 +14,6 @@ mod providers;
 mod server;
 mod speech_cartesia;
 mod speech_openai;
+mod stt_openai_realtime;
 mod twilio;
 mod twilio_sim;

@@ -17,6 +17,7 @@ mod elevenlabs_ws;
 pub mod flux;
 pub mod hermes;
 pub mod http;
+pub mod openai_realtime;
 pub mod openai_speech;
 pub mod plivo;
 pub mod stream;

@@ -197,6 +197,9 @@ pub enum SttKind {
     /// AssemblyAI Universal-Streaming v3 (`/v3/ws`): the model ends turns (`Turn` with
     /// `end_of_turn`), steered by `eot_threshold` and `eot_timeout_ms`.
     Assemblyai,
+    /// OpenAI Realtime transcription (`/v1/realtime?intent=transcription`): μ-law in, the
+    /// server's VAD (or our `Finalize` as a commit) segments, each item's final transcript.
+    OpenaiRealtime,
 }
 
 impl SttKind {
@@ -207,6 +210,7 @@ impl SttKind {
             // speaches' default listen address (providers.md §8.1).
             SttKind::OpenaiCompatible => "http://127.0.0.1:8000/v1",
             SttKind::Assemblyai => "wss://streaming.assemblyai.com",
+            SttKind::OpenaiRealtime => "wss://api.openai.com/v1",
         }
     }
 
@@ -217,6 +221,7 @@ impl SttKind {
             SttKind::DeepgramFlux => "flux-general-en",
             SttKind::OpenaiCompatible => "",
             SttKind::Assemblyai => "universal-streaming-english",
+            SttKind::OpenaiRealtime => "gpt-4o-transcribe",
         }
     }
 

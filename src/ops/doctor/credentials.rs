@@ -44,7 +44,8 @@ pub fn checks(config: &Config, client: &reqwest::Client) -> Vec<BoxFuture<Vec<Fi
             SttKind::Deepgram | SttKind::DeepgramFlux => client
                 .get(format!("{base}/v1/projects"))
                 .header("Authorization", format!("Token {}", stt.api_key.expose())),
-            SttKind::OpenaiCompatible => client
+            // OpenAI's REST root is the Realtime base (`…/v1`) over HTTPS.
+            SttKind::OpenaiCompatible | SttKind::OpenaiRealtime => client
                 .get(format!("{base}/models"))
                 .bearer_auth(stt.api_key.expose()),
             // The streaming host has no key-check endpoint; AssemblyAI's REST API lists
