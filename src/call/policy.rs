@@ -241,7 +241,9 @@ impl Policy {
     ) -> Self {
         Self {
             endpointer: Endpointer::new(agent.min_endpointing_ms, agent.max_endpointing_ms)
-                .with_stt_endpointing(stt_endpointing_ms),
+                .with_stt_endpointing(stt_endpointing_ms)
+                .with_stt_eou_override(agent.stt_eou_override_ms)
+                .with_unfinished_hold(agent.unfinished_hold_ms),
             words: Words::new(&agent.backchannel_words),
             agent,
             brain_keeps_history,
@@ -354,7 +356,7 @@ impl Policy {
                 self.on_caller_words(now, mouth);
             }
             Input::UtteranceEnd => {
-                self.endpointer.on_utterance_end();
+                self.endpointer.on_utterance_end(now);
                 self.check_end_of_turn(now, mouth);
             }
             Input::EagerEndOfTurn(text) => self.speculate(text, mouth),

@@ -59,10 +59,14 @@ impl Words {
     }
 }
 
-/// Words after which a sentence is rarely over: a pause there waits up to the maximum.
+/// Words after which a sentence is rarely over (articles, conjunctions, prepositions that need
+/// an object, possessives, a dangling verb, hesitations): a pause there waits longer
+/// (`unfinished_hold_ms`). Words that often end a sentence too ("that", "on", "in", "at", "so",
+/// "it": "can you repeat that", "turn it on", "I think so") are not in the list.
 const UNFINISHED: &[&str] = &[
-    "and", "or", "but", "to", "the", "a", "an", "of", "for", "with", "so", "because", "um", "uh",
-    "my", "is", "are", "was", "that", "in", "on", "at", "i",
+    "and", "or", "but", "because", "nor", "the", "a", "an", "to", "of", "for", "with", "from",
+    "into", "about", "than", "my", "your", "our", "their", "is", "are", "was", "were", "um", "uh",
+    "er",
 ];
 
 /// True when `text` ends on a word that usually continues ("I need to…").
@@ -84,6 +88,10 @@ pub enum TurnEnd {
     Finalize,
     /// `max_endpointing_ms` of silence passed: committed with whatever text there is.
     MaxEndpointing,
+    /// The speech-to-text ended the utterance and heard no new words for
+    /// `stt_eou_override_ms` while our detector still said speech (background talkers,
+    /// noise): the speech-to-text's end wins.
+    SttEouOverride,
     /// The speech-to-text's own turn model said the turn ended (Deepgram Flux `EndOfTurn`).
     SttEndOfTurn,
     /// The caller pressed a key: a turn of its own, never an interruption to judge.
@@ -98,6 +106,7 @@ impl TurnEnd {
             TurnEnd::UtteranceEnd => "utterance_end",
             TurnEnd::Finalize => "finalize",
             TurnEnd::MaxEndpointing => "max_endpointing",
+            TurnEnd::SttEouOverride => "stt_eou_override",
             TurnEnd::SttEndOfTurn => "end_of_turn",
             TurnEnd::Dtmf => "dtmf",
         }
@@ -126,17 +135,32 @@ pub enum Decision {
     },
 }
 
+/// How long words of a committed interim are owed a final: a final that comes later is a new
+/// segment's (the speech-to-text session was reopened, say).
+const OWED_FOR: Duration = Duration::from_secs(5);
+
 /// End-of-turn state for the caller's current turn.
 pub struct Endpointer {
     min: Duration,
     max: Duration,
+    /// Silence after a phrase that looks unfinished before the turn may end (min..=max).
+    unfinished_hold: Duration,
+    /// Our detector's speech this long after the speech-to-text's end of utterance (with no
+    /// new words since) does not keep the turn open; `None`: no bound.
+    stt_eou_override: Option<Duration>,
     /// Silence the speech-to-text has already waited for when it says `speech_final`.
     stt_endpointing: Duration,
     finals: String,
     interim: String,
     /// The speech-to-text said the utterance ended (and how: `SpeechFinal`, `UtteranceEnd`
-    /// or `Finalize`).
+    /// or `Finalize`), and when. New words or voice after it disarm it.
     stt_done: Option<TurnEnd>,
+    stt_done_at: Option<Instant>,
+    /// Words of an interim a committed turn took before their final came: the first that many
+    /// words of the segment's next final (and of its interims) belong to that turn, not this
+    /// one. Kept across resets, forgotten after [`OWED_FOR`].
+    owed: usize,
+    owed_at: Option<Instant>,
     finalize_sent: bool,
     speaking: bool,
     /// When the caller's speech last ended (our detector), or when text last arrived.
@@ -150,10 +174,15 @@ impl Endpointer {
         Self {
             min: Duration::from_millis(min_ms),
             max: Duration::from_millis(max_ms.max(min_ms)),
+            unfinished_hold: Duration::from_millis(max_ms.max(min_ms)),
+            stt_eou_override: None,
             stt_endpointing: Duration::ZERO,
             finals: String::new(),
             interim: String::new(),
             stt_done: None,
+            stt_done_at: None,
+            owed: 0,
+            owed_at: None,
             finalize_sent: false,
             speaking: false,
             quiet_since: None,
@@ -168,6 +197,53 @@ impl Endpointer {
         self
     }
 
+    /// How long after the speech-to-text's end of utterance our detector's "still speaking"
+    /// keeps the turn open (0: for as long as it says so).
+    pub fn with_stt_eou_override(mut self, ms: u64) -> Self {
+        self.stt_eou_override = (ms > 0).then(|| Duration::from_millis(ms));
+        self
+    }
+
+    /// The silence that ends a turn whose text looks unfinished (kept within min..=max).
+    pub fn with_unfinished_hold(mut self, ms: u64) -> Self {
+        self.unfinished_hold = Duration::from_millis(ms).clamp(self.min, self.max);
+        self
+    }
+
+    /// Forgets the speech-to-text's end of utterance: the caller went on after it.
+    fn disarm(&mut self) {
+        self.stt_done = None;
+        self.stt_done_at = None;
+    }
+
+    fn arm(&mut self, reason: TurnEnd, now: Instant) {
+        self.stt_done = Some(reason);
+        self.stt_done_at = Some(now);
+    }
+
+    /// `text` without the words a committed turn already took (see `owed`); `last` says the
+    /// segment ends here (a final), after which nothing is owed.
+    fn unowed(&mut self, text: &str, last: bool, now: Instant) -> String {
+        if self
+            .owed_at
+            .is_some_and(|t| now.saturating_duration_since(t) > OWED_FOR)
+        {
+            self.owed = 0;
+        }
+        let skip = self.owed;
+        if last {
+            self.owed = 0;
+            self.owed_at = None;
+        }
+        if skip == 0 {
+            return text.trim().to_string();
+        }
+        text.split_whitespace()
+            .skip(skip)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     pub fn on_speech_start(&mut self, at: Instant) {
         self.speaking = true;
         self.started.get_or_insert(at);
@@ -179,12 +255,20 @@ impl Endpointer {
     pub fn on_speech_end(&mut self, last_voiced: Instant) {
         self.speaking = false;
         self.quiet_since = Some(last_voiced);
+        // Voice after the speech-to-text's end of utterance (while our detector bridged the
+        // pause): that end does not cover it, whatever the speech-to-text says next will.
+        if self.stt_done_at.is_some_and(|t| last_voiced > t) {
+            self.disarm();
+        }
     }
 
     pub fn on_interim(&mut self, text: &str, now: Instant) {
-        let text = text.trim();
+        let text = self.unowed(text, false, now);
+        let text = text.as_str();
         if !text.is_empty() {
             self.started.get_or_insert(now);
+            // New words after the speech-to-text's end of utterance: the caller went on.
+            self.disarm();
             if !self.speaking && self.quiet_since.is_none() {
                 self.quiet_since = Some(now);
             }
@@ -193,8 +277,19 @@ impl Endpointer {
     }
 
     pub fn on_final(&mut self, text: &str, speech_final: bool, from_finalize: bool, now: Instant) {
-        let text = text.trim();
+        let owed = self.owed > 0;
+        let text = self.unowed(text, true, now);
+        let text = text.as_str();
+        if owed && text.is_empty() {
+            // The final of words a committed turn already took: nothing new, and its end of
+            // utterance ended that turn, not this one.
+            return;
+        }
         if !text.is_empty() {
+            if !speech_final && !from_finalize {
+                // Words the speech-to-text has not seen the end of.
+                self.disarm();
+            }
             self.started.get_or_insert(now);
             if !self.finals.is_empty() {
                 self.finals.push(' ');
@@ -206,15 +301,15 @@ impl Endpointer {
         }
         self.interim.clear();
         if from_finalize {
-            self.stt_done = Some(TurnEnd::Finalize);
+            self.arm(TurnEnd::Finalize, now);
         } else if speech_final {
-            self.stt_done = Some(TurnEnd::SpeechFinal);
+            self.arm(TurnEnd::SpeechFinal, now);
         }
     }
 
-    pub fn on_utterance_end(&mut self) {
+    pub fn on_utterance_end(&mut self, now: Instant) {
         if self.stt_done.is_none() {
-            self.stt_done = Some(TurnEnd::UtteranceEnd);
+            self.arm(TurnEnd::UtteranceEnd, now);
         }
     }
 
@@ -236,53 +331,79 @@ impl Endpointer {
         self.started
     }
 
-    /// Forgets the turn (after a commit, or when it was only a backchannel).
+    /// Forgets the turn (after a commit, or when it was only a backchannel); the settings,
+    /// whether the caller is speaking and the words owed to a committed turn stay.
     pub fn reset(&mut self) {
-        let speaking = self.speaking;
-        let stt_endpointing = self.stt_endpointing;
-        *self = Self::new(self.min.as_millis() as u64, self.max.as_millis() as u64);
-        self.speaking = speaking;
-        self.stt_endpointing = stt_endpointing;
+        self.finals.clear();
+        self.interim.clear();
+        self.disarm();
+        self.finalize_sent = false;
+        self.quiet_since = None;
+        self.started = None;
+    }
+
+    /// Commits the turn's text: words still only an interim are owed to it (their final, when
+    /// it comes, is not a new turn).
+    fn commit(&mut self, reason: TurnEnd, silence: Duration, now: Instant) -> Decision {
+        let text = self.text();
+        let interim_words = self.interim.split_whitespace().count();
+        self.reset();
+        if interim_words > 0 {
+            self.owed = interim_words;
+            self.owed_at = Some(now);
+        }
+        Decision::Commit {
+            text,
+            reason,
+            silence_ms: silence.as_millis() as u64,
+        }
     }
 
     pub fn decide(&mut self, now: Instant) -> Decision {
         if !self.has_text() {
-            self.stt_done = None;
+            self.disarm();
             return Decision::Wait(None);
         }
         if self.speaking {
-            return Decision::Wait(None);
+            // Our detector says speech; the speech-to-text's end of utterance wins after the
+            // bound (it heard no words since, or it would have been disarmed).
+            return match (self.stt_done, self.stt_done_at, self.stt_eou_override) {
+                (Some(_), Some(at), Some(bound)) => {
+                    let since = now.saturating_duration_since(at);
+                    if since >= bound {
+                        self.commit(TurnEnd::SttEouOverride, since, now)
+                    } else {
+                        Decision::Wait(Some(at + bound))
+                    }
+                }
+                _ => Decision::Wait(None),
+            };
         }
         let quiet = self.quiet_since.unwrap_or(now);
         let mut silence = now.saturating_duration_since(quiet);
         if self.stt_done == Some(TurnEnd::SpeechFinal) {
             silence = silence.max(self.stt_endpointing);
         }
-        let commit = |s: &mut Self, reason| {
-            let text = s.text();
-            s.reset();
-            Decision::Commit {
-                text,
-                reason,
-                silence_ms: silence.as_millis() as u64,
-            }
-        };
         if silence >= self.max {
-            return commit(self, TurnEnd::MaxEndpointing);
+            return self.commit(TurnEnd::MaxEndpointing, silence, now);
         }
-        let hold = looks_unfinished(&self.text());
+        // A phrase that looks unfinished needs a longer pause to end the turn.
+        let min = if looks_unfinished(&self.text()) {
+            self.unfinished_hold
+        } else {
+            self.min
+        };
         if let Some(reason) = self.stt_done
-            && silence >= self.min
-            && !hold
+            && silence >= min
         {
-            return commit(self, reason);
+            return self.commit(reason, silence, now);
         }
-        if silence >= self.min && !self.finalize_sent && !hold && self.stt_done.is_none() {
+        if silence >= min && !self.finalize_sent && self.stt_done.is_none() {
             self.finalize_sent = true;
             return Decision::Finalize;
         }
-        let next = if silence < self.min && !hold {
-            quiet + self.min
+        let next = if silence < min {
+            quiet + min
         } else {
             quiet + self.max
         };
@@ -390,7 +511,7 @@ mod tests {
         // Nor does it count for an utterance end, which proves no particular silence.
         let mut e = Endpointer::new(300, 3000).with_stt_endpointing(300);
         spoke(&mut e, t0, 1000, "book a table", false, 1010);
-        e.on_utterance_end();
+        e.on_utterance_end(t0 + Duration::from_millis(1010));
         assert!(matches!(
             e.decide(t0 + Duration::from_millis(1050)),
             Decision::Wait(Some(_))
@@ -455,5 +576,146 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn only_words_that_really_continue_hold_the_turn() {
+        for held in [
+            "I need to",
+            "a table for",
+            "it is",
+            "my name is",
+            "salmon and",
+            "the one with the",
+            "I was thinking um",
+        ] {
+            assert!(looks_unfinished(held), "{held}");
+        }
+        for done in [
+            "can you repeat that",
+            "turn it on",
+            "I think so",
+            "what are you looking at",
+            "come in",
+            "move it to the afternoon.",
+            "yes",
+        ] {
+            assert!(!looks_unfinished(done), "{done}");
+        }
+    }
+
+    #[test]
+    fn an_unfinished_phrase_waits_for_the_hold_not_the_maximum() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut e = Endpointer::new(300, 3000).with_unfinished_hold(1500);
+        spoke(&mut e, t0, 600, "I need to", true, 900);
+        assert_eq!(e.decide(ms(900)), Decision::Wait(Some(ms(2100))));
+        match e.decide(ms(2100)) {
+            Decision::Commit { text, reason, .. } => {
+                assert_eq!(text, "I need to");
+                assert_eq!(reason, TurnEnd::SpeechFinal);
+            }
+            d => panic!("{d:?}"),
+        }
+        // Without an end from the speech-to-text, the hold asks it to finalize.
+        let mut e = Endpointer::new(300, 3000).with_unfinished_hold(1500);
+        e.on_speech_start(t0);
+        e.on_interim("a table for", ms(400));
+        e.on_speech_end(ms(600));
+        assert_eq!(e.decide(ms(900)), Decision::Wait(Some(ms(2100))));
+        assert_eq!(e.decide(ms(2100)), Decision::Finalize);
+        // A complete sentence ending in "that" commits at the minimum.
+        let mut e = Endpointer::new(300, 3000).with_unfinished_hold(1500);
+        spoke(&mut e, t0, 600, "can you repeat that", true, 900);
+        assert!(matches!(e.decide(ms(900)), Decision::Commit { .. }));
+        // The hold stays within min..=max.
+        let e = Endpointer::new(300, 1000).with_unfinished_hold(5000);
+        assert_eq!(e.unfinished_hold, Duration::from_millis(1000));
+    }
+
+    #[test]
+    fn a_stale_end_of_utterance_is_disarmed_by_new_words_or_voice() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut e = Endpointer::new(300, 3000).with_stt_endpointing(300);
+        e.on_speech_start(t0);
+        e.on_final("book a table", true, false, ms(900));
+        e.on_interim("for two", ms(1300));
+        e.on_speech_end(ms(1600));
+        assert_eq!(e.decide(ms(1600)), Decision::Wait(Some(ms(1900))));
+        // An is_final without speech_final does not end the utterance either.
+        let mut e = Endpointer::new(300, 3000).with_stt_endpointing(300);
+        e.on_speech_start(t0);
+        e.on_final("book a table", false, false, ms(900));
+        e.on_utterance_end(ms(950));
+        e.on_final("for two", false, false, ms(1300));
+        e.on_speech_end(ms(1250));
+        assert_eq!(e.decide(ms(1550)), Decision::Finalize, "not a commit");
+        // Voice after the end, no words yet.
+        let mut e = Endpointer::new(300, 3000).with_stt_endpointing(300);
+        e.on_speech_start(t0);
+        e.on_final("book a table", true, false, ms(900));
+        e.on_speech_end(ms(1100));
+        assert_eq!(e.decide(ms(1100)), Decision::Wait(Some(ms(1400))));
+        // Voice that ended before the end arrived leaves it armed.
+        let mut e = Endpointer::new(300, 3000).with_stt_endpointing(300);
+        e.on_speech_start(t0);
+        e.on_speech_end(ms(800));
+        e.on_final("book a table", true, false, ms(900));
+        assert!(matches!(e.decide(ms(900)), Decision::Commit { .. }));
+    }
+
+    #[test]
+    fn words_owed_to_a_committed_turn_are_not_a_new_one() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut e = Endpointer::new(300, 3000);
+        e.on_interim("so I was", ms(0));
+        assert!(matches!(e.decide(ms(3000)), Decision::Commit { .. }));
+        e.on_interim("so I was", ms(3100));
+        assert!(!e.has_text(), "an interim of the committed words");
+        e.on_final("so I was", true, false, ms(3200));
+        assert!(!e.has_text(), "their final");
+        assert_eq!(e.decide(ms(3200)), Decision::Wait(None));
+        // The next segment is a turn again.
+        e.on_final("thinking", true, false, ms(4000));
+        assert_eq!(e.text(), "thinking");
+        // After OWED_FOR the words are no longer owed.
+        let mut e = Endpointer::new(300, 3000);
+        e.on_interim("so I was", ms(0));
+        assert!(matches!(e.decide(ms(3000)), Decision::Commit { .. }));
+        e.on_final("hello there", true, false, ms(9000));
+        assert_eq!(e.text(), "hello there");
+    }
+
+    #[test]
+    fn the_stts_end_wins_after_the_override_bound() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut e = Endpointer::new(300, 3000).with_stt_eou_override(1500);
+        e.on_speech_start(t0);
+        e.on_final("what time do you open", true, false, ms(1000));
+        assert_eq!(e.decide(ms(1000)), Decision::Wait(Some(ms(2500))));
+        match e.decide(ms(2500)) {
+            Decision::Commit {
+                text,
+                reason,
+                silence_ms,
+            } => {
+                assert_eq!(text, "what time do you open");
+                assert_eq!(reason, TurnEnd::SttEouOverride);
+                assert_eq!(silence_ms, 1500);
+            }
+            d => panic!("{d:?}"),
+        }
+        // Our detector still says speech; the next utterance needs its own end.
+        e.on_interim("and", ms(3000));
+        assert_eq!(e.decide(ms(5000)), Decision::Wait(None));
+        // Off by default.
+        let mut e = Endpointer::new(300, 3000);
+        e.on_speech_start(t0);
+        e.on_final("what time do you open", true, false, ms(1000));
+        assert_eq!(e.decide(ms(9000)), Decision::Wait(None));
     }
 }

@@ -273,6 +273,13 @@ pub struct AgentConfig {
     /// Silence after which a turn is committed whatever the speech-to-text says.
     #[serde(default = "default_max_endpointing_ms")]
     pub max_endpointing_ms: u64,
+    /// Silence after a phrase that looks unfinished ("I need to…") before the turn may end.
+    #[serde(default = "default_unfinished_hold_ms")]
+    pub unfinished_hold_ms: u64,
+    /// How long our detector may keep saying "speech" after the speech-to-text's end of
+    /// utterance (with no new words) before that end commits the turn; 0: no bound.
+    #[serde(default = "default_stt_eou_override_ms")]
+    pub stt_eou_override_ms: u64,
     /// Whether the caller can interrupt the agent.
     #[serde(default = "default_true")]
     pub barge_in: bool,
@@ -417,6 +424,12 @@ fn default_min_endpointing_ms() -> u64 {
 }
 fn default_max_endpointing_ms() -> u64 {
     3000
+}
+fn default_unfinished_hold_ms() -> u64 {
+    1500
+}
+fn default_stt_eou_override_ms() -> u64 {
+    1500
 }
 fn default_barge_in_min_speech_ms() -> u64 {
     200

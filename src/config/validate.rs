@@ -484,6 +484,8 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         for (key, value, lo, hi) in [
             ("vad_stop_ms", agent.vad_stop_ms, 32, 2000),
             ("min_endpointing_ms", min, 0, 10_000),
+            ("unfinished_hold_ms", agent.unfinished_hold_ms, 0, 30_000),
+            ("stt_eou_override_ms", agent.stt_eou_override_ms, 0, 30_000),
             (
                 "barge_in_min_speech_ms",
                 agent.barge_in_min_speech_ms,

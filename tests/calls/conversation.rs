@@ -612,3 +612,6 @@ async fn a_loud_echo_the_stt_transcribes_is_ignored_and_the_reply_goes_on() {
     sim.hang_up().await;
     let _ = stack.finished(&sid).await;
 }
+
+/// Our detector and the speech-to-text disagreeing about the end of a turn.
+mod turns;

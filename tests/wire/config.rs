@@ -701,6 +701,16 @@ fn conversation_keys_out_of_range_name_the_key_and_line() {
             "at most 30000",
         ),
         (
+            "stt_eou_override_ms = 40000",
+            "stt_eou_override_ms",
+            "between 0 and 30000",
+        ),
+        (
+            "unfinished_hold_ms = 40000",
+            "unfinished_hold_ms",
+            "between 0 and 30000",
+        ),
+        (
             "barge_in_min_speech_ms = 10",
             "barge_in_min_speech_ms",
             "between 32 and 3000",

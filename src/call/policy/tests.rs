@@ -1063,3 +1063,6 @@ fn end_call_during_a_barge_in_still_finishes_the_sentence() {
     c.run(5000);
     assert_eq!(c.ended, Some(EndReason::HungUp("bye".into())));
 }
+
+/// End-of-turn cases where our detector and the speech-to-text disagree.
+mod turns;
