@@ -15,7 +15,8 @@ echo "|---:|---:|---:|---:|---:|---|---:|---:|---:|"
 for f in $(runs 'pinned-*.json'); do
   jq -r '.[0] | [.calls, "\(.completed_calls) / \(.failed_calls)", "\(.turns_answered) / \(.turns)",
     (.server.cpu_pct_steady*10|round/10), (.server.cpu_pct_per_call*1000|round/1000),
-    (if .server.cpu_pct_per_call <= 0.12 then "met" else "not met" end),
+    (if .server.cpu_pct_per_call <= 0.12 and .failed_calls == 0 and .turns_missing == 0
+     then "met" else "not met (or calls failed)" end),
     "\(.loadgen_cpu_pct_steady|round) (\(.loadgen_callers_cpu_pct_steady|round) + \(.loadgen_fakes_cpu_pct_steady|round))",
     (.loadgen_cpu_pct_steady / ([.server.cpu_pct_steady, 0.01]|max) * 100|round/100), .loadavg_start]
     | "| " + (map(tostring) | join(" | ")) + " |"' "$f"
@@ -27,8 +28,9 @@ if [ -e "$DIR/../patter.json" ]; then
 fi
 echo
 
-B=$(runs 'pinned-500.json' | head -1)
-echo "## 500 calls, one pinned core (targets: 0 late frames, 0 underruns, added p99 ≤ 10 ms)"
+B=$(for f in $(runs 'pinned-*.json'); do
+  n=$(basename "$f" .json); echo "${n#pinned-} $f"; done | sort -n | tail -1 | cut -d' ' -f2)
+echo "## The largest pinned run, 500 calls by default (targets: 0 late frames, 0 underruns, added p99 ≤ 10 ms)"
 echo
 echo "| calls | late gaps > 40 ms | underruns | malformed | added p50 / p99 / max ms | speech end → reply p50 / p99 ms | verdict |"
 echo "|---:|---:|---:|---:|---:|---:|---|"
