@@ -140,7 +140,10 @@ async fn two_shards_pace_forty_callers_on_their_own_20_ms_grid() {
                 // On the call's own grid: a whole number of 20 ms frames later (one, unless
                 // the shard fell a frame behind on this busy machine and skipped a tick).
                 let step = num(&m["media"]["timestamp"]) - num(&media[i - 1]["media"]["timestamp"]);
-                assert!(step >= 20 && step.is_multiple_of(20), "step {step} at frame {i}");
+                assert!(
+                    step >= 20 && step.is_multiple_of(20),
+                    "step {step} at frame {i}"
+                );
             }
             let p = m["media"]["payload"].as_str().expect("payload");
             if let Some(k) = speech.iter().position(|s| s == p) {
