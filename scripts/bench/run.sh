@@ -130,7 +130,6 @@ targets() {
   echo "   cold start: $COLD_RUNS spawns"
   target/release/patterd-loadgen --cold-start-runs "$COLD_RUNS" --server target/release/patterd \
     --json "$OUT/targets/cold.json" || echo "   cold start runs failed"
-  scripts/bench/targets.sh "$OUT/targets" | tee "$OUT/targets.md"
 }
 
 if [ "$MODE" = targets ]; then
@@ -161,4 +160,8 @@ if [ "${SKIP_CRITERION:-}" != 1 ]; then
   cargo bench --bench hot_path 2>&1 | grep -E '^[A-Za-z0-9_+]+ *$|time:' | tee "$OUT/criterion.txt"
 fi
 
+# The target tables last, so that Patter's figures (if it ran) are beside the first one.
+if [ "$MODE" = targets ]; then
+  scripts/bench/targets.sh "$OUT/targets" >"$OUT/targets.md"
+fi
 echo "== results"; cat "$OUT/patterd.md" "$OUT/patter.md" "$OUT/targets.md" 2>/dev/null || true
