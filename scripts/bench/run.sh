@@ -7,6 +7,17 @@
 #   4. runs the criterion hot-path micro-benchmarks (last: compiling them loads the machine).
 # Results go to bench-results/ (one JSON per run, markdown tables, server logs).
 #
+# `scripts/bench/run.sh targets` (issue 16) runs, instead of the patterd sweep, one run per
+# target of issue 16 and writes bench-results/targets.md, one table each (then the Patter
+# sweep and the criterion benches as usual; SKIP_PATTER=1 SKIP_CRITERION=1 to leave them out):
+#   pinned-100, pinned-500   server on CPU 0, load generator on CPU 1: CPU per call with VAD
+#                            on; at 500: late frames, underruns, added latency p99; idle RSS,
+#                            RSS per call, cold start
+#   unpinned-1000            1,000 calls, server and load generator sharing both cores
+#   barge-500                500 calls pinned, each call's second turn barges in: onset → clear
+#   cold start               COLD_RUNS (default 20) spawns of patterd to /readyz 200
+#   TARGET_CALLS=100,500 TARGET_BIG=1000 TARGET_BARGE=500 change the sizes.
+#
 # Both servers get the same caller: a 1 s tone per turn, PAUSE_MS of silence after each reply
 # (default 2000: Patter may keep its agent "speaking" for 1.5 s after playback ends -- its
 # PATTER_TTS_TAIL_GRACE_MS -- and drops caller audio meanwhile; see docs/BENCHMARKS.md).
@@ -39,6 +50,7 @@ echo "== machine"
 { nproc; grep -m1 'model name' /proc/cpuinfo; free -h | head -2; uname -r; cat /proc/loadavg; } |
   tee "$OUT/machine.txt"
 
+MODE=${1:-sweep}
 cargo build --release -p patterd --bin patterd -p patterd-loadgen --bin patterd-loadgen
 LG=(target/release/patterd-loadgen)
 SRV_PIN=()
@@ -92,7 +104,42 @@ sweep() {
   target/release/patterd-loadgen --markdown-from "$OUT/$label.json" >"$OUT/$label.md"
 }
 
-if [ "${SKIP_PATTERD:-}" != 1 ]; then
+# one_run NAME CALLS ARGS...: one load-generator run into $OUT/targets/NAME.json.
+one_run() {
+  local name=$1 n=$2
+  shift 2
+  wait_idle
+  echo "   $name: $* --calls $n --rate $RATE --hold-s $HOLD_S --pause-ms $PAUSE_MS"
+  "$@" --server target/release/patterd --label "$name" --calls "$n" --rate "$RATE" \
+    --hold-s "$HOLD_S" --pause-ms "$PAUSE_MS" --json "$OUT/targets/$name.json" \
+    --log-dir "$OUT/logs" --stop-at-failure 2 || echo "   $name failed; see $OUT/logs"
+}
+
+targets() {
+  mkdir -p "$OUT/targets"
+  local pin_lg=(taskset -c 1 target/release/patterd-loadgen) pin_srv=(--server-cpus 0)
+  if [ "$(nproc)" -lt 2 ] || ! command -v taskset >/dev/null; then
+    echo "   (fewer than 2 cores or no taskset: the pinned runs are not pinned)"
+    pin_lg=(target/release/patterd-loadgen) pin_srv=()
+  fi
+  for n in ${TARGET_CALLS//,/ }; do
+    one_run "pinned-$n" "$n" "${pin_lg[@]}" "${pin_srv[@]}"
+  done
+  one_run "unpinned-$TARGET_BIG" "$TARGET_BIG" target/release/patterd-loadgen
+  one_run "barge-$TARGET_BARGE" "$TARGET_BARGE" "${pin_lg[@]}" "${pin_srv[@]}" --barge-in
+  echo "   cold start: $COLD_RUNS spawns"
+  target/release/patterd-loadgen --cold-start-runs "$COLD_RUNS" --server target/release/patterd \
+    --json "$OUT/targets/cold.json" || echo "   cold start runs failed"
+}
+
+if [ "$MODE" = targets ]; then
+  TARGET_CALLS=${TARGET_CALLS:-100,500}
+  TARGET_BIG=${TARGET_BIG:-1000}
+  TARGET_BARGE=${TARGET_BARGE:-500}
+  COLD_RUNS=${COLD_RUNS:-20}
+  echo "== issue 16 targets"
+  targets
+elif [ "${SKIP_PATTERD:-}" != 1 ]; then
   echo "== patterd: calls $CALLS"
   sweep patterd "$CALLS" "$RATE" --server target/release/patterd "${SRV_PIN[@]}"
 fi
@@ -113,4 +160,8 @@ if [ "${SKIP_CRITERION:-}" != 1 ]; then
   cargo bench --bench hot_path 2>&1 | grep -E '^[A-Za-z0-9_+]+ *$|time:' | tee "$OUT/criterion.txt"
 fi
 
-echo "== results"; cat "$OUT/patterd.md" "$OUT/patter.md" 2>/dev/null || true
+# The target tables last, so that Patter's figures (if it ran) are beside the first one.
+if [ "$MODE" = targets ]; then
+  scripts/bench/targets.sh "$OUT/targets" >"$OUT/targets.md"
+fi
+echo "== results"; cat "$OUT/patterd.md" "$OUT/patter.md" "$OUT/targets.md" 2>/dev/null || true

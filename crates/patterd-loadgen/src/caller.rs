@@ -1,15 +1,21 @@
 //! One simulated Twilio caller for the load generator: a lean cousin of
-//! [`patterd_sim::twilio::SimCall`] that keeps only what a load run measures. It posts the
-//! signed voice webhook, opens the Media Streams socket from the TwiML answer, and then, on a
-//! 20 ms tick, sends one `media` frame (a pre-encoded speech clip while it speaks, otherwise
-//! near-silence carrying the call's tag so the fake Deepgram can tell calls apart). It models
-//! Twilio's playback queue (8 bytes/ms) to echo `mark`s when their audio has played and to
-//! notice underruns, and it timestamps every agent frame on arrival: per turn it keeps when the
-//! caller's speech ended and when the reply's first frame arrived, and per utterance the gaps
-//! between frames. Turns repeat (greeting, pause, speech, reply, pause, ...) until the call's
-//! end time, then it hangs up with `stop`. With barge-in, the second turn's caller speaks again
-//! 300 ms into the reply and expects a `clear`.
+//! [`patterd_sim::twilio::SimCall`] that keeps only what a load run measures. [`connect_call`]
+//! posts the signed voice webhook, opens the Media Streams socket from the TwiML answer and
+//! sends `connected` + `start`; from then on the call is a [`Driver`] owned by a shard
+//! ([`crate::shard`]), which drives hundreds of callers from one task and one timer. On each of
+//! its 20 ms ticks the caller sends one `media` frame (a pre-encoded speech clip while it
+//! speaks, otherwise near-silence carrying the call's tag so the fake Deepgram can tell calls
+//! apart), built into a reused buffer from precomputed base64 (no allocation per frame). It
+//! models Twilio's playback queue (8 bytes/ms) to echo `mark`s when their audio has played and
+//! to notice underruns, and it timestamps every agent message on arrival (in the socket's
+//! reader task): per turn it keeps when the caller's speech ended and when the reply's first
+//! frame arrived, and per utterance the gaps between frames. Every agent message is checked
+//! against Twilio's protocol (JSON, a known event, this stream's `streamSid`, valid base64);
+//! the others are counted as malformed and ignored. Turns repeat (greeting, pause, speech,
+//! reply, pause, ...) until the call's end time, then it hangs up with `stop`. With barge-in,
+//! the second turn's caller speaks again 300 ms into the reply and expects a `clear`.
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,16 +24,20 @@ use base64::engine::general_purpose::STANDARD;
 use fastwebsockets::{Frame, OpCode, Payload};
 use serde::Deserialize;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
 use patterd::audio::g711::{SILENCE_ULAW, ulaw_tone};
 use patterd::carrier::FRAME_BYTES;
 use patterd::net::ws_client::connect;
+use patterd::util::TaskGuard;
 use patterd_sim::twilio::call::map_stream_url;
 use patterd_sim::twilio::{SimTwilio, new_sid, parse_twiml};
 use patterd_sim::ws::{WsFrame, WsWrite, spawn_reader};
 
-const FRAME: Duration = Duration::from_millis(20);
+use crate::shard::ShardMsg;
+
+/// One media frame's worth of audio.
+pub const FRAME: Duration = Duration::from_millis(20);
 /// A gap between two agent frames of one utterance above this counts as late.
 pub const LATE_GAP: Duration = Duration::from_millis(40);
 
@@ -112,8 +122,12 @@ pub struct TurnTimes {
     pub barge_in: bool,
     /// Agent audio was still queued when this turn's speech ended: a `clear` must come first.
     pub needs_clear: bool,
-    /// For a barge-in: when the `clear` arrived.
+    /// For a barge-in: when the `clear` arrived after the speech ended (see `needs_clear`).
     pub clear_at: Option<Instant>,
+    /// For a barge-in: when the first frame of the interrupting speech went out.
+    pub onset: Option<Instant>,
+    /// For a barge-in: the first `clear` that arrived after `onset`.
+    pub onset_clear: Option<Instant>,
 }
 
 /// What one call measured.
@@ -127,7 +141,11 @@ pub struct CallResult {
     /// `start` sent → first greeting frame.
     pub greeting: Option<Duration>,
     pub turns: Vec<TurnTimes>,
+    pub frames_sent: u64,
     pub frames_received: u64,
+    /// Agent messages that broke Twilio's protocol (bad JSON, unknown event, another
+    /// stream's `streamSid`, invalid base64); they were ignored.
+    pub malformed: u64,
     /// Gaps over [`LATE_GAP`] between frames of one utterance.
     pub late_gaps: u64,
     /// When each late gap ended (splits them into before / during a flood).
@@ -141,17 +159,31 @@ pub struct CallResult {
     pub own_max_lag: Duration,
 }
 
-enum In {
-    Media { bytes: usize, at: Instant },
-    Mark { name: String, at: Instant },
-    Clear { at: Instant },
+/// One agent message as the driver needs it (timestamped on arrival by the reader task).
+#[derive(Debug)]
+pub enum In {
+    Media {
+        bytes: usize,
+        at: Instant,
+    },
+    Mark {
+        name: String,
+        at: Instant,
+    },
+    Clear {
+        at: Instant,
+    },
     Obligated(OpCode, Vec<u8>),
+    /// A message that broke the protocol.
+    Malformed,
     Closed,
 }
 
 #[derive(Deserialize)]
 struct OutFrame<'a> {
     event: &'a str,
+    #[serde(rename = "streamSid")]
+    stream_sid: Option<&'a str>,
     #[serde(borrow)]
     media: Option<MediaPayload<'a>>,
     mark: Option<MarkName>,
@@ -167,37 +199,76 @@ struct MarkName {
     name: String,
 }
 
-fn b64_len(s: &str) -> usize {
-    let pad = s.bytes().rev().take_while(|&b| b == b'=').count();
-    (s.len() / 4 * 3).saturating_sub(pad)
+/// Decoded length of standard, padded base64, or None when `s` is not valid base64 (checked
+/// without decoding: length, alphabet, padding).
+pub fn b64_len(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    if b.is_empty() || !b.len().is_multiple_of(4) {
+        return None;
+    }
+    let pad = b.iter().rev().take_while(|&&c| c == b'=').count();
+    let body_ok = b[..b.len() - pad]
+        .iter()
+        .all(|&c| c.is_ascii_alphanumeric() || c == b'+' || c == b'/');
+    (pad <= 2 && body_ok).then(|| b.len() / 4 * 3 - pad)
 }
 
-/// What the driver needs of one frame from patterd; everything else is dropped in the reader
-/// task (media is only counted, never decoded).
-fn incoming(f: WsFrame<'_>) -> Option<In> {
+/// Checks one text message from the server against Twilio's protocol (borrowed parse: nothing
+/// is allocated for `media`, the payload is validated but never decoded).
+pub fn parse_agent_message(text: &[u8], stream_sid: &str, at: Instant) -> In {
+    let Ok(f) = serde_json::from_slice::<OutFrame<'_>>(text) else {
+        return In::Malformed;
+    };
+    if f.stream_sid != Some(stream_sid) {
+        return In::Malformed;
+    }
+    match f {
+        OutFrame {
+            event: "media",
+            media: Some(m),
+            ..
+        } => match b64_len(m.payload) {
+            Some(bytes) => In::Media { bytes, at },
+            None => In::Malformed,
+        },
+        OutFrame {
+            event: "mark",
+            mark: Some(m),
+            ..
+        } => In::Mark { name: m.name, at },
+        OutFrame { event: "clear", .. } => In::Clear { at },
+        _ => In::Malformed,
+    }
+}
+
+/// What the driver needs of one frame from the server.
+fn incoming(f: WsFrame<'_>, stream_sid: &str) -> Option<In> {
     let at = Instant::now();
     match f {
         WsFrame::Obligated(op, payload) => Some(In::Obligated(op, payload)),
-        WsFrame::Text(t) => match serde_json::from_slice::<OutFrame<'_>>(t).ok()? {
-            OutFrame {
-                event: "media",
-                media: Some(m),
-                ..
-            } => Some(In::Media {
-                bytes: b64_len(m.payload),
-                at,
-            }),
-            OutFrame {
-                event: "mark",
-                mark: Some(m),
-                ..
-            } => Some(In::Mark { name: m.name, at }),
-            OutFrame { event: "clear", .. } => Some(In::Clear { at }),
-            _ => None,
-        },
-        WsFrame::Binary(_) => None,
+        WsFrame::Text(t) => Some(parse_agent_message(t, stream_sid, at)),
+        // Twilio's stream takes JSON text frames only.
+        WsFrame::Binary(_) => Some(In::Malformed),
         WsFrame::Close(..) | WsFrame::Error(_) => Some(In::Closed),
     }
+}
+
+/// Writes one inbound `media` message into `buf` (cleared first): the only parts that vary
+/// per frame are the sequence number, chunk and timestamp; the payload is precomputed base64.
+pub fn media_frame(
+    buf: &mut Vec<u8>,
+    seq: u64,
+    chunk: u64,
+    ts_ms: u64,
+    payload: &str,
+    stream_sid: &str,
+) {
+    buf.clear();
+    // Writing into a Vec cannot fail.
+    let _ = write!(
+        buf,
+        r#"{{"event":"media","sequenceNumber":"{seq}","media":{{"track":"inbound","chunk":"{chunk}","timestamp":"{ts_ms}","payload":"{payload}"}},"streamSid":"{stream_sid}"}}"#
+    );
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -210,16 +281,24 @@ enum Phase {
     BargeWait { at: Instant },
 }
 
-struct Driver<'a> {
-    ctx: &'a CallCtx,
+/// One connected call, driven by its shard: [`Driver::on_tick`] every 20 ms,
+/// [`Driver::handle`] for each agent message.
+pub struct Driver {
+    ctx: Arc<CallCtx>,
     wr: WsWrite,
+    /// The socket's reader task (set once it runs).
+    pub(crate) reader: Option<TaskGuard>,
     stream_sid: String,
     call_sid: String,
     seq: u64,
     chunk: u64,
-    t0: Instant,
+    pub(crate) t0: Instant,
+    end_at: Instant,
+    hard_stop: Instant,
     tag_b64: String,
-    res: CallResult,
+    /// The media message being sent (reused; masked in place by the write).
+    buf: Vec<u8>,
+    pub(crate) res: CallResult,
     phase: Phase,
     turn_idx: usize,
     /// When the queued agent audio finishes playing.
@@ -228,11 +307,13 @@ struct Driver<'a> {
     in_utt: bool,
     /// The caller's current speech started over the agent's.
     barging: bool,
+    onset: Option<Instant>,
+    onset_clear: Option<Instant>,
     last_media: Instant,
     last_activity: Instant,
 }
 
-impl Driver<'_> {
+impl Driver {
     async fn write(&mut self, text: String) -> bool {
         self.wr
             .write_frame(Frame::text(Payload::Owned(text.into_bytes())))
@@ -245,19 +326,26 @@ impl Driver<'_> {
         self.seq
     }
 
-    async fn send_media(&mut self, payload: Option<usize>) -> bool {
+    async fn send_media(&mut self, payload: Option<usize>, ts_ms: u64) -> bool {
         self.chunk += 1;
         let seq = self.next_seq();
-        let ts = self.t0.elapsed().as_millis();
         let payload = match payload {
             Some(i) => &self.ctx.speech.frames[i],
             None => &self.tag_b64,
         };
-        let text = format!(
-            r#"{{"event":"media","sequenceNumber":"{seq}","media":{{"track":"inbound","chunk":"{}","timestamp":"{ts}","payload":"{payload}"}},"streamSid":"{}"}}"#,
-            self.chunk, self.stream_sid
+        media_frame(
+            &mut self.buf,
+            seq,
+            self.chunk,
+            ts_ms,
+            payload,
+            &self.stream_sid,
         );
-        self.write(text).await
+        self.res.frames_sent += 1;
+        self.wr
+            .write_frame(Frame::text(Payload::BorrowedMut(&mut self.buf)))
+            .await
+            .is_ok()
     }
 
     async fn echo_due_marks(&mut self, now: Instant, all: bool) -> bool {
@@ -330,12 +418,23 @@ impl Driver<'_> {
         self.queued_until = at;
         self.in_utt = false;
         self.last_activity = at;
-        if let Some(t) = self.res.turns.last_mut()
-            && t.needs_clear
-            && t.clear_at.is_none()
-            && at > t.speech_end
+        if let Some(onset) = self.onset
+            && self.onset_clear.is_none()
+            && at >= onset
         {
-            t.clear_at = Some(at);
+            // Still speaking over the agent: the clear answers this barge-in.
+            self.onset_clear = Some(at);
+        }
+        if let Some(t) = self.res.turns.last_mut() {
+            if t.needs_clear && t.clear_at.is_none() && at > t.speech_end {
+                t.clear_at = Some(at);
+            }
+            if let Some(onset) = t.onset
+                && t.onset_clear.is_none()
+                && at >= onset
+            {
+                t.onset_clear = Some(at);
+            }
         }
     }
 
@@ -346,8 +445,8 @@ impl Driver<'_> {
             && now.saturating_duration_since(self.last_activity) >= Duration::from_millis(200)
     }
 
-    /// One 20 ms tick; false to hang up.
-    async fn tick(&mut self, now: Instant, end_at: Instant) -> bool {
+    /// One 20 ms tick scheduled for `at`; false to hang up.
+    async fn tick(&mut self, now: Instant, at: Instant) -> bool {
         if !self.echo_due_marks(now, false).await {
             return false;
         }
@@ -362,7 +461,7 @@ impl Driver<'_> {
                 }
             }
             Phase::Pause { until } => {
-                if now >= end_at {
+                if now >= self.end_at {
                     return false;
                 }
                 if now >= until {
@@ -395,8 +494,14 @@ impl Driver<'_> {
         if let Phase::Speaking { next } = self.phase {
             speech = Some(next);
         }
-        if !self.send_media(speech).await {
+        // The stream's timestamp: ms since `start`, on the tick's schedule.
+        let ts_ms = at.saturating_duration_since(self.t0).as_millis() as u64;
+        if !self.send_media(speech, ts_ms).await {
             return false;
+        }
+        if speech == Some(0) && self.barging {
+            self.onset = Some(Instant::now());
+            self.onset_clear = None;
         }
         if let Some(next) = speech {
             if next + 1 < self.ctx.speech.frames.len() {
@@ -410,6 +515,8 @@ impl Driver<'_> {
                     barge_in: std::mem::take(&mut self.barging),
                     needs_clear,
                     clear_at: None,
+                    onset: self.onset.take(),
+                    onset_clear: self.onset_clear.take(),
                 });
                 self.phase = Phase::AwaitReply {
                     deadline: end + self.ctx.reply_timeout,
@@ -436,11 +543,81 @@ impl Driver<'_> {
             .write_frame(Frame::close(1000, b"caller hung up"))
             .await;
     }
+
+    /// The tick scheduled for `at` (the shard calls it every 20 ms); false once the call is
+    /// over (it has hung up).
+    pub async fn on_tick(&mut self, at: Instant) -> bool {
+        let now = Instant::now();
+        let lag = now.saturating_duration_since(at);
+        if lag > FRAME {
+            self.res.own_lag_ticks += 1;
+        }
+        self.res.own_max_lag = self.res.own_max_lag.max(lag);
+        if now >= self.hard_stop || !self.tick(now, at).await {
+            self.hang_up().await;
+            return false;
+        }
+        true
+    }
+
+    /// One message from the server; false once the call is over.
+    pub async fn handle(&mut self, msg: In) -> bool {
+        match msg {
+            In::Media { bytes, at } => self.on_media(bytes, at),
+            In::Mark { name, at } => {
+                self.in_utt = false;
+                self.last_activity = at;
+                let due = self.queued_until.max(at);
+                self.pending_marks.push_back((name, due));
+            }
+            In::Clear { at } => {
+                self.on_clear(at);
+                if !self.echo_due_marks(at, true).await {
+                    return false;
+                }
+            }
+            In::Obligated(op, payload) => {
+                let _ = self
+                    .wr
+                    .write_frame(Frame::new(true, op, None, Payload::Owned(payload)))
+                    .await;
+            }
+            In::Malformed => self.res.malformed += 1,
+            In::Closed => {
+                self.res
+                    .error
+                    .get_or_insert_with(|| "server closed the media socket".into());
+                return false;
+            }
+        }
+        true
+    }
 }
 
-/// Runs one whole call and returns what it measured.
-pub async fn run_call(ctx: Arc<CallCtx>, plan: CallPlan) -> CallResult {
+/// Sets up one call at its start time (webhook, media socket, `connected` + `start`) and
+/// hands it to its shard as `slot`: first the [`Driver`], then the reader task, whose
+/// messages come after the driver on the same channel. A call that failed to connect goes to
+/// the shard as its result.
+pub async fn connect_call(
+    ctx: Arc<CallCtx>,
+    plan: CallPlan,
+    slot: u32,
+    shard: mpsc::UnboundedSender<ShardMsg>,
+) {
     tokio::time::sleep_until(plan.start_at).await;
+    let msg = match setup(ctx, plan, slot, &shard).await {
+        Ok(()) => return,
+        Err(res) => ShardMsg::Failed(res),
+    };
+    let _ = shard.send(msg);
+}
+
+async fn setup(
+    ctx: Arc<CallCtx>,
+    plan: CallPlan,
+    slot: u32,
+    shard: &mpsc::UnboundedSender<ShardMsg>,
+) -> Result<(), CallResult> {
     let mut res = CallResult {
         idx: plan.idx,
         ..Default::default()
@@ -455,25 +632,27 @@ pub async fn run_call(ctx: Arc<CallCtx>, plan: CallPlan) -> CallResult {
         Ok(x) => x,
         Err(e) => {
             res.error = Some(format!("webhook: {e}"));
-            return res;
+            return Err(res);
         }
     };
     res.webhook = Some(t.elapsed());
     if resp.status != 200 {
         res.error = Some(format!("webhook answered {}", resp.status));
-        return res;
+        return Err(res);
     }
-    let Some(stream_url) = parse_twiml(&resp.body).ok().and_then(|a| a.stream_url) else {
+    let Some(answer) = parse_twiml(&resp.body).ok() else {
         res.error = Some("TwiML without <Stream url>".into());
-        return res;
+        return Err(res);
     };
-    let answer = parse_twiml(&resp.body).ok();
-    let params = answer.map(|a| a.parameters).unwrap_or_default();
+    let Some(stream_url) = answer.stream_url else {
+        res.error = Some("TwiML without <Stream url>".into());
+        return Err(res);
+    };
     let url = match map_stream_url(&stream_url, &ctx.ws_base) {
         Ok(u) => u,
         Err(e) => {
             res.error = Some(e.to_string());
-            return res;
+            return Err(res);
         }
     };
     let ws = match connect(
@@ -486,7 +665,7 @@ pub async fn run_call(ctx: Arc<CallCtx>, plan: CallPlan) -> CallResult {
         Ok((ws, _)) => ws,
         Err(e) => {
             res.error = Some(format!("media socket: {e}"));
-            return res;
+            return Err(res);
         }
     };
     let (rd, mut wr) = patterd_sim::ws::split(ws);
@@ -498,7 +677,7 @@ pub async fn run_call(ctx: Arc<CallCtx>, plan: CallPlan) -> CallResult {
             "accountSid": ctx.twilio.account_sid, "streamSid": stream_sid, "callSid": call_sid,
             "tracks": ["inbound"],
             "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
-            "customParameters": params,
+            "customParameters": answer.parameters,
         },
         "streamSid": stream_sid,
     });
@@ -509,22 +688,25 @@ pub async fn run_call(ctx: Arc<CallCtx>, plan: CallPlan) -> CallResult {
             .is_err()
         {
             res.error = Some("media socket closed at start".into());
-            return res;
+            return Err(res);
         }
     }
     let t0 = Instant::now();
     res.started_at = Some(t0);
-    let (in_tx, mut in_rx) = mpsc::unbounded_channel();
-    let reader = spawn_reader(rd, in_tx, incoming);
-    let mut d = Driver {
-        ctx: &ctx,
+    let sid = stream_sid.clone();
+    let d = Driver {
+        ctx: ctx.clone(),
         wr,
+        reader: None,
         stream_sid,
         call_sid,
         seq: 1,
         chunk: 0,
         t0,
+        end_at: plan.end_at,
+        hard_stop: plan.end_at + Duration::from_secs(15),
         tag_b64: STANDARD.encode(tag_frame(plan.idx)),
+        buf: Vec::with_capacity(512),
         res,
         phase: Phase::Greeting { since: t0 },
         turn_idx: 0,
@@ -532,53 +714,19 @@ pub async fn run_call(ctx: Arc<CallCtx>, plan: CallPlan) -> CallResult {
         pending_marks: Default::default(),
         in_utt: false,
         barging: false,
+        onset: None,
+        onset_clear: None,
         last_media: t0,
         last_activity: t0,
     };
-    let mut tick = tokio::time::interval_at(t0 + FRAME, FRAME);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let hard_stop = plan.end_at + Duration::from_secs(15);
-    loop {
-        tokio::select! {
-            biased;
-            msg = in_rx.recv() => match msg {
-                Some(In::Media { bytes, at }) => d.on_media(bytes, at),
-                Some(In::Mark { name, at }) => {
-                    d.in_utt = false;
-                    d.last_activity = at;
-                    let due = d.queued_until.max(at);
-                    d.pending_marks.push_back((name, due));
-                }
-                Some(In::Clear { at }) => {
-                    d.on_clear(at);
-                    if !d.echo_due_marks(at, true).await {
-                        break;
-                    }
-                }
-                Some(In::Obligated(op, payload)) => {
-                    let _ = d.wr.write_frame(Frame::new(true, op, None, Payload::Owned(payload))).await;
-                }
-                Some(In::Closed) | None => {
-                    d.res.error.get_or_insert_with(|| "server closed the media socket".into());
-                    break;
-                }
-            },
-            at = tick.tick() => {
-                let now = Instant::now();
-                let lag = now.saturating_duration_since(at);
-                if lag > FRAME {
-                    d.res.own_lag_ticks += 1;
-                }
-                d.res.own_max_lag = d.res.own_max_lag.max(lag);
-                if now >= hard_stop || !d.tick(now, plan.end_at).await {
-                    d.hang_up().await;
-                    break;
-                }
-            }
-        }
+    if shard.send(ShardMsg::Join(slot, Box::new(d))).is_err() {
+        return Ok(()); // the run is over
     }
-    drop(reader);
-    d.res
+    let reader = spawn_reader(rd, shard.clone(), move |f| {
+        incoming(f, &sid).map(|m| ShardMsg::In(slot, m))
+    });
+    let _ = shard.send(ShardMsg::Reader(slot, reader));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -597,9 +745,58 @@ mod tests {
     }
 
     #[test]
-    fn base64_lengths() {
-        for n in [0, 1, 2, 3, 160] {
-            assert_eq!(b64_len(&STANDARD.encode(vec![0u8; n])), n);
+    fn base64_lengths_and_validity() {
+        for n in [1, 2, 3, 160] {
+            assert_eq!(b64_len(&STANDARD.encode(vec![0xA5u8; n])), Some(n));
+        }
+        for bad in ["", "abc", "ab=c", "a===", "ab$d", "/w==x"] {
+            assert_eq!(b64_len(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn media_frame_is_the_json_twilio_sends() {
+        let mut buf = Vec::new();
+        let payload = STANDARD.encode(tag_frame(3));
+        media_frame(&mut buf, 42, 41, 820, &payload, "MZ1");
+        let v: serde_json::Value = serde_json::from_slice(&buf).expect("valid JSON");
+        assert_eq!(
+            v,
+            serde_json::json!({"event": "media", "sequenceNumber": "42", "streamSid": "MZ1",
+                "media": {"track": "inbound", "chunk": "41", "timestamp": "820", "payload": payload}})
+        );
+        // The buffer is rebuilt, not appended to.
+        media_frame(&mut buf, 43, 42, 840, &payload, "MZ1");
+        let v: serde_json::Value = serde_json::from_slice(&buf).expect("valid JSON");
+        assert_eq!(v["sequenceNumber"], "43");
+    }
+
+    #[test]
+    fn agent_messages_are_checked() {
+        let at = Instant::now();
+        let p = |s: &str| parse_agent_message(s.as_bytes(), "MZ1", at);
+        assert!(matches!(
+            p(r#"{"event":"media","streamSid":"MZ1","media":{"payload":"/w=="}}"#),
+            In::Media { bytes: 1, .. }
+        ));
+        assert!(matches!(
+            p(r#"{"event":"mark","streamSid":"MZ1","mark":{"name":"u1"}}"#),
+            In::Mark { ref name, .. } if name == "u1"
+        ));
+        assert!(matches!(
+            p(r#"{"event":"clear","streamSid":"MZ1"}"#),
+            In::Clear { .. }
+        ));
+        for bad in [
+            "not json",
+            r#"{"event":"media","streamSid":"MZ2","media":{"payload":"/w=="}}"#,
+            r#"{"event":"media","media":{"payload":"/w=="}}"#,
+            r#"{"event":"media","streamSid":"MZ1","media":{"payload":"@@@@"}}"#,
+            r#"{"event":"media","streamSid":"MZ1"}"#,
+            r#"{"event":"mark","streamSid":"MZ1","mark":{}}"#,
+            r#"{"event":"dance","streamSid":"MZ1"}"#,
+        ] {
+            assert!(matches!(p(bad), In::Malformed), "{bad}");
         }
     }
 }

@@ -6,13 +6,17 @@
 //! keeps them all talking for a hold period. Per turn it measures end of the caller's speech →
 //! first reply frame, and fake Deepgram's `speech_final` sent → first reply frame (the latency
 //! the server adds); per utterance, late frames; for the server process, CPU seconds and RSS
-//! from `/proc` ([`procfs`]) at idle, at peak and after the calls. One run per N; the result
-//! is JSON plus a markdown table ([`report`]).
+//! from `/proc` ([`procfs`]) at idle, at peak and after the calls. The callers run in a few
+//! [`shard`] tasks (hundreds of callers each, one timer per shard); the fakes run on their own
+//! runtime (threads named `lg-fakes`) so that the load generator's own CPU splits into the
+//! callers' and the fakes' share. One run per N; the result is JSON plus a markdown table
+//! ([`report`]).
 
 pub mod caller;
 pub mod flood;
 pub mod procfs;
 pub mod report;
+pub mod shard;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -31,6 +35,7 @@ use patterd_sim::hermes::FakeHermes;
 use patterd_sim::twilio::SimTwilio;
 use patterd_sim::twilio::rest::FakeTwilioRest;
 use report::{FloodReport, ProviderCounts, Quantiles, RunReport, ServerStats};
+use shard::ShardMsg;
 
 pub const ACCOUNT_SID: &str = "AC00000000000000000000000000000b07";
 pub const AUTH_TOKEN: &str = "loadgen-auth-token";
@@ -79,6 +84,42 @@ pub struct Options {
     /// The floods start this long after the last call started; the figures "before" are
     /// taken from the last call's start to then.
     pub flood_after: Duration,
+    /// Caller shards (tasks driving many callers each); 0 picks one per 250 calls, at least
+    /// two per core.
+    pub shards: usize,
+}
+
+/// The thread-name prefix of the fakes' runtime (its CPU is reported apart from the callers').
+pub const FAKES_THREAD: &str = "lg-fakes";
+
+/// How many shards drive `calls` callers when `asked` is 0.
+pub fn shard_count(asked: usize, calls: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let n = if asked > 0 {
+        asked
+    } else {
+        (2 * cores).max(calls.div_ceil(250))
+    };
+    n.clamp(1, calls.max(1))
+}
+
+/// The fakes' runtime, shut down without blocking when dropped (it may be dropped inside the
+/// callers' runtime).
+struct FakesRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for FakesRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// CPU seconds of this process so far: (all threads, the fakes' threads).
+fn own_cpu() -> Option<(f64, f64)> {
+    let all = procfs::cpu_seconds("self")?;
+    let fakes = procfs::thread_cpu_seconds("self", FAKES_THREAD).unwrap_or(0.0);
+    Some((all, fakes))
 }
 
 /// Picks a free loopback port (bind to 0, read it, let it go).
@@ -179,6 +220,13 @@ struct Fakes {
     rest: FakeTwilioRest,
 }
 
+/// Twenty seconds of the fake ElevenLabs' tone, computed once: as its `voice`, the fake
+/// answers every request with a prefix of it, the same bytes it would synthesise (a 440 Hz
+/// tone from phase 0) without computing a sine per sample per request.
+fn prebuilt_tts_tone() -> Arc<Vec<u8>> {
+    Arc::new(patterd_sim::tone::mulaw_tone(20_000))
+}
+
 async fn start_fakes() -> std::io::Result<Fakes> {
     let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
         api_key: DG_KEY.into(),
@@ -192,6 +240,7 @@ async fn start_fakes() -> std::io::Result<Fakes> {
         api_key: EL_KEY.into(),
         first_chunk_delay: Duration::ZERO,
         chunk_interval: Duration::ZERO,
+        voice: Some(prebuilt_tts_tone()),
         ..Default::default()
     })
     .await?;
@@ -291,11 +340,66 @@ fn spawn_server(opts: &Options, fakes: &Fakes) -> Result<Server, String> {
 
 const MIB: f64 = 1024.0;
 
+/// Runs `n` calls (call i starts at `t0 + i · step`, all stop taking turns at `end_at`) on
+/// `shards` shard tasks: call i goes to shard i % shards as its slot i / shards. Returns every
+/// call's result (connected or not), in no particular order.
+pub async fn drive_calls(
+    ctx: Arc<CallCtx>,
+    n: usize,
+    shards: usize,
+    t0: Instant,
+    step: Duration,
+    end_at: Instant,
+) -> Result<Vec<CallResult>, String> {
+    let shards = shards.clamp(1, n.max(1));
+    let mut shard_tx = Vec::with_capacity(shards);
+    let mut shard_tasks = Vec::with_capacity(shards);
+    for s in 0..shards {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<ShardMsg>();
+        let expected = n.saturating_sub(s).div_ceil(shards);
+        shard_tasks.push(tokio::spawn(shard::run(rx, expected, t0)));
+        shard_tx.push(tx);
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let plan = CallPlan {
+            idx: i as u32,
+            start_at: t0 + step * i as u32,
+            end_at,
+        };
+        let slot = (i / shards) as u32;
+        set.spawn(caller::connect_call(
+            ctx.clone(),
+            plan,
+            slot,
+            shard_tx[i % shards].clone(),
+        ));
+    }
+    drop(shard_tx);
+    while set.join_next().await.is_some() {}
+    let mut results = Vec::with_capacity(n);
+    for t in shard_tasks {
+        results.extend(t.await.map_err(|e| format!("a caller shard failed: {e}"))?);
+    }
+    Ok(results)
+}
+
 /// One load run at `opts.calls` concurrent calls.
 pub async fn run(opts: &Options) -> Result<RunReport, String> {
     patterd::util::init_tls();
     let loadavg_start = procfs::loadavg();
-    let fakes = start_fakes().await.map_err(|e| e.to_string())?;
+    let fakes_rt = FakesRuntime(Some(
+        tokio::runtime::Builder::new_multi_thread()
+            .thread_name(FAKES_THREAD)
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the fakes' runtime: {e}"))?,
+    ));
+    let fakes = match &fakes_rt.0 {
+        Some(rt) => rt.spawn(start_fakes()).await.map_err(|e| e.to_string())?,
+        None => return Err("no runtime for the fakes".into()),
+    }
+    .map_err(|e| e.to_string())?;
     let server = spawn_server(opts, &fakes)?;
     let pid = server.child.id().to_string();
     // Let it settle, then read the idle figures.
@@ -303,6 +407,7 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
     let idle = procfs::mem(&pid).unwrap_or_default();
     let cpu0 = procfs::cpu_seconds(&pid).unwrap_or(0.0);
     let own_cpu0 = procfs::cpu_seconds("self").unwrap_or(0.0);
+    let fakes_cpu0 = procfs::thread_cpu_seconds("self", FAKES_THREAD).unwrap_or(0.0);
 
     let ctx = Arc::new(CallCtx {
         twilio: SimTwilio::new(
@@ -324,15 +429,8 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
     let step = Duration::from_secs_f64(1.0 / opts.rate.max(0.1));
     let ramp_end = t0 + step * (n as u32 - 1);
     let end_at = ramp_end + opts.hold;
-    let mut set = tokio::task::JoinSet::new();
-    for i in 0..n {
-        let plan = CallPlan {
-            idx: i as u32,
-            start_at: t0 + step * i as u32,
-            end_at,
-        };
-        set.spawn(caller::run_call(ctx.clone(), plan));
-    }
+    let shards = shard_count(opts.shards, n);
+    let calls = tokio::spawn(drive_calls(ctx, n, shards, t0, step, end_at));
 
     // Sample the server while the calls run: peak RSS, CPU over the steady window (every
     // call up, from 2 s after the last started until 0.5 s before they stop).
@@ -358,11 +456,11 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
                 }
                 if now >= steady_from && steady_cpu.0.is_none() {
                     steady_cpu.0 = procfs::cpu_seconds(&pid).map(|c| (c, now));
-                    own_steady.0 = procfs::cpu_seconds("self");
+                    own_steady.0 = own_cpu();
                 }
                 if now >= steady_to && steady_cpu.1.is_none() {
                     steady_cpu.1 = procfs::cpu_seconds(&pid).map(|c| (c, now));
-                    own_steady.1 = procfs::cpu_seconds("self");
+                    own_steady.1 = own_cpu();
                     return (peak, steady_cpu, own_steady, steady_rss, samples);
                 }
             }
@@ -377,12 +475,9 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
             (stats, Instant::now())
         })
     });
-    let mut results: Vec<CallResult> = Vec::with_capacity(n);
-    while let Some(r) = set.join_next().await {
-        if let Ok(r) = r {
-            results.push(r);
-        }
-    }
+    let results = calls
+        .await
+        .map_err(|e| format!("the callers failed: {e}"))??;
     let (peak_kib, steady_cpu, own_steady, steady_rss, samples) =
         sampler.await.map_err(|e| e.to_string())?;
     let flooded = match flooder {
@@ -391,6 +486,7 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
     };
     let cpu_calls_done = procfs::cpu_seconds(&pid).unwrap_or(0.0);
     let own_cpu1 = procfs::cpu_seconds("self").unwrap_or(0.0);
+    let fakes_cpu1 = procfs::thread_cpu_seconds("self", FAKES_THREAD).unwrap_or(0.0);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = procfs::mem(&pid).unwrap_or_default();
     let health_after = http_status(server.addr, &opts.health_path);
@@ -419,9 +515,9 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
         (Some((c0, t0)), Some((c1, t1))) => ((t1 - t0).as_secs_f64(), c1 - c0),
         _ => (0.0, 0.0),
     };
-    let own_steady_s = match own_steady {
-        (Some(a), Some(b)) => b - a,
-        _ => 0.0,
+    let (own_steady_s, fakes_steady_s) = match own_steady {
+        (Some(a), Some(b)) => (b.0 - a.0, b.1 - a.1),
+        _ => (0.0, 0.0),
     };
     let steady_rss_kib = if steady_rss.is_empty() {
         peak_kib
@@ -486,8 +582,29 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
     report.loadgen_cpu_s = own_cpu1 - own_cpu0;
     report.loadavg_start = loadavg_start;
     report.loadgen_cpu_pct_steady = pct(own_steady_s);
+    report.loadgen_fakes_cpu_s = fakes_cpu1 - fakes_cpu0;
+    report.loadgen_fakes_cpu_pct_steady = pct(fakes_steady_s);
+    report.loadgen_callers_cpu_pct_steady = pct(own_steady_s - fakes_steady_s);
+    report.loadgen_shards = shards;
     drop(server);
+    drop(fakes);
+    drop(fakes_rt);
     Ok(report)
+}
+
+/// Cold start `runs` times: spawns the server (with `opts.health_path`, e.g. `/readyz`) against
+/// one set of fakes, measures spawn → first 200, stops it; the figures in ms, in run order.
+pub async fn cold_starts(opts: &Options, runs: usize) -> Result<Vec<f64>, String> {
+    patterd::util::init_tls();
+    let fakes = start_fakes().await.map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let server = spawn_server(opts, &fakes)?;
+        out.push(server.cold_start.as_secs_f64() * 1000.0);
+        // Dropping it stops it (SIGTERM, then waits).
+        tokio::task::block_in_place(|| drop(server));
+    }
+    Ok(out)
 }
 
 /// `speech_final` send times per call, from the tags in each connection's first audio.
@@ -574,6 +691,7 @@ fn summarize(
     let mut added = Vec::new();
     let mut greeting = Vec::new();
     let mut clear = Vec::new();
+    let mut onset_clear = Vec::new();
     let mut errors: HashMap<String, usize> = HashMap::new();
     let mut r = RunReport {
         label: opts.label.clone(),
@@ -597,7 +715,9 @@ fn summarize(
         if let Some(g) = c.greeting {
             greeting.push(ms(g));
         }
+        r.frames_sent += c.frames_sent;
         r.frames_received += c.frames_received;
+        r.malformed_messages += c.malformed;
         r.late_gaps += c.late_gaps;
         r.underruns += c.underruns;
         r.max_gap_ms = r.max_gap_ms.max(ms(c.max_gap));
@@ -610,6 +730,9 @@ fn summarize(
                 r.barge_ins += 1;
                 if let Some(at) = t.clear_at {
                     clear.push(ms(at.saturating_duration_since(t.speech_end)));
+                }
+                if let (Some(onset), Some(at)) = (t.onset, t.onset_clear) {
+                    onset_clear.push(ms(at.saturating_duration_since(onset)));
                 }
             }
             let Some(first) = t.first_frame else {
@@ -633,6 +756,7 @@ fn summarize(
     r.added_ms = Quantiles::of(added);
     r.greeting_ms = Quantiles::of(greeting);
     r.barge_in_clear_ms = Quantiles::of(clear);
+    r.barge_in_onset_clear_ms = Quantiles::of(onset_clear);
     let mut errs: Vec<_> = errors.into_iter().collect();
     errs.sort_by_key(|e| std::cmp::Reverse(e.1));
     r.errors = errs.into_iter().take(5).collect();

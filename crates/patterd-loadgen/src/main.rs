@@ -87,6 +87,15 @@ struct Args {
     /// connection lasts at most 20 s).
     #[arg(long, default_value_t = 8.0)]
     flood_after_s: f64,
+    /// Caller shards: tasks that drive many callers each from one 2 ms timer (0: one per
+    /// 250 calls, at least two per core).
+    #[arg(long, default_value_t = 0)]
+    shards: usize,
+    /// Only measure the cold start: spawn the server this many times (health path
+    /// `/readyz` unless --health-path is given), print min / median / p90 / max of spawn →
+    /// first 200, write them to --json, and exit.
+    #[arg(long, default_value_t = 0)]
+    cold_start_runs: usize,
     /// Only print the markdown table of runs saved earlier with --json (several files' runs
     /// merged into one JSON array), then exit.
     #[arg(long)]
@@ -114,6 +123,7 @@ fn main() -> ExitCode {
     }
     let nofile = patterd_loadgen::procfs::raise_nofile();
     let rt = match tokio::runtime::Builder::new_multi_thread()
+        .thread_name("lg-callers")
         .enable_all()
         .build()
     {
@@ -135,30 +145,13 @@ fn main() -> ExitCode {
         "patterd-loadgen: {} against {:?}, calls {:?}, open-file limit {nofile}",
         args.label, target, args.calls
     );
+    if args.cold_start_runs > 0 {
+        return cold_start(&rt, &args, target);
+    }
     let mut runs = Vec::new();
     let mut floods = String::new();
     for &n in &args.calls {
-        let opts = Options {
-            label: args.label.clone(),
-            target: target.clone(),
-            calls: n,
-            rate: args.rate,
-            hold: Duration::from_secs_f64(args.hold_s),
-            speech_ms: args.speech_ms,
-            pause: Duration::from_millis(args.pause_ms),
-            barge_in: args.barge_in,
-            voice_path: args.voice_path.clone(),
-            health_path: args.health_path.clone(),
-            log_dir: args.log_dir.clone(),
-            server_cpus: args.server_cpus.clone(),
-            flood: patterd_loadgen::flood::FloodPlan {
-                webhooks: args.flood_webhooks,
-                idle_ws: args.flood_idle_ws,
-                oversized: args.flood_oversized,
-                slowloris: args.flood_slowloris,
-            },
-            flood_after: Duration::from_secs_f64(args.flood_after_s),
-        };
+        let opts = options(&args, target.clone(), n, args.health_path.clone());
         eprintln!("patterd-loadgen: {} calls ...", n);
         match rt.block_on(patterd_loadgen::run(&opts)) {
             Ok(r) => {
@@ -203,5 +196,65 @@ fn main() -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// `--cold-start-runs`: spawn → first health 200, several times.
+fn cold_start(rt: &tokio::runtime::Runtime, args: &Args, target: Target) -> ExitCode {
+    let health_path = if args.health_path == "/healthz" {
+        "/readyz".to_string()
+    } else {
+        args.health_path.clone()
+    };
+    let opts = options(args, target, 0, health_path);
+    let ms = match rt.block_on(patterd_loadgen::cold_starts(&opts, args.cold_start_runs)) {
+        Ok(ms) => ms,
+        Err(e) => {
+            eprintln!("patterd-loadgen: cold start failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let q = report::Quantiles::of(ms.clone());
+    let min = ms.iter().copied().fold(f64::INFINITY, f64::min);
+    println!(
+        "cold start ({} → {}), {} runs: min {min:.1} ms, median {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+        args.label, opts.health_path, q.n, q.p50, q.p90, q.max
+    );
+    if let Some(path) = &args.json {
+        let v = serde_json::json!({
+            "label": args.label, "health_path": opts.health_path, "runs": q.n,
+            "min_ms": min, "p50_ms": q.p50, "p90_ms": q.p90, "max_ms": q.max, "all_ms": ms,
+        });
+        if let Err(e) = std::fs::write(path, v.to_string()) {
+            eprintln!("error: {path:?}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// One run's options from the command line.
+fn options(args: &Args, target: Target, calls: usize, health_path: String) -> Options {
+    Options {
+        label: args.label.clone(),
+        target,
+        calls,
+        rate: args.rate,
+        hold: Duration::from_secs_f64(args.hold_s),
+        speech_ms: args.speech_ms,
+        pause: Duration::from_millis(args.pause_ms),
+        barge_in: args.barge_in,
+        voice_path: args.voice_path.clone(),
+        health_path,
+        log_dir: args.log_dir.clone(),
+        server_cpus: args.server_cpus.clone(),
+        flood: patterd_loadgen::flood::FloodPlan {
+            webhooks: args.flood_webhooks,
+            idle_ws: args.flood_idle_ws,
+            oversized: args.flood_oversized,
+            slowloris: args.flood_slowloris,
+        },
+        flood_after: Duration::from_secs_f64(args.flood_after_s),
+        shards: args.shards,
     }
 }

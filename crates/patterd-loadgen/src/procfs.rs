@@ -12,8 +12,36 @@ fn ticks_per_second() -> f64 {
 /// User + system CPU seconds used by `pid` (`"self"` works too) so far.
 pub fn cpu_seconds(pid: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu(&stat)
+}
+
+/// User + system CPU seconds used so far by the threads of `pid` whose name starts with
+/// `prefix` (from `/proc/PID/task/TID/stat`; threads that already exited are not counted).
+pub fn thread_cpu_seconds(pid: &str, prefix: &str) -> Option<f64> {
+    let mut total = 0.0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread just exited
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if stat[open + 1..close].starts_with(prefix)
+            && let Some(s) = stat_cpu(&stat)
+        {
+            total += s;
+        }
+    }
+    Some(total)
+}
+
+/// utime + stime of one `stat` line, in seconds.
+fn stat_cpu(stat: &str) -> Option<f64> {
     // The command name may hold spaces and parentheses: fields start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After the name, state is field 3 of the full line; utime is 14 and stime 15.
     let utime: f64 = fields.get(11)?.parse().ok()?;
@@ -78,5 +106,30 @@ mod tests {
         assert!(cpu_seconds("self").is_some_and(|c| c >= 0.0));
         let m = mem("self").expect("status readable");
         assert!(m.rss_kib > 0 && m.hwm_kib >= m.rss_kib);
+    }
+
+    #[test]
+    fn thread_cpu_counts_only_named_threads() {
+        let spin = std::thread::Builder::new()
+            .name("lg-test-spin".into())
+            .spawn(|| {
+                let t = std::time::Instant::now();
+                let mut x = 0u64;
+                // Burn CPU until the kernel has charged this thread a clock tick (bounded).
+                loop {
+                    for _ in 0..1_000_000 {
+                        x = x.wrapping_mul(31).wrapping_add(7);
+                        std::hint::black_box(x);
+                    }
+                    let seen = thread_cpu_seconds("self", "lg-test-spin");
+                    if seen.is_some_and(|s| s > 0.0) || t.elapsed().as_secs() > 30 {
+                        return seen;
+                    }
+                }
+            })
+            .expect("spawn");
+        let inside = spin.join().expect("join").expect("task stats readable");
+        assert!(inside > 0.0, "{inside}");
+        assert_eq!(thread_cpu_seconds("self", "no-such-thread"), Some(0.0));
     }
 }

@@ -91,7 +91,16 @@ pub struct RunReport {
     pub stt_heard_ms: Quantiles,
     /// End of barge-in speech → `clear` (only when agent audio was still queued then).
     pub barge_in_clear_ms: Quantiles,
+    /// Onset of barge-in speech (its first frame sent) → the first `clear` after it.
+    #[serde(default)]
+    pub barge_in_onset_clear_ms: Quantiles,
+    /// Media frames the callers sent.
+    #[serde(default)]
+    pub frames_sent: u64,
     pub frames_received: u64,
+    /// Agent messages that broke Twilio's protocol (ignored by the callers).
+    #[serde(default)]
+    pub malformed_messages: u64,
     /// Gaps over 40 ms between frames of one agent utterance.
     pub late_gaps: u64,
     pub max_gap_ms: f64,
@@ -102,6 +111,17 @@ pub struct RunReport {
     pub loadgen_max_lag_ms: f64,
     pub loadgen_cpu_s: f64,
     pub loadgen_cpu_pct_steady: f64,
+    /// The fakes' share of `loadgen_cpu_s` (their runtime's threads).
+    #[serde(default)]
+    pub loadgen_fakes_cpu_s: f64,
+    /// The callers' and the fakes' shares of `loadgen_cpu_pct_steady`.
+    #[serde(default)]
+    pub loadgen_callers_cpu_pct_steady: f64,
+    #[serde(default)]
+    pub loadgen_fakes_cpu_pct_steady: f64,
+    /// Caller shards (tasks) that drove the calls.
+    #[serde(default)]
+    pub loadgen_shards: usize,
     /// The machine's 1-minute load average when the run started (2 cores: above ~2 means
     /// other work was competing and the figures are noisy).
     pub loadavg_start: f64,
@@ -158,13 +178,13 @@ pub fn flood_markdown(f: &FloodReport) -> String {
 /// A markdown table, one row per run.
 pub fn markdown(runs: &[RunReport]) -> String {
     let mut s = String::from(
-        "| server | calls | ok / failed | turns answered | CPU % core (all) | CPU % core / call | idle RSS MiB | RSS MiB (all up) | RSS KiB / call | cold start ms | speech end → reply p50 / p99 ms | added p50 / p99 / max ms | speech heard by STT p50 ms | late gaps > 40 ms | underruns | loadgen CPU % / lagged ticks | load avg |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| server | calls | ok / failed | turns answered | CPU % core (all) | CPU % core / call | idle RSS MiB | RSS MiB (all up) | RSS KiB / call | cold start ms | speech end → reply p50 / p99 ms | added p50 / p99 / max ms | speech heard by STT p50 ms | late gaps > 40 ms | underruns | malformed | loadgen CPU % (callers + fakes) / lagged ticks | loadgen ÷ server CPU | load avg |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in runs {
         let v = &r.server;
         s.push_str(&format!(
-            "| {} | {} | {} / {} | {} / {} | {:.1} | {:.3} | {:.1} | {:.1} | {:.0} | {:.1} | {:.0} / {:.0} | {:.2} / {:.2} / {:.1} | {:.0} | {} | {} | {:.0} / {} | {:.1} |\n",
+            "| {} | {} | {} / {} | {} / {} | {:.1} | {:.3} | {:.1} | {:.1} | {:.0} | {:.1} | {:.0} / {:.0} | {:.2} / {:.2} / {:.1} | {:.0} | {} | {} | {} | {:.0} ({:.0} + {:.0}) / {} | {:.2} | {:.1} |\n",
             r.label,
             r.calls,
             r.completed_calls,
@@ -185,8 +205,12 @@ pub fn markdown(runs: &[RunReport]) -> String {
             r.stt_heard_ms.p50,
             r.late_gaps,
             r.underruns,
+            r.malformed_messages,
             r.loadgen_cpu_pct_steady,
+            r.loadgen_callers_cpu_pct_steady,
+            r.loadgen_fakes_cpu_pct_steady,
             r.loadgen_lag_ticks,
+            r.loadgen_cpu_pct_steady / v.cpu_pct_steady.max(0.01),
             r.loadavg_start,
         ));
     }

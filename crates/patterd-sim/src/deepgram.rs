@@ -418,9 +418,17 @@ async fn session(
             (code, reason)
         }
     };
+    // One idle timer per session, pushed back only when it fires early (a timer per frame
+    // costs the load generator more than the rest of the session's work).
+    let idle = tokio::time::sleep_until(deadline);
+    tokio::pin!(idle);
     let ended: DgClose = loop {
         tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => {
+            _ = &mut idle => {
+                if Instant::now() < deadline {
+                    idle.as_mut().reset(deadline);
+                    continue;
+                }
                 let (code, reason) = close(1011, "NET-0001").await;
                 break DgClose { code, reason, by_client: false };
             }
