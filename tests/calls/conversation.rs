@@ -12,17 +12,17 @@ use patterd::call::{CallRecord, Speaker};
 use patterd_sim::hermes::{HermesRecord, HermesReply};
 use patterd_sim::twilio::call::{SimCall, TimelineEvent};
 
-const S1: &str = "We are open every day from noon until ten.";
-const S2: &str = "We can seat groups of up to twelve people.";
-const S3: &str = "The kitchen closes an hour before we do.";
-const S4: &str = "Would you like me to book a table for you?";
-const LONG: Duration = Duration::from_secs(30);
+pub(crate) const S1: &str = "We are open every day from noon until ten.";
+pub(crate) const S2: &str = "We can seat groups of up to twelve people.";
+pub(crate) const S3: &str = "The kitchen closes an hour before we do.";
+pub(crate) const S4: &str = "Would you like me to book a table for you?";
+pub(crate) const LONG: Duration = Duration::from_secs(30);
 
-fn reply() -> String {
+pub(crate) fn reply() -> String {
     format!("{S1} {S2} {S3} {S4}")
 }
 
-fn opts(transcripts: &[&str], agent_extra: &str) -> Opts {
+pub(crate) fn opts(transcripts: &[&str], agent_extra: &str) -> Opts {
     Opts {
         transcripts: transcripts.iter().map(|t| t.to_string()).collect(),
         agent_extra: agent_extra.to_string(),
@@ -42,11 +42,11 @@ const BOOKING: &str = "I would like to book a table for four people on Tuesday e
 
 /// The caller's turns of the interruption scenarios: the booking, then "no, I meant Tuesday"
 /// over the reply, then silence.
-const TUESDAY: [&str; 4] = [BOOKING, "no, I meant Tuesday", "", ""];
+pub(crate) const TUESDAY: [&str; 4] = [BOOKING, "no, I meant Tuesday", "", ""];
 
 /// Waits until the call's record satisfies `pred` (up to `LONG`): checks a snapshot each time
 /// the call records an event, and the final record once it has ended. No polling.
-async fn wait_record(
+pub(crate) async fn wait_record(
     stack: &Stack,
     sid: &str,
     what: &str,
@@ -78,7 +78,7 @@ async fn wait_record(
     r
 }
 
-fn agent_reply(r: &CallRecord) -> Option<&patterd::call::TranscriptEntry> {
+pub(crate) fn agent_reply(r: &CallRecord) -> Option<&patterd::call::TranscriptEntry> {
     r.transcript
         .iter()
         .find(|e| e.speaker == Speaker::Agent && e.text.starts_with("We are open"))
@@ -86,7 +86,7 @@ fn agent_reply(r: &CallRecord) -> Option<&patterd::call::TranscriptEntry> {
 
 /// The caller says "no, I meant Tuesday" (the brain will answer "Tuesday it is."); returns the
 /// brain's record once that turn reached it (`what`) and the call's once the turn is stored.
-async fn says_tuesday(
+pub(crate) async fn says_tuesday(
     stack: &Stack,
     sid: &str,
     sim: &SimCall,
@@ -107,7 +107,7 @@ async fn says_tuesday(
 
 /// Greeting, a caller turn, and the long reply playing; returns once its first sentence was
 /// heard.
-async fn into_reply(stack: &Stack) -> (String, SimCall) {
+pub(crate) async fn into_reply(stack: &Stack) -> (String, SimCall) {
     stack.hermes.push(HermesReply::text(&reply()));
     let (sid, sim) = stack.call().await;
     sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
