@@ -14,5 +14,6 @@ mod providers;
 mod server;
 mod speech_cartesia;
 mod speech_openai;
+mod tts_alignment;
 mod twilio;
 mod twilio_sim;
