@@ -237,4 +237,40 @@ mod tests {
         assert_eq!(words_heard(&odd, 100), 0);
         assert_eq!(words_heard(&odd, 101), 1);
     }
+
+    #[test]
+    fn the_play_position_follows_the_pacer_less_the_carriers_lag() {
+        use crate::call::speech::{Speech, UttKind};
+        use crate::provider::TtsEvent;
+        use std::time::Duration;
+        use tokio::time::Instant;
+
+        let mut s = Speech::new();
+        for text in ["one two three four", "five six"] {
+            // One second of audio each, words spread evenly.
+            let id = s.push_audio(UttKind::Say, text.into(), 0, &[0x55; 8000]);
+            s.on_tts(id, Some(TtsEvent::Words(even(text, 1000))));
+        }
+        let t0 = Instant::now();
+        s.pump(t0);
+        // Half a second in: two of the first four words (each 250 ms) are at least half played.
+        let c = cut(&s.played_at(t0 + Duration::from_millis(500)));
+        assert_eq!(c.parts[0].text, "one two");
+        assert_eq!(c.precision, Precision::Word);
+        // The second utterance goes out; the first one's mark comes back 200 ms late, so the
+        // carrier plays 200 ms behind the pacer.
+        let t1 = t0 + Duration::from_secs(1);
+        s.pump(t1);
+        assert!(
+            s.mark_returned("u1", t1 + Duration::from_millis(200))
+                .is_some()
+        );
+        // At 1.5 s the pacer says 500 ms of "five six" played; the carrier, 300 ms.
+        let c = cut(&s.played_at(t0 + Duration::from_millis(1500)));
+        let texts: Vec<_> = c.parts.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(texts, vec!["five"]);
+        // Long after its end, all of it was heard even though its mark is not back.
+        let c = cut(&s.played_at(t0 + Duration::from_secs(5)));
+        assert_eq!(c.parts[0].text, "five six");
+    }
 }
