@@ -198,7 +198,9 @@ async fn scenario(kind: Kind, overlay: &str, transcript: &str) -> Outcome {
     if kind == Kind::Interruption {
         let entry = agent_reply(&record).expect("reply entry");
         assert!(entry.interrupted, "{entry:?}");
-        // Sentences whose marks came back before the clear are what the caller heard.
+        // Sentences whose marks came back before the clear were heard whole; with the fake's
+        // word timings, words of the cut sentence may follow (heard::test_heard_accuracy
+        // checks those words against the carrier's play position).
         let clear = clear.expect("an interruption sends clear");
         let k = state
             .marks_echoed
@@ -210,7 +212,13 @@ async fn scenario(kind: Kind, overlay: &str, transcript: &str) -> Outcome {
             reply().starts_with(&entry.heard_text),
             "heard text is a prefix"
         );
-        out.heard_exact = Some(entry.heard_text == expected);
+        out.heard_exact = Some(
+            entry.heard_text.starts_with(&expected)
+                && entry.heard_text[expected.len()..]
+                    .matches(['.', '?'])
+                    .count()
+                    <= 1,
+        );
         // Hermes is told what was heard, before the caller's words.
         let h = stack.hermes.record();
         let (role, content) = h.requests[1]
@@ -317,7 +325,7 @@ async fn conversation_figures() {
     );
     println!("missed real interruptions: {missed} of {real_n}");
     println!(
-        "heard prefix exact (sentence marks): {} of {}",
+        "heard text = confirmed sentences + words of the cut one: {} of {}",
         heard.iter().filter(|h| **h).count(),
         heard.len()
     );
