@@ -97,7 +97,9 @@ pub async fn run(
                     Some(TtsEvent::Error(e) | TtsEvent::Unavailable(e)) => {
                         return Err(TrialError::CallerTts(e));
                     }
-                    Some(TtsEvent::FirstByte { .. } | TtsEvent::Switched { .. }) => {}
+                    Some(
+                        TtsEvent::FirstByte { .. } | TtsEvent::Switched { .. } | TtsEvent::Words(_),
+                    ) => {}
                 }
             }
             audio

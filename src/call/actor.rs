@@ -450,7 +450,7 @@ impl Actor {
         // A chain's notes come before the audio they announce.
         if matches!(
             ev,
-            Some(TtsEvent::FirstByte { .. } | TtsEvent::Switched { .. })
+            Some(TtsEvent::FirstByte { .. } | TtsEvent::Switched { .. } | TtsEvent::Words(_))
         ) {
             return;
         }

@@ -9,6 +9,7 @@
 pub mod action;
 pub mod actor;
 pub mod event;
+pub mod heard;
 pub mod log;
 pub mod policy;
 pub mod recording;

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::action::{ActionOutcome, CallAction};
 use super::event::{EndReason, EventKind};
+use super::heard;
 use super::speech::{Speech, UttKind};
 use super::transcript::{Speaker, TranscriptEntry};
 use super::turn::{Decision, Endpointer, TurnEnd, Words};
@@ -210,6 +211,9 @@ pub struct Policy {
     transcript: Vec<TranscriptEntry>,
     /// For a brain that keeps its own history: what to tell it about the last interruption.
     brain_note: Option<String>,
+    /// What the caller had heard of the unconfirmed utterances when barge-in stopped the agent
+    /// (used if the interruption is committed).
+    heard_cut: Option<heard::Cut>,
     greeting_sent: bool,
     /// What the goodbye phase ends in (none: the idle goodbye's hang-up).
     closing: Option<acts::Closing>,
@@ -261,6 +265,7 @@ impl Policy {
             history: Vec::new(),
             transcript: Vec::new(),
             brain_note: None,
+            heard_cut: None,
             greeting_sent: false,
             closing: None,
             dtmf_pending: None,
@@ -455,7 +460,7 @@ impl Policy {
     }
 
     fn on_mark(&mut self, name: &str, now: Instant, mouth: &mut Speech) {
-        let Some(sent) = mouth.on_mark(name) else {
+        let Some(sent) = mouth.mark_returned(name, now) else {
             return;
         };
         self.last_activity = now;
@@ -489,6 +494,11 @@ impl Policy {
             return;
         }
         let confirm = Duration::from_millis(agent.barge_in_confirm_ms);
+        // What was heard is placed at the onset of the speech that stopped the agent.
+        let onset = now
+            .checked_sub(Duration::from_millis(run_ms))
+            .unwrap_or(now);
+        self.heard_cut = Some(heard::cut(&mouth.played_at(onset)));
         let paused = mouth.pause(now);
         if paused.need_clear {
             self.out.push(Action::Clear);
@@ -581,6 +591,7 @@ impl Policy {
     /// Stage two of barge-in, false alarm: play on from the last sentence the caller heard.
     fn resume(&mut self, why: &str, now: Instant, mouth: &mut Speech) {
         if let Phase::BargeIn { at, .. } = self.phase {
+            self.heard_cut = None;
             mouth.resume();
             self.phase = Phase::Idle;
             self.refresh(mouth);
@@ -785,6 +796,12 @@ impl Policy {
     fn interrupt(&mut self, now: Instant, mouth: &mut Speech) {
         self.out.push(Action::CancelBrain);
         self.brain = false;
+        // Stopped by barge-in: what was heard when it stopped; else what has played by now.
+        let stored = self.heard_cut.take();
+        let cut = match stored {
+            Some(c) if matches!(self.phase, Phase::BargeIn { .. }) => c,
+            _ => heard::cut(&mouth.played_at(now)),
+        };
         if matches!(self.phase, Phase::BargeIn { .. }) {
             self.phase = Phase::Idle;
         }
@@ -796,6 +813,7 @@ impl Policy {
         for sent in cleared.unheard {
             self.event(EventKind::MarkCleared, sent.mark);
         }
+        self.apply_heard_cut(&cut);
         self.refresh(mouth);
         if let Some(turn) = self.turn.take() {
             let heard = match turn.entry.and_then(|i| self.transcript.get_mut(i)) {
@@ -809,7 +827,17 @@ impl Policy {
                 self.persist(i);
             }
             if let Some(heard) = heard {
-                self.event(EventKind::Heard, heard.clone());
+                let said = turn
+                    .entry
+                    .and_then(|i| self.transcript.get(i))
+                    .map_or(0, |e| e.text.split_whitespace().count());
+                let detail = serde_json::json!({
+                    "words": heard.split_whitespace().count(),
+                    "of": said,
+                    "precision": cut.precision.as_str(),
+                    "text": heard,
+                });
+                self.event(EventKind::Heard, detail.to_string());
                 if self.brain_keeps_history {
                     // The brain remembers its whole reply: tell it what actually got through.
                     self.brain_note = Some(if heard.is_empty() {
@@ -833,5 +861,19 @@ impl Policy {
             EventKind::Interrupted,
             if need_clear { "clear" } else { "" },
         );
+    }
+
+    /// Extends the heard text of the entries an interruption cut by what the caller heard of
+    /// their unconfirmed utterances ([`heard::cut`]).
+    fn apply_heard_cut(&mut self, cut: &heard::Cut) {
+        for part in &cut.parts {
+            if let Some(e) = self.transcript.get_mut(part.entry) {
+                if !e.heard_text.is_empty() {
+                    e.heard_text.push(' ');
+                }
+                e.heard_text.push_str(&part.text);
+                self.out.push(Action::Persist(part.entry));
+            }
+        }
     }
 }

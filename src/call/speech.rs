@@ -5,7 +5,10 @@
 //! has not come back is taken back (each utterance keeps its sent-but-unconfirmed bytes) and
 //! re-sent from the start of the first unheard utterance on [`Speech::resume`]. Pure state: the
 //! conversation policy ([`super::policy`]) queues, pauses, resumes and clears it; the actor
-//! starts the synthesis it asks for, pumps it and sends what it returns.
+//! starts the synthesis it asks for, pumps it and sends what it returns. Each utterance keeps
+//! the word timings its TTS gave ([`TtsEvent::Words`]) and [`Speech::played_at`] says how much
+//! of each unconfirmed utterance had played at a moment, for word-precise heard history
+//! ([`super::heard`]).
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -15,8 +18,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
+use super::heard::Played;
 use crate::carrier::{FRAME_BYTES, FRAME_MS, MediaCommand};
-use crate::provider::{TtsEvent, TtsStream};
+use crate::provider::{TtsEvent, TtsStream, WordTiming};
 
 /// How far ahead of real time the pacer may queue audio at the carrier.
 pub const LEAD: Duration = Duration::from_millis(1000);
@@ -78,6 +82,8 @@ pub struct Utterance {
     sent_bytes: usize,
     /// Audio already sent, kept until the mark confirms it was played.
     sent_audio: BytesMut,
+    /// Word timings of its audio, as the TTS gave them (empty: none).
+    words: Vec<WordTiming>,
 }
 
 /// An utterance whose audio is all at the carrier, waiting for its mark to come back.
@@ -90,6 +96,9 @@ pub struct Sent {
     pub mark: String,
     /// All of its audio, kept to re-send it if playback is paused before the mark returns.
     audio: Bytes,
+    words: Vec<WordTiming>,
+    /// When the pacer reckoned the carrier would finish playing it.
+    ends_at: Option<Instant>,
 }
 
 /// What [`Speech::clear`] dropped.
@@ -128,6 +137,9 @@ pub struct Speech {
     paused: bool,
     /// Pauses so far; part of mark names so a stale echo never matches a re-sent utterance.
     epoch: u32,
+    /// How much later than the pacer reckoned the last mark came back: the carrier's playback
+    /// delay plus the network both ways (see [`Speech::mark_returned`]).
+    lag: Duration,
 }
 
 impl Default for Speech {
@@ -145,6 +157,7 @@ impl Speech {
             play_until: None,
             paused: false,
             epoch: 0,
+            lag: Duration::ZERO,
         }
     }
 
@@ -171,6 +184,7 @@ impl Speech {
             failed: false,
             sent_bytes: 0,
             sent_audio: BytesMut::new(),
+            words: Vec::new(),
         });
         id
     }
@@ -266,6 +280,10 @@ impl Speech {
                 u.buf.extend_from_slice(&b);
                 None
             }
+            Some(TtsEvent::Words(w)) => {
+                u.words.extend(w);
+                None
+            }
             Some(TtsEvent::Done) => {
                 u.synth_done = true;
                 u.tts = None;
@@ -344,6 +362,8 @@ impl Speech {
                         entry: u.entry,
                         mark,
                         audio: u.sent_audio.freeze(),
+                        words: u.words,
+                        ends_at: self.play_until,
                     });
                 }
                 continue;
@@ -375,6 +395,55 @@ impl Speech {
     pub fn on_mark(&mut self, name: &str) -> Option<Sent> {
         let pos = self.awaiting_mark.iter().position(|s| s.mark == name)?;
         self.awaiting_mark.remove(pos)
+    }
+
+    /// [`Speech::on_mark`] for a mark that came back at `now`; also learns how far behind the
+    /// pacer's clock the carrier plays (the delay of this mark).
+    pub fn mark_returned(&mut self, name: &str, now: Instant) -> Option<Sent> {
+        let sent = self.on_mark(name)?;
+        if let Some(end) = sent.ends_at {
+            self.lag = now.saturating_duration_since(end).min(LEAD);
+        }
+        Some(sent)
+    }
+
+    /// How much of each utterance whose mark has not come back had played at `at` (at or before
+    /// now), in playing order: the audio sent, less what the carrier still had queued then (up
+    /// to the pacer's end of playback, shifted by the carrier's lag).
+    pub fn played_at(&self, at: Instant) -> Vec<Played> {
+        let ms = |bytes: usize| u32::try_from(bytes / 8).unwrap_or(u32::MAX);
+        let mut out: Vec<Played> = self
+            .awaiting_mark
+            .iter()
+            .map(|s| Played {
+                entry: s.entry,
+                text: s.text.clone(),
+                words: s.words.clone(),
+                audio_ms: ms(s.audio.len()),
+                played_ms: 0,
+            })
+            .collect();
+        if let Some(u) = self.queue.front().filter(|u| u.sent_bytes > 0) {
+            out.push(Played {
+                entry: u.entry,
+                text: u.text.clone(),
+                words: u.words.clone(),
+                audio_ms: ms(u.sent_bytes),
+                played_ms: 0,
+            });
+        }
+        let ahead = self
+            .play_until
+            .map(|t| (t + self.lag).saturating_duration_since(at))
+            .unwrap_or_default();
+        let total: u64 = out.iter().map(|p| u64::from(p.audio_ms)).sum();
+        let mut left = total.saturating_sub(ahead.as_millis() as u64);
+        for p in out.iter_mut() {
+            let here = left.min(u64::from(p.audio_ms));
+            p.played_ms = here as u32;
+            left -= here;
+        }
+        out
     }
 
     /// Stops speaking: drops every queued utterance (cancelling their synthesis), settles every
@@ -427,6 +496,7 @@ impl Speech {
                 failed: false,
                 sent_bytes: 0,
                 sent_audio: BytesMut::new(),
+                words: s.words,
             });
         }
         withdrawn.reverse();

@@ -2,6 +2,9 @@
 //! generation context (`context_id`, `continue: false`, `max_buffer_delay_ms: 0` since whole
 //! sentences are sent) asking for `{"container":"raw","encoding":"pcm_mulaw","sample_rate":8000}`,
 //! so the `chunk` frames' base64 `data` is μ-law 8 kHz that goes to the carrier untouched.
+//! With `word_timestamps` (the default) the request asks `add_timestamps`, and each
+//! `timestamps` frame's `word_timestamps` (`words`, `start`, `end`, seconds from the start of
+//! the context's audio) becomes [`TtsEvent::Words`].
 //! Auth is the `X-API-Key` header with `Cartesia-Version`.
 //!
 //! Barge-in cancels the context: when the call drops the stream, the socket task sends
@@ -21,6 +24,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::alignment;
 use super::elevenlabs::MAX_AUDIO_BYTES;
 use super::error::TtsError;
 use super::{TtsEvent, TtsProvider, TtsStream};
@@ -64,6 +68,9 @@ impl CartesiaTts {
         });
         if let Some(speed) = self.cfg.speed {
             r["generation_config"] = json!({ "speed": speed });
+        }
+        if self.cfg.word_timestamps {
+            r["add_timestamps"] = json!(true);
         }
         r
     }
@@ -201,7 +208,18 @@ async fn run(
                             status,
                         ));
                     }
-                    // timestamps, flush_done, phoneme_timestamps: nothing to play.
+                    "timestamps" => {
+                        let words = v
+                            .get("word_timestamps")
+                            .and_then(alignment::cartesia_words)
+                            .unwrap_or_default();
+                        if !words.is_empty() {
+                            tx.send(TtsEvent::Words(words))
+                                .await
+                                .map_err(|_| TtsError::Abandoned)?;
+                        }
+                    }
+                    // flush_done, phoneme_timestamps: nothing to play.
                     _ => {}
                 }
             }

@@ -1,7 +1,11 @@
 //! ElevenLabs text-to-speech over HTTP streaming (providers.md §3.1, the default
 //! `transport = "http"`; `"websocket"` hands each call an [`ElevenLabsWs`] session): one
 //! `POST /v1/text-to-speech/{voice_id}/stream?output_format=ulaw_8000` per text piece, whose
-//! chunked body is raw μ-law 8 kHz that goes to the carrier untouched.
+//! chunked body is raw μ-law 8 kHz that goes to the carrier untouched. With `word_timestamps`
+//! (the default) the request goes to `…/stream/with-timestamps` instead, whose body is JSON
+//! lines (`audio_base64` plus a per-character `alignment`, times from the start of the
+//! request's audio): the audio goes out the same, and the characters become
+//! [`TtsEvent::Words`]. A raw `audio/*` answer there is taken as audio without timings.
 //!
 //! Why per-utterance HTTP streams rather than the multi-context WebSocket: cancelling on
 //! barge-in is just dropping the request (no context bookkeeping, no late audio of a cancelled
@@ -19,6 +23,10 @@ pub const MAX_AUDIO_BYTES: usize = 120 * 8000;
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+
+use super::alignment::{self, CharWords};
 use super::elevenlabs_ws::ElevenLabsWs;
 use super::error::{SetupError, TtsError};
 use super::openai::error_text;
@@ -50,9 +58,14 @@ impl ElevenLabsTts {
             .build()
             .map_err(SetupError::Client)?;
         let mut url = format!(
-            "{}/v1/text-to-speech/{}/stream?output_format=ulaw_8000",
+            "{}/v1/text-to-speech/{}/stream{}?output_format=ulaw_8000",
             cfg.base_url.trim_end_matches('/'),
-            url_escape(&cfg.voice_id)
+            url_escape(&cfg.voice_id),
+            if cfg.word_timestamps {
+                "/with-timestamps"
+            } else {
+                ""
+            }
         );
         if let Some(n) = cfg.optimize_streaming_latency {
             url.push_str(&format!("&optimize_streaming_latency={}", n.min(4)));
@@ -107,11 +120,16 @@ impl TtsProvider for ElevenLabsTts {
         if let Some(speed) = self.cfg.speed {
             body["voice_settings"] = json!({ "speed": speed });
         }
+        let accept = if self.cfg.word_timestamps {
+            "application/json"
+        } else {
+            "audio/basic"
+        };
         let req = self
             .client
             .post(&self.url)
             .header("xi-api-key", self.cfg.api_key.expose())
-            .header("Accept", "audio/basic")
+            .header("Accept", accept)
             .json(&body);
         let stall = self.stall;
         TtsStream::spawn(move |tx| async move { run(req, stall, &tx).await })
@@ -140,7 +158,10 @@ async fn run(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    if status != reqwest::StatusCode::OK || !ctype.starts_with("audio/") {
+    let json_lines = ctype.starts_with("application/json")
+        || ctype.contains("ndjson")
+        || ctype.starts_with("text/event-stream");
+    if status != reqwest::StatusCode::OK || !(ctype.starts_with("audio/") || json_lines) {
         let mut body = Vec::new();
         while body.len() < 16 * 1024 {
             match tokio::time::timeout(Duration::from_secs(5), resp.chunk()).await {
@@ -166,6 +187,9 @@ async fn run(
             message: error_text(&body),
             hint,
         });
+    }
+    if json_lines {
+        return run_lines(resp, stall, tx).await;
     }
     let mut received = 0usize;
     loop {
@@ -196,6 +220,105 @@ async fn run(
             None => return Ok(()),
         }
     }
+}
+
+/// Longest JSON line accepted from `with-timestamps` (a line carries one audio chunk).
+const MAX_LINE_BYTES: usize = 4 << 20;
+
+fn reported(message: String) -> TtsError {
+    TtsError::Reported {
+        vendor: VENDOR,
+        message,
+        status: None,
+    }
+}
+
+/// The body of `…/stream/with-timestamps`: one JSON object a line (an SSE `data:` prefix is
+/// tolerated), each with base64 `audio_base64` and the alignment of its characters.
+async fn run_lines(
+    mut resp: reqwest::Response,
+    stall: Duration,
+    tx: &mpsc::Sender<TtsEvent>,
+) -> Result<(), TtsError> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut received = 0usize;
+    let mut words = CharWords::default();
+    loop {
+        let chunk = tokio::time::timeout(stall, resp.chunk())
+            .await
+            .map_err(|_| TtsError::Stalled {
+                vendor: VENDOR,
+                after: stall,
+            })?
+            .map_err(|source| TtsError::Stream {
+                vendor: VENDOR,
+                source,
+            })?;
+        let Some(chunk) = chunk else {
+            let rest = std::mem::take(&mut buf);
+            line(&rest, &mut received, &mut words, tx).await?;
+            if let Some(w) = words.finish() {
+                tx.send(TtsEvent::Words(vec![w]))
+                    .await
+                    .map_err(|_| TtsError::Abandoned)?;
+            }
+            return Ok(());
+        };
+        buf.extend_from_slice(&chunk);
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let l: Vec<u8> = buf.drain(..=pos).collect();
+            line(&l, &mut received, &mut words, tx).await?;
+        }
+        if buf.len() > MAX_LINE_BYTES {
+            return Err(reported(format!(
+                "a with-timestamps line longer than {MAX_LINE_BYTES} bytes"
+            )));
+        }
+    }
+}
+
+/// One `with-timestamps` line: its audio, then the words it completed.
+async fn line(
+    raw: &[u8],
+    received: &mut usize,
+    words: &mut CharWords,
+    tx: &mpsc::Sender<TtsEvent>,
+) -> Result<(), TtsError> {
+    let text = String::from_utf8_lossy(raw);
+    let text = text.trim();
+    let text = text.strip_prefix("data:").map_or(text, str::trim);
+    if text.is_empty() {
+        return Ok(());
+    }
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Err(reported("a with-timestamps line that is not JSON".into()));
+    };
+    let data = v
+        .get("audio_base64")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("");
+    let audio = STANDARD
+        .decode(data)
+        .map_err(|_| reported("audio_base64 that is not base64".into()))?;
+    *received += audio.len();
+    if *received > MAX_AUDIO_BYTES {
+        return Err(TtsError::TooMuchAudio {
+            vendor: VENDOR,
+            limit: MAX_AUDIO_BYTES,
+        });
+    }
+    if !audio.is_empty() {
+        tx.send(TtsEvent::Audio(audio.into()))
+            .await
+            .map_err(|_| TtsError::Abandoned)?;
+    }
+    let done = alignment::http_words(&v, words);
+    if !done.is_empty() {
+        tx.send(TtsEvent::Words(done))
+            .await
+            .map_err(|_| TtsError::Abandoned)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -243,6 +366,7 @@ mod tests {
             instructions: None,
             sample_rate: None,
             transport: Default::default(),
+            word_timestamps: true,
         };
         let tts = ElevenLabsTts::new(&cfg).expect("tts");
         let mut s = tts.synthesize("Hello.");

@@ -6,7 +6,9 @@
 //! context init (`{"text":" ","context_id",…,"voice_settings"?,"generation_config"}`), the text
 //! with `"flush": true`, and `close_context` at once, so `isFinal` (camelCase `contextId` or
 //! snake `context_id`) follows the last audio frame; the base64 `audio` is μ-law 8 kHz that goes
-//! to the carrier untouched.
+//! to the carrier untouched. With `word_timestamps` each frame's `alignment` (times from the
+//! start of that frame's audio) becomes [`TtsEvent::Words`], placed by the audio received
+//! before it.
 //!
 //! Barge-in (the call drops the sentence's stream) forgets the context: its later frames are
 //! dropped, never reaching the call (the stream is gone, so nothing can be played from it), and
@@ -26,6 +28,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::alignment::{self, CharWords};
 use super::elevenlabs::MAX_AUDIO_BYTES;
 use super::error::TtsError;
 use super::{TtsEvent, TtsProvider, TtsStream};
@@ -92,6 +95,7 @@ impl ElevenLabsWs {
             url: socket_url(cfg),
             key: cfg.api_key.expose().to_string(),
             init,
+            timestamps: cfg.word_timestamps,
             rx,
             waiting: VecDeque::new(),
             open: HashMap::new(),
@@ -145,6 +149,8 @@ struct Conn {
 struct Open {
     events: mpsc::Sender<TtsEvent>,
     received: usize,
+    /// Characters of the alignment so far, joined into words.
+    words: CharWords,
     /// The call dropped the stream: frames are discarded until `isFinal`.
     forgotten: bool,
 }
@@ -153,6 +159,8 @@ struct Session {
     url: String,
     key: String,
     init: Value,
+    /// Turn each frame's alignment into word timings.
+    timestamps: bool,
     rx: mpsc::Receiver<Cmd>,
     waiting: VecDeque<(String, String, mpsc::Sender<TtsEvent>)>,
     open: HashMap<String, Open>,
@@ -250,6 +258,7 @@ impl Session {
                     Open {
                         events,
                         received: 0,
+                        words: CharWords::default(),
                         forgotten: false,
                     },
                 );
@@ -371,6 +380,7 @@ impl Session {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
+        let timestamps = self.timestamps;
         let Some(o) = self.open.get_mut(&ctx) else {
             // A flush_done or a frame of a context already finished.
             return Ok(());
@@ -379,6 +389,8 @@ impl Session {
             let audio = STANDARD
                 .decode(data)
                 .map_err(|_| reported("audio that is not base64".into(), None))?;
+            // μ-law 8 kHz: 8 bytes a millisecond.
+            let offset_ms = u32::try_from(o.received / 8).unwrap_or(u32::MAX);
             o.received += audio.len();
             if o.received > MAX_AUDIO_BYTES {
                 let o = self.open.remove(&ctx);
@@ -401,11 +413,23 @@ impl Session {
                     o.forgotten = true;
                 }
             }
+            if timestamps {
+                let words = alignment::ws_words(&v, offset_ms, &mut o.words);
+                if !o.forgotten
+                    && !words.is_empty()
+                    && o.events.send(TtsEvent::Words(words)).await.is_err()
+                {
+                    o.forgotten = true;
+                }
+            }
         }
         if v.get("isFinal").and_then(Value::as_bool) == Some(true)
-            && let Some(o) = self.open.remove(&ctx)
+            && let Some(mut o) = self.open.remove(&ctx)
             && !o.forgotten
         {
+            if let Some(w) = o.words.finish().filter(|_| timestamps) {
+                let _ = o.events.send(TtsEvent::Words(vec![w])).await;
+            }
             let _ = o.events.send(TtsEvent::Done).await;
         }
         Ok(())

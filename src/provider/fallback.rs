@@ -164,8 +164,8 @@ struct Run {
 
 /// How one member's attempt at a sentence began.
 enum Start {
-    /// Audio came: the member keeps the sentence.
-    Audio(bytes::Bytes),
+    /// Audio came: the member keeps the sentence (with any word timings that came first).
+    Audio(bytes::Bytes, Vec<TtsEvent>),
     /// Finished without audio (empty text): nothing to speak.
     Done,
     /// A failure the next member should not retry (a refused request).
@@ -182,7 +182,7 @@ impl Run {
             let has_next = k + 1 < n;
             let mut stream = m.provider.synthesize(&self.text);
             match self.first(&mut stream, has_next).await {
-                Start::Audio(b) => {
+                Start::Audio(b, words) => {
                     m.health.mark_up();
                     let first = TtsEvent::FirstByte {
                         provider: m.name.clone(),
@@ -190,6 +190,11 @@ impl Run {
                     };
                     if tx.send(first).await.is_err() || tx.send(TtsEvent::Audio(b)).await.is_err() {
                         return;
+                    }
+                    for w in words {
+                        if tx.send(w).await.is_err() {
+                            return;
+                        }
                     }
                     // The rest of the sentence, whatever happens: never switch mid-sentence.
                     while let Some(ev) = stream.events.recv().await {
@@ -243,6 +248,7 @@ impl Run {
     /// Waits for the attempt's first audio (within the deadline when a next member exists).
     async fn first(&self, stream: &mut TtsStream, has_next: bool) -> Start {
         let deadline = Instant::now() + self.first_byte_timeout;
+        let mut words = Vec::new();
         loop {
             let ev = if has_next {
                 match tokio::time::timeout_at(deadline, stream.events.recv()).await {
@@ -259,7 +265,8 @@ impl Run {
             };
             match ev {
                 Some(TtsEvent::Audio(b)) if b.is_empty() => {}
-                Some(TtsEvent::Audio(b)) => return Start::Audio(b),
+                Some(TtsEvent::Audio(b)) => return Start::Audio(b, words),
+                Some(w @ TtsEvent::Words(_)) => words.push(w),
                 Some(TtsEvent::Done) => return Start::Done,
                 Some(TtsEvent::Error(e)) => return Start::Fatal(e),
                 Some(TtsEvent::Unavailable(e)) => return Start::Switch(e),

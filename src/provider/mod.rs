@@ -4,6 +4,7 @@
 //! events they produce. A stream is cancelled by dropping it. [`build_providers`] turns the
 //! `[stt.*]`, `[tts.*]` and `[llm.*]` tables into shared provider objects.
 
+pub mod alignment;
 pub mod assemblyai;
 pub mod cartesia;
 pub mod chunker;
@@ -31,6 +32,7 @@ use tokio::sync::mpsc;
 use crate::config::schema::{AgentConfig, Config, LlmKind, SttKind, TtsKind};
 use crate::util::TaskGuard;
 
+pub use alignment::WordTiming;
 pub use error::{LlmError, SetupError, TtsError};
 pub use tools::{ToolCall, ToolFuture, ToolOutput, ToolRunner, ToolSpec, Tools};
 
@@ -125,6 +127,10 @@ pub trait SttProvider: Send + Sync {
 pub enum TtsEvent {
     /// μ-law 8 kHz audio, any length.
     Audio(Bytes),
+    /// When words of this text are spoken in its audio (ms from its first byte), in order;
+    /// from services that return alignment (ElevenLabs, Cartesia), so an interruption can
+    /// keep exactly the words the caller heard. Sent with or after the audio they describe.
+    Words(Vec<WordTiming>),
     /// All audio for this text has been delivered.
     Done,
     /// The synthesis failed; no more audio follows.

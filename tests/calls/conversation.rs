@@ -12,17 +12,17 @@ use patterd::call::{CallRecord, Speaker};
 use patterd_sim::hermes::{HermesRecord, HermesReply};
 use patterd_sim::twilio::call::{SimCall, TimelineEvent};
 
-const S1: &str = "We are open every day from noon until ten.";
-const S2: &str = "We can seat groups of up to twelve people.";
-const S3: &str = "The kitchen closes an hour before we do.";
-const S4: &str = "Would you like me to book a table for you?";
-const LONG: Duration = Duration::from_secs(30);
+pub(crate) const S1: &str = "We are open every day from noon until ten.";
+pub(crate) const S2: &str = "We can seat groups of up to twelve people.";
+pub(crate) const S3: &str = "The kitchen closes an hour before we do.";
+pub(crate) const S4: &str = "Would you like me to book a table for you?";
+pub(crate) const LONG: Duration = Duration::from_secs(30);
 
-fn reply() -> String {
+pub(crate) fn reply() -> String {
     format!("{S1} {S2} {S3} {S4}")
 }
 
-fn opts(transcripts: &[&str], agent_extra: &str) -> Opts {
+pub(crate) fn opts(transcripts: &[&str], agent_extra: &str) -> Opts {
     Opts {
         transcripts: transcripts.iter().map(|t| t.to_string()).collect(),
         agent_extra: agent_extra.to_string(),
@@ -42,11 +42,11 @@ const BOOKING: &str = "I would like to book a table for four people on Tuesday e
 
 /// The caller's turns of the interruption scenarios: the booking, then "no, I meant Tuesday"
 /// over the reply, then silence.
-const TUESDAY: [&str; 4] = [BOOKING, "no, I meant Tuesday", "", ""];
+pub(crate) const TUESDAY: [&str; 4] = [BOOKING, "no, I meant Tuesday", "", ""];
 
 /// Waits until the call's record satisfies `pred` (up to `LONG`): checks a snapshot each time
 /// the call records an event, and the final record once it has ended. No polling.
-async fn wait_record(
+pub(crate) async fn wait_record(
     stack: &Stack,
     sid: &str,
     what: &str,
@@ -78,7 +78,7 @@ async fn wait_record(
     r
 }
 
-fn agent_reply(r: &CallRecord) -> Option<&patterd::call::TranscriptEntry> {
+pub(crate) fn agent_reply(r: &CallRecord) -> Option<&patterd::call::TranscriptEntry> {
     r.transcript
         .iter()
         .find(|e| e.speaker == Speaker::Agent && e.text.starts_with("We are open"))
@@ -86,7 +86,7 @@ fn agent_reply(r: &CallRecord) -> Option<&patterd::call::TranscriptEntry> {
 
 /// The caller says "no, I meant Tuesday" (the brain will answer "Tuesday it is."); returns the
 /// brain's record once that turn reached it (`what`) and the call's once the turn is stored.
-async fn says_tuesday(
+pub(crate) async fn says_tuesday(
     stack: &Stack,
     sid: &str,
     sim: &SimCall,
@@ -107,7 +107,7 @@ async fn says_tuesday(
 
 /// Greeting, a caller turn, and the long reply playing; returns once its first sentence was
 /// heard.
-async fn into_reply(stack: &Stack) -> (String, SimCall) {
+pub(crate) async fn into_reply(stack: &Stack) -> (String, SimCall) {
     stack.hermes.push(HermesReply::text(&reply()));
     let (sid, sim) = stack.call().await;
     sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
@@ -198,7 +198,9 @@ async fn scenario(kind: Kind, overlay: &str, transcript: &str) -> Outcome {
     if kind == Kind::Interruption {
         let entry = agent_reply(&record).expect("reply entry");
         assert!(entry.interrupted, "{entry:?}");
-        // Sentences whose marks came back before the clear are what the caller heard.
+        // Sentences whose marks came back before the clear were heard whole; with the fake's
+        // word timings, words of the cut sentence may follow (heard::test_heard_accuracy
+        // checks those words against the carrier's play position).
         let clear = clear.expect("an interruption sends clear");
         let k = state
             .marks_echoed
@@ -210,7 +212,13 @@ async fn scenario(kind: Kind, overlay: &str, transcript: &str) -> Outcome {
             reply().starts_with(&entry.heard_text),
             "heard text is a prefix"
         );
-        out.heard_exact = Some(entry.heard_text == expected);
+        out.heard_exact = Some(
+            entry.heard_text.starts_with(&expected)
+                && entry.heard_text[expected.len()..]
+                    .matches(['.', '?'])
+                    .count()
+                    <= 1,
+        );
         // Hermes is told what was heard, before the caller's words.
         let h = stack.hermes.record();
         let (role, content) = h.requests[1]
@@ -317,7 +325,7 @@ async fn conversation_figures() {
     );
     println!("missed real interruptions: {missed} of {real_n}");
     println!(
-        "heard prefix exact (sentence marks): {} of {}",
+        "heard text = confirmed sentences + words of the cut one: {} of {}",
         heard.iter().filter(|h| **h).count(),
         heard.len()
     );

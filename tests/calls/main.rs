@@ -14,6 +14,7 @@ mod carriers;
 mod conversation;
 mod faults;
 mod flood;
+mod heard;
 mod ops;
 mod recording;
 mod stt_fallback;

@@ -15,5 +15,6 @@ mod server;
 mod speech_cartesia;
 mod speech_openai;
 mod stt_openai_realtime;
+mod tts_alignment;
 mod twilio;
 mod twilio_sim;

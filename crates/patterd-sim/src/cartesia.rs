@@ -5,8 +5,9 @@
 //! `voice.id`, `context_id` or a raw `output_format` gets an `error` frame (`status_code` 400,
 //! `title`, `message`, `error_code`, `request_id`) for its context; a binary frame or a frame
 //! that is not JSON is answered with close 1003. A good request is answered with `chunk`
-//! frames (base64 μ-law 8 kHz of a tone, `ms_per_char` per character, `status_code` 206) and a
-//! `done` frame; `{"context_id":…,"cancel":true}` stops that context. Failure modes: every
+//! frames (base64 μ-law 8 kHz of a tone, `ms_per_char` per character, `status_code` 206; with
+//! `add_timestamps`, each followed by a `timestamps` frame whose `word_timestamps` has the words
+//! starting in it, seconds from the context's start, [`crate::alignment`]) and a `done` frame; `{"context_id":…,"cancel":true}` stops that context. Failure modes: every
 //! generation answered with an `error` frame of `fail_status`, the socket closed with
 //! `close_code` after the first request, or no frames at all for text containing a marker.
 
@@ -285,10 +286,14 @@ async fn session(
                 }
                 let ms = (transcript.chars().count() as u32 * cfg.ms_per_char).max(cfg.min_ms);
                 let audio = mulaw_tone(ms);
+                // `add_timestamps`: the words starting in each chunk follow it.
+                let words = (v.get("add_timestamps").and_then(Value::as_bool) == Some(true))
+                    .then(|| crate::alignment::word_times(&transcript, ms));
                 let (out, s3, cfg2) = (out_tx.clone(), s.clone(), cfg.clone());
                 let mut cancelled = cancel_tx.subscribe();
                 s.tasks.spawn(async move {
-                    for piece in audio.chunks((cfg2.chunk_ms.max(1) * 8) as usize) {
+                    let chunk = (cfg2.chunk_ms.max(1) * 8) as usize;
+                    for (k, piece) in audio.chunks(chunk).enumerate() {
                         tokio::time::sleep(cfg2.chunk_interval).await;
                         while let Ok(c) = cancelled.try_recv() {
                             if c == ctx {
@@ -303,6 +308,30 @@ async fn session(
                             return;
                         }
                         s3.record.modify(|r| r.contexts[idx].bytes_sent += piece.len());
+                        if let Some(words) = &words {
+                            let from = (k * chunk / 8) as u32;
+                            let to = from + (piece.len() / 8) as u32;
+                            let last = (k + 1) * chunk >= audio.len();
+                            let here: Vec<_> = words
+                                .iter()
+                                .filter(|w| w.start_ms >= from && (w.start_ms < to || last))
+                                .collect();
+                            if !here.is_empty() {
+                                let secs = |t: u32| f64::from(t) / 1000.0;
+                                let f = json!({
+                                    "type": "timestamps", "context_id": ctx, "done": false,
+                                    "status_code": 206, "flush_id": 1,
+                                    "word_timestamps": {
+                                        "words": here.iter().map(|w| w.text.clone()).collect::<Vec<_>>(),
+                                        "start": here.iter().map(|w| secs(w.start_ms)).collect::<Vec<_>>(),
+                                        "end": here.iter().map(|w| secs(w.end_ms)).collect::<Vec<_>>(),
+                                    },
+                                });
+                                if out.send(f.to_string()).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
                     }
                     let d = json!({"type": "done", "context_id": ctx, "done": true, "status_code": 200});
                     if out.send(d.to_string()).await.is_ok() {

@@ -1,5 +1,10 @@
 //! `FakeElevenLabs`: the ElevenLabs HTTP streaming endpoint
-//! `POST /v1/text-to-speech/{voice_id}/stream` (as ElevenLabs documents it), as strict as the real one:
+//! `POST /v1/text-to-speech/{voice_id}/stream` (as ElevenLabs documents it), and its
+//! `…/stream/with-timestamps` twin, whose body is JSON lines of base64 `audio_base64` with the
+//! `alignment` / `normalized_alignment` of the characters starting in that chunk (`characters`,
+//! `character_start_times_seconds`, `character_end_times_seconds`, seconds from the start of
+//! the request's audio; [`crate::alignment`] spreads the characters evenly over the clip). As
+//! strict as the real one:
 //! `xi-api-key` must match (401 JSON `detail` otherwise), `output_format=ulaw_8000`, and a JSON
 //! body with a non-empty `text` and a `model_id` (422 with a validation `detail` otherwise). It
 //! answers `audio/basic` μ-law: a tone lasting `ms_per_char` per character of text (at least
@@ -14,6 +19,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine;
 use bytes::Bytes;
 use hyper::Request;
 use hyper::body::Incoming;
@@ -77,6 +83,8 @@ pub struct TtsRequest {
     pub completed: bool,
     /// The client dropped the response before the audio ended.
     pub cancelled: bool,
+    /// Asked on `…/stream/with-timestamps` (alignment with the audio).
+    pub with_timestamps: bool,
 }
 
 /// One context on the multi-context socket.
@@ -203,9 +211,14 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         ..Default::default()
     };
     let path = req.uri().path().to_string();
+    let with_timestamps = path.ends_with("/stream/with-timestamps");
+    r.with_timestamps = with_timestamps;
     let voice = path
         .strip_prefix("/v1/text-to-speech/")
-        .and_then(|p| p.strip_suffix("/stream"))
+        .and_then(|p| {
+            p.strip_suffix("/stream/with-timestamps")
+                .or_else(|| p.strip_suffix("/stream"))
+        })
         .filter(|v| !v.is_empty() && !v.contains('/'))
         .map(str::to_string);
     let key_ok = req
@@ -300,7 +313,14 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         }
         None => mulaw_tone(audio_ms(&cfg, &r.text)),
     };
-    let (resp, tx) = http::streaming(200, &[("content-type", "audio/basic")]);
+    let ctype = if with_timestamps {
+        "application/json"
+    } else {
+        "audio/basic"
+    };
+    let (resp, tx) = http::streaming(200, &[("content-type", ctype)]);
+    let total_ms = audio_ms(&cfg, &r.text);
+    let chars = crate::alignment::char_times(&r.text, total_ms);
     if cfg
         .stall_text_containing
         .as_deref()
@@ -315,7 +335,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         let chunk = (cfg.chunk_ms.max(1) as usize) * 8;
         let mut first = true;
         let mut sent = 0;
-        for piece in audio.chunks(chunk) {
+        for (k, piece) in audio.chunks(chunk).enumerate() {
             let pause = if first {
                 cfg.first_chunk_delay
             } else {
@@ -326,7 +346,15 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
                 _ = tokio::time::sleep(pause) => {}
                 _ = tx.closed() => break,
             }
-            if tx.send(Bytes::copy_from_slice(piece)).await.is_err() {
+            let body = if with_timestamps {
+                let from = (k * chunk / 8) as u32;
+                let to = from + (piece.len() / 8) as u32;
+                let last = (k + 1) * chunk >= audio.len();
+                Bytes::from(timestamps_line(piece, &chars, from, to, last))
+            } else {
+                Bytes::copy_from_slice(piece)
+            };
+            if tx.send(body).await.is_err() {
                 break;
             }
             sent += piece.len();
@@ -341,4 +369,36 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         }
     });
     resp
+}
+
+/// One `with-timestamps` line: the chunk's audio and the characters starting within
+/// `[from_ms, to_ms)` (all the rest on the last chunk), or `null` alignment when none do.
+fn timestamps_line(
+    audio: &[u8],
+    chars: &[crate::alignment::Timed],
+    from_ms: u32,
+    to_ms: u32,
+    last: bool,
+) -> Vec<u8> {
+    let here: Vec<_> = chars
+        .iter()
+        .filter(|c| c.start_ms >= from_ms && (c.start_ms < to_ms || last))
+        .collect();
+    let alignment = if here.is_empty() {
+        Value::Null
+    } else {
+        json!({
+            "characters": here.iter().map(|c| c.text.clone()).collect::<Vec<_>>(),
+            "character_start_times_seconds": here.iter().map(|c| f64::from(c.start_ms) / 1000.0).collect::<Vec<_>>(),
+            "character_end_times_seconds": here.iter().map(|c| f64::from(c.end_ms) / 1000.0).collect::<Vec<_>>(),
+        })
+    };
+    let line = json!({
+        "audio_base64": base64::engine::general_purpose::STANDARD.encode(audio),
+        "alignment": alignment,
+        "normalized_alignment": alignment,
+    });
+    let mut out = line.to_string().into_bytes();
+    out.push(b'\n');
+    out
 }

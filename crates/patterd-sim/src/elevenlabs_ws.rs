@@ -9,7 +9,8 @@
 //! a 6th open context (`max_active_conversations`), a binary or non-JSON frame, and silence
 //! past the inactivity timeout are errors that close the socket with 1008. Text is buffered
 //! until `flush` (or `close_context`) and then spoken as `audio` frames (base64 μ-law tone,
-//! `alignment` / `normalizedAlignment`, `contextId`); after `close_context` the context's audio
+//! `alignment` / `normalizedAlignment` of the characters starting in that frame's audio, timed
+//! from the frame's start, [`crate::alignment`]; `contextId`); after `close_context` the context's audio
 //! ends and `{"isFinal":true,"contextId"}` follows. `close_socket` lets open contexts finish,
 //! then closes with 1000. `fail_status` 401 refuses the key; any other closes with 1011.
 
@@ -304,15 +305,12 @@ async fn speak(
                 if text.trim().is_empty() {
                     continue;
                 }
-                let audio = mulaw_tone(audio_ms(&cfg, text.trim()));
-                let chars: Vec<String> = text.chars().map(String::from).collect();
-                let align = json!({
-                    "chars": chars,
-                    "charStartTimesMs": (0..chars.len()).map(|i| i as u32 * cfg.ms_per_char).collect::<Vec<_>>(),
-                    "charDurationsMs": vec![cfg.ms_per_char; chars.len()],
-                });
+                let total_ms = audio_ms(&cfg, text.trim());
+                let audio = mulaw_tone(total_ms);
+                let chars = crate::alignment::char_times(&text, total_ms);
+                let chunk = (cfg.chunk_ms.max(1) * 8) as usize;
                 let mut first = true;
-                for piece in audio.chunks((cfg.chunk_ms.max(1) * 8) as usize) {
+                for (k, piece) in audio.chunks(chunk).enumerate() {
                     let pause = if first {
                         cfg.first_chunk_delay
                     } else {
@@ -324,9 +322,22 @@ async fn speak(
                         "isFinal": null,
                         "contextId": ctx,
                     });
-                    if first {
+                    // The characters starting in this chunk, timed from the chunk's start.
+                    let from = (k * chunk / 8) as u32;
+                    let to = from + (piece.len() / 8) as u32;
+                    let last = (k + 1) * chunk >= audio.len();
+                    let here: Vec<_> = chars
+                        .iter()
+                        .filter(|c| c.start_ms >= from && (c.start_ms < to || last))
+                        .collect();
+                    if !here.is_empty() {
+                        let align = json!({
+                            "chars": here.iter().map(|c| c.text.clone()).collect::<Vec<_>>(),
+                            "charStartTimesMs": here.iter().map(|c| c.start_ms - from).collect::<Vec<_>>(),
+                            "charDurationsMs": here.iter().map(|c| c.end_ms - c.start_ms).collect::<Vec<_>>(),
+                        });
                         f["alignment"] = align.clone();
-                        f["normalizedAlignment"] = align.clone();
+                        f["normalizedAlignment"] = align;
                     }
                     first = false;
                     if out.send(f.to_string()).await.is_err() {

@@ -7,6 +7,7 @@
 //! whole calls through them; they are as strict as the real peers. The daemon never depends on
 //! this crate; it depends on the daemon for codecs and signature checks.
 
+pub mod alignment;
 pub mod assemblyai;
 pub mod cartesia;
 pub mod config;

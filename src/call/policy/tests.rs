@@ -336,7 +336,9 @@ fn barge_in_stops_fast_then_commits_on_real_words() {
     assert_eq!(c.count(EventKind::Interrupted), 1);
     assert_eq!(
         c.details(EventKind::Heard),
-        vec!["We are open every day from noon."]
+        vec![
+            r#"{"of":21,"precision":"sentence","text":"We are open every day from noon.","words":7}"#
+        ]
     );
     assert_eq!(c.count(EventKind::BargeInResume), 0);
     let reply = c.agent_entry("We are open");

@@ -283,6 +283,12 @@ pub struct TtsConfig {
     /// (one multi-context socket per call carrying every sentence, providers.md §3.3).
     #[serde(default)]
     pub transport: TtsTransport,
+    /// `elevenlabs` and `cartesia`: ask for word timings with the audio (ElevenLabs HTTP
+    /// `…/stream/with-timestamps`, Cartesia `add_timestamps`; the ElevenLabs WebSocket sends
+    /// them anyway) so an interrupted reply keeps exactly the words the caller heard. `false`:
+    /// plain audio, and history keeps whole sentences (docs/conversation.md).
+    #[serde(default = "default_true")]
+    pub word_timestamps: bool,
 }
 
 /// How an `elevenlabs` TTS reaches the vendor.

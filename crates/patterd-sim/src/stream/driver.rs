@@ -215,6 +215,7 @@ impl Driver {
                 s.last_speech_frame_ms = Some(at);
                 if !was_speech {
                     s.push(at, TimelineEvent::SentSpeechStart);
+                    s.speech_start_played.push((at, played));
                 }
             } else if was_speech {
                 s.push(at, TimelineEvent::SentSpeechEnd);

@@ -211,6 +211,9 @@ pub struct SimState {
     pub played_bytes: u64,
     /// Agent audio queued but not played yet.
     pub playback_queued_bytes: u64,
+    /// At each start of queued caller speech: when (ms since `start`) and how much agent audio
+    /// had played by then (a position in `received_audio`; what the caller had heard).
+    pub speech_start_played: Vec<(u64, u64)>,
     pub dtmf_sent: Vec<char>,
     /// DTMF digits heard in the agent audio (in-band tones, decoded by [`crate::dtmf`]).
     pub dtmf_heard: String,
