@@ -189,7 +189,6 @@ fn scenarios() -> Vec<Scenario> {
         ],
     ]
     .concat();
-    let texts = clip_texts();
     let mut out = Vec::new();
     let pick = |list: &[String], j: usize, k: usize| -> Vec<String> {
         (0..k)
@@ -237,17 +236,6 @@ fn scenarios() -> Vec<Scenario> {
             add(Kind::Complete, c);
         }
         add(Kind::FastTurn, pick(&dones, j + 3, 1)[0].clone());
-    }
-    for s in &out {
-        for c in [&s.clip].into_iter().chain(match &s.kind {
-            Kind::MidThought { tail, .. } => Some(tail),
-            _ => None,
-        }) {
-            assert!(
-                c == "agent_voice" || texts.contains_key(c) || !c.starts_with("int_"),
-                "no text for {c}"
-            );
-        }
     }
     out
 }
@@ -315,6 +303,9 @@ struct Outcome {
     dead_air_ms: Option<u64>,
     /// Words in the stored heard text minus words actually played before the clear.
     heard_error_words: Option<i64>,
+    /// The agent never got to speak: its greeting (or the reply the clip should play over)
+    /// did not play within 30 s, e.g. because the VAD heard the noise as endless speech.
+    stuck: Option<&'static str>,
     /// Something the runner could not establish (counted as a failure of the scenario).
     error: Option<String>,
 }
@@ -468,7 +459,7 @@ async fn run(sc: &Scenario, agent_extra: &str, speech_rms: f64) -> Outcome {
         .await
         .is_err()
     {
-        out.error = Some("greeting never played".into());
+        out.stuck = Some("the greeting never played");
         return out;
     }
     if long_reply {
@@ -513,7 +504,7 @@ async fn overlay(
         .await
         .is_err()
     {
-        out.error = Some("the reply never played".into());
+        out.stuck = Some("the reply never played");
         return;
     }
     stack.hermes.push(HermesReply::text("Sure, no problem."));
@@ -604,7 +595,7 @@ async fn turns(
                 .await
                 .is_err()
             {
-                out.error = Some("the first answer never played".into());
+                out.stuck = Some("the first answer never played");
                 return;
             }
             sim.push_silence(100);
@@ -621,10 +612,10 @@ async fn turns(
     let last_word = want.last().cloned().unwrap_or_default();
     // Wait until a turn carrying the last word reached the brain, and its answer played.
     let got = wait_rec(stack, sid, LIMIT, |r| requests(r) > first).await;
-    let Some(_) = got else {
-        out.error = Some("no turn reached the brain".into());
+    if got.is_none() {
+        // Never committed: the turn is lost (`whole_turn` stays false).
         return;
-    };
+    }
     let done = sim
         .wait_for("the answer to the whole turn", LIMIT, |s| {
             s.speech_frames_queued == 0
@@ -641,14 +632,11 @@ async fn turns(
     out.whole_turn = new_turns
         .first()
         .is_some_and(|t| words_of(t).ends_with(&want));
-    match done {
-        Ok(s) => {
-            let last = s.last_speech_frame_ms.unwrap_or(0);
-            out.dead_air_ms = first_agent_audio_after(&s, last).map(|a| a - last);
-        }
-        // No answer after the caller's last words: no dead-air figure, and the turn is not
-        // whole (counted there).
-        Err(_) => {}
+    // No answer after the caller's last words: no dead-air figure, and the turn is not whole
+    // (counted there).
+    if let Ok(s) = done {
+        let last = s.last_speech_frame_ms.unwrap_or(0);
+        out.dead_air_ms = first_agent_audio_after(&s, last).map(|a| a - last);
     }
 }
 
@@ -687,9 +675,14 @@ fn pctl(v: &[u64]) -> String {
 
 /// The figures of one group of outcomes, as a markdown table row.
 fn row(label: &str, rs: &[(&Scenario, &Outcome)]) -> String {
+    // Rates are over the calls where the agent got to speak; stuck calls have their column.
     let of = |f: &dyn Fn(&Scenario) -> bool| -> Vec<&Outcome> {
-        rs.iter().filter(|(s, _)| f(s)).map(|(_, o)| *o).collect()
+        rs.iter()
+            .filter(|(s, o)| f(s) && o.stuck.is_none())
+            .map(|(_, o)| *o)
+            .collect()
     };
+    let stuck = rs.iter().filter(|(_, o)| o.stuck.is_some()).count();
     let non_int = of(&|s| s.kind.overlays_reply() && s.kind != Kind::Interruption);
     let ints = of(&|s| s.kind == Kind::Interruption);
     let mids = of(&|s| matches!(s.kind, Kind::MidThought { .. }));
@@ -699,7 +692,8 @@ fn row(label: &str, rs: &[(&Scenario, &Outcome)]) -> String {
     let clear: Vec<u64> = ints.iter().filter_map(|o| o.onset_to_clear_ms).collect();
     let heard: Vec<i64> = ints.iter().filter_map(|o| o.heard_error_words).collect();
     format!(
-        "| {label} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        "| {label} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        wilson(stuck, rs.len()),
         wilson(count(&non_int, &|o| o.stopped), non_int.len()),
         wilson(count(&non_int, &|o| o.took_turn), non_int.len()),
         wilson(count(&ints, &|o| !o.took_turn || !o.stopped), ints.len()),
@@ -711,7 +705,7 @@ fn row(label: &str, rs: &[(&Scenario, &Outcome)]) -> String {
     )
 }
 
-const HEADER: &str = "| condition | false barge-in (stopped) | false barge-in (turn taken) | missed interruptions | mid-thought cut-offs | complete turns split or lost | dead air p50 / p90 ms | onset → clear p50 / p90 ms | heard history ±1 word |\n|---|---|---|---|---|---|---|---|---|";
+const HEADER: &str = "| condition | agent stuck | false barge-in (stopped) | false barge-in (turn taken) | missed interruptions | mid-thought cut-offs | complete turns split or lost | dead air p50 / p90 ms | onset → clear p50 / p90 ms | heard history ±1 word |\n|---|---|---|---|---|---|---|---|---|---|";
 
 /// Runs `set` `concurrency` at a time; returns the outcomes in order.
 async fn run_all(set: &[Scenario], concurrency: usize, agent_extra: &str) -> Vec<Outcome> {
@@ -785,6 +779,20 @@ fn report(set: &[Scenario], outs: &[Outcome]) -> String {
         .iter()
         .filter_map(|(s, o)| o.error.as_ref().map(|e| format!("{}: {e}", s.id)))
         .collect();
+    let mut stuck: BTreeMap<String, usize> = BTreeMap::new();
+    for (s, o) in &pairs {
+        if let Some(why) = o.stuck {
+            *stuck
+                .entry(format!("{}: {why}", s.cond.label()))
+                .or_default() += 1;
+        }
+    }
+    if !stuck.is_empty() {
+        t.push_str("\n\nAgent stuck (not in the rates above):");
+        for (k, n) in stuck {
+            t.push_str(&format!(" {k} ×{n};"));
+        }
+    }
     if !errors.is_empty() {
         t.push_str(&format!(
             "\n\nScenarios that could not be measured ({}):\n",
@@ -800,6 +808,7 @@ fn report(set: &[Scenario], outs: &[Outcome]) -> String {
 /// Whether the scenario's expected outcome happened.
 fn as_expected(s: &Scenario, o: &Outcome) -> bool {
     o.error.is_none()
+        && o.stuck.is_none()
         && match s.kind {
             Kind::Interruption => o.stopped && o.took_turn,
             Kind::Backchannel | Kind::Burst | Kind::Echo { .. } => {
@@ -887,7 +896,7 @@ async fn suite_machinery_on_four_scenarios() {
     ];
     let outs = run_all(&set, 4, "").await;
     for (s, o) in set.iter().zip(&outs) {
-        assert!(o.error.is_none(), "{}: {o:?}", s.id);
+        assert!(o.error.is_none() && o.stuck.is_none(), "{}: {o:?}", s.id);
     }
     let (int, done, cough, mid) = (&outs[0], &outs[1], &outs[2], &outs[3]);
     assert!(int.stopped && int.took_turn, "{int:?}");
