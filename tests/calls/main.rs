@@ -2,7 +2,7 @@
 //! cross-carrier scenario over Twilio, Telnyx and Plivo), the Twilio-only scenarios
 //! (`twilio`), the conversation scenarios with real speech (`conversation`), faulty peers
 //! during a call (`faults`), a forged-webhook flood during live calls (`flood`) and the
-//! agent's tools during a call (`tools`).
+//! agent's tools during a call (`tools`), and the conversation scenario suite (`suite`).
 //!
 //! `cargo test --test calls conversation::` runs one module's tests.
 
@@ -19,6 +19,7 @@ mod ops;
 mod recording;
 mod stt_fallback;
 mod stt_providers;
+mod suite;
 mod telnyx_plivo;
 mod tools;
 mod tts;

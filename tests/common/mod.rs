@@ -97,6 +97,9 @@ pub struct Opts {
     pub extra_sections: String,
     /// Extra TOML appended at the end of the file (e.g. `[pricing.…]` tables).
     pub extra_config: String,
+    /// The fake Deepgram transcribes from this word track instead of its transcript queue
+    /// (the scenario suite, `tests/calls/suite.rs`).
+    pub words: Option<std::sync::Arc<patterd_sim::words::WordTrack>>,
 }
 
 impl Default for Opts {
@@ -120,6 +123,7 @@ impl Default for Opts {
             stt: "deepgram".into(),
             extra_sections: String::new(),
             extra_config: String::new(),
+            words: None,
         }
     }
 }
@@ -326,6 +330,7 @@ impl Stack {
         let dg = FakeDeepgram::start_with(FakeDeepgramConfig {
             api_key: DG_KEY.into(),
             transcripts: opts.transcripts.clone(),
+            words: opts.words.clone(),
             ..Default::default()
         })
         .await

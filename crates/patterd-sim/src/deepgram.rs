@@ -13,6 +13,11 @@
 //! connection after some audio. Everything is recorded in a [`DeepgramRecord`], including when
 //! each `speech_final` left the fake and the first bytes of audio (the load generator tags its
 //! calls there); a load run turns off the verbatim frame log with `record_frames: false`.
+//!
+//! With a [`WordTrack`] (`words`), the fake transcribes from the track instead of the level and
+//! the queue: `SpeechStarted` at a word's start, an interim each time a word has been said,
+//! a `speech_final` once `endpointing` ms passed after the last word's end (with per-word
+//! timings), `UtteranceEnd` after `utterance_end_ms`; audio without words gives nothing.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -26,6 +31,7 @@ use tokio::time::Instant;
 
 use super::http::{self, Body, Recorder, Tasks};
 use super::tone::mulaw_level;
+use super::words::{TimedWord, WordTrack};
 use patterd::net::ws_pump::{self, WsIn};
 
 /// Mean absolute PCM level above which a 20 ms block counts as speech.
@@ -56,6 +62,8 @@ pub struct FakeDeepgramConfig {
     pub failure: Option<DeepgramFailure>,
     /// Keep every text frame received and sent verbatim (tests); a load run turns it off.
     pub record_frames: bool,
+    /// Transcribe from this word track (the scenario suite) instead of the level and queue.
+    pub words: Option<Arc<WordTrack>>,
 }
 
 impl Default for FakeDeepgramConfig {
@@ -67,6 +75,7 @@ impl Default for FakeDeepgramConfig {
             idle_timeout: Duration::from_secs(10),
             failure: None,
             record_frames: true,
+            words: None,
         }
     }
 }
@@ -370,6 +379,12 @@ struct Ears {
     utterance_end_due: bool,
     current: Option<String>,
     utterance_start_ms: u64,
+    /// Word-track mode: index of the first word not yet in a final.
+    next_word: usize,
+    /// Word-track mode: words in the last interim.
+    interim_words: usize,
+    /// Word-track mode: when the last word heard ended.
+    last_word_end: u64,
 }
 
 async fn session(
@@ -457,7 +472,10 @@ async fn session(
                     }
                     let mut out = Vec::new();
                     for block in b.chunks(20 * p.bytes_per_ms() as usize) {
-                        ears.step(&s, &cfg, &p, block, &mut out);
+                        match &cfg.words {
+                            Some(track) => ears.step_words(&p, track, block, &mut out),
+                            None => ears.step(&s, &cfg, &p, block, &mut out),
+                        }
                     }
                     if !send_all!(out) {
                         break DgClose { code: 1006, reason: "send failed".into(), by_client: true };
@@ -479,7 +497,10 @@ async fn session(
                         Some("KeepAlive") => rec(&mut |c| c.keepalives += 1),
                         Some("Finalize") => {
                             rec(&mut |c| c.finalizes += 1);
-                            let out = vec![ears.final_result(&s, &cfg, &p, false, true)];
+                            let out = match &cfg.words {
+                                Some(track) => vec![ears.words_final(&p, track, false, true)],
+                                None => vec![ears.final_result(&s, &cfg, &p, false, true)],
+                            };
                             if !send_all!(out) {
                                 break DgClose { code: 1006, reason: "send failed".into(), by_client: true };
                             }
@@ -487,7 +508,11 @@ async fn session(
                         Some("CloseStream") => {
                             rec(&mut |c| c.close_streams += 1);
                             let mut out = Vec::new();
-                            if ears.heard {
+                            if let Some(track) = &cfg.words {
+                                if ears.heard {
+                                    out.push(ears.words_final(&p, track, false, false));
+                                }
+                            } else if ears.heard {
                                 out.push(ears.final_result(&s, &cfg, &p, false, false));
                             }
                             out.push(json!({
@@ -591,6 +616,100 @@ impl Ears {
         }
     }
 
+    /// One 20 ms block in word-track mode: what a recogniser would say once it has heard the
+    /// audio up to the end of the block.
+    fn step_words(&mut self, p: &Params, track: &WordTrack, block: &[u8], out: &mut Vec<Value>) {
+        let ms = (block.len() as u64).div_ceil(p.bytes_per_ms());
+        let start_ms = self.audio_ms;
+        self.audio_ms += ms;
+        let now = self.audio_ms;
+        let words = track.snapshot();
+        let pending = words.get(self.next_word..).unwrap_or_default();
+        let started: Vec<&TimedWord> = pending.iter().filter(|w| w.start_ms < now).collect();
+        if let Some(first) = started.first()
+            && !self.in_speech
+        {
+            self.in_speech = true;
+            self.heard = true;
+            self.utterance_start_ms = first.start_ms;
+            if p.vad_events {
+                out.push(json!({"type": "SpeechStarted", "channel": [0, 1], "timestamp": first.start_ms.max(start_ms) as f64 / 1000.0}));
+            }
+        }
+        if !started.is_empty() {
+            self.utterance_end_due = true;
+            self.last_word_end = started.iter().map(|w| w.end_ms).max().unwrap_or(0);
+        }
+        let said = started.iter().filter(|w| w.end_ms <= now).count();
+        let speaking = started.iter().any(|w| w.end_ms > now);
+        let last_end = self.last_word_end;
+        self.speech_ms = started
+            .iter()
+            .map(|w| w.end_ms.min(now) - w.start_ms.min(now))
+            .sum();
+        if p.interim && said > self.interim_words {
+            self.interim_words = said;
+            let text = join(&started[..said]);
+            let timed = timings(&started[..said]);
+            out.push(self.results_words(p, &text, timed, false, false, false));
+        }
+        if !started.is_empty()
+            && !speaking
+            && let Some(e) = p.endpointing_ms
+            && now.saturating_sub(last_end) >= e
+        {
+            out.push(self.words_final(p, track, true, false));
+        }
+        if !speaking
+            && self.utterance_end_due
+            && let Some(u) = p.utterance_end_ms
+            && now.saturating_sub(last_end) >= u
+        {
+            self.utterance_end_due = false;
+            out.push(json!({"type": "UtteranceEnd", "channel": [0, 1], "last_word_end": last_end as f64 / 1000.0}));
+        }
+    }
+
+    /// A final in word-track mode: every pending word said by now (words still being said
+    /// wait for the next result).
+    fn words_final(
+        &mut self,
+        p: &Params,
+        track: &WordTrack,
+        speech_final: bool,
+        from_finalize: bool,
+    ) -> Value {
+        let now = self.audio_ms;
+        let words = track.snapshot();
+        let pending = words.get(self.next_word..).unwrap_or_default();
+        let said: Vec<&TimedWord> = pending.iter().take_while(|w| w.end_ms <= now).collect();
+        self.next_word += said.len();
+        let still = words
+            .get(self.next_word..)
+            .unwrap_or_default()
+            .iter()
+            .any(|w| w.start_ms < now);
+        self.in_speech = still;
+        self.heard = still;
+        self.interim_words = 0;
+        let text = join(&said);
+        self.results_words(p, &text, timings(&said), true, speech_final, from_finalize)
+    }
+
+    fn results_words(
+        &self,
+        p: &Params,
+        text: &str,
+        words: Vec<Value>,
+        is_final: bool,
+        speech_final: bool,
+        from_finalize: bool,
+    ) -> Value {
+        let mut v = self.results(p, text, is_final, speech_final, from_finalize);
+        v["channel"]["alternatives"][0]["words"] = Value::Array(words);
+        v
+    }
+
     /// A final for what was heard (empty when nothing was).
     fn final_result(
         &mut self,
@@ -628,6 +747,26 @@ impl Ears {
                          "model_info": {"name": "fake-nova-3", "version": "0", "arch": "nova-3"}}
         })
     }
+}
+
+fn join(words: &[&TimedWord]) -> String {
+    words
+        .iter()
+        .map(|w| w.word.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Deepgram's per-word entries (seconds).
+fn timings(words: &[&TimedWord]) -> Vec<Value> {
+    words
+        .iter()
+        .map(|w| {
+            json!({"word": w.word.to_lowercase(), "punctuated_word": w.word,
+                   "start": w.start_ms as f64 / 1000.0, "end": w.end_ms as f64 / 1000.0,
+                   "confidence": 0.97})
+        })
+        .collect()
 }
 
 fn next_transcript(s: &Shared, cfg: &FakeDeepgramConfig) -> String {

@@ -27,4 +27,5 @@ pub mod tone;
 pub mod tool_endpoint;
 pub mod transcribe;
 pub mod twilio;
+pub mod words;
 pub mod ws;

@@ -39,6 +39,8 @@ pub(super) struct Driver {
     pub(super) open_utterance: Option<usize>,
     /// Decodes in-band DTMF in the agent audio.
     pub(super) dtmf: crate::dtmf::DtmfReceiver,
+    /// Background noise mixed into every caller frame, and the position in its loop.
+    pub(super) background: Option<(Vec<i16>, usize)>,
     pub(super) _reader: TaskGuard,
 }
 
@@ -139,6 +141,7 @@ impl Driver {
             .inbound
             .pop_front()
             .unwrap_or_else(|| (vec![SILENCE_ULAW; FRAME_BYTES], false));
+        let frame = self.mix_background(frame);
         self.chunk += 1;
         let at = self.ms();
         let seq = self.next_seq();
@@ -224,6 +227,23 @@ impl Driver {
         true
     }
 
+    /// `frame` with the next 20 ms of background noise added (unchanged without one).
+    fn mix_background(&mut self, frame: Vec<u8>) -> Vec<u8> {
+        use patterd::audio::g711::{linear_to_ulaw, ulaw_to_linear};
+        let Some((bed, pos)) = &mut self.background else {
+            return frame;
+        };
+        frame
+            .iter()
+            .map(|&u| {
+                let n = bed[*pos % bed.len()];
+                *pos = (*pos + 1) % bed.len();
+                let s = i32::from(ulaw_to_linear(u)) + i32::from(n);
+                linear_to_ulaw(s.clamp(-32768, 32767) as i16)
+            })
+            .collect()
+    }
+
     /// Echoes pending marks whose audio has all played.
     async fn echo_played_marks(&mut self) -> bool {
         while let Some((_, pos)) = self.pending_marks.front() {
@@ -279,6 +299,21 @@ impl Driver {
                 self.inbound.push_back((frame, speech));
                 let queued = self.inbound.iter().filter(|(_, s)| *s).count();
                 self.state.send_modify(|s| s.speech_frames_queued = queued);
+                true
+            }
+            Cmd::Words(track, words) => {
+                // The clip's frames are queued right after this command, behind the frames
+                // already queued: its first sample goes out at this stream time.
+                let at = (self.chunk + self.inbound.len() as u64) * FRAME_MS;
+                track.add(words.into_iter().map(|w| crate::words::TimedWord {
+                    start_ms: at + w.start_ms,
+                    end_ms: at + w.end_ms,
+                    word: w.word,
+                }));
+                true
+            }
+            Cmd::Background(pcm) => {
+                self.background = pcm.map(|p| (p, 0));
                 true
             }
             Cmd::Dtmf(digit) => {
@@ -652,6 +687,7 @@ impl Driver {
         self.state.send_modify(|s| {
             s.push(at, TimelineEvent::ReceivedClear);
             s.clears.push(at);
+            s.cleared_at_pos.push(played_before);
             for u in s.utterances.iter_mut().rev() {
                 if u.end_pos <= played_before {
                     break;

@@ -224,6 +224,9 @@ pub struct SimState {
     pub sent_audio: Vec<u8>,
     /// Every byte of agent audio received, in order (μ-law; cleared audio included).
     pub received_audio: Vec<u8>,
+    /// For each `clear`: the playback position (bytes of agent audio) reached when it
+    /// arrived; audio before it was heard, audio after it was dropped.
+    pub cleared_at_pos: Vec<u64>,
 }
 
 impl SimState {
@@ -274,6 +277,13 @@ pub enum SimError {
 
 enum Cmd {
     Audio(Vec<u8>, bool),
+    /// Words of the audio queued next, relative to its first sample, for a word track.
+    Words(
+        std::sync::Arc<crate::words::WordTrack>,
+        Vec<crate::words::TimedWord>,
+    ),
+    /// Background noise (linear PCM, looped) mixed into every frame sent; `None` stops it.
+    Background(Option<Vec<i16>>),
     Dtmf(char),
     Raw(String),
     HangUp(oneshot::Sender<()>),
@@ -477,6 +487,7 @@ impl SimCall {
             pending_marks: VecDeque::new(),
             open_utterance: None,
             dtmf: crate::dtmf::DtmfReceiver::new(),
+            background: None,
             _reader: reader,
         };
         let task = tokio::spawn(driver.run(cmd_rx, in_rx));
@@ -497,6 +508,27 @@ impl SimCall {
             frame.resize(FRAME_BYTES, SILENCE_ULAW);
             let _ = self.cmd.send(Cmd::Audio(frame, true));
         }
+    }
+
+    /// Queues caller speech whose words (times relative to the clip's start) go into `track`
+    /// at the stream time the clip will be sent: the ground truth a fake Deepgram with the
+    /// same track transcribes from.
+    pub fn push_words(
+        &self,
+        ulaw: &[u8],
+        words: Vec<crate::words::TimedWord>,
+        track: &std::sync::Arc<crate::words::WordTrack>,
+    ) {
+        let _ = self.cmd.send(Cmd::Words(track.clone(), words));
+        self.push_audio(ulaw);
+    }
+
+    /// Mixes `pcm` (8 kHz linear, looped) into every caller frame from now on, queued speech
+    /// and idle filler alike: background noise on the line. `None` stops it.
+    pub fn set_background(&self, pcm: Option<Vec<i16>>) {
+        let _ = self
+            .cmd
+            .send(Cmd::Background(pcm.filter(|p| !p.is_empty())));
     }
 
     /// Queues a caller "utterance": a sine tone.

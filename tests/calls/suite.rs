@@ -1,0 +1,909 @@
+//! The conversation scenario suite, round 2 (issue 18): scripted whole calls generated from the
+//! clip × condition grid of `tests/fixtures/suite` (espeak-ng voices and rates, real human
+//! speech, coughs, laughs; street, café and line-hiss noise at 20 and 10 dB SNR; the agent's
+//! voice echoed at −20 and −6 dB), run through the Twilio simulator against the fakes, several
+//! at a time, in real time. The fake Deepgram transcribes from a word track (the words each
+//! clip carries and when the simulator played them), so it behaves like a recogniser on the
+//! mixed audio: noise, coughs and laughs give no words. Each scenario knows its expected
+//! outcome; the runner counts the misses per condition with 95 % Wilson intervals and prints
+//! the markdown table of docs/conversation.md:
+//!
+//! `cargo test --release --test calls suite::conversation_suite -- --ignored --nocapture`
+//!
+//! Environment: `SUITE_AGENT_EXTRA` (extra `[agents.X]` lines, e.g. `turn_model =
+//! "smart_turn"`), `SUITE_LABEL`, `SUITE_FILTER` (substring of scenario ids),
+//! `SUITE_CONCURRENCY` (default 20), `SUITE_VERBOSE` (one line per scenario).
+//! `suite_machinery_on_four_scenarios` runs four of them in every `cargo test`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::fixtures::{clip, path};
+use crate::common::*;
+use patterd::audio::g711::{decode_ulaw, encode_ulaw};
+use patterd::call::{CallRecord, Speaker};
+use patterd_sim::hermes::HermesReply;
+use patterd_sim::twilio::call::{SimCall, SimState, TimelineEvent};
+use patterd_sim::words::{TimedWord, WordTrack, spread_words, voiced_spans};
+
+const SENTENCES: [&str; 4] = [
+    "We are open every day from noon until ten.",
+    "We can seat groups of up to twelve people.",
+    "The kitchen closes an hour before we do.",
+    "Would you like me to book a table for you?",
+];
+const BOOKING: &str = "I would like to book a table for four people on Tuesday evening.";
+/// Level (mean absolute PCM per 20 ms) that counts as voiced when spreading a clip's words.
+const VOICED_LEVEL: u32 = 300;
+
+fn reply() -> String {
+    SENTENCES.join(" ")
+}
+
+/// A suite clip, `tests/fixtures/suite/<name>.ulaw`.
+fn suite_clip(name: &str) -> Vec<u8> {
+    let p = path(&format!("suite/{name}.ulaw"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// `clips.tsv`: clip name → the words it says.
+fn clip_texts() -> BTreeMap<String, String> {
+    std::fs::read_to_string(path("suite/clips.tsv"))
+        .expect("clips.tsv")
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect()
+}
+
+/// Every suite clip whose name starts with `prefix`, sorted.
+fn clips_named(prefix: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(path("suite"))
+        .expect("suite fixtures")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".ulaw").map(str::to_string))
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    v.sort();
+    v
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Noise {
+    Clean,
+    Street,
+    Cafe,
+    Hiss,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Condition {
+    noise: Noise,
+    snr_db: u8,
+}
+
+impl Condition {
+    fn label(&self) -> String {
+        match self.noise {
+            Noise::Clean => "clean".into(),
+            n => format!("{} {} dB", format!("{n:?}").to_lowercase(), self.snr_db),
+        }
+    }
+}
+
+const CONDITIONS: [Condition; 7] = [
+    Condition {
+        noise: Noise::Clean,
+        snr_db: 0,
+    },
+    Condition {
+        noise: Noise::Street,
+        snr_db: 20,
+    },
+    Condition {
+        noise: Noise::Street,
+        snr_db: 10,
+    },
+    Condition {
+        noise: Noise::Cafe,
+        snr_db: 20,
+    },
+    Condition {
+        noise: Noise::Cafe,
+        snr_db: 10,
+    },
+    Condition {
+        noise: Noise::Hiss,
+        snr_db: 20,
+    },
+    Condition {
+        noise: Noise::Hiss,
+        snr_db: 10,
+    },
+];
+
+/// What the caller does, and so what should happen.
+#[derive(Debug, Clone, PartialEq)]
+enum Kind {
+    /// Talks over the reply with a real interruption: the agent should stop and take it.
+    Interruption,
+    /// "mm hmm" over the reply: the agent should not stop.
+    Backchannel,
+    /// A cough or a laugh over the reply: the agent should not stop.
+    Burst,
+    /// The agent's own voice back at `db` below it: the agent should not stop.
+    Echo { db: i8 },
+    /// A head, a pause, the tail: one turn, committed after the tail.
+    MidThought { tail: String, pause_ms: u64 },
+    /// A complete turn: the agent should answer it, soon.
+    Complete,
+    /// The caller answers right as the agent's short reply ends: a second turn, answered.
+    FastTurn,
+}
+
+impl Kind {
+    fn family(&self) -> &'static str {
+        match self {
+            Kind::Interruption => "interruption",
+            Kind::Backchannel => "backchannel",
+            Kind::Burst => "cough/laugh",
+            Kind::Echo { db: -20 } => "echo -20 dB",
+            Kind::Echo { .. } => "echo -6 dB",
+            Kind::MidThought { .. } => "mid-thought pause",
+            Kind::Complete => "complete turn",
+            Kind::FastTurn => "fast turn-taking",
+        }
+    }
+
+    fn overlays_reply(&self) -> bool {
+        matches!(
+            self,
+            Kind::Interruption | Kind::Backchannel | Kind::Burst | Kind::Echo { .. }
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Scenario {
+    id: String,
+    kind: Kind,
+    clip: String,
+    cond: Condition,
+}
+
+/// The grid: for each condition, a rotating share of each family's clips.
+fn scenarios() -> Vec<Scenario> {
+    let ints: Vec<String> = [clips_named("int_"), vec!["real_ill_disposed".into()]].concat();
+    let bcs = clips_named("bc_");
+    let bursts: Vec<String> = [clips_named("cough_"), clips_named("laugh_")].concat();
+    let heads = clips_named("head_");
+    let tails = clips_named("tail_");
+    let dones: Vec<String> = [
+        clips_named("done_"),
+        vec![
+            "real_amiable".into(),
+            "real_selfish".into(),
+            "real_cards_list".into(),
+            "real_ten_clubs".into(),
+        ],
+    ]
+    .concat();
+    let mut out = Vec::new();
+    let pick = |list: &[String], j: usize, k: usize| -> Vec<String> {
+        (0..k)
+            .map(|i| list[(j * k + i) % list.len()].clone())
+            .collect()
+    };
+    for (j, cond) in CONDITIONS.iter().enumerate() {
+        let mut add = |kind: Kind, clip: String| {
+            let id = format!(
+                "{}/{}/{}{}",
+                cond.label().replace(' ', ""),
+                kind.family().replace(' ', "-"),
+                clip,
+                match &kind {
+                    Kind::MidThought { pause_ms, .. } => format!("+{pause_ms}ms"),
+                    _ => String::new(),
+                }
+            );
+            out.push(Scenario {
+                id,
+                kind,
+                clip,
+                cond: *cond,
+            });
+        };
+        for c in pick(&ints, j, 6) {
+            add(Kind::Interruption, c);
+        }
+        for c in pick(&bcs, j, 4) {
+            add(Kind::Backchannel, c);
+        }
+        for c in pick(&bursts, j, 3) {
+            add(Kind::Burst, c);
+        }
+        add(Kind::Echo { db: -20 }, "agent_voice".into());
+        add(Kind::Echo { db: -6 }, "agent_voice".into());
+        for i in 0..3 {
+            let h = (j * 3 + i) % heads.len();
+            let pause_ms = [500, 1000, 1500][(j + i) % 3];
+            // The tail in the head's voice: same text index and voice suffix.
+            let tail = tails[h].clone();
+            add(Kind::MidThought { tail, pause_ms }, heads[h].clone());
+        }
+        for c in pick(&dones, j, 4) {
+            add(Kind::Complete, c);
+        }
+        add(Kind::FastTurn, pick(&dones, j + 3, 1)[0].clone());
+    }
+    out
+}
+
+/// The clip's audio and its words (relative to its start); noise clips have none.
+fn clip_with_words(name: &str) -> (Vec<u8>, Vec<TimedWord>) {
+    let audio = suite_clip(name);
+    let text = clip_texts().get(name).cloned().unwrap_or_default();
+    let words = spread_words(&text, &voiced_spans(&audio, VOICED_LEVEL));
+    (audio, words)
+}
+
+fn rms(pcm: &[i16]) -> f64 {
+    if pcm.is_empty() {
+        return 0.0;
+    }
+    (pcm.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>() / pcm.len() as f64).sqrt()
+}
+
+/// RMS of the voiced parts of the interruption clips: the speech level SNRs refer to.
+fn speech_rms() -> f64 {
+    let mut all = Vec::new();
+    for name in clips_named("int_") {
+        let audio = suite_clip(name.as_str());
+        for (a, b) in voiced_spans(&audio, VOICED_LEVEL) {
+            let (a, b) = (a as usize * 8, (b as usize * 8).min(audio.len()));
+            all.extend(decode_ulaw(&audio[a..b]));
+        }
+    }
+    rms(&all)
+}
+
+/// The condition's noise bed, scaled to its SNR against `speech_rms`.
+fn noise_bed(cond: Condition, speech_rms: f64) -> Option<Vec<i16>> {
+    let name = match cond.noise {
+        Noise::Clean => return None,
+        Noise::Street => "noise_street",
+        Noise::Cafe => "noise_cafe",
+        Noise::Hiss => "noise_hiss",
+    };
+    let pcm = decode_ulaw(&suite_clip(name));
+    let gain = speech_rms / rms(&pcm) / 10f64.powf(f64::from(cond.snr_db) / 20.0);
+    Some(
+        pcm.iter()
+            .map(|s| (f64::from(*s) * gain).clamp(-32768.0, 32767.0) as i16)
+            .collect(),
+    )
+}
+
+/// What happened in one scenario.
+#[derive(Debug, Default, Clone)]
+struct Outcome {
+    /// The agent was stopped (`clear`) after the caller's clip began.
+    stopped: bool,
+    /// The caller's overlay became a turn (a second brain request).
+    took_turn: bool,
+    /// The reply was heard to its end (false alarms: resumed).
+    finished_reply: bool,
+    onset_to_clear_ms: Option<u64>,
+    /// Mid-thought: the head was committed on its own.
+    cut: bool,
+    /// Complete turns: the turn reached the brain whole (not split, not lost).
+    whole_turn: bool,
+    /// From the caller's last audio to the first frame of the agent's answer.
+    dead_air_ms: Option<u64>,
+    /// Words in the stored heard text minus words actually played before the clear.
+    heard_error_words: Option<i64>,
+    /// The agent never got to speak: its greeting (or the reply the clip should play over)
+    /// did not play within 30 s, e.g. because the VAD heard the noise as endless speech.
+    stuck: Option<&'static str>,
+    /// Something the runner could not establish (counted as a failure of the scenario).
+    error: Option<String>,
+}
+
+/// Waits up to `limit` until the call's record satisfies `pred`; `None` if it never does.
+async fn wait_rec(
+    stack: &Stack,
+    sid: &str,
+    limit: Duration,
+    pred: impl Fn(&CallRecord) -> bool,
+) -> Option<CallRecord> {
+    let calls = &stack.server.app.calls;
+    let wait = async {
+        let Some(h) = calls.get(sid) else {
+            return calls.finished(sid);
+        };
+        let mut changes = h.changes();
+        loop {
+            match h.snapshot().await {
+                Ok(r) if pred(&r) => return Some(r),
+                Ok(_) => {}
+                Err(_) => return calls.wait_finished(sid).await,
+            }
+            if changes.changed().await.is_err() {
+                return calls.wait_finished(sid).await;
+            }
+        }
+    };
+    tokio::time::timeout(limit, wait)
+        .await
+        .ok()
+        .flatten()
+        .filter(|r| pred(r))
+}
+
+async fn snapshot(stack: &Stack, sid: &str) -> Option<CallRecord> {
+    match stack.server.app.calls.get(sid) {
+        Some(h) => h.snapshot().await.ok(),
+        None => stack.server.app.calls.finished(sid),
+    }
+}
+
+fn requests(r: &CallRecord) -> usize {
+    r.events_of("llm_request").count()
+}
+
+fn agent_reply(r: &CallRecord) -> Option<&patterd::call::TranscriptEntry> {
+    r.transcript
+        .iter()
+        .find(|e| e.speaker == Speaker::Agent && e.text.starts_with("We are open"))
+}
+
+/// The caller's turns as the brain got them (the last user message of each request).
+fn brain_turns(stack: &Stack) -> Vec<String> {
+    stack
+        .hermes
+        .record()
+        .requests
+        .iter()
+        .filter_map(|r| r.messages().last().map(|(_, c)| c.clone()))
+        .collect()
+}
+
+/// Words of `s` (lowercase, punctuation dropped).
+fn words_of(s: &str) -> Vec<String> {
+    s.split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| c.is_alphanumeric() || *c == '\'')
+                .collect::<String>()
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Queues a clip with its words into the call's track.
+fn say(sim: &SimCall, track: &Arc<WordTrack>, name: &str) {
+    let (audio, words) = clip_with_words(name);
+    sim.push_words(&audio, words, track);
+}
+
+/// The stream time (ms) at which audio queued now starts: after what is already queued.
+fn queue_end_ms(s: &SimState) -> u64 {
+    (s.frames_sent + s.speech_frames_queued as u64) * 20
+}
+
+/// First agent audio received at or after `ms`.
+fn first_agent_audio_after(s: &SimState, ms: u64) -> Option<u64> {
+    s.timeline
+        .iter()
+        .find(|e| e.at_ms >= ms && matches!(e.event, TimelineEvent::ReceivedMedia { .. }))
+        .map(|e| e.at_ms)
+}
+
+/// Words of the reply actually played before playback position `pos` (bytes): whole
+/// sentences before it, and the share of the cut sentence's characters played (the fake
+/// ElevenLabs paces its audio by characters).
+fn words_played_before(s: &SimState, pos: u64) -> Option<i64> {
+    // Utterance 0 is the greeting; the reply's sentences follow in order.
+    let mut n = 0i64;
+    for (u, sentence) in s.utterances.iter().skip(1).zip(SENTENCES) {
+        let start = u.end_pos - u.bytes;
+        if pos >= u.end_pos {
+            n += words_of(sentence).len() as i64;
+            continue;
+        }
+        if pos > start {
+            let chars = (sentence.len() as u64 * (pos - start) / u.bytes.max(1)) as usize;
+            // Words whose last character was played.
+            let mut end = 0;
+            for w in sentence.split(' ') {
+                end += w.len();
+                if end <= chars {
+                    n += 1;
+                }
+                end += 1;
+            }
+        }
+        return Some(n);
+    }
+    Some(n)
+}
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+async fn run(sc: &Scenario, agent_extra: &str, speech_rms: f64) -> Outcome {
+    let track = Arc::new(WordTrack::new());
+    let stack = Stack::start(Opts {
+        agent_extra: format!("idle_nudge_after_s = 0\n{agent_extra}"),
+        voice: Some((clip("agent_voice"), 60)),
+        long_turn_after_s: 20.0,
+        words: Some(track.clone()),
+        ..Default::default()
+    })
+    .await;
+    let mut out = Outcome::default();
+    let long_reply = sc.kind.overlays_reply();
+    let long = reply();
+    stack.hermes.push(HermesReply::text(if long_reply {
+        &long
+    } else if sc.kind == Kind::FastTurn {
+        "Sure."
+    } else {
+        "Okay."
+    }));
+    let (sid, sim) = stack.call().await;
+    sim.set_background(noise_bed(sc.cond, speech_rms));
+    if sim
+        .wait_for("greeting mark", LIMIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .is_err()
+    {
+        out.stuck = Some("the greeting never played");
+        return out;
+    }
+    if long_reply {
+        overlay(&stack, &sid, &sim, &track, sc, &mut out).await;
+    } else {
+        turns(&stack, &sid, &sim, &track, sc, &mut out).await;
+    }
+    let s = sim.state();
+    if !s.protocol_errors.is_empty() && out.error.is_none() {
+        out.error = Some(format!("protocol errors: {:?}", s.protocol_errors));
+    }
+    if std::env::var_os("SUITE_VERBOSE").is_some()
+        && let Some(r) = snapshot(&stack, &sid).await
+    {
+        eprintln!("--- {} {out:?}", sc.id);
+        for e in &r.events {
+            eprintln!("{:6} {} {}", e.t_ms, e.kind, e.detail);
+        }
+    }
+    sim.hang_up().await;
+    let _ = tokio::time::timeout(LIMIT, stack.server.app.calls.wait_finished(&sid)).await;
+    out
+}
+
+/// Interruption, backchannel, burst and echo: the caller's clip plays over the long reply
+/// once its first sentence has been heard.
+async fn overlay(
+    stack: &Stack,
+    sid: &str,
+    sim: &SimCall,
+    track: &Arc<WordTrack>,
+    sc: &Scenario,
+    out: &mut Outcome,
+) {
+    let booking = clip("book_table");
+    let words = spread_words(BOOKING, &voiced_spans(&booking, VOICED_LEVEL));
+    sim.push_words(&booking, words, track);
+    if sim
+        .wait_for("first reply sentence heard", LIMIT, |s| {
+            s.marks_echoed.len() >= 2
+        })
+        .await
+        .is_err()
+    {
+        out.stuck = Some("the reply never played");
+        return;
+    }
+    stack.hermes.push(HermesReply::text("Sure, no problem."));
+    let pushed_at = queue_end_ms(&sim.state());
+    match sc.kind {
+        Kind::Echo { db } => {
+            // The agent's voice coming back; a recogniser hears the sentence being spoken.
+            let gain = 10f32.powf(f32::from(db) / 20.0);
+            let voice = clip("agent_voice");
+            let pcm: Vec<i16> = decode_ulaw(&voice[..2400 * 8])
+                .into_iter()
+                .map(|s| (f32::from(s) * gain) as i16)
+                .collect();
+            let audio = encode_ulaw(&pcm);
+            let words = spread_words(SENTENCES[1], &[(0, 2400)]);
+            sim.push_words(&audio, words, track);
+        }
+        _ => say(sim, track, &sc.clip),
+    }
+    let record = if sc.kind == Kind::Interruption {
+        wait_rec(stack, sid, Duration::from_secs(10), |r| requests(r) >= 2).await
+    } else {
+        wait_rec(stack, sid, LIMIT, |r| {
+            requests(r) >= 2 || agent_reply(r).is_some_and(|e| e.heard_text == reply())
+        })
+        .await
+    };
+    let record = match record {
+        Some(r) => r,
+        None => match snapshot(stack, sid).await {
+            Some(r) => r,
+            None => {
+                out.error = Some("no call record".into());
+                return;
+            }
+        },
+    };
+    let s = sim.state();
+    out.took_turn = requests(&record) >= 2;
+    out.finished_reply = agent_reply(&record).is_some_and(|e| e.heard_text == reply());
+    let clear = s.clears.iter().position(|c| *c >= pushed_at);
+    out.stopped = clear.is_some();
+    let onset = s
+        .timeline
+        .iter()
+        .find(|e| e.at_ms >= pushed_at && e.event == TimelineEvent::SentSpeechStart)
+        .map(|e| e.at_ms);
+    if let (Some(o), Some(i)) = (onset, clear) {
+        out.onset_to_clear_ms = Some(s.clears[i].saturating_sub(o));
+    }
+    if sc.kind == Kind::Interruption
+        && out.took_turn
+        && let Some(i) = clear
+        && let Some(entry) = agent_reply(&record)
+    {
+        let played = words_played_before(&s, s.cleared_at_pos[i]);
+        out.heard_error_words = played.map(|p| words_of(&entry.heard_text).len() as i64 - p);
+    }
+}
+
+/// Mid-thought pauses, complete turns and fast turn-taking: the caller speaks after the
+/// greeting.
+async fn turns(
+    stack: &Stack,
+    sid: &str,
+    sim: &SimCall,
+    track: &Arc<WordTrack>,
+    sc: &Scenario,
+    out: &mut Outcome,
+) {
+    let texts = clip_texts();
+    let text = texts.get(&sc.clip).cloned().unwrap_or_default();
+    let expect_turn = match &sc.kind {
+        Kind::MidThought { tail, pause_ms } => {
+            stack.hermes.push(HermesReply::text("Okay."));
+            say(sim, track, &sc.clip);
+            sim.push_silence(*pause_ms);
+            say(sim, track, tail);
+            format!("{text} {}", texts.get(tail).cloned().unwrap_or_default())
+        }
+        Kind::FastTurn => {
+            // A first turn and its short answer; the caller's next turn starts 100 ms after
+            // the answer's last audio.
+            stack.hermes.push(HermesReply::text("Okay."));
+            say(sim, track, "done_yes_that_is_right_0");
+            if sim
+                .wait_for("the first answer", LIMIT, |s| s.marks_echoed.len() >= 2)
+                .await
+                .is_err()
+            {
+                out.stuck = Some("the first answer never played");
+                return;
+            }
+            sim.push_silence(100);
+            say(sim, track, &sc.clip);
+            text.clone()
+        }
+        _ => {
+            say(sim, track, &sc.clip);
+            text.clone()
+        }
+    };
+    let first = requests_before(stack, sid).await;
+    let want = words_of(&expect_turn);
+    let last_word = want.last().cloned().unwrap_or_default();
+    // Wait until a turn carrying the last word reached the brain, and its answer played.
+    let got = wait_rec(stack, sid, LIMIT, |r| requests(r) > first).await;
+    if got.is_none() {
+        // Never committed: the turn is lost (`whole_turn` stays false).
+        return;
+    }
+    let done = sim
+        .wait_for("the answer to the whole turn", LIMIT, |s| {
+            s.speech_frames_queued == 0
+                && s.last_speech_frame_ms
+                    .is_some_and(|l| first_agent_audio_after(s, l).is_some())
+        })
+        .await;
+    let turns = brain_turns(stack);
+    let new_turns = &turns[first.min(turns.len())..];
+    out.cut = new_turns.len() > 1
+        || new_turns
+            .first()
+            .is_some_and(|t| words_of(t).last() != Some(&last_word));
+    out.whole_turn = new_turns
+        .first()
+        .is_some_and(|t| words_of(t).ends_with(&want));
+    // No answer after the caller's last words: no dead-air figure, and the turn is not whole
+    // (counted there).
+    if let Ok(s) = done {
+        let last = s.last_speech_frame_ms.unwrap_or(0);
+        out.dead_air_ms = first_agent_audio_after(&s, last).map(|a| a - last);
+    }
+}
+
+/// Brain requests made before the scenario's caller turn (fast turn-taking has one).
+async fn requests_before(stack: &Stack, sid: &str) -> usize {
+    snapshot(stack, sid).await.map_or(0, |r| requests(&r))
+}
+
+/// A rate with its 95 % Wilson score interval, as `x/n (p %, lo–hi %)`.
+fn wilson(x: usize, n: usize) -> String {
+    if n == 0 {
+        return "–".into();
+    }
+    let (xf, nf, z) = (x as f64, n as f64, 1.96f64);
+    let p = xf / nf;
+    let d = 1.0 + z * z / nf;
+    let c = (p + z * z / (2.0 * nf)) / d;
+    let h = z / d * (p * (1.0 - p) / nf + z * z / (4.0 * nf * nf)).sqrt();
+    format!(
+        "{x}/{n} ({:.0} %, {:.0}–{:.0})",
+        p * 100.0,
+        (c - h).max(0.0) * 100.0,
+        (c + h).min(1.0) * 100.0
+    )
+}
+
+fn pctl(v: &[u64]) -> String {
+    if v.is_empty() {
+        return "–".into();
+    }
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    let at = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+    format!("{} / {} (n={})", at(0.5), at(0.9), v.len())
+}
+
+/// The figures of one group of outcomes, as a markdown table row.
+fn row(label: &str, rs: &[(&Scenario, &Outcome)]) -> String {
+    // Rates are over the calls where the agent got to speak; stuck calls have their column.
+    let of = |f: &dyn Fn(&Scenario) -> bool| -> Vec<&Outcome> {
+        rs.iter()
+            .filter(|(s, o)| f(s) && o.stuck.is_none())
+            .map(|(_, o)| *o)
+            .collect()
+    };
+    let stuck = rs.iter().filter(|(_, o)| o.stuck.is_some()).count();
+    let non_int = of(&|s| s.kind.overlays_reply() && s.kind != Kind::Interruption);
+    let ints = of(&|s| s.kind == Kind::Interruption);
+    let mids = of(&|s| matches!(s.kind, Kind::MidThought { .. }));
+    let dones = of(&|s| matches!(s.kind, Kind::Complete | Kind::FastTurn));
+    let count = |v: &[&Outcome], f: &dyn Fn(&Outcome) -> bool| v.iter().filter(|o| f(o)).count();
+    let dead: Vec<u64> = dones.iter().filter_map(|o| o.dead_air_ms).collect();
+    let clear: Vec<u64> = ints.iter().filter_map(|o| o.onset_to_clear_ms).collect();
+    let heard: Vec<i64> = ints.iter().filter_map(|o| o.heard_error_words).collect();
+    format!(
+        "| {label} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        wilson(stuck, rs.len()),
+        wilson(count(&non_int, &|o| o.stopped), non_int.len()),
+        wilson(count(&non_int, &|o| o.took_turn), non_int.len()),
+        wilson(count(&ints, &|o| !o.took_turn || !o.stopped), ints.len()),
+        wilson(count(&mids, &|o| o.cut), mids.len()),
+        wilson(count(&dones, &|o| !o.whole_turn), dones.len()),
+        pctl(&dead),
+        pctl(&clear),
+        wilson(heard.iter().filter(|e| e.abs() <= 1).count(), heard.len()),
+    )
+}
+
+const HEADER: &str = "| condition | agent stuck | false barge-in (stopped) | false barge-in (turn taken) | missed interruptions | mid-thought cut-offs | complete turns split or lost | dead air p50 / p90 ms | onset → clear p50 / p90 ms | heard history ±1 word |\n|---|---|---|---|---|---|---|---|---|---|";
+
+/// Runs `set` `concurrency` at a time; returns the outcomes in order.
+async fn run_all(set: &[Scenario], concurrency: usize, agent_extra: &str) -> Vec<Outcome> {
+    let speech = speech_rms();
+    let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let tasks: Vec<_> = set
+        .iter()
+        .cloned()
+        .map(|sc| {
+            let sem = sem.clone();
+            let extra = agent_extra.to_string();
+            tokio::spawn(async move {
+                let _permit = sem.acquire_owned().await.expect("semaphore");
+                let o = run(&sc, &extra, speech).await;
+                if std::env::var_os("SUITE_VERBOSE").is_some() {
+                    eprintln!("{} → {o:?}", sc.id);
+                }
+                o
+            })
+        })
+        .collect();
+    let mut outs = Vec::new();
+    for t in tasks {
+        outs.push(t.await.unwrap_or_else(|e| Outcome {
+            error: Some(format!("scenario panicked: {e}")),
+            ..Default::default()
+        }));
+    }
+    outs
+}
+
+fn report(set: &[Scenario], outs: &[Outcome]) -> String {
+    let pairs: Vec<(&Scenario, &Outcome)> = set.iter().zip(outs).collect();
+    let mut t = String::from(HEADER);
+    for cond in CONDITIONS {
+        let rs: Vec<_> = pairs
+            .iter()
+            .copied()
+            .filter(|(s, _)| s.cond == cond)
+            .collect();
+        if !rs.is_empty() {
+            t.push('\n');
+            t.push_str(&row(&cond.label(), &rs));
+        }
+    }
+    t.push('\n');
+    t.push_str(&row("**all**", &pairs));
+    // Per family: how often the agent was stopped, and how often the scenario went as it
+    // should.
+    t.push_str(
+        "\n\n| family | runs | agent stopped | turn taken | as expected |\n|---|---|---|---|---|",
+    );
+    let mut fams: Vec<&str> = set.iter().map(|s| s.kind.family()).collect();
+    fams.dedup();
+    fams.sort_unstable();
+    fams.dedup();
+    for f in fams {
+        let rs: Vec<_> = pairs.iter().filter(|(s, _)| s.kind.family() == f).collect();
+        let n = rs.len();
+        let stopped = rs.iter().filter(|(_, o)| o.stopped).count();
+        let took = rs.iter().filter(|(_, o)| o.took_turn).count();
+        let ok = rs.iter().filter(|(s, o)| as_expected(s, o)).count();
+        t.push_str(&format!(
+            "\n| {f} | {n} | {} | {} | {} |",
+            wilson(stopped, n),
+            wilson(took, n),
+            wilson(ok, n)
+        ));
+    }
+    let errors: Vec<String> = pairs
+        .iter()
+        .filter_map(|(s, o)| o.error.as_ref().map(|e| format!("{}: {e}", s.id)))
+        .collect();
+    let mut stuck: BTreeMap<String, usize> = BTreeMap::new();
+    for (s, o) in &pairs {
+        if let Some(why) = o.stuck {
+            *stuck
+                .entry(format!("{}: {why}", s.cond.label()))
+                .or_default() += 1;
+        }
+    }
+    if !stuck.is_empty() {
+        t.push_str("\n\nAgent stuck (not in the rates above):");
+        for (k, n) in stuck {
+            t.push_str(&format!(" {k} ×{n};"));
+        }
+    }
+    if !errors.is_empty() {
+        t.push_str(&format!(
+            "\n\nScenarios that could not be measured ({}):\n",
+            errors.len()
+        ));
+        for e in errors {
+            t.push_str(&format!("- {e}\n"));
+        }
+    }
+    t
+}
+
+/// Whether the scenario's expected outcome happened.
+fn as_expected(s: &Scenario, o: &Outcome) -> bool {
+    o.error.is_none()
+        && o.stuck.is_none()
+        && match s.kind {
+            Kind::Interruption => o.stopped && o.took_turn,
+            Kind::Backchannel | Kind::Burst | Kind::Echo { .. } => {
+                !o.stopped && !o.took_turn && o.finished_reply
+            }
+            Kind::MidThought { .. } => !o.cut && o.whole_turn,
+            Kind::Complete | Kind::FastTurn => o.whole_turn,
+        }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the whole suite takes minutes; run it on purpose (docs/conversation.md)"]
+async fn conversation_suite() {
+    let filter = std::env::var("SUITE_FILTER").unwrap_or_default();
+    let set: Vec<Scenario> = scenarios()
+        .into_iter()
+        .filter(|s| s.id.contains(&filter))
+        .collect();
+    let concurrency = std::env::var("SUITE_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let extra = std::env::var("SUITE_AGENT_EXTRA").unwrap_or_default();
+    let label = std::env::var("SUITE_LABEL").unwrap_or_else(|_| "silence-only".into());
+    let started = std::time::Instant::now();
+    let outs = run_all(&set, concurrency, &extra).await;
+    println!(
+        "== conversation suite: {} scenarios, {label}, {} at a time, {:.0} s ==\n",
+        set.len(),
+        concurrency,
+        started.elapsed().as_secs_f64()
+    );
+    println!("{}", report(&set, &outs));
+    assert!(!set.is_empty(), "no scenario matches SUITE_FILTER={filter}");
+}
+
+#[test]
+fn the_grid_has_a_hundred_scenarios_with_words_for_every_speech_clip() {
+    let set = scenarios();
+    assert!(set.len() >= 100, "{}", set.len());
+    let texts = clip_texts();
+    for s in &set {
+        if !matches!(s.kind, Kind::Burst | Kind::Echo { .. }) {
+            let (audio, words) = clip_with_words(&s.clip);
+            assert!(texts.contains_key(&s.clip), "{}", s.id);
+            assert!(!words.is_empty(), "{}", s.id);
+            // Words lie within the clip.
+            assert!(
+                words
+                    .last()
+                    .is_some_and(|w| w.end_ms <= audio.len() as u64 / 8 + 20)
+            );
+        }
+    }
+    // Every condition has every family.
+    for c in CONDITIONS {
+        let fams: std::collections::BTreeSet<&str> = set
+            .iter()
+            .filter(|s| s.cond == c)
+            .map(|s| s.kind.family())
+            .collect();
+        assert_eq!(fams.len(), 8, "{c:?}: {fams:?}");
+    }
+    assert_eq!(wilson(0, 10), "0/10 (0 %, 0–28)");
+    assert_eq!(wilson(5, 10), "5/10 (50 %, 24–76)");
+}
+
+/// Four scenarios of the grid in every `cargo test`, with the outcomes that are clear-cut
+/// today: a real interruption in clean audio stops the agent and takes the turn; a complete
+/// turn in line hiss is answered whole; a short cough never takes the turn and the reply is
+/// heard to its end; a pause after "I need to" is one turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_machinery_on_four_scenarios() {
+    let all = scenarios();
+    let find = |f: &dyn Fn(&Scenario) -> bool| all.iter().find(|s| f(s)).cloned().expect("in grid");
+    let set = vec![
+        find(&|s| s.kind == Kind::Interruption && s.cond.noise == Noise::Clean),
+        find(&|s| {
+            s.kind == Kind::Complete && s.cond.noise == Noise::Hiss && s.clip.starts_with("done_")
+        }),
+        find(&|s| s.kind == Kind::Burst && s.clip == "cough_short"),
+        find(&|s| {
+            matches!(&s.kind, Kind::MidThought { .. }) && s.clip.starts_with("head_i_need_to")
+        }),
+    ];
+    let outs = run_all(&set, 4, "").await;
+    for (s, o) in set.iter().zip(&outs) {
+        assert!(o.error.is_none() && o.stuck.is_none(), "{}: {o:?}", s.id);
+    }
+    let (int, done, cough, mid) = (&outs[0], &outs[1], &outs[2], &outs[3]);
+    assert!(int.stopped && int.took_turn, "{int:?}");
+    assert!(int.onset_to_clear_ms.is_some(), "{int:?}");
+    assert!(int.heard_error_words.is_some(), "{int:?}");
+    assert!(done.whole_turn && !done.cut, "{done:?}");
+    assert!(done.dead_air_ms.is_some(), "{done:?}");
+    assert!(!cough.took_turn && cough.finished_reply, "{cough:?}");
+    assert!(!mid.cut && mid.whole_turn, "{mid:?}");
+}
