@@ -123,11 +123,15 @@ pub enum EventKind {
     LlmFirstToken,
     /// A synthesis' first audio arrived (detail: µs since the TTS request).
     TtsFirstAudio,
+    /// The end-of-turn model judged a pause (detail: `complete p=0.912 pause=3 infer_us=27000`,
+    /// `incomplete …`, `unavailable queue_full …`, `timeout pause=3`; ` ignored` when the
+    /// answer came after the caller went on).
+    TurnModel,
 }
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 52] = [
+    pub const ALL: [EventKind; 53] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -180,6 +184,7 @@ impl EventKind {
         EventKind::ActionRefused,
         EventKind::LlmFirstToken,
         EventKind::TtsFirstAudio,
+        EventKind::TurnModel,
     ];
 
     /// The stored and served name (snake_case).
@@ -237,6 +242,7 @@ impl EventKind {
             EventKind::ActionRefused => "action_refused",
             EventKind::LlmFirstToken => "llm_first_token",
             EventKind::TtsFirstAudio => "tts_first_audio",
+            EventKind::TurnModel => "turn_model",
         }
     }
 
