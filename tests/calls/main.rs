@@ -16,6 +16,8 @@ mod faults;
 mod flood;
 mod ops;
 mod recording;
+#[cfg(feature = "smart_turn")]
+mod smart_turn;
 mod stt_providers;
 mod telnyx_plivo;
 mod tools;
