@@ -6,3 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ./mcp/setup.sh
 ./browser/setup.sh
+# The Smart Turn library and model only when asked (tests/models/setup.sh prints their paths).
+if [ "${PATTERD_MODELS:-0}" = "1" ]; then
+  ./models/setup.sh
+fi

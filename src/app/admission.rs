@@ -139,6 +139,7 @@ fn launch(app: &App, l: Launch<'_>) -> Result<(), Refusal> {
         log: None,
         tools: None,
         recording: None,
+        turn_model: None,
     };
     let setup = CallSetup {
         log: Some(app.call_log(&setup)),

@@ -49,6 +49,8 @@ pub enum AppError {
     Store(#[from] StoreError),
     #[error("tools: {0}")]
     Tools(#[from] crate::tools::ToolSetupError),
+    #[error("{0}")]
+    TurnModel(#[from] crate::call::eot::TurnModelSetupError),
     #[error(
         "the saved inbound overrides (store setting `{key}`) cannot be read: {source}; \
          fix or delete them with `sqlite3 {db} \"DELETE FROM settings WHERE key = '{key}'\"` \
@@ -98,6 +100,9 @@ pub struct App {
     pub peer_warnings: LogLimiter,
     /// The browser phone's link key (from `server.api_token`; none without one).
     pub phone_links: Option<PhoneLinks>,
+    /// One inference worker per `[turn_model.NAME]`, as the daemon started (a reload keeps
+    /// them: onnxruntime is loaded once per process).
+    turn_models: BTreeMap<String, crate::call::eot::TurnModelWorker>,
 }
 
 /// How many media sockets may be open at once: two per call (a carrier may reconnect) plus
@@ -114,6 +119,7 @@ impl App {
         let providers = crate::provider::build_providers(&config).map_err(AppError::Providers)?;
         let carriers = Registry::from_config(&config.carriers);
         let tools = crate::tools::build_all(&config.agents, &providers.llm)?;
+        let turn_models = crate::call::eot::start_workers(&config.turn_model)?;
         let store = Store::open(
             &config.server.data_dir,
             config.store.retention_days,
@@ -145,6 +151,7 @@ impl App {
             media_sockets: Arc::new(tokio::sync::Semaphore::new(media_socket_limit(&config))),
             peer_warnings: LogLimiter::new(20, Duration::from_secs(1)),
             phone_links: PhoneLinks::from_secret(config.server.api_token.expose()),
+            turn_models,
             config: RwLock::new(Arc::new(config)),
         }))
     }
@@ -192,6 +199,10 @@ impl App {
         new.log = old.log.clone();
         new.store = old.store.clone();
         new.carriers = old.carriers.clone();
+        if changed(&old.turn_model, &new.turn_model) {
+            notes.push("[turn_model] changed: end-of-turn models need a restart".to_string());
+        }
+        new.turn_model = old.turn_model.clone();
         let providers = crate::provider::build_providers(&new).map_err(AppError::Providers)?;
         let tools = crate::tools::build_all(&new.agents, &providers.llm)?;
         *self.providers.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(providers);
@@ -342,6 +353,8 @@ pub(crate) fn with_tools(app: &App, mut setup: crate::call::CallSetup) -> crate:
         setup.recording =
             crate::call::recording::path(&app.config().server.data_dir, &setup.call_id);
     }
+    setup.turn_model =
+        (setup.agent.turn_model.as_ref()).and_then(|name| app.turn_models.get(name).cloned());
     let (caller, callee) = (setup.from.clone(), setup.to.clone());
     let tools = app.tools.read().unwrap_or_else(|e| e.into_inner()).clone();
     setup.tools = tools.get(&setup.agent_name).and_then(|t| {

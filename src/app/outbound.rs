@@ -359,6 +359,7 @@ async fn place_if(
         log: None,
         tools: None,
         recording: None,
+        turn_model: None,
     };
     let setup = CallSetup {
         log: Some(app.call_log(&setup)),

@@ -10,3 +10,5 @@ pub mod g711;
 pub mod resample;
 pub mod vad;
 pub mod wav;
+#[cfg(feature = "smart_turn")]
+pub mod whisper_mel;

@@ -16,6 +16,7 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ActionOutcome;
+use super::eot::{CallerRing, TurnModelAnswer, TurnModelWorker, Unavailable, Verdict};
 use super::event::{EndReason, EventKind};
 use super::log::{Dropped, Usage};
 use super::policy::{Action, Input, Policy};
@@ -86,6 +87,34 @@ struct Actor {
     turn_tokens: TokenUsage,
     /// The call's recording, from the media stream's start (`record = true` agents only).
     recorder: Option<Recorder>,
+    /// The end-of-turn model's link (agents with `turn_model` only).
+    turn_model: Option<TurnModelLink>,
+}
+
+/// A call's side of the shared end-of-turn model worker: the caller's last 8 s and the
+/// channel its answers come back on.
+struct TurnModelLink {
+    worker: TurnModelWorker,
+    ring: CallerRing,
+    reply: mpsc::Sender<TurnModelAnswer>,
+    answers: mpsc::Receiver<TurnModelAnswer>,
+}
+
+impl TurnModelLink {
+    fn new(worker: TurnModelWorker) -> Self {
+        let (reply, answers) = mpsc::channel(4);
+        Self {
+            worker,
+            ring: CallerRing::new(),
+            reply,
+            answers,
+        }
+    }
+
+    /// Queues a judgement of the caller's last 8 s; `Err` is the answer when it cannot be.
+    fn ask(&self, pause: u64) -> Result<(), TurnModelAnswer> {
+        self.worker.submit(pause, self.ring.snapshot(), &self.reply)
+    }
 }
 
 /// Microseconds from `at` to now.
@@ -136,7 +165,8 @@ impl Actor {
                 setup.providers.llm.keeps_history(),
                 now,
             )
-            .with_stt_turns(setup.providers.stt.ends_turns()),
+            .with_stt_turns(setup.providers.stt.ends_turns())
+            .with_turn_model(setup.turn_model.as_ref().map(|w| w.timing())),
             vad: Vad::new(VadConfig {
                 threshold: setup.agent.vad_threshold as f32,
                 stop_ms: setup.agent.vad_stop_ms,
@@ -153,6 +183,7 @@ impl Actor {
             usage: Usage::default(),
             turn_tokens: TokenUsage::default(),
             recorder: None,
+            turn_model: setup.turn_model.clone().map(TurnModelLink::new),
             setup,
         }
     }
@@ -261,6 +292,17 @@ impl Actor {
                 Action::SendDtmf { id, digits } => {
                     self.carrier_action(id, MediaCommand::SendDtmf { id, digits });
                 }
+                Action::AskTurnModel { pause } => {
+                    let refused = match &self.turn_model {
+                        Some(link) => link.ask(pause).err(),
+                        None => Some(TurnModelAnswer {
+                            pause,
+                            verdict: Verdict::Unavailable(Unavailable::Stopped),
+                            micros: 0,
+                        }),
+                    };
+                    self.deferred.extend(refused.map(Input::TurnModel));
+                }
             }
         }
         end
@@ -339,6 +381,9 @@ impl Actor {
                     None
                 }
                 _ = sleep_opt(talk_at) => self.step(Input::Timer),
+                Some(answer) = recv_opt(self.turn_model.as_mut().map(|t| &mut t.answers)) => {
+                    self.step(Input::TurnModel(answer))
+                }
                 (r, hang_up) = deadline => {
                     if hang_up {
                         self.send(MediaCommand::HangUp);
@@ -516,6 +561,9 @@ impl Actor {
         match ev {
             MediaEvent::Start(_) => None,
             MediaEvent::Audio(frame) => {
+                if let Some(link) = &mut self.turn_model {
+                    link.ring.push_ulaw(&frame);
+                }
                 if let Some(rec) = &self.recorder
                     && !rec.caller(frame.clone())
                 {

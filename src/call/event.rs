@@ -126,11 +126,15 @@ pub enum EventKind {
     /// The STT chain moved the call to its next STT (detail: `reason: from -> to: why`, the
     /// reason `open_failed`, `open_timeout` or `dropped`).
     SttSwitched,
+    /// The end-of-turn model judged a pause (detail: `complete p=0.912 pause=3 infer_us=27000`,
+    /// `incomplete …`, `unavailable queue_full …`, `timeout pause=3`; ` ignored` when the
+    /// answer came after the caller went on).
+    TurnModel,
 }
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 53] = [
+    pub const ALL: [EventKind; 54] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -184,6 +188,7 @@ impl EventKind {
         EventKind::LlmFirstToken,
         EventKind::TtsFirstAudio,
         EventKind::SttSwitched,
+        EventKind::TurnModel,
     ];
 
     /// The stored and served name (snake_case).
@@ -242,6 +247,7 @@ impl EventKind {
             EventKind::LlmFirstToken => "llm_first_token",
             EventKind::TtsFirstAudio => "tts_first_audio",
             EventKind::SttSwitched => "stt_switched",
+            EventKind::TurnModel => "turn_model",
         }
     }
 

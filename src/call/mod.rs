@@ -8,6 +8,7 @@
 
 pub mod action;
 pub mod actor;
+pub mod eot;
 pub mod event;
 pub mod heard;
 pub mod log;
@@ -59,6 +60,8 @@ pub struct CallSetup {
     pub tools: Option<crate::provider::Tools>,
     /// Where to write the call's recording (`None`: not recorded).
     pub recording: Option<std::path::PathBuf>,
+    /// The agent's end-of-turn model (`[agents.X] turn_model`; `None`: silence decides).
+    pub turn_model: Option<eot::TurnModelWorker>,
 }
 
 impl CallSetup {

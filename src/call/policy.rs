@@ -27,11 +27,13 @@ use crate::provider::chunker::SentenceChunker;
 use crate::provider::{ChatMessage, LlmEvent, Role};
 
 mod acts;
+mod eot;
 mod speaking;
 #[cfg(test)]
 mod tests;
 
 pub use acts::TRANSFER_WAIT;
+pub use eot::TurnModelTiming;
 
 /// Longest wait for the idle goodbye to play before hanging up anyway.
 pub const GOODBYE_GRACE: Duration = Duration::from_secs(15);
@@ -112,6 +114,8 @@ pub enum Input {
     /// Something else changed (synthesis, pacing, any event): release a held turn whose
     /// time has come, end the goodbye. Sent after every event the actor handles.
     Settle,
+    /// The end-of-turn model's answer about a pause ([`Action::AskTurnModel`]).
+    TurnModel(crate::call::eot::TurnModelAnswer),
 }
 
 /// What the actor must do, in order.
@@ -146,6 +150,8 @@ pub enum Action {
     Transfer { id: u64, to: String },
     /// Ask the carrier to send these (checked) DTMF digits.
     SendDtmf { id: u64, digits: String },
+    /// Have the end-of-turn model judge pause number `pause` on the caller's last 8 s.
+    AskTurnModel { pause: u64 },
 }
 
 /// The reply to one caller turn.
@@ -224,6 +230,8 @@ pub struct Policy {
     stt_turns: bool,
     /// A brain request started on an eager end of turn, whose reply is held back.
     speculation: Option<Speculation>,
+    /// The end-of-turn model's judgement of the current pause (none without a model).
+    gate: eot::TurnGate,
     out: Vec<Action>,
 }
 
@@ -271,6 +279,7 @@ impl Policy {
             dtmf_pending: None,
             stt_turns: false,
             speculation: None,
+            gate: eot::TurnGate::new(None),
             out: Vec::new(),
         }
     }
@@ -285,6 +294,12 @@ impl Policy {
 
     pub fn with_stt_turns(mut self, yes: bool) -> Self {
         self.stt_turns = yes;
+        self
+    }
+
+    /// An end-of-turn model judges the caller's pauses (see `policy/eot.rs`).
+    pub fn with_turn_model(mut self, timing: Option<TurnModelTiming>) -> Self {
+        self.gate = eot::TurnGate::new(timing);
         self
     }
 
@@ -328,6 +343,7 @@ impl Policy {
                     VadEvent::SpeechStart { onset_ms } => {
                         self.caller_speaking = true;
                         self.endpointer.on_speech_start(at(onset_ms));
+                        self.gate.on_speech_start();
                         self.eot_at = None;
                         self.event(EventKind::SpeechStart, format!("audio_ms={onset_ms}"));
                     }
@@ -407,6 +423,7 @@ impl Policy {
             }
             Input::Timer => self.on_timer(now, mouth),
             Input::Settle => self.settle(now, mouth),
+            Input::TurnModel(answer) => self.on_turn_model(answer, now, mouth),
         }
         self.refresh(mouth);
         std::mem::take(&mut self.out)
@@ -542,14 +559,14 @@ impl Policy {
             // The speech-to-text's EndOfTurn decides.
             return;
         }
-        match self.endpointer.decide(now) {
+        match self.decide_turn(now) {
             Decision::Wait(at) => self.eot_at = at,
             Decision::Finalize => {
                 self.eot_at = None;
                 self.out.push(Action::Finalize);
                 self.event(EventKind::FinalizeSent, "");
                 // The answer to Finalize (or the maximum) decides.
-                if let Decision::Wait(at) = self.endpointer.decide(now) {
+                if let Decision::Wait(at) = self.decide_turn(now) {
                     self.eot_at = at;
                 }
             }

@@ -96,6 +96,9 @@ pub enum TurnEnd {
     SttEndOfTurn,
     /// The caller pressed a key: a turn of its own, never an interruption to judge.
     Dtmf,
+    /// The end-of-turn model said the turn is complete and the speech-to-text's end signal
+    /// did not come within the grace ([`super::eot`]).
+    TurnModel,
 }
 
 impl TurnEnd {
@@ -109,6 +112,7 @@ impl TurnEnd {
             TurnEnd::SttEouOverride => "stt_eou_override",
             TurnEnd::SttEndOfTurn => "end_of_turn",
             TurnEnd::Dtmf => "dtmf",
+            TurnEnd::TurnModel => "turn_model",
         }
     }
 }
@@ -408,6 +412,50 @@ impl Endpointer {
             quiet + self.max
         };
         Decision::Wait(Some(next))
+    }
+}
+
+/// Hooks for the end-of-turn model gate (`policy/eot.rs`), which decides around
+/// [`Endpointer::decide`] while a model judges the pause.
+impl Endpointer {
+    pub fn is_speaking(&self) -> bool {
+        self.speaking
+    }
+
+    /// When the caller's speech last ended (or text last arrived in silence).
+    pub fn quiet_since(&self) -> Option<Instant> {
+        self.quiet_since
+    }
+
+    /// How the speech-to-text ended the utterance, if it did.
+    pub fn stt_done(&self) -> Option<TurnEnd> {
+        self.stt_done
+    }
+
+    /// Whether a `Finalize` should be sent now (none sent yet and the speech-to-text has not
+    /// ended the utterance); marks it sent.
+    pub fn take_finalize(&mut self) -> bool {
+        if self.finalize_sent || self.stt_done.is_some() {
+            return false;
+        }
+        self.finalize_sent = true;
+        true
+    }
+
+    /// Commits the turn now: the model judged it complete. The reason is the speech-to-text's
+    /// end signal if it came, else [`TurnEnd::TurnModel`].
+    pub fn commit_now(&mut self, now: Instant) -> Decision {
+        let silence = self
+            .quiet_since
+            .map_or(Duration::ZERO, |q| now.saturating_duration_since(q));
+        let reason = self.stt_done.unwrap_or(TurnEnd::TurnModel);
+        let text = self.text();
+        self.reset();
+        Decision::Commit {
+            text,
+            reason,
+            silence_ms: silence.as_millis() as u64,
+        }
     }
 }
 

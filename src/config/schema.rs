@@ -12,8 +12,10 @@ use crate::util::phone::normalize_e164;
 pub use crate::util::secret::Secret;
 
 mod providers;
+mod turn_model;
 use providers::default_true;
 pub use providers::*;
+pub use turn_model::*;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -30,6 +32,8 @@ pub struct Config {
     pub store: StoreConfig,
     pub outbound: OutboundConfig,
     pub pricing: PricingConfig,
+    /// `[turn_model.NAME]`: end-of-turn models agents can use.
+    pub turn_model: BTreeMap<String, TurnModelConfig>,
 }
 
 /// `[pricing]`: what each provider and carrier account charges, in US dollars, keyed by the
@@ -280,6 +284,10 @@ pub struct AgentConfig {
     /// utterance (with no new words) before that end commits the turn; 0: no bound.
     #[serde(default = "default_stt_eou_override_ms")]
     pub stt_eou_override_ms: u64,
+    /// A `[turn_model.NAME]` judging the caller's pauses (none: silence and the
+    /// speech-to-text's signals decide).
+    #[serde(default)]
+    pub turn_model: Option<String>,
     /// Whether the caller can interrupt the agent.
     #[serde(default = "default_true")]
     pub barge_in: bool,

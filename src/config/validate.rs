@@ -11,6 +11,8 @@ use super::schema::{Config, LlmKind};
 use super::source::Locator;
 use crate::util::phone::{is_e164, is_e164_prefix};
 
+mod turn_model;
+
 fn path(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| s.to_string()).collect()
 }
@@ -238,6 +240,7 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     );
 
     pricing(&mut c, config);
+    turn_model::check(&mut c, config);
 
     if let Err(why) = check_log_level(&config.log.level) {
         c.fail(

@@ -18,6 +18,8 @@ mod heard;
 mod ops;
 mod recording;
 mod stt_fallback;
+#[cfg(feature = "smart_turn")]
+mod smart_turn;
 mod stt_providers;
 mod suite;
 mod telnyx_plivo;
