@@ -90,7 +90,7 @@ fn hot_path_round2(c: &mut Criterion) {
                 black_box(vad.push_ulaw(&a));
                 batch.extend_from_slice(&a);
                 n += 1;
-                if n % 3 == 0 {
+                if n.is_multiple_of(3) {
                     let _ = tx.try_send(batch.split().freeze());
                     if batch.capacity() < 480 {
                         batch.reserve(16 * 1024);
