@@ -3,8 +3,11 @@
 //! `audio::vad`, is not measured here), forward it to the STT input channel; encode an outgoing
 //! agent frame; the SSE parser on a Hermes stream; the sentence chunker on a streamed reply;
 //! one second of TTS PCM resampled to μ-law 8 kHz (`resample`); the recording writer's work
-//! for one minute of call (`recording`).
-//! Run with `cargo bench --bench hot_path`.
+//! for one minute of call (`recording`). Issue 16's round on the hot path adds the voice
+//! detector per frame (`vad_push_ulaw_20ms`), a whole inbound frame as the server handles it
+//! (`inbound_frame_decode+vad+stt_batch`), the outgoing frame built into a reused buffer
+//! (`twilio_encode_agent_frame_into`) and the pacer's top-up (`pacer_topup_100ms`).
+//! Run with `cargo bench --bench hot_path`; allocations per frame: `cargo bench --bench alloc`.
 
 use std::hint::black_box;
 
@@ -63,6 +66,65 @@ fn carrier_frames(c: &mut Criterion) {
     let audio = Bytes::from(ulaw_tone(440.0, 20, 8000));
     c.bench_function("twilio_encode_agent_frame", |b| {
         b.iter(|| codec.encode(black_box(&MediaCommand::Audio(audio.clone()))))
+    });
+}
+
+/// The per-frame path as issue 16 left it: the detector, a whole inbound frame, the reused
+/// outgoing buffer and the pacer.
+fn hot_path_round2(c: &mut Criterion) {
+    use patterd::audio::vad::{Vad, VadConfig};
+    use patterd::call::speech::{Speech, UttKind};
+    let frame = media_frame();
+    let mut codec = started_codec();
+    let mut vad = Vad::new(VadConfig::default());
+    let tone = ulaw_tone(440.0, 20, 8000);
+    c.bench_function("vad_push_ulaw_20ms", |b| {
+        b.iter(|| black_box(vad.push_ulaw(black_box(&tone))))
+    });
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let mut batch = bytes::BytesMut::with_capacity(16 * 1024);
+    let mut n = 0u32;
+    c.bench_function("inbound_frame_decode+vad+stt_batch", |b| {
+        b.iter(|| {
+            if let Ok(Some(MediaEvent::Audio(a))) = codec.decode(black_box(&frame)) {
+                black_box(vad.push_ulaw(&a));
+                batch.extend_from_slice(&a);
+                n += 1;
+                if n.is_multiple_of(3) {
+                    let _ = tx.try_send(batch.split().freeze());
+                    if batch.capacity() < 480 {
+                        batch.reserve(16 * 1024);
+                    }
+                }
+            }
+            black_box(rx.try_recv().ok());
+        })
+    });
+    let audio = Bytes::from(ulaw_tone(440.0, 20, 8000));
+    let mut out = Vec::with_capacity(1024);
+    c.bench_function("twilio_encode_agent_frame_into", |b| {
+        b.iter(|| codec.encode_into(black_box(&MediaCommand::Audio(audio.clone())), &mut out))
+    });
+    // The pacer topping up 100 ms (5 frames) of a long utterance, per top-up.
+    let long = ulaw_tone(330.0, 600_000, 8000);
+    let mut speech = Speech::new();
+    speech.push_audio(UttKind::Say, "long".into(), 0, &long);
+    let t0 = tokio::time::Instant::now();
+    let mut now = t0;
+    black_box(speech.pump(now));
+    c.bench_function("pacer_topup_100ms", |b| {
+        b.iter(|| {
+            now += std::time::Duration::from_millis(100);
+            let p = speech.pump(now);
+            for cmd in &p.commands {
+                if let MediaCommand::Mark(m) = cmd {
+                    // The carrier played it; start another utterance.
+                    black_box(speech.on_mark(m));
+                    speech.push_audio(UttKind::Say, "long".into(), 0, &long);
+                }
+            }
+            black_box(p.commands.len())
+        })
     });
 }
 
@@ -163,6 +225,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    targets = carrier_frames, providers, resample, recording
+    targets = carrier_frames, hot_path_round2, providers, resample, recording
 }
 criterion_main!(benches);

@@ -48,6 +48,10 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_BAD_IN_A_ROW: u32 = 50;
 const MAX_BAD_TOTAL: u32 = 500;
 
+/// Bytes of outgoing frames buffered before a write to the socket (a flush follows every
+/// burst of commands anyway).
+const WRITE_BUFFER: usize = 16 * 1024;
+
 /// Why a carrier action could not even be asked for.
 const NO_ACCOUNT: &str = "the call's carrier account is not configured for REST requests";
 
@@ -133,7 +137,12 @@ pub async fn serve(
     ws.set_auto_close(true);
     ws.set_auto_pong(true);
     ws.set_max_message_size(MAX_WIRE_FRAME);
-    let (read, mut write) = ws.split(tokio::io::split);
+    // Writes go to a buffer that is flushed once the actor's burst of commands is written
+    // (one syscall for a pacer top-up of several frames and its mark).
+    let (read, mut write) = ws.split(|s| {
+        let (r, w) = tokio::io::split(s);
+        (r, tokio::io::BufWriter::with_capacity(WRITE_BUFFER, w))
+    });
     let mut read = CappedReader::new(read, MAX_FRAME);
     let (obligated_tx, mut obligated_rx) = mpsc::channel::<Frame<'static>>(8);
     let mut bad = BadFrames::default();
@@ -165,6 +174,7 @@ pub async fn serve(
     while let Ok(f) = obligated_rx.try_recv() {
         let _ = write.write_frame(f).await;
     }
+    let _ = write.flush().await;
     let Some(start) = start else {
         Metrics::inc(&app.metrics.media_rejected);
         app.log_limited("media socket closed before a valid start frame");
@@ -291,6 +301,10 @@ pub async fn serve(
     );
 
     async move {
+        // The outgoing frame being built (reused: no allocation per frame).
+        let mut out = Vec::with_capacity(1024);
+        // Frames written to the buffer and not yet flushed to the socket.
+        let mut unflushed = false;
         let mut hung_up = false;
         let mut refused = false;
         // Set once the carrier accepted a transfer: the leg now belongs to the carrier's
@@ -376,28 +390,38 @@ pub async fn serve(
                         );
                     }
                     Some(cmd) => {
-                        if let Some(text) = encoder.encode(&cmd)
-                            && write.write_frame(Frame::text(Payload::Owned(text.into_bytes()))).await.is_err()
-                        {
-                            break;
+                        if encoder.encode_into(&cmd, &mut out) {
+                            if write.write_frame(Frame::text(Payload::Borrowed(&out))).await.is_err() {
+                                break;
+                            }
+                            unflushed = true;
                         }
                     }
                 },
                 Some(p) = progress_rx.recv(), if progress.is_some() => {
-                    if let Some(text) = encoder.encode_progress(&p)
-                        && write.write_frame(Frame::text(Payload::Owned(text.into_bytes()))).await.is_err()
-                    {
-                        break;
+                    if let Some(text) = encoder.encode_progress(&p) {
+                        if write.write_frame(Frame::text(Payload::Owned(text.into_bytes()))).await.is_err() {
+                            break;
+                        }
+                        unflushed = true;
                     }
                 }
                 f = obligated_rx.recv() => match f {
                     Some(f) => {
                         let close = f.opcode == OpCode::Close;
                         let _ = write.write_frame(f).await;
+                        unflushed = true;
                         if close { break; }
                     }
                     None => break,
                 },
+            }
+            // The rest of a burst is already queued: write it before flushing.
+            if unflushed && cmd_rx.is_empty() {
+                if write.flush().await.is_err() {
+                    break;
+                }
+                unflushed = false;
             }
         }
         if !write.is_closed() {
@@ -405,6 +429,7 @@ pub async fn serve(
                 .write_frame(Frame::close(CLOSE_NORMAL, if hung_up { b"call ended" } else { b"" }))
                 .await;
         }
+        let _ = write.flush().await;
         reader.abort();
         if transferred.load(std::sync::atomic::Ordering::Acquire) {
             info!("the call was transferred; its leg is the carrier's now");
@@ -573,10 +598,21 @@ async fn close_policy<S: tokio::io::AsyncWrite + Unpin>(
     reason: &'static [u8],
 ) {
     let _ = write.write_frame(Frame::close(CLOSE_POLICY, reason)).await;
+    let _ = write.flush().await;
 }
 
+/// A frame that no longer borrows the reader. The reader hands out its payload as a view of
+/// its own buffer (no copy, no allocation); only a borrowed payload is copied.
 fn own(f: Frame<'_>) -> Frame<'static> {
-    Frame::new(true, f.opcode, None, Payload::Owned(f.payload.to_vec()))
+    let Frame {
+        opcode, payload, ..
+    } = f;
+    let payload = match payload {
+        Payload::Bytes(b) => Payload::Bytes(b),
+        Payload::Owned(v) => Payload::Owned(v),
+        other => Payload::Owned(other.to_vec()),
+    };
+    Frame::new(true, opcode, None, payload)
 }
 
 #[derive(Default)]

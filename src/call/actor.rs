@@ -4,13 +4,16 @@
 //! becomes policy [`Input`]s; the [`Action`]s returned are carried out here. It also owns what
 //! the policy does not judge: the [`Vad`] on caller audio, the STT session (and its one
 //! reopen), the pacer, call timeouts and the final record. It never blocks: every wait is a
-//! branch of the select, every send to a peer a `try_send` on a bounded channel.
+//! branch of the select, every send to a peer a `try_send` on a bounded channel. Caller audio
+//! goes to the STT in 60 ms writes while the caller is silent and frame by frame from their
+//! first voiced frame until well after their last ([`STT_BATCH_BYTES`]).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -22,11 +25,11 @@ use super::log::{Dropped, Usage};
 use super::policy::{Action, Input, Policy};
 use super::recording::Recorder;
 use super::registry::InsertError;
-use super::speech::{Speech, TtsNote};
+use super::speech::{Pumped, Speech, TtsNote};
 use super::transcript::{CallEvent, CallRecord};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
 use crate::audio::vad::{Vad, VadConfig};
-use crate::carrier::{ActionResult, MediaCommand, MediaEvent, TransferRequest};
+use crate::carrier::{ActionResult, FRAME_BYTES, MediaCommand, MediaEvent, TransferRequest};
 use crate::provider::{
     ChatTurn, LlmEvent, LlmStream, SttContext, SttEvent, SttInput, SttStream, TokenUsage, TtsEvent,
 };
@@ -34,6 +37,15 @@ use crate::security::mask_number;
 
 /// Capacity of a call's handle channel.
 const HANDLE_QUEUE: usize = 32;
+/// While the caller is silent their audio goes to the STT in writes of this much (60 ms):
+/// a third of the channel sends, STT-writer wake-ups and socket writes.
+const STT_BATCH_BYTES: usize = 3 * FRAME_BYTES;
+/// Audio goes frame by frame (unbatched) from the first voiced frame until this long after the
+/// last one, beyond the STT's own endpointing silence, so its end-of-speech timing is as
+/// without batching.
+const STT_UNBATCHED_TAIL_MS: u64 = 1000;
+/// Bytes the STT batch buffer reserves at a time (batches are carved out of it).
+const STT_POOL_BYTES: usize = 16 * 1024;
 
 /// Registers a new call and spawns its actor. The actor pre-opens the speech-to-text session
 /// and starts synthesising the greeting at once, while the phone rings.
@@ -65,9 +77,15 @@ struct Actor {
     media_rx: Option<mpsc::Receiver<MediaEvent>>,
     stt: Option<SttStream>,
     stt_reopened: bool,
+    /// Caller audio waiting to go to the STT in one write (see [`STT_BATCH_BYTES`]).
+    stt_batch: BytesMut,
+    /// How long after the last voiced frame audio still goes to the STT unbatched.
+    stt_tail_ms: u64,
     llm: Option<LlmStream>,
     /// The agent's mouth: lent to the policy on every step, pumped here.
     speech: Speech,
+    /// What the last pump sent (its vectors reused from pump to pump).
+    pumped: Pumped,
     policy: Policy,
     vad: Vad,
     events: Vec<CallEvent>,
@@ -157,8 +175,15 @@ impl Actor {
             media_rx: None,
             stt: None,
             stt_reopened: false,
+            stt_batch: BytesMut::new(),
+            stt_tail_ms: setup
+                .providers
+                .stt
+                .endpointing_ms()
+                .saturating_add(STT_UNBATCHED_TAIL_MS),
             llm: None,
             speech: Speech::new(),
+            pumped: Pumped::default(),
             policy: Policy::new(
                 setup.agent.clone(),
                 setup.providers.stt.endpointing_ms(),
@@ -246,6 +271,7 @@ impl Actor {
                 }
                 Action::Resume => self.pump(),
                 Action::Finalize => {
+                    self.flush_stt_batch();
                     self.stt_send(SttInput::Finalize);
                 }
                 Action::StartBrain { history } => {
@@ -576,18 +602,8 @@ impl Actor {
                 }
                 let speech_run_ms = self.vad.speech_run_ms();
                 ended = ended.or(self.step(Input::CallerAudio { speech_run_ms }));
-                let n = frame.len() as u64;
-                let streaming = self.stt.is_some();
-                if self.stt_send(SttInput::Audio(frame)) {
-                    if streaming {
-                        self.usage.stt_audio_ms += n / 8;
-                    }
-                } else {
-                    self.stt_frames_dropped += 1;
-                    if let Some(log) = &self.setup.log {
-                        log.frame_dropped(&self.setup.call_id, Dropped::ToStt);
-                    }
-                }
+                let at_once = self.vad.is_speaking() || self.vad.silence_ms() < self.stt_tail_ms;
+                self.stt_audio(frame, at_once);
                 ended
             }
             MediaEvent::Dtmf(d) => self.step(Input::Dtmf(d)),
@@ -685,6 +701,49 @@ impl Actor {
         self.setup.providers.stt.open(&SttContext { call_id })
     }
 
+    /// Hands a caller frame to the STT: at once (with anything batched before it) when
+    /// `at_once`, else into the batch, which goes when it holds [`STT_BATCH_BYTES`].
+    fn stt_audio(&mut self, frame: Bytes, at_once: bool) {
+        let audio = if at_once && self.stt_batch.is_empty() {
+            frame
+        } else {
+            if self.stt_batch.capacity() - self.stt_batch.len() < frame.len() {
+                self.stt_batch.reserve(STT_POOL_BYTES);
+            }
+            self.stt_batch.extend_from_slice(&frame);
+            if !at_once && self.stt_batch.len() < STT_BATCH_BYTES {
+                return;
+            }
+            self.stt_batch.split().freeze()
+        };
+        self.stt_write(audio);
+    }
+
+    /// Sends what is batched for the STT now (before a `Finalize` or the end of the session).
+    fn flush_stt_batch(&mut self) {
+        if !self.stt_batch.is_empty() {
+            let audio = self.stt_batch.split().freeze();
+            self.stt_write(audio);
+        }
+    }
+
+    fn stt_write(&mut self, audio: Bytes) {
+        let n = audio.len() as u64;
+        let streaming = self.stt.is_some();
+        if self.stt_send(SttInput::Audio(audio)) {
+            if streaming {
+                self.usage.stt_audio_ms += n / 8;
+            }
+        } else {
+            for _ in 0..n.div_ceil(FRAME_BYTES as u64) {
+                self.stt_frames_dropped += 1;
+                if let Some(log) = &self.setup.log {
+                    log.frame_dropped(&self.setup.call_id, Dropped::ToStt);
+                }
+            }
+        }
+    }
+
     /// Sends to the STT session, if any; false when the session refused (its queue is full).
     fn stt_send(&self, input: SttInput) -> bool {
         self.stt
@@ -710,18 +769,21 @@ impl Actor {
         if self.media_tx.is_none() {
             return;
         }
-        let out = self.speech.pump(Instant::now());
+        let mut out = std::mem::take(&mut self.pumped);
+        self.speech.pump_into(Instant::now(), &mut out);
         if !out.started.is_empty() {
-            self.step(Input::Started(out.started));
+            self.step(Input::Started(std::mem::take(&mut out.started)));
         }
-        for cmd in out.commands {
+        for cmd in out.commands.drain(..) {
             self.send(cmd);
         }
+        self.pumped = out;
     }
 
     fn finish(mut self, reason: EndReason) {
         self.llm = None;
         let _ = self.speech.clear(Instant::now());
+        self.flush_stt_batch();
         if let Some(stt) = self.stt.take() {
             // Let the session close gracefully, but never for long.
             let _ = stt.input.try_send(SttInput::Close);

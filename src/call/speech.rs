@@ -24,6 +24,13 @@ use crate::provider::{TtsEvent, TtsStream, WordTiming};
 
 /// How far ahead of real time the pacer may queue audio at the carrier.
 pub const LEAD: Duration = Duration::from_millis(1000);
+/// Once an utterance is flowing, the pacer tops the carrier's buffer back up to [`LEAD`] when
+/// it has drained by this much: five 20 ms frames (and any mark) per wake-up and socket write
+/// instead of one. The carriers buffer what they receive and play it in real time.
+pub const TOP_UP: Duration = Duration::from_millis(100);
+/// Pacer deadlines fall on this process-wide grid, so the timers of all calls expire together
+/// in one timer-wheel slot (one runtime wake-up for many calls) instead of one each.
+pub const TICK: Duration = Duration::from_millis(FRAME_MS);
 /// TTS requests in flight at once for one call (later sentences wait their turn).
 const MAX_TTS_IN_FLIGHT: usize = 3;
 const SILENCE: u8 = 0xFF;
@@ -321,8 +328,17 @@ impl Speech {
     /// Sends as many frames as the lead allows. Call on every tick and after every TTS event.
     pub fn pump(&mut self, now: Instant) -> Pumped {
         let mut out = Pumped::default();
+        self.pump_into(now, &mut out);
+        out
+    }
+
+    /// [`Speech::pump`] into `out`'s (emptied) vectors, which the caller reuses from pump to
+    /// pump: the hot path allocates nothing.
+    pub fn pump_into(&mut self, now: Instant, out: &mut Pumped) {
+        out.commands.clear();
+        out.started.clear();
         if self.paused {
-            return out;
+            return;
         }
         while let Some(front) = self.queue.front_mut() {
             let play_until = self.play_until.filter(|t| *t > now).unwrap_or(now);
@@ -370,7 +386,6 @@ impl Speech {
             }
             break;
         }
-        out
     }
 
     /// When the pacer next needs to run (`None`: only a TTS event can make progress).
@@ -381,13 +396,23 @@ impl Speech {
         let front = self.queue.front()?;
         if front.buf.len() >= FRAME_BYTES || (front.synth_done && !front.buf.is_empty()) {
             let play_until = self.play_until.filter(|t| *t > now).unwrap_or(now);
-            let at = play_until.checked_sub(LEAD).unwrap_or(now);
-            return Some(at.max(now) + Duration::from_millis(1));
+            let at = play_until.checked_sub(LEAD - TOP_UP).unwrap_or(now);
+            if at <= now {
+                return Some(now);
+            }
+            return Some(on_tick(at));
         }
         if front.synth_done {
             return Some(now);
         }
         None
+    }
+
+    /// How much of what was sent the carrier has not played yet at `now` (0 when nothing is
+    /// queued there): the caller has heard everything sent but this.
+    pub fn unplayed(&self, now: Instant) -> Duration {
+        self.play_until
+            .map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
     }
 
     /// A mark came back: the caller heard that utterance. Marks of cleared utterances (which
@@ -556,6 +581,22 @@ impl Speech {
 
     pub fn queued(&self) -> impl Iterator<Item = &Utterance> {
         self.queue.iter()
+    }
+}
+
+/// The first instant on the shared pacer grid ([`TICK`]) at or after `at`.
+fn on_tick(at: Instant) -> Instant {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    let Some(since) = at.checked_duration_since(origin) else {
+        return at;
+    };
+    let tick = TICK.as_nanos();
+    let rem = since.as_nanos() % tick;
+    if rem == 0 {
+        at
+    } else {
+        at + Duration::from_nanos((tick - rem) as u64)
     }
 }
 
@@ -732,5 +773,52 @@ mod tests {
         assert_eq!(order, vec!["wait".to_string(), "reply".to_string()]);
         let wants: Vec<_> = s.wants_tts().into_iter().map(|(_, t)| t).collect();
         assert_eq!(wants, vec!["wait".to_string(), "reply".to_string()]);
+    }
+}
+
+/// The pacer's batching (issue 16): top-ups of [`TOP_UP`] on the shared [`TICK`] grid.
+#[cfg(test)]
+mod pacing_tests {
+    use super::*;
+
+    fn frames(p: &Pumped) -> usize {
+        p.commands
+            .iter()
+            .filter(|c| matches!(c, MediaCommand::Audio(_)))
+            .count()
+    }
+
+    #[tokio::test]
+    async fn pacer_tops_up_in_batches_on_the_shared_tick() {
+        let mut s = Speech::new();
+        let audio = vec![0x55u8; 8000 * 3];
+        s.push_audio(UttKind::Say, "three seconds".into(), 0, &audio);
+        let t0 = Instant::now();
+        assert_eq!(frames(&s.pump(t0)), 50, "one second of lead at once");
+        assert_eq!(s.unplayed(t0), LEAD);
+        let mut now = t0;
+        let mut wakes = 0;
+        let mut sent = 50;
+        while sent < 150 {
+            let at = s.next_deadline(now).expect("more to send");
+            assert!(at > now, "the pacer waits for the carrier to drain");
+            assert_eq!(on_tick(at), at, "deadlines fall on the shared tick");
+            now = at;
+            let n = frames(&s.pump(now));
+            assert!(n >= 1, "a wake-up that sends nothing");
+            // Topped up to LEAD (within a frame), never further (the last top-up runs out of
+            // audio first).
+            assert!(s.unplayed(now) < LEAD + TICK);
+            if sent + n < 150 {
+                assert!(s.unplayed(now) >= LEAD);
+            }
+            sent += n;
+            wakes += 1;
+        }
+        // 100 frames after the first second took about 100 / 5 wake-ups, not 100.
+        assert!(wakes <= 22, "{wakes} wake-ups for 100 frames");
+        // The caller has heard all but what is unplayed: frames sent minus real time.
+        let heard = Duration::from_millis(20 * sent as u64) - s.unplayed(now);
+        assert!(heard.abs_diff(now - t0) <= Duration::from_millis(1));
     }
 }

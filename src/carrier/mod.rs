@@ -342,6 +342,19 @@ pub trait MediaCodec: Send {
     /// Encodes one command as a text frame; `None` for commands that are not frames
     /// (hang-up goes through the carrier's REST API).
     fn encode(&mut self, cmd: &MediaCommand) -> Option<String>;
+    /// [`Self::encode`] into `out` (cleared first), which the media pump reuses for every frame;
+    /// false when the command is not a frame. Codecs on the hot path override it to build the
+    /// frame without allocating.
+    fn encode_into(&mut self, cmd: &MediaCommand, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        match self.encode(cmd) {
+            Some(text) => {
+                out.extend_from_slice(text.as_bytes());
+                true
+            }
+            None => false,
+        }
+    }
     /// True when the carrier ends a stream by closing the socket without a `stop` (Plivo): a
     /// clean close then counts as [`MediaEvent::Stop`].
     fn stop_on_close(&self) -> bool {

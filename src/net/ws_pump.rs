@@ -30,7 +30,15 @@ pub enum WsIn {
 
 /// The writing half; clones share one socket.
 pub struct WsSender<W> {
-    inner: Arc<Mutex<WebSocketWrite<W>>>,
+    inner: Arc<Mutex<Writer<W>>>,
+}
+
+struct Writer<W> {
+    ws: WebSocketWrite<W>,
+    /// [`WsSender::text`] and [`WsSender::binary`] copy their payload here: a client masks
+    /// what it sends in place, which would otherwise copy a borrowed payload into a new
+    /// allocation on every frame.
+    scratch: Vec<u8>,
 }
 
 impl<W> Clone for WsSender<W> {
@@ -46,20 +54,33 @@ impl<W: AsyncWrite + Unpin> WsSender<W> {
     /// silently dropped (the close handshake may still be answering the peer).
     pub async fn send(&self, frame: Frame<'_>) -> Result<(), WebSocketError> {
         let mut w = self.inner.lock().await;
-        if w.is_closed() {
+        if w.ws.is_closed() {
             return Ok(());
         }
-        w.write_frame(frame).await?;
-        w.flush().await
+        w.ws.write_frame(frame).await?;
+        w.ws.flush().await
+    }
+
+    /// Writes and flushes one data frame of `payload`, copied into the writer's reused buffer.
+    async fn send_copy(&self, opcode: OpCode, payload: &[u8]) -> Result<(), WebSocketError> {
+        let mut guard = self.inner.lock().await;
+        let w = &mut *guard;
+        if w.ws.is_closed() {
+            return Ok(());
+        }
+        w.scratch.clear();
+        w.scratch.extend_from_slice(payload);
+        let frame = Frame::new(true, opcode, None, Payload::BorrowedMut(&mut w.scratch));
+        w.ws.write_frame(frame).await?;
+        w.ws.flush().await
     }
 
     pub async fn text(&self, s: &str) -> Result<(), WebSocketError> {
-        self.send(Frame::text(Payload::Borrowed(s.as_bytes())))
-            .await
+        self.send_copy(OpCode::Text, s.as_bytes()).await
     }
 
     pub async fn binary(&self, b: &[u8]) -> Result<(), WebSocketError> {
-        self.send(Frame::binary(Payload::Borrowed(b))).await
+        self.send_copy(OpCode::Binary, b).await
     }
 
     pub async fn close(&self, code: u16, reason: &str) -> Result<(), WebSocketError> {
@@ -67,7 +88,7 @@ impl<W: AsyncWrite + Unpin> WsSender<W> {
     }
 
     pub async fn is_closed(&self) -> bool {
-        self.inner.lock().await.is_closed()
+        self.inner.lock().await.ws.is_closed()
     }
 }
 
@@ -78,7 +99,10 @@ where
 {
     let (r, w) = ws.split(tokio::io::split);
     let sender = WsSender {
-        inner: Arc::new(Mutex::new(w)),
+        inner: Arc::new(Mutex::new(Writer {
+            ws: w,
+            scratch: Vec::new(),
+        })),
     };
     let mut reader = FragmentCollectorRead::new(r);
     let (tx, rx) = mpsc::channel(64);

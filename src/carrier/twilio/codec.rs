@@ -1,13 +1,16 @@
 //! The Twilio Media Streams codec: turns Twilio's JSON text frames (`connected`, `start`,
 //! `media`, `dtmf`, `mark`, `stop`) into [`MediaEvent`]s and [`MediaCommand`]s into `media` /
-//! `mark` / `clear` frames stamped with the stream's `streamSid`.
+//! `mark` / `clear` frames stamped with the stream's `streamSid`. The 50-a-second frames go
+//! without allocating: inbound `media` through [`fast_inbound_media`] into a [`FramePool`],
+//! outbound frames written into the caller's buffer ([`MediaCodec::encode_into`]).
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::carrier::wire::{inbound_media_payload, json_frame, object_field, parse_digit, str_field, unknown_event};
+use crate::carrier::wire::{
+    FramePool, fast_inbound_media, inbound_media_payload, json_frame, object_field, parse_digit,
+    push_base64, push_json_str, str_field, unknown_event,
+};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -17,6 +20,8 @@ pub const MAX_FRAME_BYTES: usize = 64 * 1024;
 #[derive(Debug, Default, Clone)]
 pub struct TwilioCodec {
     stream_sid: Option<String>,
+    /// Where inbound audio is decoded to.
+    pool: FramePool,
 }
 
 impl TwilioCodec {
@@ -91,6 +96,11 @@ fn decode_dtmf(msg: &Value) -> Result<MediaEvent, CodecError> {
 
 impl MediaCodec for TwilioCodec {
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
+        if frame.len() <= MAX_FRAME_BYTES * 2
+            && let Some(audio) = fast_inbound_media(frame, MAX_FRAME_BYTES, &mut self.pool)
+        {
+            return Ok(Some(MediaEvent::Audio(audio)));
+        }
         let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
         let event = str_field(&msg, "event")?;
         match event {
@@ -112,30 +122,47 @@ impl MediaCodec for TwilioCodec {
     /// Encodes a command. Returns `None` for [`MediaCommand::HangUp`] (a REST call) and for any
     /// command before `start` was decoded (there is no `streamSid` to address yet).
     fn encode(&mut self, cmd: &MediaCommand) -> Option<String> {
-        let sid = self.sid_for_encode()?;
-        let v = match cmd {
-            MediaCommand::Audio(audio) => json!({
-                "event": "media",
-                "streamSid": sid,
-                "media": {"payload": STANDARD.encode(audio)},
-            }),
-            MediaCommand::Mark(name) => json!({
-                "event": "mark",
-                "streamSid": sid,
-                "mark": {"name": name},
-            }),
-            MediaCommand::Clear => json!({"event": "clear", "streamSid": sid}),
-            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
-                return None;
-            }
+        let mut out = Vec::new();
+        if !self.encode_into(cmd, &mut out) {
+            return None;
+        }
+        String::from_utf8(out).ok()
+    }
+
+    fn encode_into(&mut self, cmd: &MediaCommand, out: &mut Vec<u8>) -> bool {
+        let Some(sid) = self.sid_for_encode() else {
+            return false;
         };
-        Some(v.to_string())
+        out.clear();
+        // The same bytes `serde_json::json!` gave (keys in sorted order).
+        match cmd {
+            MediaCommand::Audio(audio) => {
+                out.extend_from_slice(br#"{"event":"media","media":{"payload":""#);
+                push_base64(out, audio);
+                out.extend_from_slice(br#""},"streamSid":"#);
+            }
+            MediaCommand::Mark(name) => {
+                out.extend_from_slice(br#"{"event":"mark","mark":{"name":"#);
+                push_json_str(out, name);
+                out.extend_from_slice(br#"},"streamSid":"#);
+            }
+            MediaCommand::Clear => out.extend_from_slice(br#"{"event":"clear","streamSid":"#),
+            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
+                return false;
+            }
+        }
+        push_json_str(out, sid);
+        out.push(b'}');
+        true
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde_json::json;
 
     fn start_frame(fmt: &str) -> String {
         format!(
@@ -209,5 +236,68 @@ mod tests {
             c.decode(r#"{"event":"mark","mark":{}}"#),
             Err(CodecError::MissingField("name"))
         );
+    }
+
+    /// The allocation-free paths give exactly what the general ones give.
+    #[test]
+    fn fast_paths_match_the_general_ones() {
+        let mut c = TwilioCodec::new();
+        c.decode(&start_frame(
+            r#"{"encoding":"audio/x-mulaw","sampleRate":8000,"channels":1}"#,
+        ))
+        .expect("start decodes");
+        let audio: Vec<u8> = (0..160u32).map(|i| (i * 7 % 256) as u8).collect();
+        let b64 = STANDARD.encode(&audio);
+        // Fast path: plain frames, both track spellings and none.
+        for track in [r#""track":"inbound","#, r#""track":"inbound_track","#, ""] {
+            let frame = format!(
+                r#"{{"event":"media","sequenceNumber":"2","media":{{{track}"chunk":"1","timestamp":"20","payload":"{b64}"}},"streamSid":"MZ1"}}"#
+            );
+            assert_eq!(
+                c.decode(&frame),
+                Ok(Some(MediaEvent::Audio(Bytes::from(audio.clone()))))
+            );
+        }
+        // Frames the fast path leaves to the general one decode as before: an escaped
+        // payload, an outbound track, an array.
+        let escaped = format!(
+            r#"{{"event":"media","media":{{"payload":"{}\/w=="}}}}"#,
+            &b64[..b64.len() - 4]
+        );
+        // 160 bytes end in a one-byte quantum (`xx==`).
+        let mut want = audio[..audio.len() - 1].to_vec();
+        want.extend_from_slice(&STANDARD.decode("/w==").expect("b64"));
+        assert_eq!(
+            c.decode(&escaped),
+            Ok(Some(MediaEvent::Audio(Bytes::from(want))))
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"media","media":{"track":"outbound","payload":"/w=="}}"#),
+            Ok(None)
+        );
+        assert!(matches!(
+            c.decode(r#"["media",{"payload":"/w=="}]"#),
+            Err(CodecError::BadJson(_))
+        ));
+        // Outgoing frames: byte for byte what `json!` built.
+        let cases = [
+            (
+                MediaCommand::Audio(Bytes::from(audio.clone())),
+                json!({"event": "media", "streamSid": "MZ1", "media": {"payload": b64}}),
+            ),
+            (
+                MediaCommand::Mark("u1.\"2\"".into()),
+                json!({"event": "mark", "streamSid": "MZ1", "mark": {"name": "u1.\"2\""}}),
+            ),
+            (
+                MediaCommand::Clear,
+                json!({"event": "clear", "streamSid": "MZ1"}),
+            ),
+        ];
+        let mut out = Vec::new();
+        for (cmd, want) in cases {
+            assert!(c.encode_into(&cmd, &mut out));
+            assert_eq!(String::from_utf8(out.clone()).expect("utf8"), want.to_string());
+        }
     }
 }

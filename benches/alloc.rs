@@ -1,0 +1,298 @@
+//! Heap allocations per 20 ms frame on the media hot path (issue 16), counted by a counting
+//! global allocator: a Twilio `media` frame read off a WebSocket (masked, as the carrier sends
+//! it) → decoded → the voice detector → the STT input channel → written to the STT's WebSocket;
+//! and the pacer → the carrier command channel → encoded → written to the carrier's socket.
+//! Only the server's side is counted (the simulated peers' writes and reads are not); the
+//! call actor's own step (policy, timers) is not in it. The STT batching and the buffered,
+//! burst-flushed carrier writes mirror `call::actor` and `app::media`. Also a
+//! stable workload for `valgrind --tool=callgrind` (instructions per frame, see
+//! docs/BENCHMARKS.md). Run with `cargo bench --bench alloc` (`FRAMES=N` to change the count).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::BytesMut;
+use fastwebsockets::{Frame, OpCode, Payload, Role, WebSocket};
+use patterd::app::media::{CappedReader, MAX_FRAME, Message};
+use patterd::audio::g711::ulaw_tone;
+use patterd::audio::vad::{Vad, VadConfig};
+use patterd::call::speech::{Pumped, Speech, UttKind};
+use patterd::carrier::twilio::TwilioCodec;
+use patterd::carrier::{MediaCodec, MediaCommand, MediaEvent};
+use patterd::provider::SttInput;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations and bytes counted while the server's side of one section ran.
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    allocs: u64,
+    bytes: u64,
+}
+
+impl Tally {
+    fn measure<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let (a, b) = (
+            ALLOCS.load(Ordering::Relaxed),
+            BYTES.load(Ordering::Relaxed),
+        );
+        let out = f();
+        self.allocs += ALLOCS.load(Ordering::Relaxed) - a;
+        self.bytes += BYTES.load(Ordering::Relaxed) - b;
+        out
+    }
+
+    async fn measure_async<T>(&mut self, f: impl std::future::Future<Output = T>) -> T {
+        let (a, b) = (
+            ALLOCS.load(Ordering::Relaxed),
+            BYTES.load(Ordering::Relaxed),
+        );
+        let out = f.await;
+        self.allocs += ALLOCS.load(Ordering::Relaxed) - a;
+        self.bytes += BYTES.load(Ordering::Relaxed) - b;
+        out
+    }
+}
+
+const STREAM_SID: &str = "MZ00000000000000000000000000000001";
+
+fn media_frame(audio: &[u8], seq: u64) -> String {
+    format!(
+        r#"{{"event":"media","sequenceNumber":"{seq}","media":{{"track":"inbound","chunk":"{seq}","timestamp":"{}","payload":"{}"}},"streamSid":"{STREAM_SID}"}}"#,
+        seq * 20,
+        STANDARD.encode(audio)
+    )
+}
+
+fn start_frame() -> String {
+    format!(
+        r#"{{"event":"start","sequenceNumber":"1","start":{{"accountSid":"AC1","streamSid":"{STREAM_SID}","callSid":"CA1","tracks":["inbound"],"mediaFormat":{{"encoding":"audio/x-mulaw","sampleRate":8000,"channels":1}},"customParameters":{{"token":"t"}}}},"streamSid":"{STREAM_SID}"}}"#
+    )
+}
+
+async fn run(frames: u64, warmup: u64) -> (Tally, Tally, Tally) {
+    // Caller → server media socket.
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let mut server = WebSocket::after_handshake(server_io, Role::Server);
+    server.set_max_message_size(1 << 20);
+    // As the media pump does: writes buffered, flushed after each burst of commands.
+    let (read, mut write) = server.split(|s| {
+        let (r, w) = tokio::io::split(s);
+        (r, tokio::io::BufWriter::with_capacity(16 * 1024, w))
+    });
+    let mut read = CappedReader::new(read, MAX_FRAME);
+    let mut client_io = client_io;
+    let (owed_tx, _owed_rx) = tokio::sync::mpsc::channel::<Frame<'static>>(8);
+    let mut codec = TwilioCodec::new();
+    codec.decode(&start_frame()).expect("start decodes");
+    let mut encoder = codec.clone();
+
+    // Server → STT socket (the Deepgram writer's path), its peer drained raw.
+    let (stt_io, mut stt_peer) = tokio::io::duplex(1 << 20);
+    let stt_ws = WebSocket::after_handshake(stt_io, Role::Client);
+    let (_incoming, stt_sender, _guard) = patterd::net::ws_pump::split(stt_ws);
+    let (stt_tx, mut stt_rx) = tokio::sync::mpsc::channel::<SttInput>(64);
+
+    let mut vad = Vad::new(VadConfig::default());
+    // The call actor's STT batching: 60 ms writes while the caller is silent (and was for
+    // longer than the unbatched tail), frame by frame otherwise.
+    let mut stt_batch = BytesMut::new();
+    let mut out = Vec::with_capacity(1024);
+    // Alternating 1 s of tone and 1 s of silence so the detector changes state.
+    let tone = ulaw_tone(440.0, 1000, 8000);
+    let silence = vec![0xFFu8; 8000];
+    // The caller's frames, masked and framed as a client sends them.
+    let wire: Vec<Vec<u8>> = (0..100)
+        .map(|i| {
+            let src = if (i / 50) % 2 == 0 { &tone } else { &silence };
+            let off = (i % 50) * 160;
+            let text = media_frame(&src[off..off + 160], i as u64);
+            let mut frame = Frame::text(Payload::Owned(text.into_bytes()));
+            frame.mask();
+            let mut buf = Vec::new();
+            frame.write(&mut buf).to_vec()
+        })
+        .collect();
+
+    // Pacer → carrier: one long utterance of ready audio.
+    let mut speech = Speech::new();
+    let agent_audio = ulaw_tone(330.0, (frames + warmup + 100) * 20, 8000);
+    speech.push_audio(UttKind::Say, "x".into(), 0, &agent_audio);
+    let (cmd_tx, mut cmd_rx) = tokio::sync::mpsc::channel::<MediaCommand>(512);
+    let t0 = Instant::now();
+    let mut next_pace: Option<Instant> = None;
+    let mut pumped = Pumped::default();
+
+    let mut inbound = Tally::default();
+    let mut stt = Tally::default();
+    let mut outbound = Tally::default();
+    let mut sink = vec![0u8; 1 << 16];
+    for i in 0..(warmup + frames) {
+        let counting = i >= warmup;
+        let mut scratch_in = Tally::default();
+        let mut scratch_stt = Tally::default();
+        let mut scratch_out = Tally::default();
+        // The caller sends a frame (not counted).
+        client_io
+            .write_all(&wire[(i % 100) as usize])
+            .await
+            .expect("client write");
+        // Server: read, decode, detect, hand to the STT writer.
+        let msg = scratch_in
+            .measure_async(read.read_message_owing(&owed_tx))
+            .await
+            .expect("read");
+        let audio = scratch_in.measure(|| {
+            let Message::Frame(f) = msg else {
+                panic!("too large")
+            };
+            assert_eq!(f.opcode, OpCode::Text);
+            let s = std::str::from_utf8(&f.payload).expect("utf8");
+            match codec.decode(s) {
+                Ok(Some(MediaEvent::Audio(a))) => a,
+                other => panic!("not audio: {other:?}"),
+            }
+        });
+        scratch_in.measure(|| {
+            std::hint::black_box(vad.push_ulaw(&audio));
+            let at_once = vad.is_speaking() || vad.silence_ms() < 1300;
+            let audio = if at_once && stt_batch.is_empty() {
+                Some(audio)
+            } else {
+                if stt_batch.capacity() - stt_batch.len() < audio.len() {
+                    stt_batch.reserve(16 * 1024);
+                }
+                stt_batch.extend_from_slice(&audio);
+                (at_once || stt_batch.len() >= 480).then(|| stt_batch.split().freeze())
+            };
+            if let Some(audio) = audio {
+                let _ = stt_tx.try_send(SttInput::Audio(audio));
+            }
+        });
+        // The STT writer takes it and writes it to its socket.
+        let got = scratch_stt.measure(|| stt_rx.try_recv().ok());
+        if let Some(SttInput::Audio(b)) = got {
+            scratch_stt
+                .measure_async(stt_sender.binary(&b))
+                .await
+                .expect("stt write");
+        }
+        drain(&mut stt_peer, &mut sink).await;
+        // The pacer's tick, the media pump's write.
+        // The actor pumps when the pacer's deadline comes (its timer's wake-up).
+        let now = t0 + Duration::from_millis(20 * i);
+        if next_pace.is_none_or(|at| now >= at) {
+            scratch_out.measure(|| {
+                speech.pump_into(now, &mut pumped);
+                for cmd in pumped.commands.drain(..) {
+                    let _ = cmd_tx.try_send(cmd);
+                }
+                next_pace = speech.next_deadline(now);
+            });
+        }
+        let mut unflushed = false;
+        while let Some(cmd) = scratch_out.measure(|| cmd_rx.try_recv().ok()) {
+            if scratch_out.measure(|| encoder.encode_into(&cmd, &mut out)) {
+                scratch_out
+                    .measure_async(write.write_frame(Frame::text(Payload::Borrowed(&out))))
+                    .await
+                    .expect("server write");
+                unflushed = true;
+            }
+            scratch_out.measure(|| drop(cmd));
+        }
+        if unflushed {
+            scratch_out
+                .measure_async(write.flush())
+                .await
+                .expect("server flush");
+        }
+        // The carrier drains its socket (not counted).
+        drain(&mut client_io, &mut sink).await;
+        if counting {
+            for (t, s) in [
+                (&mut inbound, scratch_in),
+                (&mut stt, scratch_stt),
+                (&mut outbound, scratch_out),
+            ] {
+                t.allocs += s.allocs;
+                t.bytes += s.bytes;
+            }
+        }
+    }
+    drop(_guard);
+    (inbound, stt, outbound)
+}
+
+/// Reads whatever the server wrote to a peer's socket, without parsing it (the peers' reads
+/// are not the server's cost).
+async fn drain(io: &mut tokio::io::DuplexStream, sink: &mut [u8]) {
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::ZERO, io.read(sink)).await {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+fn main() {
+    let frames: u64 = std::env::var("FRAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000);
+    let warmup = 500;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (inbound, stt, outbound) = rt.block_on(run(frames, warmup));
+    let per = |t: Tally| {
+        (
+            t.allocs as f64 / frames as f64,
+            t.bytes as f64 / frames as f64,
+        )
+    };
+    println!("frames measured: {frames} (after {warmup} warm-up frames)");
+    for (name, t) in [
+        ("inbound: socket read → decode → VAD → STT channel", inbound),
+        ("STT writer: channel → STT socket write", stt),
+        (
+            "outbound: pacer → command channel → encode → socket write",
+            outbound,
+        ),
+    ] {
+        let (a, b) = per(t);
+        println!("{name}: {a:.2} allocations / frame ({b:.0} bytes / frame)");
+    }
+}
