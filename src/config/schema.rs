@@ -434,7 +434,7 @@ fn default_max_endpointing_ms() -> u64 {
     3000
 }
 fn default_unfinished_hold_ms() -> u64 {
-    1500
+    2000
 }
 fn default_stt_eou_override_ms() -> u64 {
     1500
