@@ -19,7 +19,7 @@ const STATE: usize = 2 * 128;
 
 static MODEL_BYTES: &[u8] = include_bytes!("../../models/silero/silero_vad_8k.onnx");
 
-type Plan = Arc<TypedRunnableModel<TypedModel>>;
+type Plan = Arc<TypedRunnableModel>;
 
 fn load() -> TractResult<Plan> {
     let model = tract_onnx::onnx()
@@ -34,7 +34,7 @@ fn load() -> TractResult<Plan> {
         )?
         .into_optimized()?
         .into_runnable()?;
-    Ok(Arc::new(model))
+    Ok(model)
 }
 
 /// The shared plan; `None` if the embedded model failed to load (logged once; calls then
@@ -97,11 +97,15 @@ impl Silero {
         let state = Tensor::from_shape(&[2, 1, 128], &self.state)?;
         let out = plan.run(tvec!(input.into(), state.into()))?;
         let p = out[0]
-            .as_slice::<f32>()?
-            .first()
+            .to_plain_array_view::<f32>()?
+            .iter()
+            .next()
             .copied()
             .unwrap_or_default();
-        self.state.copy_from_slice(out[1].as_slice::<f32>()?);
+        let state = out[1].to_plain_array_view::<f32>()?;
+        for (d, s) in self.state.iter_mut().zip(state.iter()) {
+            *d = *s;
+        }
         Ok(p)
     }
 }

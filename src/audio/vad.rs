@@ -93,7 +93,7 @@ impl Scorer {
     fn new(engine: VadEngine) -> Self {
         match engine {
             #[cfg(feature = "silero")]
-            VadEngine::Silero => Scorer::Silero(Box::new(super::silero::Silero::new())),
+            VadEngine::Silero => Scorer::Silero(Box::default()),
             _ => Scorer::Earshot {
                 det: Detector::default_boxed(),
                 prev: 0,
