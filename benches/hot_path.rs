@@ -7,6 +7,8 @@
 //! detector per frame (`vad_push_ulaw_20ms`), a whole inbound frame as the server handles it
 //! (`inbound_frame_decode+vad+stt_batch`), the outgoing frame built into a reused buffer
 //! (`twilio_encode_agent_frame_into`) and the pacer's top-up (`pacer_topup_100ms`).
+//! The voice detector per packet on speech, silence and a call that is ~60 % silence, with and
+//! without its energy gate (`vad`).
 //! Run with `cargo bench --bench hot_path`; allocations per frame: `cargo bench --bench alloc`.
 
 use std::hint::black_box;
@@ -220,11 +222,62 @@ fn recording(c: &mut Criterion) {
     println!("recording of one minute: {bytes} bytes");
 }
 
+/// A call's caller audio as 20 ms packets: `speech` (the speech fixtures back to back),
+/// `silence` (digital silence) or `call` (each clip followed by silence so ~60 % of the time
+/// is silence, as on a call where the caller mostly listens).
+fn vad_audio(kind: &str) -> Vec<u8> {
+    use patterd::audio::g711::ulaw_silence;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/speech");
+    let clips = ["book_table", "change_booking", "no_tuesday", "yes_please"];
+    let mut out = Vec::new();
+    for name in clips {
+        let clip = std::fs::read(format!("{dir}/{name}.ulaw")).expect("speech fixture");
+        match kind {
+            "speech" => out.extend(&clip),
+            "silence" => out.extend(ulaw_silence(clip.len() as u64 / 8)),
+            _ => {
+                let silent_ms = clip.len() as u64 / 8 * 3 / 2;
+                out.extend(&clip);
+                out.extend(ulaw_silence(silent_ms));
+            }
+        }
+    }
+    out.truncate(out.len() / 160 * 160);
+    out
+}
+
+/// The per-call voice detector (`audio::vad`) per 20 ms packet, with and without the energy
+/// gate that skips scoring frames too quiet to be speech (issue 16). Criterion reports the time
+/// for the whole clip set; divide by the packet count printed.
+fn vad(c: &mut Criterion) {
+    use patterd::audio::vad::{Vad, VadConfig};
+    for kind in ["speech", "silence", "call"] {
+        let audio = vad_audio(kind);
+        println!("vad_{kind}: {} packets of 20 ms", audio.len() / 160);
+        for (label, gate) in [("gated", true), ("ungated", false)] {
+            let cfg = VadConfig {
+                gate,
+                ..VadConfig::default()
+            };
+            c.bench_function(&format!("vad_{kind}_{label}"), |b| {
+                b.iter(|| {
+                    let mut v = Vad::new(cfg);
+                    let mut n = 0;
+                    for packet in audio.chunks(160) {
+                        n += v.push_ulaw(black_box(packet)).len();
+                    }
+                    (n, v.frames_scored())
+                })
+            });
+        }
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    targets = carrier_frames, hot_path_round2, providers, resample, recording
+    targets = carrier_frames, hot_path_round2, providers, resample, recording, vad
 }
 criterion_main!(benches);

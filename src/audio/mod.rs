@@ -3,11 +3,15 @@
 //! synthesis for simulators, DTMF digits and their in-band tones ([`dtmf`]) (all pure
 //! transforms), streaming band-limited resampling of PCM16 ([`resample`], for vendors that only
 //! speak 16–48 kHz PCM), and per-call voice activity detection
-//! ([`vad`], the only stateful piece).
+//! ([`vad`], the only stateful piece, with its background-level tracker [`noise_floor`] and,
+//! behind the cargo feature `silero`, the Silero network in `silero`).
 
 pub mod dtmf;
 pub mod g711;
+pub mod noise_floor;
 pub mod resample;
+#[cfg(feature = "silero")]
+pub mod silero;
 pub mod vad;
 pub mod wav;
 #[cfg(feature = "smart_turn")]

@@ -3,37 +3,71 @@
 //! shares one model and owns only about 10 KB of state): telephone μ-law is decoded, upsampled
 //! 2× by linear interpolation (which, unlike a sharp anti-imaging filter, keeps noise bursts
 //! from looking like speech; see docs/conversation.md) and cut into the 256-sample 16 kHz
-//! frames earshot scores. Frame scores pass through a small hysteresis: speech starts after
-//! [`VadConfig::start_ms`] of voiced frames and ends after [`VadConfig::stop_ms`] without one.
-//! Times are audio milliseconds since the first frame, so decisions do not depend on how busy
-//! the machine is.
+//! frames earshot scores. A frame is *voiced* when earshot's score passes
+//! [`VadConfig::threshold`] **and** its energy stands [`VadConfig::floor_margin_db`] above the
+//! call's background level ([`NoiseFloor`], the 10th percentile of the last ~5 s): background talkers
+//! (babble) score as speech to earshot, but a near caller is louder than the babble floor.
+//! Frames too quiet to be voiced are not scored at all (the energy gate, [`VadConfig::gate`]),
+//! except for a few frames after the energy drops and one frame of warm-up before it rises, so
+//! the network's state around onsets and offsets is what it would have been. Voiced frames pass
+//! through a small hysteresis: speech starts after [`VadConfig::start_ms`] of voiced frames and
+//! ends after [`VadConfig::stop_ms`] without one. Times are audio milliseconds since the first
+//! frame, so decisions do not depend on how busy the machine is.
 
 use earshot::Detector;
 
 use super::g711::ulaw_to_linear;
+use super::noise_floor::{NoiseFloor, frame_db};
 
 /// Samples per earshot frame (16 ms at 16 kHz).
 const FRAME: usize = 256;
 /// Milliseconds per earshot frame.
 const FRAME_MS: u64 = 16;
+/// The floor margin widens by this many dB per dB of the background's spread (babble swings,
+/// hiss does not).
+const SPREAD_GAIN: f32 = 2.0;
+/// Frames still scored after the energy falls under the gate (≈ 96 ms).
+const GATE_HANGOVER: u8 = 6;
+
+/// Which network scores the frames (`[agents.NAME] vad_engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VadEngine {
+    /// earshot 1.2.2 on 16 ms frames of 2× upsampled audio (always built in).
+    #[default]
+    Earshot,
+    /// Silero VAD v6, 8 kHz, 32 ms windows, through tract (cargo feature `silero`; without it
+    /// [`Vad::new`] falls back to earshot, and config validation refuses the setting).
+    Silero,
+}
 
 /// Per-agent thresholds (see `[agents.NAME] vad_*`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct VadConfig {
+    /// The network scoring the frames.
+    pub engine: VadEngine,
     /// A frame scoring at least this is voiced (0–1).
     pub threshold: f32,
     /// Voiced audio needed (within one run) before speech is declared.
     pub start_ms: u64,
     /// Unvoiced audio after the last voiced frame that ends speech.
     pub stop_ms: u64,
+    /// A frame is voiced only when its energy is at least this far (dB), plus 2× the
+    /// background's spread, above the tracked background floor; 0 turns the noise adaptation
+    /// (and the energy gate) off.
+    pub floor_margin_db: f32,
+    /// Skip scoring frames whose energy is under the floor margin (they cannot be voiced).
+    pub gate: bool,
 }
 
 impl Default for VadConfig {
     fn default() -> Self {
         Self {
+            engine: VadEngine::Earshot,
             threshold: 0.5,
             start_ms: 48,
             stop_ms: 160,
+            floor_margin_db: 5.0,
+            gate: true,
         }
     }
 }
@@ -47,11 +81,49 @@ pub enum VadEvent {
     SpeechEnd { onset_ms: u64, last_voiced_ms: u64 },
 }
 
+/// The scoring network of one call.
+enum Scorer {
+    /// earshot, fed 16 kHz made by linear interpolation (`prev` is the last 8 kHz sample).
+    Earshot { det: Box<Detector>, prev: i16 },
+    #[cfg(feature = "silero")]
+    Silero(Box<super::silero::Silero>),
+}
+
+impl Scorer {
+    fn new(engine: VadEngine) -> Self {
+        match engine {
+            #[cfg(feature = "silero")]
+            VadEngine::Silero => Scorer::Silero(Box::default()),
+            _ => Scorer::Earshot {
+                det: Detector::default_boxed(),
+                prev: 0,
+            },
+        }
+    }
+
+    /// Audio milliseconds per frame of [`FRAME`] samples.
+    fn frame_ms(&self) -> u64 {
+        match self {
+            Scorer::Earshot { .. } => FRAME_MS,
+            #[cfg(feature = "silero")]
+            Scorer::Silero(_) => super::silero::WINDOW_MS,
+        }
+    }
+
+    fn predict(&mut self, frame: &[i16; FRAME]) -> f32 {
+        match self {
+            Scorer::Earshot { det, .. } => det.predict_i16(frame),
+            #[cfg(feature = "silero")]
+            Scorer::Silero(s) => s.predict(frame),
+        }
+    }
+}
+
 /// One call's detector and speaking state.
 pub struct Vad {
     cfg: VadConfig,
-    det: Box<Detector>,
-    prev: i16,
+    scorer: Scorer,
+    frame_ms: u64,
     pending: Vec<i16>,
     /// Audio time at the end of the last scored frame.
     audio_ms: u64,
@@ -61,14 +133,24 @@ pub struct Vad {
     run_voiced_ms: u64,
     last_voiced_ms: u64,
     last_score: f32,
+    floor: NoiseFloor,
+    /// Frames left to score after the energy fell under the gate.
+    hot: u8,
+    /// The last frame was not scored (it is kept to warm the network up on the next one).
+    gated: bool,
+    prev_frame: [i16; FRAME],
+    /// Frames scored by the network / frames seen (for the gate's figures).
+    scored: u64,
 }
 
 impl Vad {
     pub fn new(cfg: VadConfig) -> Self {
+        let scorer = Scorer::new(cfg.engine);
+        let frame_ms = scorer.frame_ms();
         Self {
             cfg,
-            det: Detector::default_boxed(),
-            prev: 0,
+            scorer,
+            frame_ms,
             pending: Vec::with_capacity(FRAME * 2),
             audio_ms: 0,
             speaking: false,
@@ -76,6 +158,11 @@ impl Vad {
             run_voiced_ms: 0,
             last_voiced_ms: 0,
             last_score: 0.0,
+            floor: NoiseFloor::new(),
+            hot: 0,
+            gated: false,
+            prev_frame: [0; FRAME],
+            scored: 0,
         }
     }
 
@@ -84,26 +171,63 @@ impl Vad {
         let mut out = Vec::new();
         for &b in ulaw {
             let x = ulaw_to_linear(b);
-            let mid = ((i32::from(self.prev) + i32::from(x)) / 2) as i16;
-            self.pending.push(mid);
-            self.pending.push(x);
-            self.prev = x;
+            match &mut self.scorer {
+                Scorer::Earshot { prev, .. } => {
+                    let mid = ((i32::from(*prev) + i32::from(x)) / 2) as i16;
+                    self.pending.push(mid);
+                    self.pending.push(x);
+                    *prev = x;
+                }
+                #[cfg(feature = "silero")]
+                Scorer::Silero(_) => self.pending.push(x),
+            }
             if self.pending.len() >= FRAME {
-                let frame: Vec<i16> = self.pending.drain(..FRAME).collect();
-                let score = self.det.predict_i16(&frame);
-                self.step(score, &mut out);
+                let mut frame = [0i16; FRAME];
+                frame.copy_from_slice(&self.pending[..FRAME]);
+                self.pending.drain(..FRAME);
+                let voiced = self.score(&frame);
+                self.step(voiced, &mut out);
             }
         }
         out
     }
 
-    fn step(&mut self, score: f32, out: &mut Vec<VadEvent>) {
-        let start = self.audio_ms;
-        self.audio_ms += FRAME_MS;
+    /// Scores one frame (or gates it) and says whether it is voiced.
+    fn score(&mut self, frame: &[i16; FRAME]) -> bool {
+        let db = frame_db(frame);
+        self.floor.push(db);
+        let margin = self.cfg.floor_margin_db + SPREAD_GAIN * self.floor.spread_db();
+        let loud = self.cfg.floor_margin_db <= 0.0 || db >= self.floor.floor_db() + margin;
+        if loud {
+            self.hot = GATE_HANGOVER;
+        }
+        let score = if !self.cfg.gate || loud || self.hot > 0 {
+            if self.gated {
+                // Warm up on the frame before the onset, as if it had been scored.
+                self.scorer.predict(&self.prev_frame);
+                self.scored += 1;
+            }
+            self.gated = false;
+            self.scored += 1;
+            self.scorer.predict(frame)
+        } else {
+            self.gated = true;
+            0.0
+        };
+        if !loud {
+            self.hot = self.hot.saturating_sub(1);
+        }
+        self.prev_frame = *frame;
         self.last_score = score;
-        if score >= self.cfg.threshold {
+        loud && score >= self.cfg.threshold
+    }
+
+    fn step(&mut self, voiced: bool, out: &mut Vec<VadEvent>) {
+        let start = self.audio_ms;
+        self.audio_ms += self.frame_ms;
+        if voiced {
             let onset = *self.run_onset_ms.get_or_insert(start);
-            self.run_voiced_ms += FRAME_MS;
+            self.run_voiced_ms += self.frame_ms;
             self.last_voiced_ms = self.audio_ms;
             if !self.speaking && self.run_voiced_ms >= self.cfg.start_ms {
                 self.speaking = true;
@@ -129,7 +253,7 @@ impl Vad {
         self.speaking
     }
 
-    /// Audio time fed so far (in whole earshot frames).
+    /// Audio time fed so far (in whole frames: 16 ms for earshot, 32 ms for Silero).
     pub fn audio_ms(&self) -> u64 {
         self.audio_ms
     }
@@ -145,11 +269,29 @@ impl Vad {
         self.audio_ms.saturating_sub(self.last_voiced_ms)
     }
 
-    /// The last frame's score.
+    /// The last frame's score (0 for a frame the energy gate skipped).
     pub fn last_score(&self) -> f32 {
         self.last_score
     }
+
+    /// The tracked background level (dBFS).
+    pub fn floor_db(&self) -> f32 {
+        self.floor.floor_db()
+    }
+
+    /// Frames the network scored (including warm-ups) since the call began.
+    pub fn frames_scored(&self) -> u64 {
+        self.scored
+    }
+
+    /// Frames seen since the call began (scored or skipped by the energy gate).
+    pub fn frames_seen(&self) -> u64 {
+        self.audio_ms / self.frame_ms
+    }
 }
+
+#[cfg(test)]
+mod babble;
 
 #[cfg(test)]
 mod tests {
@@ -207,7 +349,11 @@ mod tests {
     #[test]
     fn a_steady_tone_counts_as_speech() {
         // The simulators' stand-in for a voice; real deployments see DTMF handled separately.
-        let ev = events(&ulaw_tone(440.0, 700, 8000));
+        // A sound from the very first frame is the background until something quieter is
+        // heard (the floor starts at the first frame); calls start with line noise or silence.
+        let mut audio = ulaw_silence(100);
+        audio.extend(ulaw_tone(440.0, 700, 8000));
+        let ev = events(&audio);
         assert!(
             matches!(ev.first(), Some(VadEvent::SpeechStart { .. })),
             "{ev:?}"

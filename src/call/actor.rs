@@ -28,8 +28,9 @@ use super::registry::InsertError;
 use super::speech::{Pumped, Speech, TtsNote};
 use super::transcript::{CallEvent, CallRecord};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
-use crate::audio::vad::{Vad, VadConfig};
+use crate::audio::vad::{Vad, VadConfig, VadEngine};
 use crate::carrier::{ActionResult, FRAME_BYTES, MediaCommand, MediaEvent, TransferRequest};
+use crate::config::VadEngineName;
 use crate::provider::{
     ChatTurn, LlmEvent, LlmStream, SttContext, SttEvent, SttInput, SttStream, TokenUsage, TtsEvent,
 };
@@ -193,6 +194,10 @@ impl Actor {
             .with_stt_turns(setup.providers.stt.ends_turns())
             .with_turn_model(setup.turn_model.as_ref().map(|w| w.timing())),
             vad: Vad::new(VadConfig {
+                engine: match setup.agent.vad_engine {
+                    VadEngineName::Earshot => VadEngine::Earshot,
+                    VadEngineName::Silero => VadEngine::Silero,
+                },
                 threshold: setup.agent.vad_threshold as f32,
                 stop_ms: setup.agent.vad_stop_ms,
                 ..VadConfig::default()

@@ -216,6 +216,16 @@ pub enum LogFormat {
     Json,
 }
 
+/// `[agents.NAME] vad_engine`: earshot (built in, the default) or Silero (cargo feature
+/// `silero`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VadEngineName {
+    #[default]
+    Earshot,
+    Silero,
+}
+
 /// `[agents.NAME]`: a persona: which brain, ears and voice, and what it says when.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -265,6 +275,9 @@ pub struct AgentConfig {
     pub record: bool,
 
     // Conversation: voice activity, end of turn, barge-in, idle callers (docs/conversation.md).
+    /// Which voice-activity network scores caller audio (`silero` needs the cargo feature).
+    #[serde(default)]
+    pub vad_engine: VadEngineName,
     /// Our voice-activity detector's voiced-frame threshold (0–1).
     #[serde(default = "default_vad_threshold")]
     pub vad_threshold: f64,

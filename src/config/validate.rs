@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use super::error::{Problem, describe_key, suggest};
-use super::schema::{Config, LlmKind};
+use super::schema::{Config, LlmKind, VadEngineName};
 use super::source::Locator;
 use crate::util::phone::{is_e164, is_e164_prefix};
 
@@ -466,6 +466,16 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
                     ),
                 );
             }
+        }
+        if agent.vad_engine == VadEngineName::Silero && !cfg!(feature = "silero") {
+            c.fail(
+                &["agents", name, "vad_engine"],
+                format!(
+                    "[agents.{name}] vad_engine = \"silero\" needs a patterd built with the cargo \
+                     feature `silero` (cargo build --release --features silero); use \"earshot\" \
+                     or rebuild"
+                ),
+            );
         }
         let vad = agent.vad_threshold;
         if !(vad.is_finite() && vad > 0.0 && vad < 1.0) {

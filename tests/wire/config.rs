@@ -1124,3 +1124,25 @@ fn stt_chains_load_and_unknown_names_in_them_are_reported() {
         "{err}"
     );
 }
+
+#[test]
+fn vad_engine_loads_earshot_and_names_the_feature_silero_needs() {
+    let earshot = with_agent_lines("vad_engine = \"earshot\"");
+    let loaded = load(&earshot).expect("earshot loads");
+    assert_eq!(
+        loaded.config.agents["front-desk"].vad_engine,
+        patterd::config::VadEngineName::Earshot
+    );
+    let silero = with_agent_lines("vad_engine = \"silero\"");
+    if cfg!(feature = "silero") {
+        load(&silero).expect("silero loads in a build with the feature");
+    } else {
+        let e = load_err(&silero);
+        assert!(
+            e.contains("vad_engine") && e.contains("--features silero"),
+            "{e}"
+        );
+    }
+    let e = load_err(&with_agent_lines("vad_engine = \"webrtc\""));
+    assert!(e.contains("vad_engine"), "{e}");
+}
