@@ -5,10 +5,38 @@ HTTP-streaming TTS, all at mu-law 8 kHz like patterd -- with every provider poin
 load generator's fakes through the BENCH_* environment variables, fake credentials, telemetry
 off, dashboard off. Patter's Deepgram URL is a module constant and its ElevenLabs REST client
 has a fixed base URL, so both are replaced here before the first call.
+
+Voice detection: ``BENCH_PATTER_VAD=silero`` (the default) runs Patter's own Silero VAD the
+way Patter does by default when its ``silero`` extra (onnxruntime, numpy) is installed
+(``pip install 'getpatter[silero]==0.7.0'``): the agent gets no ``vad=`` and each call's
+handler loads ``SileroVAD.for_phone_call()`` -- one model session and one streaming state per
+call (``stream_handler.py``, "auto-VAD enabled"). Not an explicit ``agent(vad=...)``: the agent
+is shared by every call and Patter does not copy its VAD per call, so one streaming state
+would be fed every call's audio. A missing extra is an error here, not Patter's silent
+fallback. ``BENCH_PATTER_VAD=none`` reproduces the earlier runs without a VAD: the auto-VAD's
+import of ``getpatter.providers.silero_vad`` is made to fail, which is exactly Patter's path
+when the extra is not installed ("auto-VAD unavailable").
 """
 
 import asyncio
 import os
+import sys
+
+VAD = os.environ.get("BENCH_PATTER_VAD", "silero")
+if VAD not in ("silero", "none"):
+    sys.exit(f"BENCH_PATTER_VAD must be 'silero' or 'none', not {VAD!r}")
+if VAD == "none":
+    # ``import getpatter.providers.silero_vad`` now raises ImportError (Python's rule for a
+    # ``None`` entry in sys.modules), so Patter's auto-VAD falls back to no VAD.
+    sys.modules["getpatter.providers.silero_vad"] = None
+else:
+    try:
+        import getpatter.providers.silero_vad  # noqa: F401
+    except ImportError as e:
+        sys.exit(
+            f"BENCH_PATTER_VAD=silero needs Patter's silero extra ({e}): "
+            "pip install 'getpatter[silero]==0.7.0', or set BENCH_PATTER_VAD=none"
+        )
 
 os.environ["PATTER_TELEMETRY_DISABLED"] = "1"
 os.environ["DO_NOT_TRACK"] = "1"

@@ -34,6 +34,8 @@
 #   IDLE_LOAD=1.0    before each run, wait (checking every 30 s) until the 1-minute load
 #   IDLE_UNTIL=HH:MM average is below IDLE_LOAD, but not past IDLE_UNTIL (UTC); off by default
 #   STOP_AT=0.5      stop a sweep after a run where this share of calls/turns failed
+#   BENCH_PATTER_VAD silero (default: Patter runs its Silero VAD) or none (the runs before
+#                    2026-11-30 evening: no VAD); bench/patter/server.py
 #   SKIP_PATTERD=1, SKIP_PATTER=1, SKIP_CRITERION=1
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -147,9 +149,11 @@ fi
 if [ "${SKIP_PATTER:-}" != 1 ]; then
   echo "== Patter (getpatter 0.7.0): calls $PATTER_CALLS"
   VENV=${PATTER_VENV:-$OUT/patter-venv}
-  if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q getpatter==0.7.0
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  # The silero extra (onnxruntime, numpy) gives Patter its Silero VAD (BENCH_PATTER_VAD,
+  # default silero; bench/patter/server.py). Also added to a venv made before it was needed.
+  if ! "$VENV/bin/python" -c 'import getpatter.providers.silero_vad' 2>/dev/null; then
+    "$VENV/bin/pip" install -q "getpatter[silero]==0.7.0"
   fi
   sweep patter "$PATTER_CALLS" "$PATTER_RATE" \
     --server-cmd "exec $VENV/bin/python bench/patter/server.py" "${SRV_PIN[@]}" \
