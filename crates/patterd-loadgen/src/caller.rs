@@ -146,7 +146,8 @@ pub struct CallResult {
     /// Agent messages that broke Twilio's protocol (bad JSON, unknown event, another
     /// stream's `streamSid`, invalid base64); they were ignored.
     pub malformed: u64,
-    /// Gaps over [`LATE_GAP`] between frames of one utterance.
+    /// Gaps over [`LATE_GAP`] between frames of one utterance that the caller heard: the
+    /// audio queued before the frame had finished playing when it arrived.
     pub late_gaps: u64,
     /// When each late gap ended (splits them into before / during a flood).
     pub late_at: Vec<Instant>,
@@ -375,7 +376,11 @@ impl Driver {
         self.last_activity = at;
         if self.in_utt {
             let gap = at.saturating_duration_since(self.last_media);
-            if gap > LATE_GAP {
+            // A gap is late only when the caller would hear it: the audio queued before it
+            // had finished playing. A server that sends ahead of real time in bursts (patterd
+            // tops the carrier's buffer up every 100 ms) leaves long arrival gaps that nobody
+            // hears; those are not late.
+            if gap > LATE_GAP && at > self.queued_until {
                 self.res.late_gaps += 1;
                 self.res.late_at.push(at);
             }
