@@ -17,9 +17,9 @@ mod flood;
 mod heard;
 mod ops;
 mod recording;
-mod stt_fallback;
 #[cfg(feature = "smart_turn")]
 mod smart_turn;
+mod stt_fallback;
 mod stt_providers;
 mod suite;
 mod telnyx_plivo;
