@@ -130,11 +130,17 @@ pub enum EventKind {
     /// `incomplete …`, `unavailable queue_full …`, `timeout pause=3`; ` ignored` when the
     /// answer came after the caller went on).
     TurnModel,
+    /// Caller speech over the agent reached `barge_in_hold_ms`: no new agent audio is sent
+    /// (no `clear`; the carrier plays on what it has) until the stop or the end of the burst.
+    BargeInHold,
+    /// The hold ended without a stop (detail: `burst_ended`, `backchannel`, `too_long` or
+    /// `agent_done`, and `after_ms=`): the agent's audio is sent on, the caller heard no cut.
+    BargeInHoldReleased,
 }
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 54] = [
+    pub const ALL: [EventKind; 56] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -189,6 +195,8 @@ impl EventKind {
         EventKind::TtsFirstAudio,
         EventKind::SttSwitched,
         EventKind::TurnModel,
+        EventKind::BargeInHold,
+        EventKind::BargeInHoldReleased,
     ];
 
     /// The stored and served name (snake_case).
@@ -248,6 +256,8 @@ impl EventKind {
             EventKind::TtsFirstAudio => "tts_first_audio",
             EventKind::SttSwitched => "stt_switched",
             EventKind::TurnModel => "turn_model",
+            EventKind::BargeInHold => "barge_in_hold",
+            EventKind::BargeInHoldReleased => "barge_in_hold_released",
         }
     }
 

@@ -28,6 +28,7 @@ use crate::provider::{ChatMessage, LlmEvent, Role};
 
 mod acts;
 mod eot;
+mod hold;
 mod speaking;
 #[cfg(test)]
 mod tests;
@@ -232,6 +233,8 @@ pub struct Policy {
     speculation: Option<Speculation>,
     /// The end-of-turn model's judgement of the current pause (none without a model).
     gate: eot::TurnGate,
+    /// The caller's current voiced run over agent audio, for the barge-in hold.
+    burst: hold::Burst,
     out: Vec<Action>,
 }
 
@@ -280,6 +283,7 @@ impl Policy {
             stt_turns: false,
             speculation: None,
             gate: eot::TurnGate::new(None),
+            burst: hold::Burst::default(),
             out: Vec::new(),
         }
     }
@@ -375,6 +379,15 @@ impl Policy {
                 self.endpointer
                     .on_final(&text, speech_final, from_finalize, now);
                 self.on_caller_words(now, mouth);
+                // Only a backchannel so far: release the hold for the rest of this burst.
+                let heard = self.endpointer.text();
+                if self.burst.held_at().is_some()
+                    && mouth.is_held()
+                    && !heard.trim().is_empty()
+                    && self.words.content_words(&heard) == 0
+                {
+                    self.release_hold("backchannel", now, mouth);
+                }
             }
             Input::UtteranceEnd => {
                 self.endpointer.on_utterance_end(now);
@@ -493,23 +506,59 @@ impl Policy {
         self.event(EventKind::MarkPlayed, name);
     }
 
-    /// Stage one of barge-in: enough caller speech over agent audio stops the agent at once
-    /// (carrier `clear`, mouth paused) while keeping everything unheard for a resume.
+    /// Stage one of barge-in: a short hold at the onset of caller speech over agent audio (no
+    /// new audio sent, no `clear`; see `policy/hold.rs`), then, when the speech goes on, the
+    /// stop (carrier `clear`, mouth paused) keeping everything unheard for a resume.
     fn check_barge_in(&mut self, run_ms: u64, now: Instant, mouth: &mut Speech) {
+        if self.burst.held_at().is_some() && !mouth.is_held() {
+            // Stopped or cleared by something else meanwhile.
+            self.burst.end_hold(false);
+        }
         let agent = &self.agent;
-        if !agent.barge_in
-            || matches!(self.phase, Phase::BargeIn { .. } | Phase::Goodbye { .. })
-            || run_ms < agent.barge_in_min_speech_ms
-            || !mouth.is_playing(now)
-        {
+        let eligible = agent.barge_in
+            && !matches!(self.phase, Phase::BargeIn { .. } | Phase::Goodbye { .. })
+            && mouth.is_playing(now)
+            && (agent.greeting_interruptible || mouth.current_kind() != Some(UttKind::Greeting))
+            && mouth.current_kind() != Some(UttKind::Dtmf);
+        if !eligible {
+            if self.burst.held_at().is_some() {
+                self.release_hold("agent_done", now, mouth);
+            }
+            if run_ms == 0 {
+                self.burst.judge(0, now, 0, 0);
+            }
             return;
         }
-        if mouth.current_kind() == Some(UttKind::Greeting) && !agent.greeting_interruptible {
-            return;
+        let (hold_ms, stop_ms) = (agent.barge_in_hold_ms, agent.barge_in_min_speech_ms);
+        match self.burst.judge(run_ms, now, hold_ms, stop_ms) {
+            hold::Verdict::Nothing | hold::Verdict::Keep => {}
+            hold::Verdict::Hold => {
+                mouth.hold();
+                self.event(EventKind::BargeInHold, format!("speech_ms={run_ms}"));
+            }
+            hold::Verdict::Release(why) => self.release_hold(why, now, mouth),
+            hold::Verdict::Stop => self.stop_agent(run_ms, now, mouth),
         }
-        if mouth.current_kind() == Some(UttKind::Dtmf) {
-            return;
-        }
+    }
+
+    /// Ends a barge-in hold without a stop: the mouth sends on (pump).
+    fn release_hold(&mut self, why: &str, now: Instant, mouth: &mut Speech) {
+        let at = self.burst.held_at().unwrap_or(now);
+        self.burst.end_hold(why != "burst_ended");
+        mouth.release();
+        let ms = now.saturating_duration_since(at).as_millis();
+        self.event(
+            EventKind::BargeInHoldReleased,
+            format!("{why} after_ms={ms}"),
+        );
+        self.out.push(Action::Resume);
+    }
+
+    /// The stop: carrier `clear`, mouth paused with everything unheard kept, then the words
+    /// decide (stage two).
+    fn stop_agent(&mut self, run_ms: u64, now: Instant, mouth: &mut Speech) {
+        self.burst.end_hold(false);
+        let agent = &self.agent;
         let confirm = Duration::from_millis(agent.barge_in_confirm_ms);
         // What was heard is placed at the onset of the speech that stopped the agent.
         let onset = now
@@ -536,6 +585,17 @@ impl Policy {
     fn on_caller_words(&mut self, now: Instant, mouth: &mut Speech) {
         if self.endpointer.has_text() {
             self.last_activity = now;
+        }
+        if self.burst.held_at().is_some() && mouth.is_held() {
+            // Real words during the hold stop the agent before the voiced run is long enough.
+            let text = self.endpointer.text();
+            if !self.words.is_echo(&text, &mouth.current_text())
+                && self.words.content_words(&text) >= self.agent.barge_in_min_words as usize
+            {
+                let run_ms = self.burst.run_ms(now);
+                self.stop_agent(run_ms, now, mouth);
+                return;
+            }
         }
         if let Phase::BargeIn { at, .. } = self.phase {
             let text = self.endpointer.text();

@@ -142,6 +142,9 @@ pub struct Speech {
     play_until: Option<Instant>,
     /// Paused by a barge-in: nothing is sent until [`Speech::resume`].
     paused: bool,
+    /// Held at the onset of caller speech: nothing new is sent, nothing is withdrawn (the
+    /// carrier plays on what it has) until [`Speech::release`], a pause or a clear.
+    held: bool,
     /// Pauses so far; part of mark names so a stale echo never matches a re-sent utterance.
     epoch: u32,
     /// How much later than the pacer reckoned the last mark came back: the carrier's playback
@@ -163,6 +166,7 @@ impl Speech {
             next_id: 1,
             play_until: None,
             paused: false,
+            held: false,
             epoch: 0,
             lag: Duration::ZERO,
         }
@@ -337,7 +341,7 @@ impl Speech {
     pub fn pump_into(&mut self, now: Instant, out: &mut Pumped) {
         out.commands.clear();
         out.started.clear();
-        if self.paused {
+        if self.paused || self.held {
             return;
         }
         while let Some(front) = self.queue.front_mut() {
@@ -390,7 +394,7 @@ impl Speech {
 
     /// When the pacer next needs to run (`None`: only a TTS event can make progress).
     pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
-        if self.paused {
+        if self.paused || self.held {
             return None;
         }
         let front = self.queue.front()?;
@@ -482,6 +486,7 @@ impl Speech {
         let unheard: Vec<Sent> = self.awaiting_mark.drain(..).collect();
         self.play_until = None;
         self.paused = false;
+        self.held = false;
         Cleared {
             dropped,
             unheard,
@@ -527,6 +532,7 @@ impl Speech {
         withdrawn.reverse();
         self.play_until = None;
         self.paused = true;
+        self.held = false;
         self.epoch += 1;
         Paused {
             need_clear,
@@ -537,6 +543,23 @@ impl Speech {
     /// Sends again after a [`Speech::pause`].
     pub fn resume(&mut self) {
         self.paused = false;
+        self.held = false;
+    }
+
+    /// Stops sending new audio without a `clear` and without forgetting anything: the
+    /// carrier plays on what it already has (up to [`LEAD`]). Undone by [`Speech::release`].
+    pub fn hold(&mut self) {
+        self.held = true;
+    }
+
+    /// Sends again after a [`Speech::hold`] (pump next).
+    pub fn release(&mut self) {
+        self.held = false;
+    }
+
+    /// True while held by [`Speech::hold`].
+    pub fn is_held(&self) -> bool {
+        self.held
     }
 
     /// True while agent audio may be playing at the carrier (sent and not confirmed played,

@@ -310,6 +310,10 @@ pub struct AgentConfig {
     /// Caller speech (voiced audio) over the agent that stops it.
     #[serde(default = "default_barge_in_min_speech_ms")]
     pub barge_in_min_speech_ms: u64,
+    /// Voiced caller audio over the agent that stops sending new agent audio (no `clear`) until
+    /// the stop or the end of the burst; 0 turns the hold off.
+    #[serde(default = "default_barge_in_hold_ms")]
+    pub barge_in_hold_ms: u64,
     /// How long after stopping the agent we wait for words before resuming it.
     #[serde(default = "default_barge_in_confirm_ms")]
     pub barge_in_confirm_ms: u64,
@@ -454,6 +458,9 @@ fn default_stt_eou_override_ms() -> u64 {
 }
 fn default_barge_in_min_speech_ms() -> u64 {
     200
+}
+fn default_barge_in_hold_ms() -> u64 {
+    100
 }
 fn default_barge_in_confirm_ms() -> u64 {
     1000

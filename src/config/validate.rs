@@ -505,6 +505,7 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
                 32,
                 3000,
             ),
+            ("barge_in_hold_ms", agent.barge_in_hold_ms, 0, 3000),
             (
                 "barge_in_confirm_ms",
                 agent.barge_in_confirm_ms,

@@ -1068,3 +1068,6 @@ fn end_call_during_a_barge_in_still_finishes_the_sentence() {
 
 /// End-of-turn cases where our detector and the speech-to-text disagree.
 mod turns;
+
+/// The barge-in hold before the stop.
+mod hold;

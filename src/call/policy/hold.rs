@@ -1,0 +1,109 @@
+//! The barge-in hold: the short pause before stopping the agent that filters coughs, clicks,
+//! laughs and backchannels without an audible cut. At `barge_in_hold_ms` of voiced caller audio
+//! over agent audio the mouth stops sending new frames (no `clear`: the carrier plays on the up
+//! to one second it already has, so the caller hears nothing different); at
+//! `barge_in_min_speech_ms` with voiced audio dominating the run the agent is stopped as before
+//! (carrier `clear`, mouth paused). A burst that ends first, a backchannel final or a hold that
+//! lasts too long without enough voicing releases the hold: sending goes on, nothing was cut.
+//! Pure: [`Burst::judge`] turns the voiced run and the time into a [`Verdict`].
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Longest hold without a stop before sending goes on (the carrier's buffer is about a second).
+pub const HOLD_MAX: Duration = Duration::from_millis(600);
+
+/// Share of the run's wall time (percent) that must be voiced for the stop: a laugh or a
+/// string of clicks accumulates voiced audio with gaps between.
+pub const VOICED_SHARE_PCT: u64 = 60;
+
+/// What to do about the current voiced run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing to do.
+    Nothing,
+    /// Start holding (stop sending new agent audio).
+    Hold,
+    /// Go on holding.
+    Keep,
+    /// Release the hold: send on (why).
+    Release(&'static str),
+    /// Stop the agent (carrier `clear`, mouth paused).
+    Stop,
+}
+
+/// The current voiced run of caller audio over agent audio, as the hold sees it.
+#[derive(Debug, Default)]
+pub struct Burst {
+    /// When the run started (its first report less its voiced audio).
+    run_start: Option<Instant>,
+    /// When the hold started.
+    held_at: Option<Instant>,
+    /// This run released a hold for good (a backchannel, too long): no hold or stop until it ends.
+    spent: bool,
+}
+
+impl Burst {
+    /// True while holding.
+    pub fn held_at(&self) -> Option<Instant> {
+        self.held_at
+    }
+
+    /// Wall time since the run started (0 without a run).
+    pub fn run_ms(&self, now: Instant) -> u64 {
+        self.run_start
+            .map(|t| now.saturating_duration_since(t).as_millis() as u64)
+            .unwrap_or(0)
+    }
+
+    /// The hold was released (`spent`: for the rest of this run) or became a stop.
+    pub fn end_hold(&mut self, spent: bool) {
+        self.held_at = None;
+        self.spent |= spent;
+    }
+
+    /// Judges the voiced run `run_ms` (0: not speaking) at `now`; `hold_ms` starts the hold
+    /// (0: no hold), `stop_ms` stops the agent.
+    pub fn judge(&mut self, run_ms: u64, now: Instant, hold_ms: u64, stop_ms: u64) -> Verdict {
+        if run_ms == 0 {
+            self.run_start = None;
+            self.spent = false;
+            return match self.held_at {
+                Some(_) => Verdict::Release("burst_ended"),
+                None => Verdict::Nothing,
+            };
+        }
+        let start = *self.run_start.get_or_insert_with(|| {
+            now.checked_sub(Duration::from_millis(run_ms))
+                .unwrap_or(now)
+        });
+        if self.spent {
+            return Verdict::Nothing;
+        }
+        if hold_ms == 0 || hold_ms >= stop_ms {
+            // No hold: the stop as it always was.
+            return if run_ms >= stop_ms {
+                Verdict::Stop
+            } else {
+                Verdict::Nothing
+            };
+        }
+        let wall_ms = now.saturating_duration_since(start).as_millis() as u64;
+        if run_ms >= stop_ms && run_ms * 100 >= VOICED_SHARE_PCT * wall_ms {
+            self.held_at = None;
+            return Verdict::Stop;
+        }
+        match self.held_at {
+            Some(at) if now.saturating_duration_since(at) >= HOLD_MAX => {
+                Verdict::Release("too_long")
+            }
+            Some(_) => Verdict::Keep,
+            None if run_ms >= hold_ms => {
+                self.held_at = Some(now);
+                Verdict::Hold
+            }
+            None => Verdict::Nothing,
+        }
+    }
+}
