@@ -11,7 +11,8 @@
 //! `cargo test --release --test calls suite::conversation_suite -- --ignored --nocapture`
 //!
 //! Environment: `SUITE_AGENT_EXTRA` (extra `[agents.X]` lines, e.g. `turn_model =
-//! "smart_turn"`), `SUITE_LABEL`, `SUITE_FILTER` (substring of scenario ids),
+//! "st"`), `SUITE_EXTRA_CONFIG` (top-level sections they name, e.g. `[turn_model.st]`),
+//! `SUITE_LABEL`, `SUITE_FILTER` (substring of scenario ids),
 //! `SUITE_CONCURRENCY` (default 20), `SUITE_VERBOSE` (one line per scenario).
 //! `suite_machinery_on_four_scenarios` runs four of them in every `cargo test`.
 
@@ -439,6 +440,8 @@ async fn run(sc: &Scenario, agent_extra: &str, speech_rms: f64) -> Outcome {
         voice: Some((clip("agent_voice"), 60)),
         long_turn_after_s: 20.0,
         words: Some(track.clone()),
+        // Top-level sections the agent lines refer to, e.g. a `[turn_model.NAME]`.
+        extra_config: std::env::var("SUITE_EXTRA_CONFIG").unwrap_or_default(),
         ..Default::default()
     })
     .await;
