@@ -193,16 +193,7 @@ async fn run(
     }
     let mut received = 0usize;
     loop {
-        let chunk = tokio::time::timeout(stall, resp.chunk())
-            .await
-            .map_err(|_| TtsError::Stalled {
-                vendor: VENDOR,
-                after: stall,
-            })?
-            .map_err(|source| TtsError::Stream {
-                vendor: VENDOR,
-                source,
-            })?;
+        let chunk = next_chunk(&mut resp, stall).await?;
         match chunk {
             Some(c) if c.is_empty() => {}
             Some(c) => {
@@ -220,6 +211,23 @@ async fn run(
             None => return Ok(()),
         }
     }
+}
+
+/// The body's next chunk, or a stall error when none comes within `stall`.
+async fn next_chunk(
+    resp: &mut reqwest::Response,
+    stall: Duration,
+) -> Result<Option<bytes::Bytes>, TtsError> {
+    tokio::time::timeout(stall, resp.chunk())
+        .await
+        .map_err(|_| TtsError::Stalled {
+            vendor: VENDOR,
+            after: stall,
+        })?
+        .map_err(|source| TtsError::Stream {
+            vendor: VENDOR,
+            source,
+        })
 }
 
 /// Longest JSON line accepted from `with-timestamps` (a line carries one audio chunk).
@@ -244,16 +252,7 @@ async fn run_lines(
     let mut received = 0usize;
     let mut words = CharWords::default();
     loop {
-        let chunk = tokio::time::timeout(stall, resp.chunk())
-            .await
-            .map_err(|_| TtsError::Stalled {
-                vendor: VENDOR,
-                after: stall,
-            })?
-            .map_err(|source| TtsError::Stream {
-                vendor: VENDOR,
-                source,
-            })?;
+        let chunk = next_chunk(&mut resp, stall).await?;
         let Some(chunk) = chunk else {
             let rest = std::mem::take(&mut buf);
             line(&rest, &mut received, &mut words, tx).await?;
