@@ -1,7 +1,8 @@
 //! Heap allocations per 20 ms frame on the media hot path (issue 16), counted by a counting
-//! global allocator: a Twilio `media` frame read off a WebSocket (masked, as the carrier sends
-//! it) → decoded → the voice detector → the STT input channel → written to the STT's WebSocket;
-//! and the pacer → the carrier command channel → encoded → written to the carrier's socket.
+//! global allocator, for each carrier's media codec (Twilio, Telnyx, Plivo μ-law and Plivo
+//! L16 8 kHz): a `media` frame read off a WebSocket (masked, as the carrier sends it) → decoded
+//! → the voice detector → the STT input channel → written to the STT's WebSocket; and the pacer
+//! → the carrier command channel → encoded → written to the carrier's socket.
 //! Only the server's side is counted (the simulated peers' writes and reads are not); the
 //! call actor's own step (policy, timers) is not in it. The STT batching and the buffered,
 //! burst-flushed carrier writes mirror `call::actor` and `app::media`. Also a
@@ -20,8 +21,10 @@ use patterd::app::media::{CappedReader, MAX_FRAME, Message};
 use patterd::audio::g711::ulaw_tone;
 use patterd::audio::vad::{Vad, VadConfig};
 use patterd::call::speech::{Pumped, Speech, UttKind};
+use patterd::carrier::plivo::PlivoCodec;
+use patterd::carrier::telnyx::TelnyxCodec;
 use patterd::carrier::twilio::TwilioCodec;
-use patterd::carrier::{MediaCodec, MediaCommand, MediaEvent};
+use patterd::carrier::{MediaCommand, MediaEvent, SharedCodec};
 use patterd::provider::SttInput;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
@@ -87,22 +90,97 @@ impl Tally {
 }
 
 const STREAM_SID: &str = "MZ00000000000000000000000000000001";
+const TELNYX_STREAM: &str = "5A1F0C2E-0000-4000-8000-00000000AB01";
+const PLIVO_STREAM: &str = "87654321-4321-4321-4321-cba987654321";
 
-fn media_frame(audio: &[u8], seq: u64) -> String {
-    format!(
-        r#"{{"event":"media","sequenceNumber":"{seq}","media":{{"track":"inbound","chunk":"{seq}","timestamp":"{}","payload":"{}"}},"streamSid":"{STREAM_SID}"}}"#,
-        seq * 20,
-        STANDARD.encode(audio)
-    )
+/// One carrier's media socket as the bench drives it: its codec after `start`, and how it
+/// frames 20 ms of caller audio (μ-law) as the carrier sends it.
+struct Case {
+    name: &'static str,
+    codec: Box<dyn SharedCodec>,
+    media: fn(&[u8], u64) -> String,
 }
 
-fn start_frame() -> String {
-    format!(
+fn started(mut codec: Box<dyn SharedCodec>, start: &str) -> Box<dyn SharedCodec> {
+    match codec.decode(start) {
+        Ok(Some(MediaEvent::Start(_))) => codec,
+        other => panic!("start did not decode: {other:?}"),
+    }
+}
+
+fn twilio() -> Case {
+    let start = format!(
         r#"{{"event":"start","sequenceNumber":"1","start":{{"accountSid":"AC1","streamSid":"{STREAM_SID}","callSid":"CA1","tracks":["inbound"],"mediaFormat":{{"encoding":"audio/x-mulaw","sampleRate":8000,"channels":1}},"customParameters":{{"token":"t"}}}},"streamSid":"{STREAM_SID}"}}"#
+    );
+    Case {
+        name: "twilio",
+        codec: started(Box::new(TwilioCodec::new()), &start),
+        media: |audio, seq| {
+            format!(
+                r#"{{"event":"media","sequenceNumber":"{seq}","media":{{"track":"inbound","chunk":"{seq}","timestamp":"{}","payload":"{}"}},"streamSid":"{STREAM_SID}"}}"#,
+                seq * 20,
+                STANDARD.encode(audio)
+            )
+        },
+    }
+}
+
+fn telnyx() -> Case {
+    let start = format!(
+        r#"{{"event":"start","sequence_number":"1","stream_id":"{TELNYX_STREAM}","start":{{"user_id":"7C0D9E11-0000-4000-8000-000000000001","call_control_id":"v3:example-call-control-id","call_session_id":"2dc1b3c8-f9e0-11ea-bc5a-02420a0f7768","from":"+14155550199","to":"+14155550100","tags":[],"client_state":null,"custom_parameters":{{"token":"t"}},"media_format":{{"encoding":"PCMU","sample_rate":8000,"channels":1}}}}}}"#
+    );
+    Case {
+        name: "telnyx",
+        codec: started(Box::new(TelnyxCodec::new()), &start),
+        media: |audio, seq| {
+            format!(
+                r#"{{"event":"media","sequence_number":"{}","media":{{"track":"inbound","chunk":"{seq}","timestamp":"{}","payload":"{}"}},"stream_id":"{TELNYX_STREAM}"}}"#,
+                seq + 1,
+                seq * 20,
+                STANDARD.encode(audio)
+            )
+        },
+    }
+}
+
+fn plivo_start(encoding: &str) -> String {
+    format!(
+        r#"{{"event":"start","sequenceNumber":1,"start":{{"callId":"12345678-1234-1234-1234-123456789abc","streamId":"{PLIVO_STREAM}","accountId":"MAXXXXXXXXXXXXXXXXXX","tracks":["inbound"],"mediaFormat":{{"encoding":"{encoding}","sampleRate":8000}}}},"extra_headers":"token=t"}}"#
     )
 }
 
-async fn run(frames: u64, warmup: u64) -> (Tally, Tally, Tally) {
+fn plivo_media(payload: &[u8], seq: u64) -> String {
+    format!(
+        r#"{{"event":"media","sequenceNumber":{},"streamId":"{PLIVO_STREAM}","media":{{"track":"inbound","timestamp":"{}","chunk":{seq},"payload":"{}"}},"extra_headers":"token=t"}}"#,
+        seq + 1,
+        seq * 20,
+        STANDARD.encode(payload)
+    )
+}
+
+fn plivo_mulaw() -> Case {
+    Case {
+        name: "plivo (μ-law)",
+        codec: started(Box::new(PlivoCodec::new()), &plivo_start("audio/x-mulaw")),
+        media: plivo_media,
+    }
+}
+
+fn plivo_l16() -> Case {
+    Case {
+        name: "plivo (L16 8 kHz)",
+        codec: started(Box::new(PlivoCodec::new()), &plivo_start("audio/x-l16")),
+        media: |audio, seq| {
+            let pcm: Vec<u8> = audio
+                .iter()
+                .flat_map(|&u| patterd::audio::g711::ulaw_to_linear(u).to_le_bytes())
+                .collect();
+            plivo_media(&pcm, seq)
+        },
+    }
+}
+
+async fn run(case: Case, frames: u64, warmup: u64) -> (Tally, Tally, Tally) {
     // Caller → server media socket.
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     let mut server = WebSocket::after_handshake(server_io, Role::Server);
@@ -115,9 +193,8 @@ async fn run(frames: u64, warmup: u64) -> (Tally, Tally, Tally) {
     let mut read = CappedReader::new(read, MAX_FRAME);
     let mut client_io = client_io;
     let (owed_tx, _owed_rx) = tokio::sync::mpsc::channel::<Frame<'static>>(8);
-    let mut codec = TwilioCodec::new();
-    codec.decode(&start_frame()).expect("start decodes");
-    let mut encoder = codec.clone();
+    let mut codec = case.codec;
+    let mut encoder = codec.clone_box();
 
     // Server → STT socket (the Deepgram writer's path), its peer drained raw.
     let (stt_io, mut stt_peer) = tokio::io::duplex(1 << 20);
@@ -138,7 +215,7 @@ async fn run(frames: u64, warmup: u64) -> (Tally, Tally, Tally) {
         .map(|i| {
             let src = if (i / 50) % 2 == 0 { &tone } else { &silence };
             let off = (i % 50) * 160;
-            let text = media_frame(&src[off..off + 160], i as u64);
+            let text = (case.media)(&src[off..off + 160], i as u64);
             let mut frame = Frame::text(Payload::Owned(text.into_bytes()));
             frame.mask();
             let mut buf = Vec::new();
@@ -271,28 +348,37 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5_000);
+    // `CARRIER=twilio` (or telnyx, plivo) runs one carrier only (e.g. under callgrind).
+    let only = std::env::var("CARRIER").unwrap_or_default();
     let warmup = 500;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let (inbound, stt, outbound) = rt.block_on(run(frames, warmup));
     let per = |t: Tally| {
         (
             t.allocs as f64 / frames as f64,
             t.bytes as f64 / frames as f64,
         )
     };
-    println!("frames measured: {frames} (after {warmup} warm-up frames)");
-    for (name, t) in [
-        ("inbound: socket read → decode → VAD → STT channel", inbound),
-        ("STT writer: channel → STT socket write", stt),
-        (
-            "outbound: pacer → command channel → encode → socket write",
-            outbound,
-        ),
-    ] {
-        let (a, b) = per(t);
-        println!("{name}: {a:.2} allocations / frame ({b:.0} bytes / frame)");
+    println!("frames measured per carrier: {frames} (after {warmup} warm-up frames)");
+    for case in [twilio(), telnyx(), plivo_mulaw(), plivo_l16()] {
+        if !case.name.starts_with(only.as_str()) {
+            continue;
+        }
+        let name = case.name;
+        let (inbound, stt, outbound) = rt.block_on(run(case, frames, warmup));
+        println!("{name}:");
+        for (section, t) in [
+            ("inbound: socket read → decode → VAD → STT channel", inbound),
+            ("STT writer: channel → STT socket write", stt),
+            (
+                "outbound: pacer → command channel → encode → socket write",
+                outbound,
+            ),
+        ] {
+            let (a, b) = per(t);
+            println!("  {section}: {a:.2} allocations / frame ({b:.0} bytes / frame)");
+        }
     }
 }

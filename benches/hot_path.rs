@@ -8,7 +8,8 @@
 //! (`inbound_frame_decode+vad+stt_batch`), the outgoing frame built into a reused buffer
 //! (`twilio_encode_agent_frame_into`) and the pacer's top-up (`pacer_topup_100ms`).
 //! The voice detector per packet on speech, silence and a call that is ~60 % silence, with and
-//! without its energy gate (`vad`).
+//! without its energy gate (`vad`). Each carrier's media frame decoded and an agent frame
+//! encoded, Twilio, Telnyx and Plivo (`carrier_media`).
 //! Run with `cargo bench --bench hot_path`; allocations per frame: `cargo bench --bench alloc`.
 
 use std::hint::black_box;
@@ -273,11 +274,79 @@ fn vad(c: &mut Criterion) {
     }
 }
 
+/// Issue 16, round 3: each carrier's media frame decoded and an agent frame encoded into a
+/// reused buffer (Twilio, Telnyx, Plivo μ-law and L16 8 kHz), all on the allocation-free paths.
+fn carrier_media_codecs(c: &mut Criterion) {
+    use patterd::carrier::SharedCodec;
+    use patterd::carrier::plivo::PlivoCodec;
+    use patterd::carrier::telnyx::TelnyxCodec;
+    let tone = ulaw_tone(440.0, 20, 8000);
+    let b64 = STANDARD.encode(&tone);
+    let l16: Vec<u8> = tone
+        .iter()
+        .flat_map(|&u| patterd::audio::g711::ulaw_to_linear(u).to_le_bytes())
+        .collect();
+    let plivo_start = |encoding: &str| {
+        format!(
+            r#"{{"event":"start","sequenceNumber":1,"start":{{"callId":"12345678-1234-1234-1234-123456789abc","streamId":"87654321-4321-4321-4321-cba987654321","accountId":"MAXXXXXXXXXXXXXXXXXX","tracks":["inbound"],"mediaFormat":{{"encoding":"{encoding}","sampleRate":8000}}}},"extra_headers":"token=t"}}"#
+        )
+    };
+    let plivo_media = |payload: &str| {
+        format!(
+            r#"{{"event":"media","sequenceNumber":42,"streamId":"87654321-4321-4321-4321-cba987654321","media":{{"track":"inbound","timestamp":"1705312200000","chunk":41,"payload":"{payload}"}},"extra_headers":"token=t"}}"#
+        )
+    };
+    let cases: [(&str, Box<dyn SharedCodec>, String, String); 4] = [
+        ("twilio", Box::new(TwilioCodec::new()), String::new(), media_frame()),
+        (
+            "telnyx",
+            Box::new(TelnyxCodec::new()),
+            r#"{"event":"start","sequence_number":"1","stream_id":"5A1F0C2E-0000-4000-8000-00000000AB01","start":{"call_control_id":"v3:example-call-control-id","media_format":{"encoding":"PCMU","sample_rate":8000,"channels":1}}}"#.into(),
+            // No `chunk`: every iteration is delivered, none held by the jitter buffer.
+            format!(
+                r#"{{"event":"media","sequence_number":"4","media":{{"track":"inbound","timestamp":"820","payload":"{b64}"}},"stream_id":"5A1F0C2E-0000-4000-8000-00000000AB01"}}"#
+            ),
+        ),
+        (
+            "plivo_mulaw",
+            Box::new(PlivoCodec::new()),
+            plivo_start("audio/x-mulaw"),
+            plivo_media(&b64),
+        ),
+        (
+            "plivo_l16",
+            Box::new(PlivoCodec::new()),
+            plivo_start("audio/x-l16"),
+            plivo_media(&STANDARD.encode(&l16)),
+        ),
+    ];
+    let agent = Bytes::from(tone.clone());
+    let mut out = Vec::with_capacity(1024);
+    let mut group = c.benchmark_group("carrier_media");
+    for (name, codec, start, frame) in cases {
+        let mut codec = if name == "twilio" {
+            Box::new(started_codec())
+        } else {
+            let mut codec = codec;
+            codec.decode(&start).expect("start decodes");
+            codec
+        };
+        group.bench_function(format!("{name}_decode_media_frame"), |b| {
+            b.iter(|| codec.decode(black_box(&frame)))
+        });
+        group.bench_function(format!("{name}_encode_agent_frame_into"), |b| {
+            b.iter(|| codec.encode_into(black_box(&MediaCommand::Audio(agent.clone())), &mut out))
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    targets = carrier_frames, hot_path_round2, providers, resample, recording, vad
+    targets = carrier_frames, hot_path_round2, providers, resample, recording, vad,
+        carrier_media_codecs
 }
 criterion_main!(benches);

@@ -1,8 +1,10 @@
 //! Small wire-format pieces several carriers share: XML escaping for answer documents, and
-//! the string fields, inbound media payloads, DTMF digits and unknown events of media codecs —
-//! including the allocation-free fast path for the one frame that comes 50 times a second
-//! ([`fast_inbound_media`], decoding into a [`FramePool`]) and the pieces codecs build outgoing
-//! frames from in a reused buffer ([`push_json_str`], [`push_base64`]).
+//! the string fields, inbound media payloads, counters, DTMF digits and unknown events of media
+//! codecs — including the allocation-free fast path for the one frame that comes 50 times a
+//! second (Twilio, Telnyx and Plivo all send `{"event":"media","media":{"payload":…}}`: read
+//! borrowed by [`probe_inbound_media`], decoded into a [`FramePool`]) and the pieces codecs
+//! build outgoing frames from in a reused buffer ([`push_json_str`], [`push_base64`],
+//! [`encode_via_buffer`]).
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -10,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::CodecError;
+use super::{CodecError, MediaCodec, MediaCommand};
 
 /// A media frame's JSON object; a frame longer than `max_len` is refused unparsed.
 pub fn json_frame(frame: &str, max_len: usize) -> Result<Value, CodecError> {
@@ -39,6 +41,20 @@ pub fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecE
         .ok_or(CodecError::MissingField(name))?
         .as_str()
         .ok_or(CodecError::InvalidField(name))
+}
+
+/// A frame counter (`media.chunk`, …) as a string (`"3"`, Twilio's and Telnyx's spelling) or a
+/// number (Plivo's); `None` for anything else (negative, fractional, not a counter).
+pub fn counter_value(v: Option<&Value>) -> Option<u64> {
+    match v? {
+        Value::String(s) => counter_str(s),
+        Value::Number(n) => n.as_u64(),
+        _ => None,
+    }
+}
+
+fn counter_str(s: &str) -> Option<u64> {
+    s.trim().parse().ok()
 }
 
 /// The decoded audio of a `media` frame's `media.payload` (base64), or `None` for another
@@ -121,6 +137,17 @@ impl Clone for FramePool {
 impl FramePool {
     /// Decodes base64 `payload` into the pool; `None` when it is not valid base64.
     pub fn decode_base64(&mut self, payload: &str) -> Option<Bytes> {
+        self.decode_base64_with(payload, |audio| audio.len())
+    }
+
+    /// Decodes base64 `payload` into the pool, then lets `convert` rewrite the decoded bytes in
+    /// place (e.g. A-law or L16 to μ-law) and say how many of them the frame keeps; `None`
+    /// (and `convert` not called) when the payload is not valid base64.
+    pub fn decode_base64_with(
+        &mut self,
+        payload: &str,
+        convert: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Option<Bytes> {
         let max = base64::decoded_len_estimate(payload.len());
         if self.buf.capacity() < max {
             self.buf.reserve(POOL_BYTES.max(max));
@@ -128,7 +155,8 @@ impl FramePool {
         self.buf.resize(max, 0);
         match STANDARD.decode_slice(payload, &mut self.buf[..]) {
             Ok(n) => {
-                self.buf.truncate(n);
+                let kept = convert(&mut self.buf[..n]).min(n);
+                self.buf.truncate(kept);
                 Some(self.buf.split().freeze())
             }
             Err(_) => {
@@ -154,16 +182,58 @@ struct MediaProbeBody<'a> {
     track: Option<&'a str>,
     #[serde(borrow, default)]
     payload: Option<&'a str>,
+    #[serde(default)]
+    chunk: Option<Counter>,
 }
 
-/// The caller audio of an ordinary inbound `media` frame (`{"event":"media","media":
-/// {"payload":…}}` with Twilio's, Telnyx's or Plivo's field names), read without building a
-/// JSON tree and decoded into `pool`: no allocation per frame. `None` for anything else —
-/// another event or track, strings with escapes, a payload over `max_bytes`, bad base64 or
-/// JSON — which the codec's general path then decodes (and reports) as before.
-pub fn fast_inbound_media(frame: &str, max_bytes: usize, pool: &mut FramePool) -> Option<Bytes> {
+/// `media.chunk` read without a JSON tree, as [`counter_value`] reads it: a string or a
+/// number; another JSON type makes the probe fail (the general path then decides).
+struct Counter(Option<u64>);
+
+impl<'de> Deserialize<'de> for Counter {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Counter;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a counter (string or number)")
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Counter, E> {
+                Ok(Counter(counter_str(s)))
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Counter, E> {
+                Ok(Counter(Some(n)))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Counter, E> {
+                // serde_json gives non-negative integers as u64: this is a negative one.
+                Ok(Counter(u64::try_from(n).ok()))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Counter, E> {
+                Ok(Counter(None))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// An ordinary inbound `media` frame's fields, borrowed from its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboundMedia<'a> {
+    /// `media.payload`: base64, without escapes, of at most `max_bytes` once decoded.
+    pub payload: &'a str,
+    /// `media.chunk`, when it is a counter ([`counter_value`]).
+    pub chunk: Option<u64>,
+}
+
+/// Reads an ordinary inbound `media` frame (`{"event":"media","media":{"payload":…}}` with
+/// Twilio's, Telnyx's or Plivo's field names, track `inbound`/`inbound_track` or none) without
+/// building a JSON tree: no allocation. `None` for anything else — another event or track,
+/// strings with escapes, a frame over 2 × `max_bytes` or a payload over `max_bytes`, odd types,
+/// duplicate keys, bad JSON — which the codec's general path then decodes (and reports) as
+/// before.
+pub fn probe_inbound_media(frame: &str, max_bytes: usize) -> Option<InboundMedia<'_>> {
     // A struct also deserialises from a JSON array; only objects are frames.
-    if !frame.trim_start().starts_with('{') {
+    if frame.len() > max_bytes.saturating_mul(2) || !frame.trim_start().starts_with('{') {
         return None;
     }
     let probe: MediaProbe = serde_json::from_str(frame).ok()?;
@@ -178,7 +248,16 @@ pub fn fast_inbound_media(frame: &str, max_bytes: usize, pool: &mut FramePool) -
     if payload.len() / 4 * 3 > max_bytes {
         return None;
     }
-    pool.decode_base64(payload)
+    Some(InboundMedia {
+        payload,
+        chunk: media.chunk.and_then(|c| c.0),
+    })
+}
+
+/// The caller audio of an ordinary inbound `media` frame ([`probe_inbound_media`]) decoded
+/// into `pool` as it came; `None` when the general path must decode it.
+pub fn fast_inbound_media(frame: &str, max_bytes: usize, pool: &mut FramePool) -> Option<Bytes> {
+    pool.decode_base64(probe_inbound_media(frame, max_bytes)?.payload)
 }
 
 /// Appends `s` as a JSON string (quoted and escaped) without allocating.
@@ -194,4 +273,82 @@ pub fn push_base64(out: &mut Vec<u8>, data: &[u8]) {
     out.resize(start + n, 0);
     let written = STANDARD.encode_slice(data, &mut out[start..]).unwrap_or(0);
     out.truncate(start + written);
+}
+
+/// [`MediaCodec::encode`] for a codec that writes its frames by hand in
+/// [`MediaCodec::encode_into`]: the same frame, as a `String`.
+pub fn encode_via_buffer<C: MediaCodec + ?Sized>(
+    codec: &mut C,
+    cmd: &MediaCommand,
+) -> Option<String> {
+    let mut out = Vec::new();
+    if !codec.encode_into(cmd, &mut out) {
+        return None;
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use super::*;
+
+    /// Each carrier's ordinary `media` frame is read on the fast path, with its counter.
+    #[test]
+    fn reads_every_carriers_media_frame_and_leaves_the_rest() {
+        let cases = [
+            (
+                r#"{"event":"media","sequenceNumber":"3","media":{"track":"inbound","chunk":"1","timestamp":"5","payload":"/w=="},"streamSid":"MZ1"}"#,
+                Some(1),
+            ),
+            (
+                r#"{"event":"media","sequence_number":"4","media":{"track":"inbound","chunk":"2","timestamp":"5","payload":"/w=="},"stream_id":"32DE"}"#,
+                Some(2),
+            ),
+            (
+                r#"{"event":"media","sequenceNumber":42,"streamId":"8765","media":{"track":"inbound","timestamp":"1705312200000","chunk":41,"payload":"/w=="},"extra_headers":"a=1"}"#,
+                Some(41),
+            ),
+            (r#" {"event":"media","media":{"payload":"/w=="}}"#, None),
+            (
+                r#"{"event":"media","media":{"chunk":-1,"payload":"/w=="}}"#,
+                None,
+            ),
+            (
+                r#"{"event":"media","media":{"chunk":"x","payload":"/w=="}}"#,
+                None,
+            ),
+        ];
+        for (frame, chunk) in cases {
+            assert_eq!(
+                probe_inbound_media(frame, 1024),
+                Some(InboundMedia {
+                    payload: "/w==",
+                    chunk
+                }),
+                "{frame}"
+            );
+        }
+        for frame in [
+            r#"{"event":"mark","media":{"payload":"/w=="}}"#,
+            r#"{"event":"media","media":{"track":"outbound","payload":"/w=="}}"#,
+            r#"{"event":"media","media":{"payload":"\/w=="}}"#,
+            r#"{"event":"media","media":{"chunk":{},"payload":"/w=="}}"#,
+            r#"{"event":"media","media":{"chunk":true,"payload":"/w=="}}"#,
+            r#"{"event":"media","event":"media","media":{"payload":"/w=="}}"#,
+            r#"{"event":"media","media":{"payload":"/w=="}"#,
+            r#"["media",{"payload":"/w=="}]"#,
+            r#"{"event":"media","media":{"payload":"AAAAAAAA"}}"#,
+        ] {
+            assert_eq!(probe_inbound_media(frame, 4), None, "{frame}");
+        }
+        let mut pool = FramePool::default();
+        assert_eq!(pool.decode_base64("@@"), None);
+        assert_eq!(
+            pool.decode_base64_with("AAEC", |b| {
+                b.reverse();
+                2
+            }),
+            Some(Bytes::from_static(&[2, 1]))
+        );
+    }
 }

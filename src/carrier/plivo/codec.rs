@@ -6,16 +6,24 @@
 //! (doubled by linear interpolation). Plivo ends a stream by closing the socket, so a close
 //! counts as the caller hanging up ([`MediaCodec::stop_on_close`]). A checkpoint whose audio was
 //! cleared is never acknowledged; the call's speech queue settles those itself.
+//!
+//! The 50-a-second frames go without allocating, as Twilio's do: an ordinary inbound `media`
+//! frame is read borrowed ([`probe_inbound_media`]) and decoded (and, for L16, converted in
+//! place) into a [`FramePool`]; outgoing frames are written into the caller's buffer
+//! ([`MediaCodec::encode_into`], byte for byte what `serde_json::json!` built; L16 through a
+//! reused scratch buffer).
 
 use std::collections::BTreeMap;
+use std::io::Write;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::audio::g711::{linear_to_ulaw, ulaw_to_linear};
-use crate::carrier::wire::{inbound_media_payload, json_frame, object_field, parse_digit, str_field, unknown_event};
+use crate::carrier::wire::{
+    FramePool, encode_via_buffer, inbound_media_payload, json_frame, object_field, parse_digit,
+    probe_inbound_media, push_base64, push_json_str, str_field, unknown_event,
+};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -35,12 +43,67 @@ pub enum PlivoFormat {
 pub struct PlivoCodec {
     stream_id: Option<String>,
     format: PlivoFormat,
+    /// Inbound L16 → μ-law state.
+    l16_in: L16In,
+    /// Last outbound sample (interpolation when upsampling).
+    last_out: i16,
+    /// Where inbound audio is decoded to.
+    pool: FramePool,
+    /// Outbound L16 before base64 (reused).
+    pcm_out: Vec<u8>,
+}
+
+/// What inbound L16 leaves over from one payload for the next.
+#[derive(Debug, Default, Clone, Copy)]
+struct L16In {
     /// An odd byte (half a sample) left over from the last L16 payload.
     carry: Option<u8>,
     /// At 16 kHz, a sample waiting for its pair.
     pending_sample: Option<i16>,
-    /// Last outbound sample (interpolation when upsampling).
-    last_out: i16,
+}
+
+impl L16In {
+    /// Converts L16 bytes (little-endian, at `rate`) to μ-law 8 kHz in place, carrying half
+    /// samples and unpaired samples to the next payload; returns how many μ-law bytes now lead
+    /// `buf`. Each μ-law byte is written behind the bytes already read, so one pass suffices.
+    fn convert_in_place(&mut self, buf: &mut [u8], rate: u32) -> usize {
+        let len = buf.len();
+        let (mut read, mut written) = (0, 0);
+        loop {
+            let sample = match self.carry.take() {
+                Some(lo) => {
+                    let Some(&hi) = buf.get(read) else {
+                        self.carry = Some(lo);
+                        break;
+                    };
+                    read += 1;
+                    i16::from_le_bytes([lo, hi])
+                }
+                None => {
+                    if read + 2 > len {
+                        self.carry = buf.get(read).copied();
+                        break;
+                    }
+                    read += 2;
+                    i16::from_le_bytes([buf[read - 2], buf[read - 1]])
+                }
+            };
+            let sample = if rate == 16000 {
+                match self.pending_sample.take() {
+                    None => {
+                        self.pending_sample = Some(sample);
+                        continue;
+                    }
+                    Some(a) => ((i32::from(a) + i32::from(sample)) / 2) as i16,
+                }
+            } else {
+                sample
+            };
+            buf[written] = linear_to_ulaw(sample);
+            written += 1;
+        }
+        written
+    }
 }
 
 /// `extra_headers`: a JSON object in a string, or `k=v` pairs separated by `;` or `,`.
@@ -116,8 +179,7 @@ impl PlivoCodec {
             }
         };
         self.stream_id = Some(stream_id.clone());
-        self.carry = None;
-        self.pending_sample = None;
+        self.l16_in = L16In::default();
         Ok(MediaEvent::Start(StreamStart {
             call_id,
             stream_id,
@@ -125,38 +187,9 @@ impl PlivoCodec {
         }))
     }
 
-    /// Converts inbound L16 bytes to μ-law 8 kHz, carrying half samples and unpaired samples.
-    fn l16_to_ulaw(&mut self, raw: &[u8], rate: u32) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(raw.len() + 1);
-        bytes.extend(self.carry.take());
-        bytes.extend_from_slice(raw);
-        if bytes.len() % 2 == 1 {
-            self.carry = bytes.pop();
-        }
-        let samples = bytes
-            .chunks_exact(2)
-            .map(|b| i16::from_le_bytes([b[0], b[1]]));
-        let mut out = Vec::with_capacity(bytes.len() / 2);
-        if rate == 16000 {
-            for s in samples {
-                match self.pending_sample.take() {
-                    None => self.pending_sample = Some(s),
-                    Some(a) => {
-                        let avg = ((i32::from(a) + i32::from(s)) / 2) as i16;
-                        out.push(linear_to_ulaw(avg));
-                    }
-                }
-            }
-        } else {
-            out.extend(samples.map(linear_to_ulaw));
-        }
-        out
-    }
-
-    /// Converts outbound μ-law 8 kHz to L16 at `rate`.
-    fn ulaw_to_l16(&mut self, ulaw: &[u8], rate: u32) -> Vec<u8> {
-        let per = if rate == 16000 { 4 } else { 2 };
-        let mut out = Vec::with_capacity(ulaw.len() * per);
+    /// Converts outbound μ-law 8 kHz to L16 at `rate` into `out` (cleared first).
+    fn ulaw_to_l16(&mut self, ulaw: &[u8], rate: u32, out: &mut Vec<u8>) {
+        out.clear();
         for &u in ulaw {
             let s = ulaw_to_linear(u);
             if rate == 16000 {
@@ -166,26 +199,32 @@ impl PlivoCodec {
             out.extend_from_slice(&s.to_le_bytes());
             self.last_out = s;
         }
-        out
+    }
+
+    /// Makes a frame's decoded audio μ-law (L16 converted in place); how many bytes of it are
+    /// μ-law now (none when all of it was half a sample or a sample waiting for its pair).
+    fn make_ulaw(&mut self, audio: &mut [u8]) -> usize {
+        match self.format {
+            PlivoFormat::Mulaw => audio.len(),
+            PlivoFormat::L16(rate) => self.l16_in.convert_in_place(audio, rate),
+        }
     }
 
     fn decode_media(&mut self, msg: &Value) -> Result<Option<MediaEvent>, CodecError> {
-        let Some(raw) = inbound_media_payload(msg, MAX_FRAME_BYTES)? else {
+        let Some(mut audio) = inbound_media_payload(msg, MAX_FRAME_BYTES)? else {
             return Ok(None);
         };
-        let audio = match self.format {
-            PlivoFormat::Mulaw => raw,
-            PlivoFormat::L16(rate) => self.l16_to_ulaw(&raw, rate),
-        };
+        let kept = self.make_ulaw(&mut audio);
+        audio.truncate(kept);
         if audio.is_empty() {
             return Ok(None);
         }
         Ok(Some(MediaEvent::Audio(Bytes::from(audio))))
     }
-}
 
-impl MediaCodec for PlivoCodec {
-    fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
+    /// Any frame, through a JSON tree: every event, and the `media` frames the fast path
+    /// leaves (with their precise errors).
+    fn decode_general(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
         let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
         match str_field(&msg, "event")? {
             "start" => self.decode_start(&msg).map(Some),
@@ -203,33 +242,77 @@ impl MediaCodec for PlivoCodec {
         }
     }
 
+    /// An ordinary inbound `media` frame, read borrowed and decoded into the pool; `None` when
+    /// the general path must decode it.
+    fn decode_media_fast(&mut self, frame: &str) -> Option<Option<MediaEvent>> {
+        let media = probe_inbound_media(frame, MAX_FRAME_BYTES)?;
+        let mut pool = std::mem::take(&mut self.pool);
+        let audio = pool.decode_base64_with(media.payload, |audio| self.make_ulaw(audio));
+        self.pool = pool;
+        let audio = audio?;
+        Some((!audio.is_empty()).then_some(MediaEvent::Audio(audio)))
+    }
+}
+
+impl MediaCodec for PlivoCodec {
+    fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
+        match self.decode_media_fast(frame) {
+            Some(event) => Ok(event),
+            None => self.decode_general(frame),
+        }
+    }
+
     /// `None` before `start` (there is no `streamId` yet) and for hang-up (a REST call).
     fn encode(&mut self, cmd: &MediaCommand) -> Option<String> {
-        let sid = self.stream_id.clone()?;
-        let v = match cmd {
+        encode_via_buffer(self, cmd)
+    }
+
+    fn encode_into(&mut self, cmd: &MediaCommand, out: &mut Vec<u8>) -> bool {
+        if self.stream_id.is_none() {
+            return false;
+        }
+        out.clear();
+        // The same bytes `serde_json::json!` gave (keys in sorted order; `playAudio` without
+        // `streamId`, as the official stream SDK sends it).
+        match cmd {
             MediaCommand::Audio(audio) => {
-                let (content_type, rate, payload) = match self.format {
-                    PlivoFormat::Mulaw => ("audio/x-mulaw", 8000, audio.to_vec()),
-                    PlivoFormat::L16(rate) => ("audio/x-l16", rate, self.ulaw_to_l16(audio, rate)),
-                };
-                json!({
-                    "event": "playAudio",
-                    "media": {
-                        "contentType": content_type,
-                        "sampleRate": rate,
-                        "payload": STANDARD.encode(payload),
-                    },
-                })
+                match self.format {
+                    PlivoFormat::Mulaw => {
+                        out.extend_from_slice(
+                            br#"{"event":"playAudio","media":{"contentType":"audio/x-mulaw","payload":""#,
+                        );
+                        push_base64(out, audio);
+                        out.extend_from_slice(br#"","sampleRate":8000}}"#);
+                    }
+                    PlivoFormat::L16(rate) => {
+                        let mut pcm = std::mem::take(&mut self.pcm_out);
+                        self.ulaw_to_l16(audio, rate, &mut pcm);
+                        out.extend_from_slice(
+                            br#"{"event":"playAudio","media":{"contentType":"audio/x-l16","payload":""#,
+                        );
+                        push_base64(out, &pcm);
+                        self.pcm_out = pcm;
+                        // Formatting a number into a Vec does not allocate.
+                        let _ = write!(out, r#"","sampleRate":{rate}}}}}"#);
+                    }
+                }
+                return true;
             }
             MediaCommand::Mark(name) => {
-                json!({"event": "checkpoint", "streamId": sid, "name": name})
+                out.extend_from_slice(br#"{"event":"checkpoint","name":"#);
+                push_json_str(out, name);
+                out.extend_from_slice(br#","streamId":"#);
             }
-            MediaCommand::Clear => json!({"event": "clearAudio", "streamId": sid}),
+            MediaCommand::Clear => out.extend_from_slice(br#"{"event":"clearAudio","streamId":"#),
             MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
-                return None;
+                return false;
             }
-        };
-        Some(v.to_string())
+        }
+        if let Some(sid) = &self.stream_id {
+            push_json_str(out, sid);
+        }
+        out.push(b'}');
+        true
     }
 
     fn stop_on_close(&self) -> bool {
@@ -240,6 +323,8 @@ impl MediaCodec for PlivoCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
 
     fn start(fmt: &str) -> String {
         format!(
@@ -311,5 +396,227 @@ mod tests {
                 .is_err()
         );
         assert!(c.stop_on_close());
+    }
+}
+
+/// The allocation-free paths against the general ones (and the `json!` encoder and the
+/// allocating L16 conversions they replaced).
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde_json::json;
+
+    /// The encoder before the hand-written one (`last_out` is its interpolation state).
+    fn json_encode(
+        format: PlivoFormat,
+        sid: &str,
+        last_out: &mut i16,
+        cmd: &MediaCommand,
+    ) -> Option<String> {
+        let v = match cmd {
+            MediaCommand::Audio(audio) => {
+                let (content_type, rate, payload) = match format {
+                    PlivoFormat::Mulaw => ("audio/x-mulaw", 8000, audio.to_vec()),
+                    PlivoFormat::L16(rate) => {
+                        let mut out = Vec::new();
+                        for &u in audio.iter() {
+                            let s = ulaw_to_linear(u);
+                            if rate == 16000 {
+                                let mid = ((i32::from(*last_out) + i32::from(s)) / 2) as i16;
+                                out.extend_from_slice(&mid.to_le_bytes());
+                            }
+                            out.extend_from_slice(&s.to_le_bytes());
+                            *last_out = s;
+                        }
+                        ("audio/x-l16", rate, out)
+                    }
+                };
+                json!({
+                    "event": "playAudio",
+                    "media": {
+                        "contentType": content_type,
+                        "sampleRate": rate,
+                        "payload": STANDARD.encode(payload),
+                    },
+                })
+            }
+            MediaCommand::Mark(name) => {
+                json!({"event": "checkpoint", "streamId": sid, "name": name})
+            }
+            MediaCommand::Clear => json!({"event": "clearAudio", "streamId": sid}),
+            _ => return None,
+        };
+        Some(v.to_string())
+    }
+
+    /// The inbound L16 conversion before the in-place one.
+    fn l16_to_ulaw_vec(state: &mut L16In, raw: &[u8], rate: u32) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend(state.carry.take());
+        bytes.extend_from_slice(raw);
+        if bytes.len() % 2 == 1 {
+            state.carry = bytes.pop();
+        }
+        let samples = bytes
+            .chunks_exact(2)
+            .map(|b| i16::from_le_bytes([b[0], b[1]]));
+        let mut out = Vec::new();
+        if rate == 16000 {
+            for s in samples {
+                match state.pending_sample.take() {
+                    None => state.pending_sample = Some(s),
+                    Some(a) => out.push(linear_to_ulaw(((i32::from(a) + i32::from(s)) / 2) as i16)),
+                }
+            }
+        } else {
+            out.extend(samples.map(linear_to_ulaw));
+        }
+        out
+    }
+
+    fn start(encoding: &str, rate: u32) -> String {
+        format!(
+            r#"{{"event":"start","sequenceNumber":1,"start":{{"callId":"c1","streamId":"s\"1","mediaFormat":{{"encoding":"{encoding}","sampleRate":{rate}}}}}}}"#
+        )
+    }
+
+    const FORMATS: [(&str, u32); 3] = [
+        ("audio/x-mulaw", 8000),
+        ("audio/x-l16", 8000),
+        ("audio/x-l16", 16000),
+    ];
+
+    #[test]
+    fn outgoing_frames_are_byte_identical_to_the_json_encoder() {
+        let cmds = [
+            MediaCommand::Audio(Bytes::from((0..160u32).map(|i| (i * 7) as u8).collect::<Vec<_>>())),
+            MediaCommand::Audio(Bytes::new()),
+            MediaCommand::Audio(Bytes::from_static(&[0x00, 0x7F, 0x80])),
+            MediaCommand::Mark("reply-1".into()),
+            MediaCommand::Audio(Bytes::from(vec![0x10; 1600])),
+            MediaCommand::Mark("q\"u\\o/te\n\u{1}é😀".into()),
+            MediaCommand::Clear,
+            MediaCommand::Audio(Bytes::from_static(&[0xFF])),
+            MediaCommand::HangUp,
+        ];
+        for (encoding, rate) in FORMATS {
+            let mut c = PlivoCodec::new();
+            assert_eq!(c.encode(&MediaCommand::Clear), None, "before start");
+            let mut out = vec![b'x'; 3];
+            assert!(!c.encode_into(&MediaCommand::Audio(Bytes::new()), &mut out));
+            c.decode(&start(encoding, rate)).expect("start");
+            let mut last_out = 0i16;
+            for cmd in &cmds {
+                let want = json_encode(c.format(), "s\"1", &mut last_out, cmd);
+                assert!(c.encode_into(cmd, &mut out) == want.is_some());
+                if let Some(want) = want {
+                    assert_eq!(
+                        std::str::from_utf8(&out),
+                        Ok(want.as_str()),
+                        "{encoding} {rate}: {cmd:?}"
+                    );
+                }
+            }
+            // `encode` is the same frame as a string (and moves the same state).
+            let mut other = c.clone();
+            let cmd = MediaCommand::Audio(Bytes::from_static(&[1, 2, 3]));
+            assert!(c.encode_into(&cmd, &mut out));
+            assert_eq!(other.encode(&cmd).as_deref().map(str::as_bytes), Some(&out[..]));
+        }
+    }
+
+    #[test]
+    fn in_place_l16_conversion_matches_the_allocating_one() {
+        let pcm: Vec<u8> = (0..701u32).map(|i| (i * 37 % 251) as u8).collect();
+        for rate in [8000, 16000] {
+            let (mut old, mut new) = (L16In::default(), L16In::default());
+            // Payload sizes that split samples and sample pairs every way.
+            let mut rest = &pcm[..];
+            for n in [0, 1, 1, 2, 3, 5, 320, 7, 0, 1, 2, 4, 8, 100, 641].iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (part, tail) = rest.split_at((*n).min(rest.len()));
+                rest = tail;
+                let want = l16_to_ulaw_vec(&mut old, part, rate);
+                let mut buf = part.to_vec();
+                let n = new.convert_in_place(&mut buf, rate);
+                assert_eq!(&buf[..n], &want[..], "rate {rate}, part of {}", part.len());
+                assert_eq!((new.carry, new.pending_sample), (old.carry, old.pending_sample));
+            }
+        }
+    }
+
+    #[test]
+    fn inbound_media_decodes_as_the_general_path_does() {
+        let media = |payload: &str| {
+            format!(
+                r#"{{"event":"media","sequenceNumber":42,"streamId":"s1","media":{{"track":"inbound","timestamp":"1705312200000","chunk":41,"payload":"{payload}"}},"extra_headers":"a=1"}}"#
+            )
+        };
+        let b64 = |n: usize| STANDARD.encode((0..n).map(|i| (i * 13 % 256) as u8).collect::<Vec<u8>>());
+        let frames = [
+            media(&b64(320)),
+            media(&b64(5)),
+            media(&b64(1)),
+            media(&b64(2)),
+            media(""),
+            media(&b64(3)),
+            media(&format!("{}\\/w==", &b64(3)[..4])),
+            media("@@@@"),
+            media(&b64(160)),
+            r#"{"event":"media","media":{"payload":"AAEC"}}"#.into(),
+            r#"{"event":"media","media":{"track":"inbound_track","chunk":"x","payload":"AAEC"}}"#.into(),
+            r#"{"event":"media","media":{"track":"outbound","payload":"AAEC"}}"#.into(),
+            r#"{"event":"media","media":{"payload":"AAEC","payload":"AA=="}}"#.into(),
+            r#"{"event":"media","media":{"payload":7}}"#.into(),
+            r#"["media",{"payload":"AAEC"}]"#.into(),
+            media(&b64(321)),
+        ];
+        for (encoding, rate) in FORMATS {
+            let mut fast = PlivoCodec::new();
+            fast.decode(&start(encoding, rate)).expect("start");
+            let mut general = fast.clone();
+            for frame in &frames {
+                assert_eq!(
+                    fast.decode(frame),
+                    general.decode_general(frame),
+                    "{encoding} {rate}: {frame}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_media_frames_still_get_their_errors() {
+        let mut c = PlivoCodec::new();
+        c.decode(&start("audio/x-l16", 8000)).expect("start");
+        assert_eq!(
+            c.decode(r#"{"event":"media","media":{"track":"inbound","payload":"@@@@"}}"#),
+            Err(CodecError::BadBase64)
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"media","media":{"track":"inbound"}}"#),
+            Err(CodecError::MissingField("payload"))
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"media","media":{"track":[],"payload":"AAEC"}}"#),
+            Err(CodecError::InvalidField("track"))
+        );
+        let big = format!(
+            r#"{{"event":"media","media":{{"payload":"{}"}}}}"#,
+            "A".repeat(100_000)
+        );
+        assert!(matches!(c.decode(&big), Err(CodecError::TooLarge(_))));
+        // A bad frame leaves no half sample behind: the next one decodes whole.
+        assert_eq!(
+            c.decode(&format!(
+                r#"{{"event":"media","media":{{"payload":"{}"}}}}"#,
+                STANDARD.encode(0i16.to_le_bytes())
+            )),
+            Ok(Some(MediaEvent::Audio(Bytes::from_static(&[0xFF]))))
+        );
     }
 }

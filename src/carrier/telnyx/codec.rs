@@ -7,16 +7,22 @@
 //! unless the counter jumped back by more than [`RESYNC_BACK`] frames: that is a restarted
 //! counter (a new stream on the same socket, a carrier-side reset), not a late frame, and the
 //! buffer follows it instead of dropping everything after it.
+//!
+//! The 50-a-second frames go without allocating, as Twilio's do: an ordinary inbound `media`
+//! frame is read borrowed ([`probe_inbound_media`]) and decoded (and, for PCMA, converted in
+//! place) into a [`FramePool`]; outgoing frames are written into the caller's buffer
+//! ([`MediaCodec::encode_into`], byte for byte what `serde_json::json!` built).
 
 use std::collections::BTreeMap;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use bytes::{Bytes, BytesMut};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::audio::g711::{alaw_to_linear, linear_to_ulaw};
-use crate::carrier::wire::{inbound_media_payload, json_frame, object_field, parse_digit, str_field, unknown_event};
+use crate::carrier::wire::{
+    FramePool, counter_value, encode_via_buffer, inbound_media_payload, json_frame, object_field,
+    parse_digit, probe_inbound_media, push_base64, push_json_str, str_field, unknown_event,
+};
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
 /// Largest text frame (and decoded media payload) accepted.
@@ -44,6 +50,8 @@ pub struct TelnyxCodec {
     held: BTreeMap<u64, Bytes>,
     /// Media frames that arrived out of order (held or dropped as late).
     pub reordered: u64,
+    /// Where inbound audio is decoded to.
+    pool: FramePool,
 }
 
 /// The largest `chunk` counter ordered by the jitter buffer (at 50 frames a second a real
@@ -51,14 +59,11 @@ pub struct TelnyxCodec {
 /// arithmetic cannot overflow on a hostile value.
 pub const MAX_CHUNK: u64 = u64::MAX / 2;
 
-/// A counter Telnyx sends as a string (`"3"`), tolerated as a number too.
-fn counter(v: Option<&Value>) -> Option<u64> {
-    let c = match v? {
-        Value::String(s) => s.trim().parse().ok(),
-        Value::Number(n) => n.as_u64(),
-        _ => None,
-    };
-    c.filter(|c| *c <= MAX_CHUNK)
+/// Rewrites A-law bytes as μ-law in place (the core speaks μ-law).
+fn alaw_to_ulaw_in_place(audio: &mut [u8]) {
+    for b in audio {
+        *b = linear_to_ulaw(alaw_to_linear(*b));
+    }
 }
 
 impl TelnyxCodec {
@@ -137,22 +142,73 @@ impl TelnyxCodec {
     }
 
     fn decode_media(&mut self, msg: &Value) -> Result<Option<MediaEvent>, CodecError> {
-        let Some(raw) = inbound_media_payload(msg, MAX_FRAME_BYTES)? else {
+        let Some(mut raw) = inbound_media_payload(msg, MAX_FRAME_BYTES)? else {
             return Ok(None);
         };
-        let audio = match self.inbound {
-            Inbound::Pcmu => Bytes::from(raw),
-            Inbound::Pcma => raw
-                .iter()
-                .map(|&a| linear_to_ulaw(alaw_to_linear(a)))
-                .collect::<Vec<u8>>()
-                .into(),
-        };
-        let Some(chunk) = counter(msg["media"].get("chunk")) else {
-            // No ordering information: deliver as it comes.
-            return Ok(Some(MediaEvent::Audio(audio)));
-        };
-        Ok(self.reorder(chunk, audio).map(MediaEvent::Audio))
+        if self.inbound == Inbound::Pcma {
+            alaw_to_ulaw_in_place(&mut raw);
+        }
+        let chunk = counter_value(msg["media"].get("chunk"));
+        Ok(self.deliver(chunk, Bytes::from(raw)))
+    }
+
+    /// Any frame, through a JSON tree: every event, and the `media` frames the fast path
+    /// leaves (with their precise errors).
+    fn decode_general(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
+        let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
+        match str_field(&msg, "event")? {
+            "connected" => Ok(None),
+            "start" => self.decode_start(&msg).map(Some),
+            "media" => self.decode_media(&msg),
+            "dtmf" => {
+                let dtmf = msg.get("dtmf").ok_or(CodecError::MissingField("dtmf"))?;
+                parse_digit(str_field(dtmf, "digit")?).map(|c| Some(MediaEvent::Dtmf(c)))
+            }
+            "mark" => {
+                let mark = msg.get("mark").ok_or(CodecError::MissingField("mark"))?;
+                Ok(Some(MediaEvent::MarkPlayed(
+                    str_field(mark, "name")?.to_string(),
+                )))
+            }
+            "stop" => Ok(Some(MediaEvent::Stop)),
+            "error" => {
+                let p = msg.get("payload");
+                let code = p
+                    .and_then(|p| p.get("code"))
+                    .map(|c| c.to_string())
+                    .unwrap_or_default();
+                let title = p
+                    .and_then(|p| p.get("title"))
+                    .and_then(|t| t.as_str())
+                    .unwrap_or("");
+                tracing::warn!(%code, title, "telnyx reported a media stream error");
+                Ok(None)
+            }
+            other => Err(unknown_event(other)),
+        }
+    }
+
+    /// An ordinary inbound `media` frame, read borrowed and decoded into the pool; `None` when
+    /// the general path must decode it.
+    fn decode_media_fast(&mut self, frame: &str) -> Option<Option<MediaEvent>> {
+        let media = probe_inbound_media(frame, MAX_FRAME_BYTES)?;
+        let pcma = self.inbound == Inbound::Pcma;
+        let audio = self.pool.decode_base64_with(media.payload, |audio| {
+            if pcma {
+                alaw_to_ulaw_in_place(audio);
+            }
+            audio.len()
+        })?;
+        Some(self.deliver(media.chunk, audio))
+    }
+
+    /// Delivers a frame's audio through the jitter buffer; a frame without a usable `chunk`
+    /// (none, not a counter, or over [`MAX_CHUNK`]) goes as it comes.
+    fn deliver(&mut self, chunk: Option<u64>, audio: Bytes) -> Option<MediaEvent> {
+        match chunk.filter(|c| *c <= MAX_CHUNK) {
+            Some(chunk) => self.reorder(chunk, audio).map(MediaEvent::Audio),
+            None => Some(MediaEvent::Audio(audio)),
+        }
     }
 
     /// Feeds one frame to the jitter buffer; returns the audio that is now in order.
@@ -199,58 +255,45 @@ impl TelnyxCodec {
 
 impl MediaCodec for TelnyxCodec {
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
-        match str_field(&msg, "event")? {
-            "connected" => Ok(None),
-            "start" => self.decode_start(&msg).map(Some),
-            "media" => self.decode_media(&msg),
-            "dtmf" => {
-                let dtmf = msg.get("dtmf").ok_or(CodecError::MissingField("dtmf"))?;
-                parse_digit(str_field(dtmf, "digit")?).map(|c| Some(MediaEvent::Dtmf(c)))
-            }
-            "mark" => {
-                let mark = msg.get("mark").ok_or(CodecError::MissingField("mark"))?;
-                Ok(Some(MediaEvent::MarkPlayed(
-                    str_field(mark, "name")?.to_string(),
-                )))
-            }
-            "stop" => Ok(Some(MediaEvent::Stop)),
-            "error" => {
-                let p = msg.get("payload");
-                let code = p
-                    .and_then(|p| p.get("code"))
-                    .map(|c| c.to_string())
-                    .unwrap_or_default();
-                let title = p
-                    .and_then(|p| p.get("title"))
-                    .and_then(|t| t.as_str())
-                    .unwrap_or("");
-                tracing::warn!(%code, title, "telnyx reported a media stream error");
-                Ok(None)
-            }
-            other => Err(unknown_event(other)),
+        match self.decode_media_fast(frame) {
+            Some(event) => Ok(event),
+            None => self.decode_general(frame),
         }
     }
 
+
     fn encode(&mut self, cmd: &MediaCommand) -> Option<String> {
-        let v = match cmd {
-            MediaCommand::Audio(audio) => json!({
-                "event": "media",
-                "media": {"payload": STANDARD.encode(audio)},
-            }),
-            MediaCommand::Mark(name) => json!({"event": "mark", "mark": {"name": name}}),
-            MediaCommand::Clear => json!({"event": "clear"}),
-            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
-                return None;
+        encode_via_buffer(self, cmd)
+    }
+
+    fn encode_into(&mut self, cmd: &MediaCommand, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        // The same bytes `serde_json::json!` gave (keys in sorted order); no `stream_id`.
+        match cmd {
+            MediaCommand::Audio(audio) => {
+                out.extend_from_slice(br#"{"event":"media","media":{"payload":""#);
+                push_base64(out, audio);
+                out.extend_from_slice(br#""}}"#);
             }
-        };
-        Some(v.to_string())
+            MediaCommand::Mark(name) => {
+                out.extend_from_slice(br#"{"event":"mark","mark":{"name":"#);
+                push_json_str(out, name);
+                out.extend_from_slice(b"}}");
+            }
+            MediaCommand::Clear => out.extend_from_slice(br#"{"event":"clear"}"#),
+            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
+                return false;
+            }
+        }
+        true
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
 
     fn media(chunk: u64, byte: u8) -> String {
         format!(
@@ -342,5 +385,163 @@ mod tests {
         assert!(c
             .decode(r#"{"event":"start","start":{"call_control_id":"v3:x","media_format":{"encoding":"L16","sample_rate":16000}}}"#)
             .is_err());
+    }
+}
+
+/// The allocation-free paths against the general ones (and the `json!` encoder they replaced).
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde_json::json;
+
+    /// The encoder before the hand-written one.
+    fn json_encode(cmd: &MediaCommand) -> Option<String> {
+        let v = match cmd {
+            MediaCommand::Audio(audio) => json!({
+                "event": "media",
+                "media": {"payload": STANDARD.encode(audio)},
+            }),
+            MediaCommand::Mark(name) => json!({"event": "mark", "mark": {"name": name}}),
+            MediaCommand::Clear => json!({"event": "clear"}),
+            _ => return None,
+        };
+        Some(v.to_string())
+    }
+
+    #[test]
+    fn outgoing_frames_are_byte_identical_to_the_json_encoder() {
+        let mut c = TelnyxCodec::new();
+        let mut out = Vec::new();
+        let cmds = [
+            MediaCommand::Audio(Bytes::new()),
+            MediaCommand::Audio(Bytes::from_static(&[0x7F])),
+            MediaCommand::Audio(Bytes::from_static(&[1, 2])),
+            MediaCommand::Audio(Bytes::from((0..160u32).map(|i| (i * 7) as u8).collect::<Vec<_>>())),
+            MediaCommand::Audio(Bytes::from(vec![0xFF; 3200])),
+            MediaCommand::Mark("reply-1".into()),
+            MediaCommand::Mark("q\"u\\o/te\n\u{1}é😀".into()),
+            MediaCommand::Mark(String::new()),
+            MediaCommand::Clear,
+            MediaCommand::HangUp,
+            MediaCommand::SendDtmf {
+                id: 1,
+                digits: "1".into(),
+            },
+        ];
+        for cmd in &cmds {
+            let want = json_encode(cmd);
+            assert_eq!(c.encode(cmd), want, "{cmd:?}");
+            assert_eq!(c.encode_into(cmd, &mut out), want.is_some());
+            if let Some(want) = want {
+                assert_eq!(std::str::from_utf8(&out), Ok(want.as_str()));
+            }
+        }
+    }
+
+    fn start(encoding: &str) -> String {
+        format!(
+            r#"{{"event":"start","sequence_number":"1","stream_id":"s1","start":{{"call_control_id":"v3:c","media_format":{{"encoding":"{encoding}","sample_rate":8000,"channels":1}}}}}}"#
+        )
+    }
+
+    /// Frames in the order a test feeds them: ordinary ones (the fast path), and ones the fast
+    /// path leaves to the general one.
+    fn frames() -> Vec<String> {
+        let b64 = |n: u8| STANDARD.encode([n, n.wrapping_mul(3), 0x80, 0x7F, n ^ 0x55]);
+        let media = |chunk: &str, payload: &str| {
+            format!(
+                r#"{{"event":"media","sequence_number":"9","media":{{"track":"inbound",{chunk}"timestamp":"5","payload":"{payload}"}},"stream_id":"s1"}}"#
+            )
+        };
+        let mut v = vec![
+            media(r#""chunk":"1","#, &b64(1)),
+            media(r#""chunk":"3","#, &b64(3)),
+            media(r#""chunk":2,"#, &b64(2)),
+            media(r#""chunk":" 4 ","#, &b64(4)),
+            media(r#""chunk":"4","#, &b64(4)),
+            media("", &b64(9)),
+            media(r#""chunk":null,"#, &b64(10)),
+            media(r#""chunk":-5,"#, &b64(11)),
+            media(r#""chunk":5.5,"#, &b64(12)),
+            media(r#""chunk":"x","#, &b64(13)),
+            media(r#""chunk":true,"#, &b64(14)),
+            media(r#""chunk":{},"#, &b64(15)),
+            media(r#""chunk":"\u0035","#, &b64(5)),
+            media(r#""chunk":"6","#, &format!("{}\\/w==", &b64(6)[..4])),
+            media(r#""chunk":"7","#, "@@@@"),
+            media(r#""chunk":"7","#, ""),
+            media(r#""chunk":"18446744073709551615","#, &b64(16)),
+            media(r#""chunk":"7","chunk":"8","#, &b64(7)),
+        ];
+        v.push(r#"{"event":"media","media":{"track":"outbound","chunk":"7","payload":"/w=="}}"#.into());
+        v.push(r#"{"event":"media","media":{"track":5,"payload":"/w=="}}"#.into());
+        v.push(r#"{"event":"media","media":{"payload":7}}"#.into());
+        v.push(r#"{"event":"media"}"#.into());
+        v.push(r#"["media",{"payload":"/w=="}]"#.into());
+        v.push(format!(
+            r#"{{"event":"media","media":{{"payload":"{}"}}}}"#,
+            "A".repeat(100_000)
+        ));
+        v.push(media(r#""chunk":"7","#, &b64(7)));
+        v
+    }
+
+    #[test]
+    fn inbound_media_decodes_as_the_general_path_does() {
+        for encoding in ["PCMU", "PCMA"] {
+            let mut fast = TelnyxCodec::new();
+            assert!(matches!(
+                fast.decode(&start(encoding)),
+                Ok(Some(MediaEvent::Start(_)))
+            ));
+            let mut general = fast.clone();
+            for frame in frames() {
+                assert_eq!(
+                    fast.decode(&frame),
+                    general.decode_general(&frame),
+                    "{encoding}: {frame:.200}"
+                );
+            }
+            assert_eq!(fast.reordered, general.reordered);
+            assert_eq!(fast.next_chunk, general.next_chunk);
+        }
+    }
+
+    #[test]
+    fn malformed_media_frames_still_get_their_errors() {
+        let mut c = TelnyxCodec::new();
+        let media = |payload: &str| {
+            format!(r#"{{"event":"media","media":{{"track":"inbound","payload":{payload}}}}}"#)
+        };
+        assert_eq!(c.decode(&media(r#""@@@""#)), Err(CodecError::BadBase64));
+        assert_eq!(
+            c.decode(&media("7")),
+            Err(CodecError::InvalidField("payload"))
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"media","media":{"track":1,"payload":"/w=="}}"#),
+            Err(CodecError::InvalidField("track"))
+        );
+        assert_eq!(
+            c.decode(r#"{"event":"media"}"#),
+            Err(CodecError::MissingField("media"))
+        );
+        assert!(matches!(
+            c.decode(r#"{"event":"media","media":{"payload":"/w=="}"#),
+            Err(CodecError::BadJson(_))
+        ));
+        // PCMA is converted on the fast path as on the general one.
+        c.decode(&start("PCMA")).expect("start");
+        let alaw = [0xD5u8, 0x55, 0x2A];
+        let want: Vec<u8> = alaw
+            .iter()
+            .map(|&a| linear_to_ulaw(alaw_to_linear(a)))
+            .collect();
+        assert_eq!(
+            c.decode(&media(&format!("\"{}\"", STANDARD.encode(alaw)))),
+            Ok(Some(MediaEvent::Audio(Bytes::from(want))))
+        );
     }
 }

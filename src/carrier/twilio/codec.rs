@@ -8,7 +8,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::carrier::wire::{
-    FramePool, fast_inbound_media, inbound_media_payload, json_frame, object_field, parse_digit,
+    FramePool, encode_via_buffer, fast_inbound_media, inbound_media_payload, json_frame, object_field, parse_digit,
     push_base64, push_json_str, str_field, unknown_event,
 };
 use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
@@ -96,9 +96,7 @@ fn decode_dtmf(msg: &Value) -> Result<MediaEvent, CodecError> {
 
 impl MediaCodec for TwilioCodec {
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        if frame.len() <= MAX_FRAME_BYTES * 2
-            && let Some(audio) = fast_inbound_media(frame, MAX_FRAME_BYTES, &mut self.pool)
-        {
+        if let Some(audio) = fast_inbound_media(frame, MAX_FRAME_BYTES, &mut self.pool) {
             return Ok(Some(MediaEvent::Audio(audio)));
         }
         let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
@@ -122,11 +120,7 @@ impl MediaCodec for TwilioCodec {
     /// Encodes a command. Returns `None` for [`MediaCommand::HangUp`] (a REST call) and for any
     /// command before `start` was decoded (there is no `streamSid` to address yet).
     fn encode(&mut self, cmd: &MediaCommand) -> Option<String> {
-        let mut out = Vec::new();
-        if !self.encode_into(cmd, &mut out) {
-            return None;
-        }
-        String::from_utf8(out).ok()
+        encode_via_buffer(self, cmd)
     }
 
     fn encode_into(&mut self, cmd: &MediaCommand, out: &mut Vec<u8>) -> bool {
