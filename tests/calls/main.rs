@@ -16,6 +16,7 @@ mod faults;
 mod flood;
 mod heard;
 mod ops;
+mod plivo_l16;
 mod recording;
 #[cfg(feature = "smart_turn")]
 mod smart_turn;
