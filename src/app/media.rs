@@ -49,8 +49,10 @@ const MAX_BAD_IN_A_ROW: u32 = 50;
 const MAX_BAD_TOTAL: u32 = 500;
 
 /// Bytes of outgoing frames buffered before a write to the socket (a flush follows every
-/// burst of commands anyway).
-const WRITE_BUFFER: usize = 16 * 1024;
+/// burst of commands anyway). A pacer top-up (100 ms: five frames and a mark, ≈ 1.6 KiB as
+/// Twilio JSON) fits; the 1 s lead at the start of a reply goes in four writes. Every live call
+/// holds one (it was 16 KiB: issue 16's memory per call).
+const WRITE_BUFFER: usize = 4 * 1024;
 
 /// Why a carrier action could not even be asked for.
 const NO_ACCOUNT: &str = "the call's carrier account is not configured for REST requests";
@@ -235,13 +237,14 @@ pub async fn serve(
     // the original moves into the reader.
     let mut encoder = codec.clone_box();
     // A client that shows the call's progress (the browser phone) gets it on this socket.
-    let (progress_tx, mut progress_rx) = mpsc::channel(super::progress::QUEUE);
-    let progress = encoder.wants_progress().then(|| {
-        crate::util::TaskGuard::new(tokio::spawn(super::progress::watch(
-            handle.clone(),
-            progress_tx,
-        )))
-    });
+    // (The channel only then: its first block would be 2.5 KiB of every call.)
+    let (progress, mut progress_rx) = if encoder.wants_progress() {
+        let (tx, rx) = mpsc::channel(super::progress::QUEUE);
+        let watch = tokio::spawn(super::progress::watch(handle.clone(), tx));
+        (Some(crate::util::TaskGuard::new(watch)), Some(rx))
+    } else {
+        (None, None)
+    };
     let reader_app = app.clone();
     // Set when the carrier said the stream is over (`stop`, or a clean close for carriers that
     // end streams that way). A stream that ends any other way may leave the carrier's call leg
@@ -398,7 +401,7 @@ pub async fn serve(
                         }
                     }
                 },
-                Some(p) = progress_rx.recv(), if progress.is_some() => {
+                Some(p) = async { progress_rx.as_mut()?.recv().await }, if progress.is_some() => {
                     if let Some(text) = encoder.encode_progress(&p) {
                         if write.write_frame(Frame::text(Payload::Owned(text.into_bytes()))).await.is_err() {
                             break;

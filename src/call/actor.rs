@@ -45,8 +45,10 @@ const STT_BATCH_BYTES: usize = 3 * FRAME_BYTES;
 /// last one, beyond the STT's own endpointing silence, so its end-of-speech timing is as
 /// without batching.
 const STT_UNBATCHED_TAIL_MS: u64 = 1000;
-/// Bytes the STT batch buffer reserves at a time (batches are carved out of it).
-const STT_POOL_BYTES: usize = 16 * 1024;
+/// Bytes the STT batch buffer reserves at a time (batches are carved out of it, and it is
+/// reused once the STT writer dropped them): four 60 ms batches, small because every live
+/// call holds one (it was 16 KiB: issue 16's memory per call).
+const STT_POOL_BYTES: usize = 2 * 1024;
 
 /// Registers a new call and spawns its actor. The actor pre-opens the speech-to-text session
 /// and starts synthesising the greeting at once, while the phone rings.

@@ -115,9 +115,11 @@ pub fn unknown_event(other: &str) -> CodecError {
     CodecError::UnknownEvent(name)
 }
 
-/// Bytes a [`FramePool`] reserves at a time: about a hundred 20 ms μ-law frames, so decoding
-/// allocates once per ≈ 2 s of audio (and not at all once earlier blocks were released).
-const POOL_BYTES: usize = 16 * 1024;
+/// Bytes a [`FramePool`] reserves at a time: a dozen 20 ms μ-law frames, so decoding
+/// allocates at most once per ≈ 240 ms of audio (and not at all while the frames cut earlier
+/// are released in time, the usual case). Small because every live call holds one (it was
+/// 16 KiB: issue 16's memory per call).
+const POOL_BYTES: usize = 2 * 1024;
 
 /// Decoded caller audio is carved out of one shared block instead of a fresh allocation per
 /// frame: each frame is a [`Bytes`] view of the block, and the block is reused once every

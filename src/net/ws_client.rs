@@ -119,13 +119,7 @@ async fn connect_inner(
         message: e.to_string(),
     };
     let (ws, resp) = if tls {
-        crate::util::init_tls();
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let config = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let connector = tokio_rustls::TlsConnector::from(tls_config());
         let name = rustls::pki_types::ServerName::try_from(connect_host.clone())
             .map_err(|e| WsConnectError::BadUrl(url.into(), e.to_string()))?;
         let stream = connector
@@ -140,5 +134,33 @@ async fn connect_inner(
             .await
             .map_err(hs)?
     };
-    Ok((ws, resp.headers().clone()))
+    Ok((ws, owned_headers(resp.headers())))
+}
+
+/// The TLS client configuration every connection shares: the root store is built once per
+/// process (a copy per connection would stay alive, tens of KiB, for each call's socket).
+fn tls_config() -> Arc<rustls::ClientConfig> {
+    static CONFIG: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            crate::util::init_tls();
+            let mut roots = rustls::RootCertStore::empty();
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            Arc::new(
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(roots)
+                    .with_no_client_auth(),
+            )
+        })
+        .clone()
+}
+
+/// A copy of the handshake response's headers. hyper's header values are views of the
+/// connection's read buffer (8 KiB): a caller keeping them (Deepgram keeps its request id's
+/// headers for the session) would keep that buffer alive for the socket's whole life.
+fn owned_headers(headers: &http::HeaderMap) -> http::HeaderMap {
+    headers
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), http::HeaderValue::from_bytes(v.as_bytes()).ok()?)))
+        .collect()
 }
