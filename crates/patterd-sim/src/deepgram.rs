@@ -334,6 +334,14 @@ async fn handle(s: Arc<Shared>, mut req: Request<Incoming>) -> hyper::Response<B
     resp
 }
 
+fn dg_close(code: u16, reason: &str, by_client: bool) -> DgClose {
+    DgClose {
+        code,
+        reason: reason.into(),
+        by_client,
+    }
+}
+
 fn rand_u128() -> u128 {
     let mut b = [0u8; 16];
     let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
@@ -425,30 +433,21 @@ async fn session(
             ok
         }};
     }
+    // The fake closes: sends the close frame, returns how the connection ended.
     macro_rules! close {
         ($code:expr, $reason:expr) => {{
             let _ = conn.close($code, $reason).await;
-            ($code, String::from($reason))
+            dg_close($code, $reason, false)
         }};
     }
     let ended: DgClose = loop {
         match conn.recv().await {
             None => {
-                let (code, reason) = close!(1011, "NET-0001");
-                break DgClose {
-                    code,
-                    reason,
-                    by_client: false,
-                };
+                break close!(1011, "NET-0001");
             }
             Some(WsIn::Binary(b)) => {
                 if b.is_empty() {
-                    let (code, reason) = close!(1002, "empty binary frame");
-                    break DgClose {
-                        code,
-                        reason,
-                        by_client: false,
-                    };
+                    break close!(1002, "empty binary frame");
                 }
                 let mut total = 0;
                 rec(&mut |c| {
@@ -464,11 +463,7 @@ async fn session(
                 if let Some(DeepgramFailure::DropAfterAudioBytes(n)) = failure
                     && total >= n
                 {
-                    break DgClose {
-                        code: 1006,
-                        reason: "dropped by test configuration".into(),
-                        by_client: false,
-                    };
+                    break dg_close(1006, "dropped by test configuration", false);
                 }
                 let mut out = Vec::new();
                 for block in b.chunks(20 * p.bytes_per_ms() as usize) {
@@ -478,11 +473,7 @@ async fn session(
                     }
                 }
                 if !send_all!(out) {
-                    break DgClose {
-                        code: 1006,
-                        reason: "send failed".into(),
-                        by_client: true,
-                    };
+                    break dg_close(1006, "send failed", true);
                 }
             }
             Some(WsIn::Text(t)) => {
@@ -492,12 +483,7 @@ async fn session(
                 let v: Value = match serde_json::from_str(&t) {
                     Ok(v) => v,
                     Err(_) => {
-                        let (code, reason) = close!(1008, "DATA-0000");
-                        break DgClose {
-                            code,
-                            reason,
-                            by_client: false,
-                        };
+                        break close!(1008, "DATA-0000");
                     }
                 };
                 match v.get("type").and_then(Value::as_str) {
@@ -509,11 +495,7 @@ async fn session(
                             None => vec![ears.final_result(&s, &cfg, &p, false, true)],
                         };
                         if !send_all!(out) {
-                            break DgClose {
-                                code: 1006,
-                                reason: "send failed".into(),
-                                by_client: true,
-                            };
+                            break dg_close(1006, "send failed", true);
                         }
                     }
                     Some("CloseStream") => {
@@ -532,12 +514,7 @@ async fn session(
                                 "duration": ears.audio_ms as f64 / 1000.0, "channels": 1
                             }));
                         send_all!(out);
-                        let (code, reason) = close!(1000, "");
-                        break DgClose {
-                            code,
-                            reason,
-                            by_client: false,
-                        };
+                        break close!(1000, "");
                     }
                     _ => {} // unknown control messages are ignored
                 }
