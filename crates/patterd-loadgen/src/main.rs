@@ -91,6 +91,10 @@ struct Args {
     /// 250 calls, at least two per core).
     #[arg(long, default_value_t = 0)]
     shards: usize,
+    /// The fakes run on one thread that handles its socket events in batches, waking at
+    /// most once per this many ms (0: on every event). Each event waits at most this long.
+    #[arg(long, default_value_t = 2)]
+    fakes_batch_ms: u64,
     /// Only measure the cold start: spawn the server this many times (health path
     /// `/readyz` unless --health-path is given), print min / median / p90 / max of spawn →
     /// first 200, write them to --json, and exit.
@@ -256,5 +260,6 @@ fn options(args: &Args, target: Target, calls: usize, health_path: String) -> Op
         },
         flood_after: Duration::from_secs_f64(args.flood_after_s),
         shards: args.shards,
+        fakes_batch: Duration::from_millis(args.fakes_batch_ms),
     }
 }

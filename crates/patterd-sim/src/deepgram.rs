@@ -32,7 +32,8 @@ use tokio::time::Instant;
 use super::http::{self, Body, Recorder, Tasks};
 use super::tone::mulaw_level;
 use super::words::{TimedWord, WordTrack};
-use patterd::net::ws_pump::{self, WsIn};
+use super::ws_conn::WsConn;
+use patterd::net::ws_pump::WsIn;
 
 /// Mean absolute PCM level above which a 20 ms block counts as speech.
 const SPEECH_LEVEL: f64 = 1000.0;
@@ -333,6 +334,14 @@ async fn handle(s: Arc<Shared>, mut req: Request<Incoming>) -> hyper::Response<B
     resp
 }
 
+fn dg_close(code: u16, reason: &str, by_client: bool) -> DgClose {
+    DgClose {
+        code,
+        reason: reason.into(),
+        by_client,
+    }
+}
+
 fn rand_u128() -> u128 {
     let mut b = [0u8; 16];
     let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
@@ -394,9 +403,8 @@ async fn session(
     p: Params,
     ws: fastwebsockets::WebSocket<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>,
 ) {
-    let (mut rx, tx, _reader) = ws_pump::split(ws);
+    let mut conn = WsConn::new(ws, cfg.idle_timeout);
     let mut ears = Ears::default();
-    let mut deadline = Instant::now() + cfg.idle_timeout;
     let rec =
         |f: &mut dyn FnMut(&mut DgConnection)| s.record.modify(|r| f(&mut r.connections[idx]));
     // Sends text frames; returns false when the socket is gone.
@@ -405,7 +413,7 @@ async fn session(
             let mut ok = true;
             for m in $msgs {
                 let text = m.to_string();
-                if tx.text(&text).await.is_err() {
+                if conn.text(&text).await.is_err() {
                     ok = false;
                     break;
                 }
@@ -425,126 +433,112 @@ async fn session(
             ok
         }};
     }
-    let close = |code: u16, reason: &str| {
-        let reason = reason.to_string();
-        let tx = tx.clone();
-        async move {
-            let _ = tx.close(code, &reason).await;
-            (code, reason)
-        }
-    };
-    // One idle timer per session, pushed back only when it fires early (a timer per frame
-    // costs the load generator more than the rest of the session's work).
-    let idle = tokio::time::sleep_until(deadline);
-    tokio::pin!(idle);
+    // The fake closes: sends the close frame, returns how the connection ended.
+    macro_rules! close {
+        ($code:expr, $reason:expr) => {{
+            let _ = conn.close($code, $reason).await;
+            dg_close($code, $reason, false)
+        }};
+    }
     let ended: DgClose = loop {
-        tokio::select! {
-            _ = &mut idle => {
-                if Instant::now() < deadline {
-                    idle.as_mut().reset(deadline);
-                    continue;
-                }
-                let (code, reason) = close(1011, "NET-0001").await;
-                break DgClose { code, reason, by_client: false };
+        match conn.recv().await {
+            None => {
+                break close!(1011, "NET-0001");
             }
-            msg = rx.recv() => match msg {
-                Some(WsIn::Binary(b)) => {
-                    deadline = Instant::now() + cfg.idle_timeout;
-                    if b.is_empty() {
-                        let (code, reason) = close(1002, "empty binary frame").await;
-                        break DgClose { code, reason, by_client: false };
+            Some(WsIn::Binary(b)) => {
+                if b.is_empty() {
+                    break close!(1002, "empty binary frame");
+                }
+                let mut total = 0;
+                rec(&mut |c| {
+                    if c.audio_frames == 0 {
+                        c.first_audio = b[..b.len().min(16)].to_vec();
                     }
-                    let mut total = 0;
-                    rec(&mut |c| {
-                        if c.audio_frames == 0 {
-                            c.first_audio = b[..b.len().min(16)].to_vec();
-                        }
-                        c.audio_bytes += b.len();
-                        c.audio_frames += 1;
-                        total = c.audio_bytes;
-                    });
-                    // Read live, so a test can drop a connection that is already open.
-                    let failure = s.cfg.lock().ok().and_then(|c| c.failure.clone());
-                    if let Some(DeepgramFailure::DropAfterAudioBytes(n)) = failure
-                        && total >= n
-                    {
-                        break DgClose { code: 1006, reason: "dropped by test configuration".into(), by_client: false };
-                    }
-                    let mut out = Vec::new();
-                    for block in b.chunks(20 * p.bytes_per_ms() as usize) {
-                        match &cfg.words {
-                            Some(track) => ears.step_words(&p, track, block, &mut out),
-                            None => ears.step(&s, &cfg, &p, block, &mut out),
-                        }
-                    }
-                    if !send_all!(out) {
-                        break DgClose { code: 1006, reason: "send failed".into(), by_client: true };
+                    c.audio_bytes += b.len();
+                    c.audio_frames += 1;
+                    total = c.audio_bytes;
+                });
+                // Read live, so a test can drop a connection that is already open.
+                let failure = s.cfg.lock().ok().and_then(|c| c.failure.clone());
+                if let Some(DeepgramFailure::DropAfterAudioBytes(n)) = failure
+                    && total >= n
+                {
+                    break dg_close(1006, "dropped by test configuration", false);
+                }
+                let mut out = Vec::new();
+                for block in b.chunks(20 * p.bytes_per_ms() as usize) {
+                    match &cfg.words {
+                        Some(track) => ears.step_words(&p, track, block, &mut out),
+                        None => ears.step(&s, &cfg, &p, block, &mut out),
                     }
                 }
-                Some(WsIn::Text(t)) => {
-                    deadline = Instant::now() + cfg.idle_timeout;
-                    if cfg.record_frames {
-                        rec(&mut |c| c.messages.push(t.clone()));
+                if !send_all!(out) {
+                    break dg_close(1006, "send failed", true);
+                }
+            }
+            Some(WsIn::Text(t)) => {
+                if cfg.record_frames {
+                    rec(&mut |c| c.messages.push(t.clone()));
+                }
+                let v: Value = match serde_json::from_str(&t) {
+                    Ok(v) => v,
+                    Err(_) => {
+                        break close!(1008, "DATA-0000");
                     }
-                    let v: Value = match serde_json::from_str(&t) {
-                        Ok(v) => v,
-                        Err(_) => {
-                            let (code, reason) = close(1008, "DATA-0000").await;
-                            break DgClose { code, reason, by_client: false };
+                };
+                match v.get("type").and_then(Value::as_str) {
+                    Some("KeepAlive") => rec(&mut |c| c.keepalives += 1),
+                    Some("Finalize") => {
+                        rec(&mut |c| c.finalizes += 1);
+                        let out = match &cfg.words {
+                            Some(track) => vec![ears.words_final(&p, track, false, true)],
+                            None => vec![ears.final_result(&s, &cfg, &p, false, true)],
+                        };
+                        if !send_all!(out) {
+                            break dg_close(1006, "send failed", true);
                         }
-                    };
-                    match v.get("type").and_then(Value::as_str) {
-                        Some("KeepAlive") => rec(&mut |c| c.keepalives += 1),
-                        Some("Finalize") => {
-                            rec(&mut |c| c.finalizes += 1);
-                            let out = match &cfg.words {
-                                Some(track) => vec![ears.words_final(&p, track, false, true)],
-                                None => vec![ears.final_result(&s, &cfg, &p, false, true)],
-                            };
-                            if !send_all!(out) {
-                                break DgClose { code: 1006, reason: "send failed".into(), by_client: true };
+                    }
+                    Some("CloseStream") => {
+                        rec(&mut |c| c.close_streams += 1);
+                        let mut out = Vec::new();
+                        if let Some(track) = &cfg.words {
+                            if ears.heard {
+                                out.push(ears.words_final(&p, track, false, false));
                             }
+                        } else if ears.heard {
+                            out.push(ears.final_result(&s, &cfg, &p, false, false));
                         }
-                        Some("CloseStream") => {
-                            rec(&mut |c| c.close_streams += 1);
-                            let mut out = Vec::new();
-                            if let Some(track) = &cfg.words {
-                                if ears.heard {
-                                    out.push(ears.words_final(&p, track, false, false));
-                                }
-                            } else if ears.heard {
-                                out.push(ears.final_result(&s, &cfg, &p, false, false));
-                            }
-                            out.push(json!({
+                        out.push(json!({
                                 "type": "Metadata", "transaction_key": "deprecated",
                                 "request_id": p.request_id, "sha256": "0", "created": "2026-01-01T00:00:00.000Z",
                                 "duration": ears.audio_ms as f64 / 1000.0, "channels": 1
                             }));
-                            send_all!(out);
-                            let (code, reason) = close(1000, "").await;
-                            break DgClose { code, reason, by_client: false };
-                        }
-                        _ => {} // unknown control messages are ignored
+                        send_all!(out);
+                        break close!(1000, "");
                     }
+                    _ => {} // unknown control messages are ignored
                 }
-                Some(WsIn::Close { code, reason }) => {
-                    break DgClose { code: code.unwrap_or(1005), reason, by_client: true };
-                }
-                Some(WsIn::Failed(e)) => {
-                    break DgClose { code: 1006, reason: e, by_client: true };
-                }
-                None => break DgClose { code: 1006, reason: "reader ended".into(), by_client: true },
+            }
+            Some(WsIn::Close { code, reason }) => {
+                break DgClose {
+                    code: code.unwrap_or(1005),
+                    reason,
+                    by_client: true,
+                };
+            }
+            Some(WsIn::Failed(e)) => {
+                break DgClose {
+                    code: 1006,
+                    reason: e,
+                    by_client: true,
+                };
             }
         }
     };
     if !ended.by_client && ended.code != 1006 {
         // Give the client a moment to answer the close frame.
         let _ = tokio::time::timeout(Duration::from_secs(1), async {
-            while let Some(m) = rx.recv().await {
-                if matches!(m, WsIn::Close { .. } | WsIn::Failed(_)) {
-                    break;
-                }
-            }
+            while !matches!(conn.recv_any().await, WsIn::Close { .. } | WsIn::Failed(_)) {}
         })
         .await;
     }

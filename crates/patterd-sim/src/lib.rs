@@ -29,3 +29,4 @@ pub mod transcribe;
 pub mod twilio;
 pub mod words;
 pub mod ws;
+pub mod ws_conn;
