@@ -22,7 +22,9 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::ActionOutcome;
 use super::eot::{CallerRing, TurnModelAnswer, TurnModelWorker, Unavailable, Verdict};
 use super::event::{EndReason, EventKind};
-use super::ingress::{CallerIngress, CallerNote, Inbound, STT_UNBATCHED_TAIL_MS, SttFeed};
+use super::ingress::{
+    BargeWatch, CallerIngress, CallerNote, Inbound, STT_UNBATCHED_TAIL_MS, SttFeed,
+};
 use super::log::{Dropped, Usage};
 use super::policy::{Action, Input, Policy};
 use super::recording::Recorder;
@@ -79,6 +81,8 @@ struct Actor {
     ingress: Option<CallerIngress>,
     /// Times the select loop woke (logged at the end: issue 16's wake-up count).
     wakes: u64,
+    /// Tells the caller-audio stage whether barge-in could act on speech now.
+    barge: BargeWatch,
     llm: Option<LlmStream>,
     /// The agent's mouth: lent to the policy on every step, pumped here.
     speech: Speech,
@@ -182,6 +186,7 @@ impl Actor {
             stt_feed: SttFeed::new(setup.log.clone(), &setup.call_id),
             ingress: None,
             wakes: 0,
+            barge: BargeWatch::default(),
             stt_tail_ms: setup
                 .providers
                 .stt
@@ -364,6 +369,13 @@ impl Actor {
             let talk_at = self.policy.deadline(&self.speech);
             let deadline = self.deadline();
             self.wakes += 1;
+            // A superset of when the policy's barge-in is eligible (the agent may be heard).
+            self.barge.set(
+                self.setup.agent.barge_in
+                    && (self.speech.is_speaking()
+                        || self.speech.is_playing(now)
+                        || self.speech.is_held()),
+            );
             let ended = tokio::select! {
                 msg = self.rx.recv() => match msg {
                     Some(msg) => self.on_msg(msg),
@@ -590,7 +602,8 @@ impl Actor {
             let ingress = CallerIngress::new(vad, self.stt_feed.clone(), self.stt_tail_ms)
                 .with_recorder(self.recorder.as_ref().map(Recorder::caller_track))
                 .with_ring(self.turn_model.as_ref().map(|t| t.ring.clone()))
-                .with_log(self.setup.log.clone(), &self.setup.call_id);
+                .with_log(self.setup.log.clone(), &self.setup.call_id)
+                .with_barge_watch(self.barge.clone());
             self.ingress = match m.ingress {
                 Some(to_pump) => to_pump.send(ingress).err().map(CallerIngress::every_frame),
                 None => Some(ingress.every_frame()),

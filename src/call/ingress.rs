@@ -4,14 +4,16 @@
 //! through the call's shared [`SttFeed`] (60 ms writes in silence, frame by frame from the first
 //! voiced frame until well after the last). The actor hears only what turn-taking needs, as a
 //! [`CallerNote`] on its media channel ([`Inbound::Caller`]): at once for a frame with a
-//! detector event or while the caller speaks (barge-in judges every frame of a run), otherwise
-//! once per [`QUIET_NOTE_FRAMES`] frames (it keeps the media timeout fed). In silence the actor
-//! so wakes 10 times a second instead of 50.
+//! detector event, and for every frame while the caller speaks over an agent that may be heard
+//! ([`BargeWatch`]: barge-in judges every frame of such a run); otherwise once per
+//! [`QUIET_NOTE_FRAMES`] frames (it keeps the media timeout fed). In silence, or while the
+//! caller talks to a quiet agent, the actor so wakes 10 times a second instead of 50.
 //!
 //! The [`SttFeed`] is the one writer of a call's STT input: the actor swaps its sender when it
 //! opens or reopens the session, and sends `Finalize` / `Close` through it, which first
 //! flushes the batch, so audio and control stay in order.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
@@ -61,6 +63,30 @@ pub struct CallerNote {
     pub speech_run_ms: u64,
     /// Frames covered.
     pub frames: u32,
+}
+
+/// Whether barge-in could act on the caller's speech now (the agent may be heard, or is held):
+/// set by the actor on every wake, read by the stage on every frame. While it is clear a
+/// speech run's frames are noted like quiet ones (the policy does nothing with them); a run
+/// in progress when it is set is noted from the next frame on. Set until the actor says
+/// otherwise.
+#[derive(Clone)]
+pub struct BargeWatch(Arc<AtomicBool>);
+
+impl Default for BargeWatch {
+    fn default() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+}
+
+impl BargeWatch {
+    pub fn set(&self, armed: bool) {
+        self.0.store(armed, Ordering::Relaxed);
+    }
+
+    pub fn armed(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// The call's writer to its STT session, shared by the media pump's ingress (audio) and the
@@ -174,6 +200,7 @@ pub struct CallerIngress {
     call_id: String,
     /// A note for every frame (the actor runs the ingress itself).
     every_frame: bool,
+    barge: BargeWatch,
     /// The note being gathered.
     note: CallerNote,
 }
@@ -190,6 +217,7 @@ impl CallerIngress {
             log: None,
             call_id: String::new(),
             every_frame: false,
+            barge: BargeWatch::default(),
             note: CallerNote::default(),
         }
     }
@@ -210,6 +238,12 @@ impl CallerIngress {
     pub fn with_log(mut self, log: Option<Arc<dyn CallLog>>, call_id: &str) -> Self {
         self.log = log;
         self.call_id = call_id.to_string();
+        self
+    }
+
+    /// Whether speech runs are noted frame by frame (see [`BargeWatch`]; always without one).
+    pub fn with_barge_watch(mut self, barge: BargeWatch) -> Self {
+        self.barge = barge;
         self
     }
 
@@ -242,7 +276,8 @@ impl CallerIngress {
         self.stt.audio(frame, at_once);
         self.note.frames += 1;
         self.note.speech_run_ms = self.vad.speech_run_ms();
-        if self.every_frame || event || speaking || self.note.frames >= QUIET_NOTE_FRAMES {
+        let judged = speaking && self.barge.armed();
+        if self.every_frame || event || judged || self.note.frames >= QUIET_NOTE_FRAMES {
             Some(std::mem::take(&mut self.note))
         } else {
             None
@@ -438,6 +473,38 @@ mod tests {
         }
         // Two writes of 3 frames: the first queued, the second refused.
         assert_eq!(feed.totals(), (60, 3));
+    }
+
+    /// While barge-in could not act (the agent is quiet) a speech run is noted every 5 frames
+    /// after its start; once armed, from the next frame on, every frame.
+    #[test]
+    fn speech_to_a_quiet_agent_is_noted_like_silence() {
+        let (ing, _rx, _feed) = ingress(0);
+        let barge = BargeWatch::default();
+        barge.set(false);
+        let mut ing = ing.with_barge_watch(barge.clone());
+        for _ in 0..4 {
+            ing.frame(silence());
+        }
+        let mut notes = Vec::new();
+        for n in 0..28 {
+            notes.extend(ing.frame(tone_frame(n)));
+        }
+        let start = notes
+            .iter()
+            .position(|n| !n.vad.is_empty())
+            .expect("speech start noted");
+        let after = &notes[start + 1..];
+        assert!(after.len() >= 2, "{notes:?}");
+        assert!(after.iter().all(|n| n.frames == QUIET_NOTE_FRAMES));
+        assert!(after.iter().all(|n| n.speech_run_ms > 0));
+        barge.set(true);
+        for n in 28..33 {
+            let note = ing
+                .frame(tone_frame(n))
+                .expect("a note per frame once armed");
+            assert!(note.speech_run_ms > 0);
+        }
     }
 
     /// Run by the actor itself, the stage notes every frame.
