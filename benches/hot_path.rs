@@ -8,8 +8,11 @@
 //! (`inbound_frame_decode+vad+stt_batch`), the outgoing frame built into a reused buffer
 //! (`twilio_encode_agent_frame_into`) and the pacer's top-up (`pacer_topup_100ms`).
 //! The voice detector per packet on speech, silence and a call that is ~60 % silence, with and
-//! without its energy gate (`vad`). Each carrier's media frame decoded and an agent frame
-//! encoded, Twilio, Telnyx and Plivo (`carrier_media`).
+//! without its energy gate (`vad`). The caller-audio stage the media pump runs per frame
+//! (`call::ingress`: ring, detector, STT writes, the actor's notes) on silence and on speech
+//! (`caller_ingress`).
+//! Each carrier's media frame decoded and an agent frame encoded, Twilio, Telnyx and Plivo
+//! (`carrier_media`).
 //! Run with `cargo bench --bench hot_path`; allocations per frame: `cargo bench --bench alloc`.
 
 use std::hint::black_box;
@@ -70,6 +73,38 @@ fn carrier_frames(c: &mut Criterion) {
     c.bench_function("twilio_encode_agent_frame", |b| {
         b.iter(|| codec.encode(black_box(&MediaCommand::Audio(audio.clone()))))
     });
+}
+
+/// The caller-audio stage as the media pump runs it on a decoded frame, its STT writes and
+/// notes taken off their channels (what the STT writer and the actor would read).
+fn caller_ingress(c: &mut Criterion) {
+    use patterd::audio::vad::{Vad, VadConfig};
+    use patterd::call::ingress::{CallerIngress, Inbound, SttFeed};
+    use patterd::provider::SttInput;
+    let frame = media_frame();
+    let mut codec = started_codec();
+    let silence = format!(
+        r#"{{"event":"media","sequenceNumber":"42","media":{{"track":"inbound","chunk":"41","timestamp":"820","payload":"{}"}},"streamSid":"{STREAM_SID}"}}"#,
+        STANDARD.encode([0xFFu8; 160])
+    );
+    for (label, wire) in [("silence", &silence), ("speech", &frame)] {
+        let (stt_tx, mut stt_rx) = tokio::sync::mpsc::channel::<SttInput>(64);
+        let (note_tx, mut note_rx) = tokio::sync::mpsc::channel::<Inbound>(64);
+        let feed = SttFeed::new(None, "CA1");
+        feed.set_input(Some(stt_tx));
+        let mut stage = CallerIngress::new(Vad::new(VadConfig::default()), feed, 1300);
+        c.bench_function(&format!("caller_ingress_frame_{label}"), |b| {
+            b.iter(|| {
+                if let Ok(Some(MediaEvent::Audio(a))) = codec.decode(black_box(wire))
+                    && let Some(note) = stage.frame(a)
+                {
+                    let _ = note_tx.try_send(Inbound::Caller(note));
+                }
+                black_box(stt_rx.try_recv().ok());
+                black_box(note_rx.try_recv().ok());
+            })
+        });
+    }
 }
 
 /// The per-frame path as issue 16 left it: the detector, a whole inbound frame, the reused
@@ -346,7 +381,7 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    targets = carrier_frames, hot_path_round2, providers, resample, recording, vad,
+    targets = carrier_frames, hot_path_round2, caller_ingress, providers, resample, recording, vad,
         carrier_media_codecs
 }
 criterion_main!(benches);

@@ -27,6 +27,7 @@ use tracing::{Instrument, info, info_span, warn};
 use super::App;
 use super::metrics::Metrics;
 use crate::call::MediaAttach;
+use crate::call::ingress::Inbound;
 use crate::carrier::port::{MediaSocket, TokenSource};
 use crate::carrier::{
     ActionResult, CodecError, DtmfDelivery, MediaCodec, MediaCommand, MediaEvent, SharedCodec,
@@ -219,14 +220,17 @@ pub async fn serve(
     let control = carrier.has_account(&account).then_some(carrier);
 
     // 3. Attach to the actor and pump.
-    let (ev_tx, ev_rx) = mpsc::channel::<MediaEvent>(64);
+    let (ev_tx, ev_rx) = mpsc::channel::<Inbound>(64);
     // The answers to carrier actions (transfer, DTMF) go to the actor on the same channel.
     let action_tx = ev_tx.clone();
     let (cmd_tx, mut cmd_rx) = mpsc::channel::<MediaCommand>(512);
+    // The actor hands back the call's caller-audio stage, run here on every frame.
+    let (ingress_tx, ingress_rx) = tokio::sync::oneshot::channel();
     let attach = MediaAttach {
         start: StreamStart { ..start },
         events: ev_rx,
         commands: cmd_tx,
+        ingress: Some(ingress_tx),
     };
     if handle.attach(attach).is_err() {
         close_policy(&mut write, b"call ended").await;
@@ -253,6 +257,8 @@ pub async fn serve(
     let reader_saw_stop = caller_ended.clone();
     let reader = tokio::spawn(
         async move {
+            // Without it (the actor refused this stream) events go on raw, and fail.
+            let mut ingress = ingress_rx.await.ok();
             loop {
                 let frame = read.read_message_owing(&obligated_tx).await;
                 let frame = match frame {
@@ -270,7 +276,15 @@ pub async fn serve(
                         if stop {
                             reader_saw_stop.store(true, std::sync::atomic::Ordering::Release);
                         }
-                        if ev_tx.send(ev).await.is_err() || stop {
+                        // Caller audio goes through the stage; the actor hears its notes.
+                        let msg = match (ev, ingress.as_mut()) {
+                            (MediaEvent::Audio(frame), Some(stage)) => match stage.frame(frame) {
+                                Some(note) => Inbound::Caller(note),
+                                None => continue,
+                            },
+                            (ev, _) => Inbound::Media(ev),
+                        };
+                        if ev_tx.send(msg).await.is_err() || stop {
                             return;
                         }
                     }
@@ -280,7 +294,7 @@ pub async fn serve(
                         // is the caller hanging up.
                         if codec.stop_on_close() {
                             reader_saw_stop.store(true, std::sync::atomic::Ordering::Release);
-                            let _ = ev_tx.send(MediaEvent::Stop).await;
+                            let _ = ev_tx.send(MediaEvent::Stop.into()).await;
                         }
                         return;
                     }
@@ -364,7 +378,7 @@ pub async fn serve(
                                         }
                                     },
                                 };
-                                let _ = tx.send(MediaEvent::ActionDone { id, result }).await;
+                                let _ = tx.send(MediaEvent::ActionDone { id, result }.into()).await;
                             }
                             .in_current_span(),
                         );
@@ -387,7 +401,7 @@ pub async fn serve(
                                         }
                                     },
                                 };
-                                let _ = tx.send(MediaEvent::ActionDone { id, result }).await;
+                                let _ = tx.send(MediaEvent::ActionDone { id, result }.into()).await;
                             }
                             .in_current_span(),
                         );

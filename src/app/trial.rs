@@ -130,9 +130,10 @@ pub async fn run(
             start: start.clone(),
             events: ev_rx,
             commands: cmd_tx,
+            ingress: None,
         })
         .map_err(|_| TrialError::Ended)?;
-    let _ = ev_tx.send(MediaEvent::Start(start)).await;
+    let _ = ev_tx.send(MediaEvent::Start(start).into()).await;
 
     let greeting = !config.first_message.trim().is_empty();
     let mut agent_audio = Vec::new();
@@ -165,7 +166,7 @@ pub async fn run(
                 } else {
                     silence.to_vec()
                 };
-                if ev_tx.send(MediaEvent::Audio(Bytes::from(frame))).await.is_err() {
+                if ev_tx.send(MediaEvent::Audio(Bytes::from(frame)).into()).await.is_err() {
                     return Err(TrialError::Ended);
                 }
             }
@@ -176,12 +177,12 @@ pub async fn run(
                 }
                 Some(MediaCommand::Mark(m)) => {
                     marks += 1;
-                    let _ = ev_tx.send(MediaEvent::MarkPlayed(m)).await;
+                    let _ = ev_tx.send(MediaEvent::MarkPlayed(m).into()).await;
                 }
                 Some(MediaCommand::Clear) => {}
                 Some(MediaCommand::Transfer { id, .. } | MediaCommand::SendDtmf { id, .. }) => {
                     let result = ActionResult::Failed("patterd try has no carrier".into());
-                    let _ = ev_tx.send(MediaEvent::ActionDone { id, result }).await;
+                    let _ = ev_tx.send(MediaEvent::ActionDone { id, result }.into()).await;
                 }
                 Some(MediaCommand::HangUp) | None => break,
             },
@@ -196,7 +197,7 @@ pub async fn run(
             }
         }
     }
-    let _ = ev_tx.send(MediaEvent::Stop).await;
+    let _ = ev_tx.send(MediaEvent::Stop.into()).await;
     let record = tokio::time::timeout(Duration::from_secs(10), app.calls.wait_finished(&call_id))
         .await
         .ok()

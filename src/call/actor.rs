@@ -5,15 +5,16 @@
 //! the policy does not judge: the [`Vad`] on caller audio, the STT session (and its one
 //! reopen), the pacer, call timeouts and the final record. It never blocks: every wait is a
 //! branch of the select, every send to a peer a `try_send` on a bounded channel. Caller audio
-//! goes to the STT in 60 ms writes while the caller is silent and frame by frame from their
-//! first voiced frame until well after their last ([`STT_BATCH_BYTES`]).
+//! does not pass through it: the media pump runs the call's [`CallerIngress`] (detector,
+//! recording, Smart Turn ring, STT writes) and the actor hears [`CallerNote`]s, what
+//! turn-taking needs; it builds that stage when media attaches and swaps the STT sender in
+//! the shared [`SttFeed`] when it opens or reopens the session.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -21,6 +22,9 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::ActionOutcome;
 use super::eot::{CallerRing, TurnModelAnswer, TurnModelWorker, Unavailable, Verdict};
 use super::event::{EndReason, EventKind};
+use super::ingress::{
+    BargeWatch, CallerIngress, CallerNote, Inbound, STT_UNBATCHED_TAIL_MS, SttFeed,
+};
 use super::log::{Dropped, Usage};
 use super::policy::{Action, Input, Policy};
 use super::recording::Recorder;
@@ -29,7 +33,7 @@ use super::speech::{Pumped, Speech, TtsNote};
 use super::transcript::{CallEvent, CallRecord};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
 use crate::audio::vad::{Vad, VadConfig, VadEngine};
-use crate::carrier::{ActionResult, FRAME_BYTES, MediaCommand, MediaEvent, TransferRequest};
+use crate::carrier::{ActionResult, MediaCommand, MediaEvent, TransferRequest};
 use crate::config::VadEngineName;
 use crate::provider::{
     ChatTurn, LlmEvent, LlmStream, SttContext, SttEvent, SttInput, SttStream, TokenUsage, TtsEvent,
@@ -38,17 +42,6 @@ use crate::security::mask_number;
 
 /// Capacity of a call's handle channel.
 const HANDLE_QUEUE: usize = 32;
-/// While the caller is silent their audio goes to the STT in writes of this much (60 ms):
-/// a third of the channel sends, STT-writer wake-ups and socket writes.
-const STT_BATCH_BYTES: usize = 3 * FRAME_BYTES;
-/// Audio goes frame by frame (unbatched) from the first voiced frame until this long after the
-/// last one, beyond the STT's own endpointing silence, so its end-of-speech timing is as
-/// without batching.
-const STT_UNBATCHED_TAIL_MS: u64 = 1000;
-/// Bytes the STT batch buffer reserves at a time (batches are carved out of it, and it is
-/// reused once the STT writer dropped them): four 60 ms batches, small because every live
-/// call holds one (it was 16 KiB: issue 16's memory per call).
-const STT_POOL_BYTES: usize = 2 * 1024;
 
 /// Registers a new call and spawns its actor. The actor pre-opens the speech-to-text session
 /// and starts synthesising the greeting at once, while the phone rings.
@@ -77,20 +70,27 @@ struct Actor {
     answered: Option<Instant>,
     last_media: Instant,
     media_tx: Option<mpsc::Sender<MediaCommand>>,
-    media_rx: Option<mpsc::Receiver<MediaEvent>>,
+    media_rx: Option<mpsc::Receiver<Inbound>>,
     stt: Option<SttStream>,
     stt_reopened: bool,
-    /// Caller audio waiting to go to the STT in one write (see [`STT_BATCH_BYTES`]).
-    stt_batch: BytesMut,
+    /// The call's one writer to its STT session (shared with the caller-audio stage).
+    stt_feed: SttFeed,
     /// How long after the last voiced frame audio still goes to the STT unbatched.
     stt_tail_ms: u64,
+    /// The caller-audio stage when no media pump took it (`patterd try` sends raw frames).
+    ingress: Option<CallerIngress>,
+    /// Times the select loop woke (logged at the end: issue 16's wake-up count).
+    wakes: u64,
+    /// Tells the caller-audio stage whether barge-in could act on speech now.
+    barge: BargeWatch,
     llm: Option<LlmStream>,
     /// The agent's mouth: lent to the policy on every step, pumped here.
     speech: Speech,
     /// What the last pump sent (its vectors reused from pump to pump).
     pumped: Pumped,
     policy: Policy,
-    vad: Vad,
+    /// The detector until media attaches (it then moves into the caller-audio stage).
+    vad: Option<Vad>,
     events: Vec<CallEvent>,
     frames_dropped: u64,
     stt_frames_dropped: u64,
@@ -116,7 +116,7 @@ struct Actor {
 /// channel its answers come back on.
 struct TurnModelLink {
     worker: TurnModelWorker,
-    ring: CallerRing,
+    ring: Arc<std::sync::Mutex<CallerRing>>,
     reply: mpsc::Sender<TurnModelAnswer>,
     answers: mpsc::Receiver<TurnModelAnswer>,
 }
@@ -126,7 +126,7 @@ impl TurnModelLink {
         let (reply, answers) = mpsc::channel(4);
         Self {
             worker,
-            ring: CallerRing::new(),
+            ring: Arc::new(std::sync::Mutex::new(CallerRing::new())),
             reply,
             answers,
         }
@@ -134,7 +134,12 @@ impl TurnModelLink {
 
     /// Queues a judgement of the caller's last 8 s; `Err` is the answer when it cannot be.
     fn ask(&self, pause: u64) -> Result<(), TurnModelAnswer> {
-        self.worker.submit(pause, self.ring.snapshot(), &self.reply)
+        let snapshot = self
+            .ring
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .snapshot();
+        self.worker.submit(pause, snapshot, &self.reply)
     }
 }
 
@@ -178,7 +183,10 @@ impl Actor {
             media_rx: None,
             stt: None,
             stt_reopened: false,
-            stt_batch: BytesMut::new(),
+            stt_feed: SttFeed::new(setup.log.clone(), &setup.call_id),
+            ingress: None,
+            wakes: 0,
+            barge: BargeWatch::default(),
             stt_tail_ms: setup
                 .providers
                 .stt
@@ -195,7 +203,7 @@ impl Actor {
             )
             .with_stt_turns(setup.providers.stt.ends_turns())
             .with_turn_model(setup.turn_model.as_ref().map(|w| w.timing())),
-            vad: Vad::new(VadConfig {
+            vad: Some(Vad::new(VadConfig {
                 engine: match setup.agent.vad_engine {
                     VadEngineName::Earshot => VadEngine::Earshot,
                     VadEngineName::Silero => VadEngine::Silero,
@@ -203,7 +211,7 @@ impl Actor {
                 threshold: setup.agent.vad_threshold as f32,
                 stop_ms: setup.agent.vad_stop_ms,
                 ..VadConfig::default()
-            }),
+            })),
             events: Vec::new(),
             frames_dropped: 0,
             stt_frames_dropped: 0,
@@ -278,8 +286,7 @@ impl Actor {
                 }
                 Action::Resume => self.pump(),
                 Action::Finalize => {
-                    self.flush_stt_batch();
-                    self.stt_send(SttInput::Finalize);
+                    self.stt_feed.send(SttInput::Finalize);
                 }
                 Action::StartBrain { history } => {
                     self.end_brain_turn();
@@ -348,7 +355,8 @@ impl Actor {
             agent = %self.setup.agent_name,
             "call created; waiting for media"
         );
-        self.stt = Some(self.open_stt());
+        let stt = self.open_stt();
+        self.set_stt(Some(stt));
         self.step(Input::Start);
 
         let reason = loop {
@@ -360,13 +368,22 @@ impl Actor {
             };
             let talk_at = self.policy.deadline(&self.speech);
             let deadline = self.deadline();
+            self.wakes += 1;
+            // A superset of when the policy's barge-in is eligible (the agent may be heard).
+            self.barge.set(
+                self.setup.agent.barge_in
+                    && (self.speech.is_speaking()
+                        || self.speech.is_playing(now)
+                        || self.speech.is_held()),
+            );
             let ended = tokio::select! {
                 msg = self.rx.recv() => match msg {
                     Some(msg) => self.on_msg(msg),
                     None => Some(EndReason::HandlesDropped),
                 },
                 ev = recv_opt(self.media_rx.as_mut()) => match ev {
-                    Some(ev) => self.on_media(ev),
+                    Some(Inbound::Media(ev)) => self.on_media(ev),
+                    Some(Inbound::Caller(note)) => self.on_caller(note),
                     None => Some(EndReason::MediaStreamClosed),
                 },
                 ev = recv_opt(self.stt.as_mut().map(|s| &mut s.events)) => self.on_stt(ev),
@@ -580,6 +597,18 @@ impl Actor {
         self.media_tx = Some(m.commands);
         self.media_rx = Some(m.events);
         self.recorder = self.setup.recording.clone().map(Recorder::start);
+        // The caller-audio stage goes to the media pump; kept here when nobody asked for it.
+        if let Some(vad) = self.vad.take() {
+            let ingress = CallerIngress::new(vad, self.stt_feed.clone(), self.stt_tail_ms)
+                .with_recorder(self.recorder.as_ref().map(Recorder::caller_track))
+                .with_ring(self.turn_model.as_ref().map(|t| t.ring.clone()))
+                .with_log(self.setup.log.clone(), &self.setup.call_id)
+                .with_barge_watch(self.barge.clone());
+            self.ingress = match m.ingress {
+                Some(to_pump) => to_pump.send(ingress).err().map(CallerIngress::every_frame),
+                None => Some(ingress.every_frame()),
+            };
+        }
         self.step(Input::Answered);
         self.event(EventKind::MediaStart, m.start.stream_id.clone());
         if let Some(store) = &self.setup.log {
@@ -594,24 +623,8 @@ impl Actor {
         match ev {
             MediaEvent::Start(_) => None,
             MediaEvent::Audio(frame) => {
-                if let Some(link) = &mut self.turn_model {
-                    link.ring.push_ulaw(&frame);
-                }
-                if let Some(rec) = &self.recorder
-                    && !rec.caller(frame.clone())
-                {
-                    self.recording_dropped();
-                }
-                let mut ended = None;
-                for event in self.vad.push_ulaw(&frame) {
-                    let audio_ms = self.vad.audio_ms();
-                    ended = ended.or(self.step(Input::Vad { event, audio_ms }));
-                }
-                let speech_run_ms = self.vad.speech_run_ms();
-                ended = ended.or(self.step(Input::CallerAudio { speech_run_ms }));
-                let at_once = self.vad.is_speaking() || self.vad.silence_ms() < self.stt_tail_ms;
-                self.stt_audio(frame, at_once);
-                ended
+                let note = self.ingress.as_mut()?.frame(frame)?;
+                self.on_caller(note)
             }
             MediaEvent::Dtmf(d) => self.step(Input::Dtmf(d)),
             MediaEvent::ActionDone { id, result } => self.step(Input::ActionDone { id, result }),
@@ -625,9 +638,21 @@ impl Actor {
         }
     }
 
+    /// What the caller-audio stage took in since its last note: the detector's events, then
+    /// the voiced run (barge-in), as each frame used to be.
+    fn on_caller(&mut self, note: CallerNote) -> Option<EndReason> {
+        self.last_media = Instant::now();
+        let mut ended = None;
+        for (event, audio_ms) in note.vad {
+            ended = ended.or(self.step(Input::Vad { event, audio_ms }));
+        }
+        let speech_run_ms = note.speech_run_ms;
+        ended.or(self.step(Input::CallerAudio { speech_run_ms }))
+    }
+
     fn on_stt(&mut self, ev: Option<SttEvent>) -> Option<EndReason> {
         let Some(ev) = ev else {
-            self.stt = None;
+            self.set_stt(None);
             return None;
         };
         match ev {
@@ -653,12 +678,12 @@ impl Actor {
                 warn!(%message, fatal, "speech-to-text error");
                 self.event(EventKind::SttError, message);
                 if fatal {
-                    self.stt = None;
+                    self.set_stt(None);
                     self.reopen_stt();
                 }
             }
             SttEvent::Closed => {
-                self.stt = None;
+                self.set_stt(None);
                 if self.answered.is_some() {
                     self.reopen_stt();
                 }
@@ -700,62 +725,20 @@ impl Actor {
         }
         self.stt_reopened = true;
         self.event(EventKind::SttReopen, "");
-        self.stt = Some(self.open_stt());
+        let stt = self.open_stt();
+        self.set_stt(Some(stt));
+    }
+
+    /// The STT session from now on; the caller-audio stage writes to it too.
+    fn set_stt(&mut self, stt: Option<SttStream>) {
+        self.stt_feed
+            .set_input(stt.as_ref().map(|s| s.input.clone()));
+        self.stt = stt;
     }
 
     fn open_stt(&self) -> SttStream {
         let call_id = self.setup.call_id.clone();
         self.setup.providers.stt.open(&SttContext { call_id })
-    }
-
-    /// Hands a caller frame to the STT: at once (with anything batched before it) when
-    /// `at_once`, else into the batch, which goes when it holds [`STT_BATCH_BYTES`].
-    fn stt_audio(&mut self, frame: Bytes, at_once: bool) {
-        let audio = if at_once && self.stt_batch.is_empty() {
-            frame
-        } else {
-            if self.stt_batch.capacity() - self.stt_batch.len() < frame.len() {
-                self.stt_batch.reserve(STT_POOL_BYTES);
-            }
-            self.stt_batch.extend_from_slice(&frame);
-            if !at_once && self.stt_batch.len() < STT_BATCH_BYTES {
-                return;
-            }
-            self.stt_batch.split().freeze()
-        };
-        self.stt_write(audio);
-    }
-
-    /// Sends what is batched for the STT now (before a `Finalize` or the end of the session).
-    fn flush_stt_batch(&mut self) {
-        if !self.stt_batch.is_empty() {
-            let audio = self.stt_batch.split().freeze();
-            self.stt_write(audio);
-        }
-    }
-
-    fn stt_write(&mut self, audio: Bytes) {
-        let n = audio.len() as u64;
-        let streaming = self.stt.is_some();
-        if self.stt_send(SttInput::Audio(audio)) {
-            if streaming {
-                self.usage.stt_audio_ms += n / 8;
-            }
-        } else {
-            for _ in 0..n.div_ceil(FRAME_BYTES as u64) {
-                self.stt_frames_dropped += 1;
-                if let Some(log) = &self.setup.log {
-                    log.frame_dropped(&self.setup.call_id, Dropped::ToStt);
-                }
-            }
-        }
-    }
-
-    /// Sends to the STT session, if any; false when the session refused (its queue is full).
-    fn stt_send(&self, input: SttInput) -> bool {
-        self.stt
-            .as_ref()
-            .is_none_or(|s| s.input.try_send(input).is_ok())
     }
 
     fn start_tts(&mut self) {
@@ -790,10 +773,12 @@ impl Actor {
     fn finish(mut self, reason: EndReason) {
         self.llm = None;
         let _ = self.speech.clear(Instant::now());
-        self.flush_stt_batch();
+        // What is batched goes first; then nothing more reaches the session.
+        self.stt_feed.send(SttInput::Close);
+        self.stt_feed.set_input(None);
+        (self.usage.stt_audio_ms, self.stt_frames_dropped) = self.stt_feed.totals();
         if let Some(stt) = self.stt.take() {
             // Let the session close gracefully, but never for long.
-            let _ = stt.input.try_send(SttInput::Close);
             tokio::spawn(async move {
                 let SttStream {
                     input,
@@ -834,6 +819,7 @@ impl Actor {
             transcript_entries = self.policy.transcript().len(),
             frames_dropped = self.frames_dropped,
             stt_frames_dropped = self.stt_frames_dropped,
+            wakes = self.wakes,
             "call ended"
         );
         let record = self.record(&reason);

@@ -11,6 +11,7 @@ pub mod actor;
 pub mod eot;
 pub mod event;
 pub mod heard;
+pub mod ingress;
 pub mod log;
 pub mod policy;
 pub mod recording;
@@ -24,7 +25,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::carrier::{CarrierKind, MediaCommand, MediaEvent, StreamStart};
+use crate::carrier::{CarrierKind, MediaCommand, StreamStart};
 use crate::config::AgentConfig;
 use crate::provider::AgentProviders;
 
@@ -138,10 +139,14 @@ mod prompt_tests {
 /// The media stream the carrier opened for this call, handed to the actor.
 pub struct MediaAttach {
     pub start: StreamStart,
-    /// Carrier events for the actor.
-    pub events: mpsc::Receiver<MediaEvent>,
+    /// Carrier events for the actor, and the notes of the caller-audio stage.
+    pub events: mpsc::Receiver<ingress::Inbound>,
     /// Commands for the carrier (audio, marks, clear, hang-up).
     pub commands: mpsc::Sender<MediaCommand>,
+    /// Where the actor hands the call's caller-audio stage ([`ingress::CallerIngress`]) to
+    /// the reader of the media socket, which runs it on every frame; `None`: the actor runs
+    /// it on the raw `Audio` events itself.
+    pub ingress: Option<oneshot::Sender<ingress::CallerIngress>>,
 }
 
 /// Messages a [`CallHandle`] sends to its actor.

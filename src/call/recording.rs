@@ -95,6 +95,16 @@ impl Recorder {
         self.tx.try_send(Msg::Caller { at, frame }).is_ok()
     }
 
+    /// The caller's side, for whoever reads the media socket ([`super::ingress`]). It does
+    /// not keep the recording open: once this `Recorder` is dropped the file is finished and
+    /// caller frames are refused.
+    pub fn caller_track(&self) -> CallerTrack {
+        CallerTrack {
+            tx: self.tx.downgrade(),
+            start: self.start,
+        }
+    }
+
     /// Agent audio (μ-law) sent to the carrier now. False when it was dropped.
     pub fn agent(&self, frame: Bytes) -> bool {
         let at = self.now();
@@ -105,6 +115,23 @@ impl Recorder {
     pub fn clear(&self) -> bool {
         let at = self.now();
         self.tx.try_send(Msg::Clear { at }).is_ok()
+    }
+}
+
+/// The caller's side of a [`Recorder`] (see [`Recorder::caller_track`]).
+pub struct CallerTrack {
+    tx: mpsc::WeakSender<Msg>,
+    start: Instant,
+}
+
+impl CallerTrack {
+    /// Caller audio (μ-law) that arrived now. False when it was dropped (the queue is full or
+    /// the recording is finished).
+    pub fn caller(&self, frame: Bytes) -> bool {
+        let at = (self.start.elapsed().as_micros() as u64) * RATE / 1_000_000;
+        self.tx
+            .upgrade()
+            .is_some_and(|tx| tx.try_send(Msg::Caller { at, frame }).is_ok())
     }
 }
 

@@ -1,0 +1,522 @@
+//! Caller audio's way in without a hop through the call actor (issue 16). The media pump owns
+//! a call's [`CallerIngress`] and runs it inline on every inbound frame: it feeds the Smart
+//! Turn ring and the recording, runs the voice detector and writes the audio to the STT
+//! through the call's shared [`SttFeed`] (60 ms writes in silence, frame by frame from the first
+//! voiced frame until well after the last). The actor hears only what turn-taking needs, as a
+//! [`CallerNote`] on its media channel ([`Inbound::Caller`]): at once for a frame with a
+//! detector event, and for every frame while the caller speaks over an agent that may be heard
+//! ([`BargeWatch`]: barge-in judges every frame of such a run); otherwise once per
+//! [`QUIET_NOTE_FRAMES`] frames (it keeps the media timeout fed). In silence, or while the
+//! caller talks to a quiet agent, the actor so wakes 10 times a second instead of 50.
+//!
+//! The [`SttFeed`] is the one writer of a call's STT input: the actor swaps its sender when it
+//! opens or reopens the session, and sends `Finalize` / `Close` through it, which first
+//! flushes the batch, so audio and control stay in order.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::mpsc;
+
+use super::eot::CallerRing;
+use super::log::{CallLog, Dropped};
+use super::recording::CallerTrack;
+use crate::audio::vad::{Vad, VadEvent};
+use crate::carrier::{FRAME_BYTES, MediaEvent};
+use crate::provider::SttInput;
+
+/// While the caller is silent their audio goes to the STT in writes of this much (60 ms):
+/// a third of the channel sends, STT-writer wake-ups and socket writes.
+pub const STT_BATCH_BYTES: usize = 3 * FRAME_BYTES;
+/// Audio goes frame by frame (unbatched) from the first voiced frame until this long after the
+/// last one, beyond the STT's own endpointing silence, so its end-of-speech timing is as
+/// without batching.
+pub const STT_UNBATCHED_TAIL_MS: u64 = 1000;
+/// Bytes the STT batch buffer reserves at a time (batches are carved out of it, and it is
+/// reused once the STT writer dropped them): four 60 ms batches, small because every live
+/// call holds one (it was 16 KiB: issue 16's memory per call).
+const STT_POOL_BYTES: usize = 2 * 1024;
+/// In silence without detector events the actor hears of caller audio once per this many
+/// frames (100 ms): its media timeout only needs to know that audio still flows.
+pub const QUIET_NOTE_FRAMES: u32 = 5;
+
+/// What reaches the call actor on its media channel.
+#[derive(Debug)]
+pub enum Inbound {
+    /// A carrier event (caller audio only when no pump runs the ingress, e.g. `patterd try`).
+    Media(MediaEvent),
+    /// What turn-taking needs of the caller audio the pump's ingress took in.
+    Caller(CallerNote),
+}
+
+impl From<MediaEvent> for Inbound {
+    fn from(ev: MediaEvent) -> Self {
+        Self::Media(ev)
+    }
+}
+
+/// What turn-taking needs to know of `frames` caller frames the ingress took in.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallerNote {
+    /// The detector's events, in order, each with the audio time judged when it came.
+    pub vad: Vec<(VadEvent, u64)>,
+    /// Voiced audio in the current run after the last frame (0 when not speaking).
+    pub speech_run_ms: u64,
+    /// Frames covered.
+    pub frames: u32,
+}
+
+/// Whether barge-in could act on the caller's speech now (the agent may be heard, or is held):
+/// set by the actor on every wake, read by the stage on every frame. While it is clear a
+/// speech run's frames are noted like quiet ones (the policy does nothing with them); a run
+/// in progress when it is set is noted from the next frame on. Set until the actor says
+/// otherwise.
+#[derive(Clone)]
+pub struct BargeWatch(Arc<AtomicBool>);
+
+impl Default for BargeWatch {
+    fn default() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+}
+
+impl BargeWatch {
+    pub fn set(&self, armed: bool) {
+        self.0.store(armed, Ordering::Relaxed);
+    }
+
+    pub fn armed(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The call's writer to its STT session, shared by the media pump's ingress (audio) and the
+/// actor (the session's sender, `Finalize`, `Close`). Never waits: every send is a `try_send`.
+#[derive(Clone)]
+pub struct SttFeed(Arc<Mutex<SttWriter>>);
+
+struct SttWriter {
+    input: Option<mpsc::Sender<SttInput>>,
+    /// Caller audio waiting to go in one write (see [`STT_BATCH_BYTES`]).
+    batch: BytesMut,
+    /// Audio the session accepted (ms), and frames it refused (its queue was full).
+    audio_ms: u64,
+    dropped: u64,
+    log: Option<Arc<dyn CallLog>>,
+    call_id: String,
+}
+
+impl SttFeed {
+    pub fn new(log: Option<Arc<dyn CallLog>>, call_id: &str) -> Self {
+        Self(Arc::new(Mutex::new(SttWriter {
+            input: None,
+            batch: BytesMut::new(),
+            audio_ms: 0,
+            dropped: 0,
+            log,
+            call_id: call_id.to_string(),
+        })))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SttWriter> {
+        // Nothing panics while holding it; a poisoned lock still holds consistent data.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The session audio goes to from now on (`None`: none; audio is dropped uncounted). What
+    /// is batched stays batched for the next session.
+    pub fn set_input(&self, input: Option<mpsc::Sender<SttInput>>) {
+        self.lock().input = input;
+    }
+
+    /// Hands a caller frame to the STT: at once (with anything batched before it) when
+    /// `at_once`, else into the batch, which goes when it holds [`STT_BATCH_BYTES`].
+    pub fn audio(&self, frame: Bytes, at_once: bool) {
+        let mut w = self.lock();
+        let audio = if at_once && w.batch.is_empty() {
+            frame
+        } else {
+            if w.batch.capacity() - w.batch.len() < frame.len() {
+                w.batch.reserve(STT_POOL_BYTES);
+            }
+            w.batch.extend_from_slice(&frame);
+            if !at_once && w.batch.len() < STT_BATCH_BYTES {
+                return;
+            }
+            w.batch.split().freeze()
+        };
+        w.write(audio);
+    }
+
+    /// Sends what is batched, then `input` (`Finalize`, `Close`); false when the session
+    /// refused it (its queue is full).
+    pub fn send(&self, input: SttInput) -> bool {
+        let mut w = self.lock();
+        w.flush();
+        w.input.as_ref().is_none_or(|s| s.try_send(input).is_ok())
+    }
+
+    /// Audio the sessions accepted (ms) and frames they refused.
+    pub fn totals(&self) -> (u64, u64) {
+        let w = self.lock();
+        (w.audio_ms, w.dropped)
+    }
+}
+
+impl SttWriter {
+    fn flush(&mut self) {
+        if !self.batch.is_empty() {
+            let audio = self.batch.split().freeze();
+            self.write(audio);
+        }
+    }
+
+    fn write(&mut self, audio: Bytes) {
+        let n = audio.len() as u64;
+        let Some(input) = &self.input else {
+            return;
+        };
+        if input.try_send(SttInput::Audio(audio)).is_ok() {
+            self.audio_ms += n / 8;
+            return;
+        }
+        for _ in 0..n.div_ceil(FRAME_BYTES as u64) {
+            self.dropped += 1;
+            if let Some(log) = &self.log {
+                log.frame_dropped(&self.call_id, Dropped::ToStt);
+            }
+        }
+    }
+}
+
+/// A call's caller-audio stage: run on each inbound frame by whoever reads the media socket.
+pub struct CallerIngress {
+    vad: Vad,
+    stt: SttFeed,
+    /// How long after the last voiced frame audio still goes to the STT unbatched.
+    stt_tail_ms: u64,
+    recorder: Option<CallerTrack>,
+    ring: Option<Arc<Mutex<CallerRing>>>,
+    log: Option<Arc<dyn CallLog>>,
+    call_id: String,
+    /// A note for every frame (the actor runs the ingress itself).
+    every_frame: bool,
+    barge: BargeWatch,
+    /// The note being gathered.
+    note: CallerNote,
+}
+
+impl CallerIngress {
+    /// `stt_tail_ms`: how long after the last voiced frame audio goes to the STT unbatched.
+    pub fn new(vad: Vad, stt: SttFeed, stt_tail_ms: u64) -> Self {
+        Self {
+            vad,
+            stt,
+            stt_tail_ms,
+            recorder: None,
+            ring: None,
+            log: None,
+            call_id: String::new(),
+            every_frame: false,
+            barge: BargeWatch::default(),
+            note: CallerNote::default(),
+        }
+    }
+
+    /// The caller's side of the recording.
+    pub fn with_recorder(mut self, track: Option<CallerTrack>) -> Self {
+        self.recorder = track;
+        self
+    }
+
+    /// The end-of-turn model's ring of the caller's last seconds.
+    pub fn with_ring(mut self, ring: Option<Arc<Mutex<CallerRing>>>) -> Self {
+        self.ring = ring;
+        self
+    }
+
+    /// Where dropped recording frames are reported.
+    pub fn with_log(mut self, log: Option<Arc<dyn CallLog>>, call_id: &str) -> Self {
+        self.log = log;
+        self.call_id = call_id.to_string();
+        self
+    }
+
+    /// Whether speech runs are noted frame by frame (see [`BargeWatch`]; always without one).
+    pub fn with_barge_watch(mut self, barge: BargeWatch) -> Self {
+        self.barge = barge;
+        self
+    }
+
+    /// A note after every frame (as the actor hears frames when it runs the stage itself).
+    pub fn every_frame(mut self) -> Self {
+        self.every_frame = true;
+        self
+    }
+
+    /// Takes in one caller frame (μ-law); returns a note when the actor must hear now.
+    pub fn frame(&mut self, frame: Bytes) -> Option<CallerNote> {
+        if let Some(ring) = &self.ring {
+            ring.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_ulaw(&frame);
+        }
+        if let Some(rec) = &self.recorder
+            && !rec.caller(frame.clone())
+            && let Some(log) = &self.log
+        {
+            log.frame_dropped(&self.call_id, Dropped::ToRecording);
+        }
+        let mut event = false;
+        for ev in self.vad.push_ulaw(&frame) {
+            self.note.vad.push((ev, self.vad.audio_ms()));
+            event = true;
+        }
+        let speaking = self.vad.is_speaking();
+        let at_once = speaking || self.vad.silence_ms() < self.stt_tail_ms;
+        self.stt.audio(frame, at_once);
+        self.note.frames += 1;
+        self.note.speech_run_ms = self.vad.speech_run_ms();
+        let judged = speaking && self.barge.armed();
+        if self.every_frame || event || judged || self.note.frames >= QUIET_NOTE_FRAMES {
+            Some(std::mem::take(&mut self.note))
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audio::vad::VadConfig;
+
+    fn tone_frame(n: usize) -> Bytes {
+        // 440 Hz at about -12 dBFS, continuing phase across frames.
+        let pcm: Vec<i16> = (0..FRAME_BYTES)
+            .map(|i| {
+                let t = (n * FRAME_BYTES + i) as f32 / 8000.0;
+                (8000.0 * (2.0 * std::f32::consts::PI * 440.0 * t).sin()) as i16
+            })
+            .collect();
+        Bytes::from(crate::audio::g711::encode_ulaw(&pcm))
+    }
+
+    fn silence() -> Bytes {
+        Bytes::from(vec![0xFFu8; FRAME_BYTES])
+    }
+
+    fn ingress(tail_ms: u64) -> (CallerIngress, mpsc::Receiver<SttInput>, SttFeed) {
+        let (tx, rx) = mpsc::channel(1024);
+        let feed = SttFeed::new(None, "CA1");
+        feed.set_input(Some(tx));
+        let vad = Vad::new(VadConfig::default());
+        (CallerIngress::new(vad, feed.clone(), tail_ms), rx, feed)
+    }
+
+    fn drain(rx: &mut mpsc::Receiver<SttInput>) -> Vec<SttInput> {
+        let mut out = Vec::new();
+        while let Ok(x) = rx.try_recv() {
+            out.push(x);
+        }
+        out
+    }
+
+    fn audio_bytes(inputs: &[SttInput]) -> Vec<u8> {
+        inputs
+            .iter()
+            .flat_map(|i| match i {
+                SttInput::Audio(b) => b.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    /// One second of silence: the actor hears 10 notes (not 50), each covering 5 frames, and
+    /// the STT gets the audio in 60 ms writes (past the unbatched tail), all of it, in order.
+    #[test]
+    fn silence_is_noted_every_100_ms_and_batched_for_the_stt() {
+        let (mut ing, mut rx, _feed) = ingress(0);
+        let mut notes = Vec::new();
+        let mut sent = Vec::new();
+        for _ in 0..50 {
+            let f = silence();
+            sent.extend_from_slice(&f);
+            notes.extend(ing.frame(f));
+        }
+        assert_eq!(notes.len(), 10, "{notes:?}");
+        assert!(notes.iter().all(|n| n.frames == QUIET_NOTE_FRAMES));
+        assert!(
+            notes
+                .iter()
+                .all(|n| n.vad.is_empty() && n.speech_run_ms == 0)
+        );
+        let inputs = drain(&mut rx);
+        // 50 frames: 16 writes of 3 frames, 2 frames still batched.
+        assert_eq!(inputs.len(), 16);
+        assert!(
+            inputs
+                .iter()
+                .all(|i| matches!(i, SttInput::Audio(b) if b.len() == STT_BATCH_BYTES))
+        );
+        assert_eq!(audio_bytes(&inputs)[..], sent[..48 * FRAME_BYTES]);
+    }
+
+    /// Speech: a note for the frame with the detector's start (with its audio time), then one
+    /// per frame while speaking; its audio goes to the STT frame by frame, flushing what was
+    /// batched first; the end comes in a note of its own and the next quiet note covers 5.
+    #[test]
+    fn speech_is_noted_every_frame_and_written_at_once() {
+        let (mut ing, mut rx, _feed) = ingress(0);
+        let mut sent = Vec::new();
+        for _ in 0..4 {
+            let f = silence();
+            sent.extend_from_slice(&f);
+            assert!(ing.frame(f).is_none());
+        }
+        let mut notes = Vec::new();
+        for n in 0..40 {
+            let f = tone_frame(n);
+            sent.extend_from_slice(&f);
+            notes.extend(ing.frame(f));
+        }
+        let start = notes
+            .iter()
+            .position(|n| {
+                n.vad
+                    .iter()
+                    .any(|(e, _)| matches!(e, VadEvent::SpeechStart { .. }))
+            })
+            .expect("speech start noted");
+        // The start's note covers the quiet frames before it; every frame after it is noted
+        // on its own, the run growing.
+        assert!(notes[start].frames <= QUIET_NOTE_FRAMES);
+        assert!(notes[start + 1..].iter().all(|n| n.frames == 1));
+        assert!(notes.len() - start > 20, "{notes:?}");
+        assert!(notes[start..].iter().all(|n| n.speech_run_ms > 0));
+        assert!(
+            notes[start..]
+                .windows(2)
+                .all(|w| w[1].speech_run_ms >= w[0].speech_run_ms)
+        );
+        let (_, audio_ms) = notes[start].vad[0];
+        assert!(audio_ms > 0);
+        // Silence ends the run: a note with the end and run 0, then quiet notes of 5 frames.
+        let mut after = Vec::new();
+        for _ in 0..100 {
+            let f = silence();
+            sent.extend_from_slice(&f);
+            after.extend(ing.frame(f));
+        }
+        let end = after
+            .iter()
+            .position(|n| {
+                n.vad
+                    .iter()
+                    .any(|(e, _)| matches!(e, VadEvent::SpeechEnd { .. }))
+            })
+            .expect("speech end noted");
+        assert_eq!(after[end].speech_run_ms, 0);
+        assert!(
+            after[end + 1..]
+                .iter()
+                .all(|n| n.frames == QUIET_NOTE_FRAMES && n.vad.is_empty())
+        );
+        // The STT got everything in order; while speaking, one frame per write.
+        let inputs = drain(&mut rx);
+        let got = audio_bytes(&inputs);
+        assert_eq!(got[..], sent[..got.len()]);
+        assert!(sent.len() - got.len() < STT_BATCH_BYTES);
+        assert!(
+            inputs
+                .iter()
+                .any(|i| matches!(i, SttInput::Audio(b) if b.len() == FRAME_BYTES))
+        );
+    }
+
+    /// A `Finalize` the actor sends goes after the audio batched before it; a session swapped
+    /// in (reopen) gets the audio from then on, and audio with no session is dropped uncounted.
+    #[test]
+    fn finalize_flushes_first_and_a_new_session_takes_over() {
+        let (mut ing, mut rx, feed) = ingress(0);
+        ing.frame(silence());
+        ing.frame(silence());
+        assert!(drain(&mut rx).is_empty());
+        assert!(feed.send(SttInput::Finalize));
+        let inputs = drain(&mut rx);
+        assert_eq!(inputs.len(), 2);
+        assert!(matches!(&inputs[0], SttInput::Audio(b) if b.len() == 2 * FRAME_BYTES));
+        assert!(matches!(inputs[1], SttInput::Finalize));
+
+        let (tx2, mut rx2) = mpsc::channel(16);
+        feed.set_input(Some(tx2));
+        for _ in 0..3 {
+            ing.frame(silence());
+        }
+        assert!(drain(&mut rx).is_empty());
+        assert_eq!(drain(&mut rx2).len(), 1);
+        feed.set_input(None);
+        for _ in 0..3 {
+            ing.frame(silence());
+        }
+        assert_eq!(feed.totals(), (2 * 20 + 3 * 20, 0));
+    }
+
+    /// A session whose queue is full refuses the write: its frames are counted as dropped.
+    #[test]
+    fn a_full_stt_queue_counts_dropped_frames() {
+        let (tx, _rx) = mpsc::channel(1);
+        let feed = SttFeed::new(None, "CA1");
+        feed.set_input(Some(tx));
+        let mut ing = CallerIngress::new(Vad::new(VadConfig::default()), feed.clone(), 0);
+        for _ in 0..6 {
+            ing.frame(silence());
+        }
+        // Two writes of 3 frames: the first queued, the second refused.
+        assert_eq!(feed.totals(), (60, 3));
+    }
+
+    /// While barge-in could not act (the agent is quiet) a speech run is noted every 5 frames
+    /// after its start; once armed, from the next frame on, every frame.
+    #[test]
+    fn speech_to_a_quiet_agent_is_noted_like_silence() {
+        let (ing, _rx, _feed) = ingress(0);
+        let barge = BargeWatch::default();
+        barge.set(false);
+        let mut ing = ing.with_barge_watch(barge.clone());
+        for _ in 0..4 {
+            ing.frame(silence());
+        }
+        let mut notes = Vec::new();
+        for n in 0..28 {
+            notes.extend(ing.frame(tone_frame(n)));
+        }
+        let start = notes
+            .iter()
+            .position(|n| !n.vad.is_empty())
+            .expect("speech start noted");
+        let after = &notes[start + 1..];
+        assert!(after.len() >= 2, "{notes:?}");
+        assert!(after.iter().all(|n| n.frames == QUIET_NOTE_FRAMES));
+        assert!(after.iter().all(|n| n.speech_run_ms > 0));
+        barge.set(true);
+        for n in 28..33 {
+            let note = ing
+                .frame(tone_frame(n))
+                .expect("a note per frame once armed");
+            assert!(note.speech_run_ms > 0);
+        }
+    }
+
+    /// Run by the actor itself, the stage notes every frame.
+    #[test]
+    fn every_frame_mode_notes_each_frame() {
+        let (ing, _rx, _feed) = ingress(0);
+        let mut ing = ing.every_frame();
+        for _ in 0..7 {
+            let n = ing.frame(silence()).expect("a note per frame");
+            assert_eq!(n.frames, 1);
+        }
+    }
+}
