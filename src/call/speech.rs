@@ -449,6 +449,7 @@ impl Speech {
                 text: s.text.clone(),
                 words: s.words.clone(),
                 audio_ms: ms(s.audio.len()),
+                sent_all: true,
                 played_ms: 0,
             })
             .collect();
@@ -458,6 +459,7 @@ impl Speech {
                 text: u.text.clone(),
                 words: u.words.clone(),
                 audio_ms: ms(u.sent_bytes),
+                sent_all: u.synth_done && u.buf.is_empty(),
                 played_ms: 0,
             });
         }
