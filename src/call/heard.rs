@@ -299,6 +299,19 @@ mod tests {
         // Long after its end, all of it was heard even though its mark is not back.
         let c = cut(&s.played_at(t0 + Duration::from_secs(5)));
         assert_eq!(c.parts[0].text, "five six");
+        // One echo handled late (900 ms: a busy moment) does not move the play position: the
+        // smallest delay of the last marks is the carrier's lag.
+        let id = s.push_audio(UttKind::Say, "seven eight".into(), 0, &[0x55; 8000]);
+        s.on_tts(id, Some(TtsEvent::Words(even("seven eight", 1000))));
+        s.pump(t0 + Duration::from_secs(2));
+        assert!(
+            s.mark_returned("u2", t0 + Duration::from_millis(2900))
+                .is_some()
+        );
+        // At 2.5 s: 300 ms of "seven eight" played at the carrier (not -400 ms).
+        let c = cut(&s.played_at(t0 + Duration::from_millis(2500)));
+        let texts: Vec<_> = c.parts.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(texts, vec!["seven"]);
     }
 
     /// The cut is placed where playback stopped: a hold (no new audio sent, no `clear`) lets
