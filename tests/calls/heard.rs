@@ -3,7 +3,7 @@
 //! the `heard` event and the next brain request hold the words the simulated carrier had played
 //! when the `clear` stopped its playback (±1 word), from the fake ElevenLabs' `with-timestamps`
 //! alignment; an ElevenLabs without timestamps (`word_timestamps = false`) still keeps whole
-//! sentences. `test_heard_accuracy` prints the difference in words for each run
+//! sentences; Telnyx and Plivo cut at the `clear` the same way. `test_heard_accuracy` prints the difference in words for each run
 //! (`cargo test --test calls -- --nocapture heard::`).
 
 use patterd::call::CallRecord;
@@ -194,4 +194,58 @@ async fn without_timestamps_history_keeps_whole_sentences() {
     assert_eq!(ev["precision"], "sentence", "{ev}");
     assert_eq!(ev["words"], words(S1), "{ev}");
     assert!(cut.next_user.contains(&format!("heard only: \"{S1}\"")));
+}
+
+/// Telnyx (marks echoed, pending ones also on `clear`) and Plivo (checkpoints acknowledged
+/// with `playedStream` only when played, never once cleared): the same cut at the `clear`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telnyx_and_plivo_cut_at_the_clear_too() {
+    use crate::common::carrier::{Carrier, Carriers};
+    let runs: Vec<_> = [Carrier::Telnyx, Carrier::Plivo]
+        .into_iter()
+        .map(|c| {
+            tokio::spawn(async move {
+                let stack = Stack::start(opts(&TUESDAY, "idle_nudge_after_s = 0")).await;
+                stack
+                    .hermes
+                    .push(patterd_sim::hermes::HermesReply::text(&reply()));
+                let (sid, sim) = stack.call_via(c).await;
+                sim.wait_for("greeting mark", LONG, |s| !s.marks_echoed.is_empty())
+                    .await
+                    .expect("greeting");
+                sim.push_audio(&clip("book_table"));
+                sim.wait_for("the second sentence playing", LONG, |s| {
+                    s.marks_echoed.len() >= 2
+                        && s.utterances.len() >= 2
+                        && s.played_bytes >= s.utterances[1].end_pos + 1000 * 8
+                })
+                .await
+                .expect("the reply plays on");
+                let (_, record) = says_tuesday(&stack, &sid, &sim, "the interrupting turn").await;
+                let state = sim.state();
+                let (expected, into, _) = played_before_clear(&stack, &state);
+                sim.hang_up().await;
+                let _ = stack.finished(&sid).await;
+                (c, record, state, expected, into)
+            })
+        })
+        .collect();
+    for run in runs {
+        let (c, record, state, expected, into) = run.await.expect("run");
+        let entry = agent_reply(&record).expect("reply entry");
+        assert!(entry.interrupted, "{c:?}: {entry:?}");
+        let diff = words(&entry.heard_text) - words(&expected);
+        println!("{c:?}: playback stopped {into} ms into S2, difference {diff}");
+        assert!(
+            diff.abs() <= 1,
+            "{c:?}: stored {:?}, played before the clear {expected:?}",
+            entry.heard_text
+        );
+        assert_eq!(heard_event(&record)["precision"], "word");
+        assert!(
+            state.protocol_errors.is_empty(),
+            "{c:?}: {:?}",
+            state.protocol_errors
+        );
+    }
 }
