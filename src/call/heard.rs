@@ -1,13 +1,20 @@
 //! Word-precise heard history: which words of the agent's unconfirmed utterances the caller
-//! heard when it was stopped. The mouth ([`super::speech::Speech::played_at`]) says how much of
-//! each utterance whose mark has not come back had played at a moment (the pacer's clock less
-//! the carrier's lag); the TTS's word timings ([`WordTiming`]) say where each word falls in that
-//! audio. A word counts as heard when at least half of it had played (a word cut in its first
-//! half is not understood; one cut in its second half usually is), and counting stops at the
-//! first word not heard, so what is kept is always a prefix of what was meant. An utterance
-//! without timings (a TTS that gives no alignment, or a sentence whose alignment never came)
-//! stops the walk: from there on only marks decide, whole sentences at a time, as before.
-//! Pure functions; the policy applies the result to the transcript and the brain's history.
+//! heard when it was stopped. The cut is placed where playback stopped: at the moment the
+//! carrier is sent `clear` (it drops what it still had queued then), or where its buffer ran
+//! out if that was earlier. The mouth ([`super::speech::Speech::played_at`]) says how much of
+//! each utterance whose mark has not come back had played at that moment: the audio sent, less
+//! what the pacer reckons the carrier still had queued, shifted by the carrier's lag learned
+//! from the last mark it echoed (its round trip included, so the estimate errs by a few tens of
+//! ms towards "not heard"). The TTS's word timings ([`WordTiming`]) say where each word falls
+//! in that audio. The rule, shared with the simulator's ground truth
+//! (`patterd_sim::alignment::words_played`): a word counts as heard when **at least half of
+//! it** had played at the stop (a word cut in its first half is not understood; one cut in its
+//! second half usually is), and counting stops at the first word not heard, so what is kept is
+//! always a prefix of what was meant. An utterance that had played to its end counts whole,
+//! with or without timings; one without timings (a TTS that gives no alignment, or a sentence
+//! whose alignment never came) that was cut stops the walk: there only marks and whole
+//! sentences decide (sentence precision). Pure functions; the policy applies the result to the
+//! transcript and the brain's history.
 
 use crate::provider::WordTiming;
 
@@ -21,6 +28,8 @@ pub struct Played {
     pub words: Vec<WordTiming>,
     /// Length of its audio sent so far.
     pub audio_ms: u32,
+    /// All of its audio was sent (false: the carrier can run out of it mid-sentence).
+    pub sent_all: bool,
     /// How much of that audio had played.
     pub played_ms: u32,
 }
@@ -92,13 +101,17 @@ pub fn prefix(text: &str, words: &[WordTiming], n: usize) -> String {
 pub fn cut(played: &[Played]) -> Cut {
     let mut out = Cut::default();
     for p in played {
+        let whole = p.sent_all && p.played_ms >= p.audio_ms && p.audio_ms > 0;
         if p.words.is_empty() {
-            // No timings: marks decide from here on (sentence precision).
+            // No timings: a sentence heard to its end counts whole; one cut is not heard
+            // (sentence precision).
             out.precision = Precision::Sentence;
-            return out;
+            if !whole {
+                return out;
+            }
+        } else {
+            out.precision = Precision::Word;
         }
-        out.precision = Precision::Word;
-        let whole = p.played_ms >= p.audio_ms && p.audio_ms > 0;
         let n = if whole {
             p.words.len()
         } else {
@@ -151,6 +164,7 @@ mod tests {
                 Vec::new()
             },
             audio_ms,
+            sent_all: true,
             played_ms,
         }
     }
@@ -218,6 +232,19 @@ mod tests {
         let texts: Vec<_> = c.parts.iter().map(|p| p.text.as_str()).collect();
         assert_eq!(texts, vec!["Hello there."]);
         assert_eq!(c.precision, Precision::Sentence);
+        // An unaligned sentence that had played to its end before the stop was heard whole
+        // (its mark was still on its way); the aligned one after it places the cut.
+        let c = cut(&[
+            played(1, S, false, 700, 700),
+            played(1, "Aligned again.", true, 300, 200),
+        ]);
+        let texts: Vec<_> = c.parts.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(texts, vec![S, "Aligned"]);
+        assert_eq!(c.precision, Precision::Word);
+        // Played to its end and nothing after: whole, at sentence precision.
+        let c = cut(&[played(1, S, false, 700, 700)]);
+        assert_eq!(c.parts.len(), 1);
+        assert_eq!(c.precision, Precision::Sentence);
     }
 
     #[test]
@@ -272,5 +299,50 @@ mod tests {
         // Long after its end, all of it was heard even though its mark is not back.
         let c = cut(&s.played_at(t0 + Duration::from_secs(5)));
         assert_eq!(c.parts[0].text, "five six");
+        // One echo handled late (900 ms: a busy moment) does not move the play position: the
+        // smallest delay of the last marks is the carrier's lag.
+        let id = s.push_audio(UttKind::Say, "seven eight".into(), 0, &[0x55; 8000]);
+        s.on_tts(id, Some(TtsEvent::Words(even("seven eight", 1000))));
+        s.pump(t0 + Duration::from_secs(2));
+        assert!(
+            s.mark_returned("u2", t0 + Duration::from_millis(2900))
+                .is_some()
+        );
+        // At 2.5 s: 300 ms of "seven eight" played at the carrier (not -400 ms).
+        let c = cut(&s.played_at(t0 + Duration::from_millis(2500)));
+        let texts: Vec<_> = c.parts.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(texts, vec!["seven"]);
+    }
+
+    /// The cut is placed where playback stopped: a hold (no new audio sent, no `clear`) lets
+    /// the carrier play on, so the words played between the caller's onset and the stop were
+    /// heard; a hold longer than what the carrier had queued stops at the end of that audio.
+    #[test]
+    fn the_cut_falls_where_playback_stopped() {
+        use crate::call::speech::{Speech, UttKind};
+        use crate::provider::TtsEvent;
+        use std::time::Duration;
+        use tokio::time::Instant;
+
+        let text = "one two three four five six seven eight";
+        let mut s = Speech::new();
+        // Two seconds of audio, 250 ms a word.
+        let id = s.push_audio(UttKind::Say, text.into(), 0, &[0x55; 16_000]);
+        s.on_tts(id, Some(TtsEvent::Words(even(text, 2000))));
+        let t0 = Instant::now();
+        s.pump(t0); // one second (LEAD) at the carrier
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // The caller begins at 300 ms: "one" is heard, "two" (250–500) is not yet half played.
+        assert_eq!(cut(&s.played_at(at(300))).parts[0].text, "one");
+        // The hold at 400 ms sends nothing more but the carrier plays on; the `clear` at
+        // 700 ms stops it: "three" (500–750) is past its middle.
+        s.hold();
+        assert!(s.pump(at(400)).commands.is_empty());
+        assert_eq!(cut(&s.played_at(at(700))).parts[0].text, "one two three");
+        // A stop 1.5 s in: the carrier had run out of audio at 1 s, so four words.
+        let c = cut(&s.played_at(at(1500)));
+        assert_eq!(c.parts[0].text, "one two three four");
+        assert_eq!(c.parts[0].words, 4);
+        assert_eq!(c.precision, Precision::Word);
     }
 }

@@ -560,11 +560,9 @@ impl Policy {
         self.burst.end_hold(false);
         let agent = &self.agent;
         let confirm = Duration::from_millis(agent.barge_in_confirm_ms);
-        // What was heard is placed at the onset of the speech that stopped the agent.
-        let onset = now
-            .checked_sub(Duration::from_millis(run_ms))
-            .unwrap_or(now);
-        self.heard_cut = Some(heard::cut(&mouth.played_at(onset)));
+        // What was heard is what had played when the `clear` goes out (the carrier drops the
+        // rest then): the caller hears the agent until playback stops, not until they start.
+        self.heard_cut = Some(heard::cut(&mouth.played_at(now)));
         let paused = mouth.pause(now);
         if paused.need_clear {
             self.out.push(Action::Clear);

@@ -147,10 +147,15 @@ pub struct Speech {
     held: bool,
     /// Pauses so far; part of mark names so a stale echo never matches a re-sent utterance.
     epoch: u32,
-    /// How much later than the pacer reckoned the last mark came back: the carrier's playback
-    /// delay plus the network both ways (see [`Speech::mark_returned`]).
-    lag: Duration,
+    /// How much later than the pacer reckoned the last marks came back (newest last, at most
+    /// [`LAG_MARKS`]): the carrier's playback delay plus the network both ways, plus any delay
+    /// in handling the echo (see [`Speech::mark_returned`]).
+    lags: VecDeque<Duration>,
 }
+
+/// Marks whose delay is remembered; the smallest is taken as the carrier's lag, so one echo
+/// handled late (a busy machine, a network hiccup) does not move the play position.
+const LAG_MARKS: usize = 5;
 
 impl Default for Speech {
     fn default() -> Self {
@@ -168,7 +173,7 @@ impl Speech {
             paused: false,
             held: false,
             epoch: 0,
-            lag: Duration::ZERO,
+            lags: VecDeque::with_capacity(LAG_MARKS),
         }
     }
 
@@ -427,13 +432,22 @@ impl Speech {
     }
 
     /// [`Speech::on_mark`] for a mark that came back at `now`; also learns how far behind the
-    /// pacer's clock the carrier plays (the delay of this mark).
+    /// pacer's clock the carrier plays (the smallest delay of the last [`LAG_MARKS`] marks).
     pub fn mark_returned(&mut self, name: &str, now: Instant) -> Option<Sent> {
         let sent = self.on_mark(name)?;
         if let Some(end) = sent.ends_at {
-            self.lag = now.saturating_duration_since(end).min(LEAD);
+            if self.lags.len() == LAG_MARKS {
+                self.lags.pop_front();
+            }
+            self.lags
+                .push_back(now.saturating_duration_since(end).min(LEAD));
         }
         Some(sent)
+    }
+
+    /// The carrier's lag behind the pacer's clock (0 before any mark came back).
+    fn lag(&self) -> Duration {
+        self.lags.iter().min().copied().unwrap_or_default()
     }
 
     /// How much of each utterance whose mark has not come back had played at `at` (at or before
@@ -449,6 +463,7 @@ impl Speech {
                 text: s.text.clone(),
                 words: s.words.clone(),
                 audio_ms: ms(s.audio.len()),
+                sent_all: true,
                 played_ms: 0,
             })
             .collect();
@@ -458,12 +473,13 @@ impl Speech {
                 text: u.text.clone(),
                 words: u.words.clone(),
                 audio_ms: ms(u.sent_bytes),
+                sent_all: u.synth_done && u.buf.is_empty(),
                 played_ms: 0,
             });
         }
         let ahead = self
             .play_until
-            .map(|t| (t + self.lag).saturating_duration_since(at))
+            .map(|t| (t + self.lag()).saturating_duration_since(at))
             .unwrap_or_default();
         let total: u64 = out.iter().map(|p| u64::from(p.audio_ms)).sum();
         let mut left = total.saturating_sub(ahead.as_millis() as u64);

@@ -1,9 +1,9 @@
 //! Word-precise heard history through the Twilio simulator with real speech: the caller cuts
 //! the agent's reply in the middle of its second sentence, and the reply's stored heard text,
 //! the `heard` event and the next brain request hold the words the simulated carrier had played
-//! before the caller began speaking (±1 word), from the fake ElevenLabs' `with-timestamps`
+//! when the `clear` stopped its playback (±1 word), from the fake ElevenLabs' `with-timestamps`
 //! alignment; an ElevenLabs without timestamps (`word_timestamps = false`) still keeps whole
-//! sentences. `test_heard_accuracy` prints the difference in words for each run
+//! sentences; Telnyx and Plivo cut at the `clear` the same way. `test_heard_accuracy` prints the difference in words for each run
 //! (`cargo test --test calls -- --nocapture heard::`).
 
 use patterd::call::CallRecord;
@@ -59,10 +59,12 @@ async fn interrupt_in_s2(stack: &Stack, into_s2_ms: u64) -> Cut {
     }
 }
 
-/// The words of the reply the carrier had played when the caller's speech began: S1 whole
-/// and the words of S2 at least half played (the fake aligns characters evenly over each
-/// sentence's audio). Returns the text and how far into S2 the caller began (ms).
-fn played_before_caller(stack: &Stack, st: &SimState) -> (String, u64) {
+/// The words of the reply the caller heard before the carrier's playback stopped (its
+/// position when the `clear` arrived): S1 whole and the words of S2 at least half played (the
+/// fake aligns characters evenly over each sentence's audio). Returns the text, how far into S2
+/// playback stopped and how far into it the caller's speech began (ms).
+fn played_before_clear(stack: &Stack, st: &SimState) -> (String, u64, u64) {
+    let stop = *st.cleared_at_pos.last().expect("the carrier got a clear");
     let (_, at_start) = *st
         .speech_start_played
         .last()
@@ -70,7 +72,7 @@ fn played_before_caller(stack: &Stack, st: &SimState) -> (String, u64) {
     let onset = at_start + lead_in(&clip("no_tuesday"));
     let s2_start = st.utterances[1].end_pos;
     let s2_ms = (stack.el.expected_bytes(S2) / 8) as u32;
-    let into = onset.saturating_sub(s2_start) / 8;
+    let into = stop.saturating_sub(s2_start) / 8;
     assert!(into < u64::from(s2_ms), "the cut falls inside S2");
     let n = patterd_sim::alignment::words_played(S2, s2_ms, into as u32);
     let words: Vec<&str> = S2.split_whitespace().take(n).collect();
@@ -79,7 +81,7 @@ fn played_before_caller(stack: &Stack, st: &SimState) -> (String, u64) {
     } else {
         format!("{S1} {}", words.join(" "))
     };
-    (text, into)
+    (text, into, onset.saturating_sub(s2_start) / 8)
 }
 
 /// The `heard` event's JSON detail.
@@ -103,22 +105,26 @@ async fn test_heard_accuracy() {
             tokio::spawn(async move {
                 let stack = Stack::start(opts(&TUESDAY, "idle_nudge_after_s = 0")).await;
                 let cut = interrupt_in_s2(&stack, off).await;
-                let (expected, into) = played_before_caller(&stack, &cut.state);
+                let (expected, into, onset) = played_before_clear(&stack, &cut.state);
                 let timestamps = stack.el.record().requests.iter().all(|r| r.with_timestamps);
-                (off, cut, expected, into, timestamps)
+                (off, cut, expected, into, onset, timestamps)
             })
         })
         .collect();
     for run in runs {
-        let (off, cut, expected, into, timestamps) = run.await.expect("run");
+        let (off, cut, expected, into, onset, timestamps) = run.await.expect("run");
+        assert!(
+            onset < into,
+            "the clear comes after the caller began ({onset} / {into} ms)"
+        );
         assert!(timestamps, "every sentence was asked with timestamps");
         let entry = agent_reply(&cut.record).expect("reply entry");
         assert!(entry.interrupted, "{entry:?}");
         let heard = entry.heard_text.clone();
         let diff = words(&heard) - words(&expected);
         println!(
-            "heard accuracy: cut {into} ms into S2 (asked {off}): played {} words, stored {} \
-             (difference {diff}): {heard:?}",
+            "heard accuracy: playback stopped {into} ms into S2 (caller began at {onset}, asked \
+             {off}): heard {} words, stored {} (difference {diff}): {heard:?}",
             words(&expected),
             words(&heard)
         );
@@ -128,7 +134,7 @@ async fn test_heard_accuracy() {
         );
         assert!(
             diff.abs() <= 1,
-            "stored {heard:?}, played before the caller spoke {expected:?}"
+            "stored {heard:?}, played before the clear {expected:?}"
         );
         assert!(
             heard.len() > S1.len(),
@@ -188,4 +194,58 @@ async fn without_timestamps_history_keeps_whole_sentences() {
     assert_eq!(ev["precision"], "sentence", "{ev}");
     assert_eq!(ev["words"], words(S1), "{ev}");
     assert!(cut.next_user.contains(&format!("heard only: \"{S1}\"")));
+}
+
+/// Telnyx (marks echoed, pending ones also on `clear`) and Plivo (checkpoints acknowledged
+/// with `playedStream` only when played, never once cleared): the same cut at the `clear`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telnyx_and_plivo_cut_at_the_clear_too() {
+    use crate::common::carrier::{Carrier, Carriers};
+    let runs: Vec<_> = [Carrier::Telnyx, Carrier::Plivo]
+        .into_iter()
+        .map(|c| {
+            tokio::spawn(async move {
+                let stack = Stack::start(opts(&TUESDAY, "idle_nudge_after_s = 0")).await;
+                stack
+                    .hermes
+                    .push(patterd_sim::hermes::HermesReply::text(&reply()));
+                let (sid, sim) = stack.call_via(c).await;
+                sim.wait_for("greeting mark", LONG, |s| !s.marks_echoed.is_empty())
+                    .await
+                    .expect("greeting");
+                sim.push_audio(&clip("book_table"));
+                sim.wait_for("the second sentence playing", LONG, |s| {
+                    s.marks_echoed.len() >= 2
+                        && s.utterances.len() >= 2
+                        && s.played_bytes >= s.utterances[1].end_pos + 1000 * 8
+                })
+                .await
+                .expect("the reply plays on");
+                let (_, record) = says_tuesday(&stack, &sid, &sim, "the interrupting turn").await;
+                let state = sim.state();
+                let (expected, into, _) = played_before_clear(&stack, &state);
+                sim.hang_up().await;
+                let _ = stack.finished(&sid).await;
+                (c, record, state, expected, into)
+            })
+        })
+        .collect();
+    for run in runs {
+        let (c, record, state, expected, into) = run.await.expect("run");
+        let entry = agent_reply(&record).expect("reply entry");
+        assert!(entry.interrupted, "{c:?}: {entry:?}");
+        let diff = words(&entry.heard_text) - words(&expected);
+        println!("{c:?}: playback stopped {into} ms into S2, difference {diff}");
+        assert!(
+            diff.abs() <= 1,
+            "{c:?}: stored {:?}, played before the clear {expected:?}",
+            entry.heard_text
+        );
+        assert_eq!(heard_event(&record)["precision"], "word");
+        assert!(
+            state.protocol_errors.is_empty(),
+            "{c:?}: {:?}",
+            state.protocol_errors
+        );
+    }
 }

@@ -302,7 +302,7 @@ struct Outcome {
     whole_turn: bool,
     /// From the caller's last audio to the first frame of the agent's answer.
     dead_air_ms: Option<u64>,
-    /// Words in the stored heard text minus words actually played before the clear.
+    /// Words in the stored heard text minus words heard before playback stopped (the clear).
     heard_error_words: Option<i64>,
     /// The agent never got to speak: its greeting (or the reply the clip should play over)
     /// did not play within 30 s, e.g. because the VAD heard the noise as endless speech.
@@ -402,31 +402,45 @@ fn first_agent_audio_after(s: &SimState, ms: u64) -> Option<u64> {
         .map(|e| e.at_ms)
 }
 
-/// Words of the reply actually played before playback position `pos` (bytes): whole
-/// sentences before it, and the share of the cut sentence's characters played (the fake
-/// ElevenLabs paces its audio by characters).
-fn words_played_before(s: &SimState, pos: u64) -> Option<i64> {
-    // Utterance 0 is the greeting; the reply's sentences follow in order.
+/// Words of the reply the caller heard when the carrier's playback stopped at position `pos`
+/// (bytes; the final `clear`), from the simulator's own knowledge: what it played (its
+/// utterances, split by marks and clears) and how the fake ElevenLabs aligned each sentence
+/// (characters spread evenly over `clip_bytes(sentence)` of audio). The rule is the one
+/// patterd applies (`patterd_sim::alignment::words_played`): sentences played to their end
+/// count whole; in the sentence playing at the stop, the words at least half played, up to the
+/// first that was not. An earlier `clear` (a stop the agent resumed from) means the sentence it
+/// cut is sent again from its start, so it is not counted twice (nor is a greeting cut and
+/// resumed taken for the reply).
+fn words_played_before(s: &SimState, pos: u64, clip_bytes: impl Fn(&str) -> usize) -> Option<i64> {
+    // The reply follows the greeting (one sentence), which ends with the first utterance played
+    // to its mark: a stop the agent resumed from may have cut it before.
+    let greeting = s
+        .utterances
+        .iter()
+        .position(|u| u.mark.is_some() && !u.cleared)?;
     let mut n = 0i64;
-    for (u, sentence) in s.utterances.iter().skip(1).zip(SENTENCES) {
+    let mut k = 0;
+    for u in &s.utterances[greeting + 1..] {
+        let Some(sentence) = SENTENCES.get(k) else {
+            break;
+        };
         let start = u.end_pos - u.bytes;
+        if pos <= start {
+            break;
+        }
         if pos >= u.end_pos {
-            n += words_of(sentence).len() as i64;
+            if !u.cleared {
+                // Played to its end.
+                n += words_of(sentence).len() as i64;
+                k += 1;
+            }
+            // Cut by an earlier clear: the agent resumed, sending this sentence again.
             continue;
         }
-        if pos > start {
-            let chars = (sentence.len() as u64 * (pos - start) / u.bytes.max(1)) as usize;
-            // Words whose last character was played.
-            let mut end = 0;
-            for w in sentence.split(' ') {
-                end += w.len();
-                if end <= chars {
-                    n += 1;
-                }
-                end += 1;
-            }
-        }
-        return Some(n);
+        let total_ms = u32::try_from(clip_bytes(sentence) / 8).ok()?;
+        let played_ms = u32::try_from((pos - start) / 8).ok()?;
+        n += patterd_sim::alignment::words_played(sentence, total_ms, played_ms) as i64;
+        break;
     }
     Some(n)
 }
@@ -563,7 +577,11 @@ async fn overlay(
         && let Some(i) = clear
         && let Some(entry) = agent_reply(&record)
     {
-        let played = words_played_before(&s, s.cleared_at_pos[i]);
+        // The last clear is the one that ended the reply (an earlier one was a stop resumed).
+        let last = s.clears.len() - 1;
+        debug_assert!(last >= i);
+        let played =
+            words_played_before(&s, s.cleared_at_pos[last], |t| stack.el.expected_bytes(t));
         out.heard_error_words = played.map(|p| words_of(&entry.heard_text).len() as i64 - p);
     }
 }
@@ -777,6 +795,18 @@ fn report(set: &[Scenario], outs: &[Outcome]) -> String {
             wilson(took, n),
             wilson(ok, n)
         ));
+    }
+    // Heard history: how many words off the stored text was, over every measured interruption.
+    let mut off: BTreeMap<i64, usize> = BTreeMap::new();
+    for (_, o) in &pairs {
+        if let Some(e) = o.heard_error_words {
+            *off.entry(e).or_default() += 1;
+        }
+    }
+    if !off.is_empty() {
+        t.push_str("\n\nHeard history, stored minus heard (words): ");
+        let parts: Vec<String> = off.iter().map(|(e, n)| format!("{e:+} ×{n}")).collect();
+        t.push_str(&parts.join(", "));
     }
     let errors: Vec<String> = pairs
         .iter()

@@ -708,3 +708,6 @@ mod turns;
 
 /// The barge-in hold before the stop.
 mod hold;
+
+/// Word-precise heard history: the cut at the `clear`.
+mod heard;
