@@ -311,3 +311,39 @@ fn vad_figures() {
         }
     }
 }
+
+#[test]
+#[ignore]
+fn zz_diag() {
+    for snr in [10.0f32, 20.0] {
+        let t = timeline(Bed::Babble, snr, true);
+        let mut v = Vad::new(ungated());
+        let mut rows = Vec::new();
+        for (i, packet) in t.ulaw.chunks(PACKET).enumerate() {
+            v.push_ulaw(packet);
+            rows.push((i, v.last_score(), v.floor_db(), v.floor.spread_db(), v.speaking));
+        }
+        let _ = rows;
+        // frame-level: recompute
+        let mut v = Vad::new(ungated());
+        let pcm: Vec<u8> = t.ulaw.clone();
+        let mut act_loud = 0; let mut act_score = 0; let mut act_both = 0; let mut act_n = 0;
+        let mut gap_score = 0; let mut gap_n = 0; let mut gap_loud=0;
+        let mut hist_act = [0u32; 12]; let mut hist_gap = [0u32; 12];
+        for (fi, frame) in pcm.chunks(128).enumerate() {
+            v.push_ulaw(frame);
+            let pkt = fi * 128 / PACKET;
+            if pkt >= t.active.len() { break; }
+            let pcm16: Vec<i16> = frame.iter().map(|&b| ulaw_to_linear(b)).collect();
+            let db = frame_db(&pcm16);
+            let margin = db - v.floor.floor_db() - 2.0 * v.floor.spread_db();
+            let loud = margin >= 5.0;
+            let sc = v.last_score() >= 0.5;
+            let b = ((margin + 4.0).clamp(0.0, 23.0) / 2.0) as usize;
+            if t.active[pkt] { act_n += 1; if loud {act_loud+=1}; if sc {act_score+=1}; if loud&&sc {act_both+=1}; hist_act[b]+=1; }
+            if t.gap[pkt] { gap_n += 1; if sc {gap_score+=1}; if loud {gap_loud+=1}; hist_gap[b]+=1; }
+        }
+        println!("snr {snr}: active frames {act_n}: loud {act_loud} score {act_score} both {act_both}; gap {gap_n}: score {gap_score} loud {gap_loud}; floor {} spread {}", v.floor_db(), v.floor.spread_db());
+        println!("  margin-above-(floor+2spread) hist from -4 dB step 2: act {hist_act:?}\n  gap {hist_gap:?}");
+    }
+}

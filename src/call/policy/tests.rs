@@ -708,3 +708,6 @@ mod turns;
 
 /// The barge-in hold before the stop.
 mod hold;
+
+/// An interruption whose words the endpointer splits at a pause ("wait," … "stop").
+mod split;
