@@ -661,11 +661,14 @@ impl Policy {
         if let Phase::BargeIn { at, deadline } = self.phase
             && deadline <= now
         {
-            // Held words of an interruption whose rest is still being said (our detector or
-            // the speech-to-text hears the caller): wait for it, once, up to twice the window.
+            // Held words of an interruption whose rest is being said (the caller spoke again
+            // since, or the speech-to-text has new words): wait for it, once, up to twice the
+            // window.
             let longest = at + Duration::from_millis(2 * self.agent.barge_in_confirm_ms);
             if !self.barge_words.is_empty()
-                && (self.caller_speaking || self.endpointer.has_text())
+                && (self.caller_speaking
+                    || self.endpointer.has_text()
+                    || self.endpointer.started().is_some())
                 && deadline < longest
             {
                 self.phase = Phase::BargeIn {

@@ -117,3 +117,27 @@ fn held_words_with_a_caller_who_never_stops_resume_after_twice_the_window() {
         vec!["no_words after_ms=2000"]
     );
 }
+
+#[test]
+fn the_rest_said_before_the_deadline_but_transcribed_after_it_still_counts() {
+    let mut c = Call::replying("");
+    stop_then_turn(&mut c, "wait,");
+    // "stop" is said and over before the window ends; its words come late.
+    c.run(200);
+    c.speech_start();
+    c.voiced(100);
+    c.run(200);
+    c.speech_end();
+    c.run(300);
+    assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
+    c.final_text("stop");
+    c.run(300);
+    assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
+    assert_eq!(
+        c.brain_starts()
+            .last()
+            .and_then(|h| h.last())
+            .map(|m| m.content.as_str()),
+        Some("wait, stop")
+    );
+}
