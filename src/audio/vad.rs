@@ -7,6 +7,8 @@
 //! [`VadConfig::threshold`] **and** its energy stands [`VadConfig::floor_margin_db`] above the
 //! call's background level ([`NoiseFloor`], the 10th percentile of the last ~5 s): background talkers
 //! (babble) score as speech to earshot, but a near caller is louder than the babble floor.
+//! While the caller is speaking the babble part of that margin is lowered a little (a start
+//! still needs all of it), so the quieter syllables of a caller already talking still count.
 //! Frames too quiet to be voiced are not scored at all (the energy gate, [`VadConfig::gate`]),
 //! except for a few frames after the energy drops and one frame of warm-up before it rises, so
 //! the network's state around onsets and offsets is what it would have been. Voiced frames pass
