@@ -19,7 +19,7 @@ const FLOOR_PCT: usize = 10;
 const LOW_PCT: usize = 2;
 /// The spread is capped here (dB): a window mostly of speech over digital silence would
 /// otherwise read as a background swinging by tens of dB.
-const MAX_SPREAD: f32 = 6.0;
+pub const MAX_SPREAD: f32 = 6.0;
 /// Histogram bins per dB.
 const PER_DB: f32 = 2.0;
 const BINS: usize = (-MIN_DB * PER_DB) as usize + 2;
@@ -108,6 +108,11 @@ impl NoiseFloor {
     /// frame.
     pub fn floor_db(&self) -> f32 {
         self.floor
+    }
+
+    /// Frames in the window so far (at most ~5 s of them).
+    pub fn frames(&self) -> usize {
+        self.len
     }
 
     /// How much the background's energy swings: 10th minus 2nd percentile (dB, at most 6).

@@ -7,6 +7,8 @@
 //! [`VadConfig::threshold`] **and** its energy stands [`VadConfig::floor_margin_db`] above the
 //! call's background level ([`NoiseFloor`], the 10th percentile of the last ~5 s): background talkers
 //! (babble) score as speech to earshot, but a near caller is louder than the babble floor.
+//! While the caller is speaking the babble part of that margin is lowered a little (a start
+//! still needs all of it), so the quieter syllables of a caller already talking still count.
 //! Frames too quiet to be voiced are not scored at all (the energy gate, [`VadConfig::gate`]),
 //! except for a few frames after the energy drops and one frame of warm-up before it rises, so
 //! the network's state around onsets and offsets is what it would have been. Voiced frames pass
@@ -17,7 +19,7 @@
 use earshot::Detector;
 
 use super::g711::ulaw_to_linear;
-use super::noise_floor::{NoiseFloor, frame_db};
+use super::noise_floor::{MAX_SPREAD, NoiseFloor, frame_db};
 
 /// Samples per earshot frame (16 ms at 16 kHz).
 const FRAME: usize = 256;
@@ -28,6 +30,14 @@ const FRAME_MS: u64 = 16;
 const SPREAD_GAIN: f32 = 2.0;
 /// Frames still scored after the energy falls under the gate (≈ 96 ms).
 const GATE_HANGOVER: u8 = 6;
+/// While the caller is speaking, the spread part of the margin is lowered by up to this many
+/// dB: a start needs the full margin, but the quieter syllables of a caller already talking
+/// over babble still count (hysteresis on the energy; stationary noise has no spread, so
+/// nothing changes there).
+const SPEAKING_RELIEF_DB: f32 = 3.0;
+/// Frames (≈ 1 s) during which the background's spread is taken as its maximum: a call that
+/// opens on babble has no history yet to tell the babble's peaks from a caller.
+const WARMUP_FRAMES: usize = 62;
 
 /// Which network scores the frames (`[agents.NAME] vad_engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -141,6 +151,8 @@ pub struct Vad {
     prev_frame: [i16; FRAME],
     /// Frames scored by the network / frames seen (for the gate's figures).
     scored: u64,
+    /// [`SPEAKING_RELIEF_DB`] (tests sweep it).
+    relief_db: f32,
 }
 
 impl Vad {
@@ -163,6 +175,7 @@ impl Vad {
             gated: false,
             prev_frame: [0; FRAME],
             scored: 0,
+            relief_db: SPEAKING_RELIEF_DB,
         }
     }
 
@@ -196,7 +209,15 @@ impl Vad {
     fn score(&mut self, frame: &[i16; FRAME]) -> bool {
         let db = frame_db(frame);
         self.floor.push(db);
-        let margin = self.cfg.floor_margin_db + SPREAD_GAIN * self.floor.spread_db();
+        let spread = if self.floor.frames() < WARMUP_FRAMES {
+            MAX_SPREAD
+        } else {
+            self.floor.spread_db()
+        };
+        let mut margin = self.cfg.floor_margin_db + SPREAD_GAIN * spread;
+        if self.speaking {
+            margin -= self.relief_db.min(SPREAD_GAIN * spread);
+        }
         let loud = self.cfg.floor_margin_db <= 0.0 || db >= self.floor.floor_db() + margin;
         if loud {
             self.hot = GATE_HANGOVER;

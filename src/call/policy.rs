@@ -235,6 +235,10 @@ pub struct Policy {
     gate: eot::TurnGate,
     /// The caller's current voiced run over agent audio, for the barge-in hold.
     burst: hold::Burst,
+    /// Words of a caller turn that ended while the agent was stopped, too few to decide
+    /// ("wait," before a pause and "stop"): they count with the next words and start the next
+    /// turn; a resume forgets them.
+    barge_words: String,
     out: Vec<Action>,
 }
 
@@ -284,6 +288,7 @@ impl Policy {
             speculation: None,
             gate: eot::TurnGate::new(None),
             burst: hold::Burst::default(),
+            barge_words: String::new(),
             out: Vec::new(),
         }
     }
@@ -596,7 +601,7 @@ impl Policy {
             }
         }
         if let Phase::BargeIn { at, .. } = self.phase {
-            let text = self.endpointer.text();
+            let text = join_words(&self.barge_words, &self.endpointer.text());
             let words = self.words.content_words(&text);
             if self.words.is_echo(&text, &mouth.current_text()) {
                 // The agent's own voice: not an interruption; the deadline resumes it.
@@ -651,10 +656,26 @@ impl Policy {
             self.eot_at = None;
             self.check_end_of_turn(now, mouth);
         }
-        if let Phase::BargeIn { deadline, .. } = self.phase
+        if let Phase::BargeIn { at, deadline } = self.phase
             && deadline <= now
         {
-            self.resume("no_words", now, mouth);
+            // Held words of an interruption whose rest is being said (the caller spoke again
+            // since, or the speech-to-text has new words): wait for it, once, up to twice the
+            // window.
+            let longest = at + Duration::from_millis(2 * self.agent.barge_in_confirm_ms);
+            if !self.barge_words.is_empty()
+                && (self.caller_speaking
+                    || self.endpointer.has_text()
+                    || self.endpointer.started().is_some())
+                && deadline < longest
+            {
+                self.phase = Phase::BargeIn {
+                    at,
+                    deadline: longest,
+                };
+            } else {
+                self.resume("no_words", now, mouth);
+            }
         }
         self.refresh(mouth);
         if self.idle_deadline(mouth).is_some_and(|t| t <= now) {
@@ -667,6 +688,7 @@ impl Policy {
     fn resume(&mut self, why: &str, now: Instant, mouth: &mut Speech) {
         if let Phase::BargeIn { at, .. } = self.phase {
             self.heard_cut = None;
+            self.barge_words.clear();
             mouth.resume();
             self.phase = Phase::Idle;
             self.refresh(mouth);
@@ -741,6 +763,11 @@ impl Policy {
             return;
         }
         let dtmf = reason == TurnEnd::Dtmf;
+        let text = if dtmf {
+            text
+        } else {
+            join_words(&std::mem::take(&mut self.barge_words), &text)
+        };
         let overlap = self.overlap(mouth);
         let barge = matches!(self.phase, Phase::BargeIn { .. });
         let busy = !matches!(overlap, Overlap::Free) || barge;
@@ -753,6 +780,17 @@ impl Policy {
                 None
             };
             if let Some(kind) = ignored {
+                if barge
+                    && kind == EventKind::BackchannelIgnored
+                    && self.words.content_words(&text) > 0
+                {
+                    // One real word while the agent is stopped: the rest of the interruption
+                    // may follow a pause. Keep it for the next words (the barge-in deadline
+                    // resumes the agent if none come).
+                    self.event(EventKind::TurnHeld, format!("barge_in {text}"));
+                    self.barge_words = text;
+                    return;
+                }
                 self.event(kind, text);
                 self.resume(kind.as_str(), now, mouth);
                 return;
@@ -950,5 +988,14 @@ impl Policy {
                 self.out.push(Action::Persist(part.entry));
             }
         }
+    }
+}
+
+/// `a` then `b`, one space between when both have words.
+fn join_words(a: &str, b: &str) -> String {
+    match (a.trim(), b.trim()) {
+        ("", b) => b.to_string(),
+        (a, "") => a.to_string(),
+        (a, b) => format!("{a} {b}"),
     }
 }

@@ -711,3 +711,6 @@ mod hold;
 
 /// Word-precise heard history: the cut at the `clear`.
 mod heard;
+
+/// An interruption whose words the endpointer splits at a pause ("wait," … "stop").
+mod split;

@@ -1,0 +1,143 @@
+//! An interruption split by a pause (issue 18, the suite's "missed interruptions" in street
+//! and hiss at 20 dB): "wait, stop" said with a pause after "wait," long enough for the
+//! endpointer to end a turn. Each half alone is one word, under `barge_in_min_words`; before
+//! the fix each was dropped as a backchannel and the agent resumed twice.
+
+use super::*;
+
+/// The agent is stopped by 200 ms of voiced caller audio, then the caller's words `text` end
+/// a turn (speech end, final, endpointing).
+fn stop_then_turn(c: &mut Call, text: &str) {
+    c.speech_start();
+    c.voiced(200);
+    assert!(matches!(c.policy.phase(), Phase::BargeIn { .. }));
+    c.run(60);
+    c.speech_end();
+    c.final_text(text);
+    c.run(300);
+}
+
+#[test]
+fn one_word_then_a_pause_then_another_is_an_interruption() {
+    let mut c = Call::replying("");
+    stop_then_turn(&mut c, "wait,");
+    assert_eq!(c.count(EventKind::BackchannelIgnored), 0);
+    assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
+    assert_eq!(c.details(EventKind::TurnHeld), vec!["barge_in wait,"]);
+    assert!(matches!(c.policy.phase(), Phase::BargeIn { .. }));
+    // "stop" after the pause: with "wait," that is two words.
+    c.speech_start();
+    c.voiced(100);
+    c.step(Input::Interim("stop".into()));
+    assert_eq!(c.count(EventKind::BargeInCommit), 1, "{:?}", c.events());
+    assert_eq!(c.count(EventKind::Interrupted), 1);
+    c.run(100);
+    c.speech_end();
+    c.final_text("stop");
+    c.run(300);
+    assert_eq!(c.count(EventKind::BargeInResume), 0);
+    let starts = c.brain_starts();
+    assert_eq!(starts.len(), 1, "one turn: {:?}", c.events());
+    assert_eq!(
+        starts[0].last().map(|m| m.content.as_str()),
+        Some("wait, stop")
+    );
+    assert_eq!(c.policy.phase(), Phase::Thinking);
+}
+
+#[test]
+fn one_word_and_nothing_more_resumes_at_the_barge_in_deadline() {
+    let mut c = Call::replying("");
+    stop_then_turn(&mut c, "wait,");
+    assert_eq!(c.count(EventKind::BargeInResume), 0);
+    c.run(700);
+    assert_eq!(
+        c.details(EventKind::BargeInResume),
+        vec!["no_words after_ms=1000"]
+    );
+    assert_eq!(c.policy.phase(), Phase::Speaking);
+    assert!(c.brain_starts().is_empty());
+    c.run(3000);
+    assert!(!c.agent_entry("We are open").interrupted);
+    // The forgotten word does not start the caller's next turn.
+    c.caller_says("thanks");
+    assert_eq!(
+        c.brain_starts()
+            .last()
+            .and_then(|h| h.last())
+            .map(|m| m.content.as_str()),
+        Some("thanks")
+    );
+}
+
+#[test]
+fn a_backchannel_while_stopped_still_resumes_at_once() {
+    let mut c = Call::replying("");
+    stop_then_turn(&mut c, "okay");
+    assert_eq!(c.details(EventKind::BackchannelIgnored), vec!["okay"]);
+    assert_eq!(c.count(EventKind::BargeInResume), 1);
+    assert_eq!(c.count(EventKind::TurnHeld), 0);
+}
+
+#[test]
+fn the_rest_still_being_said_at_the_deadline_is_waited_for_once() {
+    let mut c = Call::replying("");
+    stop_then_turn(&mut c, "wait,");
+    // The caller is saying "stop" when the barge-in window ends (a slow recogniser).
+    c.run(400);
+    c.speech_start();
+    c.voiced(100);
+    c.run(400);
+    assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
+    assert!(matches!(c.policy.phase(), Phase::BargeIn { .. }));
+    c.speech_end();
+    c.final_text("stop");
+    c.run(300);
+    assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
+    assert_eq!(
+        c.brain_starts()
+            .last()
+            .and_then(|h| h.last())
+            .map(|m| m.content.as_str()),
+        Some("wait, stop")
+    );
+}
+
+#[test]
+fn held_words_with_a_caller_who_never_stops_resume_after_twice_the_window() {
+    let mut c = Call::replying("");
+    stop_then_turn(&mut c, "wait,");
+    c.speech_start();
+    c.voiced(100);
+    c.run(1639);
+    assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
+    c.run(1);
+    assert_eq!(
+        c.details(EventKind::BargeInResume),
+        vec!["no_words after_ms=2000"]
+    );
+}
+
+#[test]
+fn the_rest_said_before_the_deadline_but_transcribed_after_it_still_counts() {
+    let mut c = Call::replying("");
+    stop_then_turn(&mut c, "wait,");
+    // "stop" is said and over before the window ends; its words come late.
+    c.run(200);
+    c.speech_start();
+    c.voiced(100);
+    c.run(200);
+    c.speech_end();
+    c.run(300);
+    assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
+    c.final_text("stop");
+    c.run(300);
+    assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
+    assert_eq!(
+        c.brain_starts()
+            .last()
+            .and_then(|h| h.last())
+            .map(|m| m.content.as_str()),
+        Some("wait, stop")
+    );
+}
