@@ -708,3 +708,6 @@ mod turns;
 
 /// The barge-in hold before the stop.
 mod hold;
+
+/// The speech-to-text's words during the barge-in hold.
+mod hold_words;
