@@ -34,7 +34,11 @@ fn words_are_classed_as_backchannel_echo_or_real() {
     assert_eq!(Heard::of(&w, "", agent), Heard::Nothing);
     assert_eq!(Heard::of(&w, "mm-hmm", agent), Heard::Backchannel);
     assert_eq!(Heard::of(&w, "uh huh yeah", agent), Heard::Backchannel);
-    assert_eq!(Heard::of(&w, "we", agent), Heard::Echo, "one word the agent says");
+    assert_eq!(
+        Heard::of(&w, "we", agent),
+        Heard::Echo,
+        "one word the agent says"
+    );
     assert_eq!(Heard::of(&w, "we close at", agent), Heard::Echo);
     assert_eq!(Heard::of(&w, "wait", agent), Heard::Words);
     assert_eq!(Heard::of(&w, "okay wait", agent), Heard::Words);
