@@ -54,8 +54,9 @@ pub enum Heard {
 }
 
 impl Heard {
-    /// Classifies the caller's text `caller` against what the agent is saying (`agent`). One
-    /// word counts as echo when the agent's text has it; two or more by [`Words::is_echo`].
+    /// Classifies the caller's text `caller` against what the agent is saying (`agent`): echo
+    /// by [`Words::is_echo`] (two words or more); a single word the agent's text has too is
+    /// not evidence either way ([`Heard::Nothing`]).
     pub fn of(classes: &Words, caller: &str, agent: &str) -> Heard {
         let heard = words(caller);
         if heard.is_empty() {
@@ -64,13 +65,20 @@ impl Heard {
         if classes.content_words(caller) == 0 {
             return Heard::Backchannel;
         }
-        let echo = if heard.len() < 2 {
+        if heard.len() < 2 {
+            // One word the agent is saying too ("hello" over "Hello, how can I help?") may be
+            // either: the duration decides.
             let said = words(agent);
-            heard.iter().all(|w| said.contains(w))
+            if heard.iter().all(|w| said.contains(w)) {
+                return Heard::Nothing;
+            }
+            return Heard::Words;
+        }
+        if classes.is_echo(caller, agent) {
+            Heard::Echo
         } else {
-            classes.is_echo(caller, agent)
-        };
-        if echo { Heard::Echo } else { Heard::Words }
+            Heard::Words
+        }
     }
 }
 
