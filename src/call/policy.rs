@@ -589,16 +589,19 @@ impl Policy {
         if self.endpointer.has_text() {
             self.last_activity = now;
         }
-        if self.burst.held_at().is_some() && mouth.is_held() {
-            // Real words during the hold stop the agent before the voiced run is long enough.
-            let text = self.endpointer.text();
-            if !self.words.is_echo(&text, &mouth.current_text())
-                && self.words.content_words(&text) >= self.agent.barge_in_min_words as usize
-            {
-                let run_ms = self.burst.run_ms(now);
-                self.stop_agent(run_ms, now, mouth);
-                return;
-            }
+        if self.burst.run_ms(now) > 0 {
+            let heard =
+                hold::Heard::of(&self.words, &self.endpointer.text(), &mouth.current_text());
+            self.burst.set_heard(heard);
+        }
+        if self.burst.held_at().is_some()
+            && mouth.is_held()
+            && self.burst.heard() == hold::Heard::Words
+        {
+            // A real word during the hold stops the agent before the voiced run is long enough.
+            let run_ms = self.burst.run_ms(now);
+            self.stop_agent(run_ms, now, mouth);
+            return;
         }
         if let Phase::BargeIn { at, .. } = self.phase {
             let text = join_words(&self.barge_words, &self.endpointer.text());

@@ -13,7 +13,9 @@
 //! Environment: `SUITE_AGENT_EXTRA` (extra `[agents.X]` lines, e.g. `turn_model =
 //! "st"`), `SUITE_EXTRA_CONFIG` (top-level sections they name, e.g. `[turn_model.st]`),
 //! `SUITE_LABEL`, `SUITE_FILTER` (substring of scenario ids),
-//! `SUITE_CONCURRENCY` (default 20), `SUITE_VERBOSE` (one line per scenario).
+//! `SUITE_CONCURRENCY` (default 20), `SUITE_VERBOSE` (one line per scenario),
+//! `SUITE_LIVE_ECHO` (the echo scenarios use the simulator's live echo of the played agent
+//! audio, 120 ms late, instead of the fixed clip; the recogniser's words are the same).
 //! `suite_machinery_on_four_scenarios` runs four of them in every `cargo test`.
 
 use std::collections::BTreeMap;
@@ -25,7 +27,7 @@ use crate::common::*;
 use patterd::audio::g711::{decode_ulaw, encode_ulaw};
 use patterd::call::{CallRecord, Speaker};
 use patterd_sim::hermes::HermesReply;
-use patterd_sim::twilio::call::{SimCall, SimState, TimelineEvent};
+use patterd_sim::twilio::call::{EchoConfig, SimCall, SimState, TimelineEvent};
 use patterd_sim::words::{TimedWord, WordTrack, spread_words, voiced_spans};
 
 const SENTENCES: [&str; 4] = [
@@ -527,6 +529,20 @@ async fn overlay(
     stack.hermes.push(HermesReply::text("Sure, no problem."));
     let pushed_at = queue_end_ms(&sim.state());
     match sc.kind {
+        Kind::Echo { db } if std::env::var_os("SUITE_LIVE_ECHO").is_some() => {
+            // The line echoes what the carrier plays, for as long as the clip would last; a
+            // recogniser hears the sentence being spoken.
+            sim.set_echo(Some(EchoConfig {
+                delay_ms: 120,
+                gain_db: f32::from(db),
+            }));
+            let words = spread_words(SENTENCES[1], &[(0, 2400)]);
+            sim.push_words(&vec![0xFF; 2400 * 8], words, track);
+            let _ = sim
+                .wait_for("the echo window", LIMIT, |s| s.speech_frames_queued == 0)
+                .await;
+            sim.set_echo(None);
+        }
         Kind::Echo { db } => {
             // The agent's voice coming back; a recogniser hears the sentence being spoken.
             let gain = 10f32.powf(f32::from(db) / 20.0);

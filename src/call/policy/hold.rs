@@ -5,11 +5,17 @@
 //! `barge_in_min_speech_ms` with voiced audio dominating the run the agent is stopped as before
 //! (carrier `clear`, mouth paused). A burst that ends first, a backchannel final or a hold that
 //! lasts too long without enough voicing releases the hold: sending goes on, nothing was cut.
-//! Pure: [`Burst::judge`] turns the voiced run and the time into a [`Verdict`].
+//! The speech-to-text's words, when they come during the run ([`Heard`]), decide before the
+//! duration does: a word that is neither a backchannel nor the agent's own words stops the
+//! agent at once; backchannels or echo so far keep the hold (no stop on duration) until the
+//! burst ends or the hold lasts too long.
+//! Pure: [`Burst::judge`] turns the voiced run, the words and the time into a [`Verdict`].
 
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::call::turn::{Words, words};
 
 /// Longest hold without a stop before sending goes on (the carrier's buffer is about a second).
 pub const HOLD_MAX: Duration = Duration::from_millis(600);
@@ -33,6 +39,49 @@ pub enum Verdict {
     Stop,
 }
 
+/// What the speech-to-text has recognised of the caller during the current run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Heard {
+    /// No words yet: the voiced duration decides.
+    #[default]
+    Nothing,
+    /// Only backchannels ("mm hmm", "yeah"): not a reason to stop.
+    Backchannel,
+    /// The agent's own words coming back: not a reason to stop.
+    Echo,
+    /// A word that is neither: the caller is saying something.
+    Words,
+}
+
+impl Heard {
+    /// Classifies the caller's text `caller` against what the agent is saying (`agent`): echo
+    /// by [`Words::is_echo`] (two words or more); a single word the agent's text has too is
+    /// not evidence either way ([`Heard::Nothing`]).
+    pub fn of(classes: &Words, caller: &str, agent: &str) -> Heard {
+        let heard = words(caller);
+        if heard.is_empty() {
+            return Heard::Nothing;
+        }
+        if classes.content_words(caller) == 0 {
+            return Heard::Backchannel;
+        }
+        if heard.len() < 2 {
+            // One word the agent is saying too ("hello" over "Hello, how can I help?") may be
+            // either: the duration decides.
+            let said = words(agent);
+            if heard.iter().all(|w| said.contains(w)) {
+                return Heard::Nothing;
+            }
+            return Heard::Words;
+        }
+        if classes.is_echo(caller, agent) {
+            Heard::Echo
+        } else {
+            Heard::Words
+        }
+    }
+}
+
 /// The current voiced run of caller audio over agent audio, as the hold sees it.
 #[derive(Debug, Default)]
 pub struct Burst {
@@ -42,6 +91,8 @@ pub struct Burst {
     held_at: Option<Instant>,
     /// This run released a hold for good (a backchannel, too long): no hold or stop until it ends.
     spent: bool,
+    /// The speech-to-text's words during this run.
+    heard: Heard,
 }
 
 impl Burst {
@@ -57,6 +108,19 @@ impl Burst {
             .unwrap_or(0)
     }
 
+    /// The speech-to-text's words changed; kept only during a run (words that come between
+    /// runs belong to the one that ended).
+    pub fn set_heard(&mut self, heard: Heard) {
+        if self.run_start.is_some() {
+            self.heard = heard;
+        }
+    }
+
+    /// What the speech-to-text said during the run.
+    pub fn heard(&self) -> Heard {
+        self.heard
+    }
+
     /// The hold was released (`spent`: for the rest of this run) or became a stop.
     pub fn end_hold(&mut self, spent: bool) {
         self.held_at = None;
@@ -67,7 +131,9 @@ impl Burst {
     /// (0: no hold), `stop_ms` stops the agent.
     pub fn judge(&mut self, run_ms: u64, now: Instant, hold_ms: u64, stop_ms: u64) -> Verdict {
         if run_ms == 0 {
-            self.run_start = None;
+            if self.run_start.take().is_some() {
+                self.heard = Heard::Nothing;
+            }
             self.spent = false;
             return match self.held_at {
                 Some(_) => Verdict::Release("burst_ended"),
@@ -90,7 +156,15 @@ impl Burst {
             };
         }
         let wall_ms = now.saturating_duration_since(start).as_millis() as u64;
-        if run_ms >= stop_ms && run_ms * 100 >= VOICED_SHARE_PCT * wall_ms {
+        let stop = match self.heard {
+            // Words decide once the run is long enough to hold.
+            Heard::Words => run_ms >= hold_ms,
+            // No words yet: the duration, with voiced audio dominating the run.
+            Heard::Nothing => run_ms >= stop_ms && run_ms * 100 >= VOICED_SHARE_PCT * wall_ms,
+            // Backchannels or echo so far: hold until the burst ends or lasts too long.
+            Heard::Backchannel | Heard::Echo => false,
+        };
+        if stop {
             self.held_at = None;
             return Verdict::Stop;
         }

@@ -714,3 +714,6 @@ mod heard;
 
 /// An interruption whose words the endpointer splits at a pause ("wait," … "stop").
 mod split;
+
+/// The speech-to-text's words during the barge-in hold.
+mod hold_words;

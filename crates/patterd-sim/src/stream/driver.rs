@@ -41,6 +41,8 @@ pub(super) struct Driver {
     pub(super) dtmf: crate::dtmf::DtmfReceiver,
     /// Background noise mixed into every caller frame, and the position in its loop.
     pub(super) background: Option<(Vec<i16>, usize)>,
+    /// The live echo and the agent audio queued at the carrier since it was switched on.
+    pub(super) echo: Option<(super::EchoPath, VecDeque<u8>)>,
     pub(super) _reader: TaskGuard,
 }
 
@@ -132,7 +134,13 @@ impl Driver {
 
     async fn on_tick(&mut self) -> bool {
         // Playback: 20 ms of agent audio.
+        let before = self.played;
         self.played = (self.played + FRAME_BYTES as u64).min(self.enqueued);
+        if let Some((path, queue)) = &mut self.echo {
+            let n = ((self.played - before) as usize).min(queue.len());
+            let frame: Vec<u8> = queue.drain(..n).collect();
+            path.played((!frame.is_empty()).then_some(&frame[..]));
+        }
         if !self.echo_played_marks().await {
             return false;
         }
@@ -142,6 +150,10 @@ impl Driver {
             .pop_front()
             .unwrap_or_else(|| (vec![SILENCE_ULAW; FRAME_BYTES], false));
         let frame = self.mix_background(frame);
+        let frame = match &mut self.echo {
+            Some((path, _)) => path.mix(&frame),
+            None => frame,
+        };
         self.chunk += 1;
         let at = self.ms();
         let seq = self.next_seq();
@@ -314,6 +326,10 @@ impl Driver {
             }
             Cmd::Background(pcm) => {
                 self.background = pcm.map(|p| (p, 0));
+                true
+            }
+            Cmd::Echo(cfg) => {
+                self.echo = cfg.map(|c| (super::EchoPath::new(c), VecDeque::new()));
                 true
             }
             Cmd::Dtmf(digit) => {
@@ -624,6 +640,9 @@ impl Driver {
         let at = self.ms();
         let heard = self.dtmf.push_ulaw(audio);
         self.enqueued += audio.len() as u64;
+        if let Some((_, queue)) = &mut self.echo {
+            queue.extend(audio.iter().copied());
+        }
         let end_pos = self.enqueued;
         let energy_sum = u64::from(ulaw_energy(audio)) * audio.len() as u64;
         let mut open = self.open_utterance;
@@ -682,6 +701,9 @@ impl Driver {
         let at = self.ms();
         let played_before = self.played;
         self.played = self.enqueued;
+        if let Some((_, queue)) = &mut self.echo {
+            queue.clear();
+        }
         self.open_utterance = None;
         let enqueued = self.enqueued;
         self.state.send_modify(|s| {

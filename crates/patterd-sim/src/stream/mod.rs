@@ -31,7 +31,9 @@ use crate::twilio::{TwimlAnswer, new_sid, sign_request};
 use crate::ws::{WsFrame, WsWrite, spawn_reader};
 
 mod driver;
+mod echo;
 use driver::{Driver, write_text};
+pub use echo::{EchoConfig, EchoPath};
 
 /// Most timeline entries kept (older ones are not dropped; new ones stop being added).
 const TIMELINE_CAP: usize = 20_000;
@@ -284,6 +286,8 @@ enum Cmd {
     ),
     /// Background noise (linear PCM, looped) mixed into every frame sent; `None` stops it.
     Background(Option<Vec<i16>>),
+    /// A live echo of the played agent audio in the caller's frames; `None` stops it.
+    Echo(Option<EchoConfig>),
     Dtmf(char),
     Raw(String),
     HangUp(oneshot::Sender<()>),
@@ -488,6 +492,7 @@ impl SimCall {
             open_utterance: None,
             dtmf: crate::dtmf::DtmfReceiver::new(),
             background: None,
+            echo: None,
             _reader: reader,
         };
         let task = tokio::spawn(driver.run(cmd_rx, in_rx));
@@ -529,6 +534,13 @@ impl SimCall {
         let _ = self
             .cmd
             .send(Cmd::Background(pcm.filter(|p| !p.is_empty())));
+    }
+
+    /// From now on the agent audio the carrier plays comes back in the caller's frames
+    /// (`cfg`: delay and level; see [`EchoPath`]), mixed on top of queued speech, filler and
+    /// background: a live line echo. Audio queued before this call does not echo. `None` stops it.
+    pub fn set_echo(&self, cfg: Option<EchoConfig>) {
+        let _ = self.cmd.send(Cmd::Echo(cfg));
     }
 
     /// Queues a caller "utterance": a sine tone.
