@@ -19,6 +19,8 @@ mod ops;
 mod recording;
 #[cfg(feature = "smart_turn")]
 mod smart_turn;
+#[cfg(feature = "smart_turn")]
+mod smart_turn_reference;
 mod stt_fallback;
 mod stt_providers;
 mod suite;

@@ -26,7 +26,7 @@ fn file(var: &str, name: &str) -> PathBuf {
 }
 
 /// The library and the model, or `None` (after saying why) when they are not installed.
-fn model_files() -> Option<(PathBuf, PathBuf)> {
+pub(super) fn model_files() -> Option<(PathBuf, PathBuf)> {
     let lib = file("PATTERD_ORT_LIBRARY", "libonnxruntime.so.1.32.0");
     let model = file("PATTERD_SMART_TURN_MODEL", "smart-turn-v3.2-cpu.onnx");
     if lib.is_file() && model.is_file() {

@@ -12,7 +12,7 @@
 //!
 //! Environment: `SUITE_AGENT_EXTRA` (extra `[agents.X]` lines, e.g. `turn_model =
 //! "st"`), `SUITE_EXTRA_CONFIG` (top-level sections they name, e.g. `[turn_model.st]`),
-//! `SUITE_LABEL`, `SUITE_FILTER` (substring of scenario ids),
+//! `SUITE_LABEL`, `SUITE_FILTER` (substrings of scenario ids, comma-separated: any matches),
 //! `SUITE_CONCURRENCY` (default 20), `SUITE_VERBOSE` (one line per scenario).
 //! `suite_machinery_on_four_scenarios` runs four of them in every `cargo test`.
 
@@ -828,7 +828,7 @@ async fn conversation_suite() {
     let filter = std::env::var("SUITE_FILTER").unwrap_or_default();
     let set: Vec<Scenario> = scenarios()
         .into_iter()
-        .filter(|s| s.id.contains(&filter))
+        .filter(|s| filter.split(',').any(|f| s.id.contains(f)))
         .collect();
     let concurrency = std::env::var("SUITE_CONCURRENCY")
         .ok()
