@@ -116,6 +116,7 @@ pub fn start_workers(
             timing: TurnModelTiming {
                 answer_wait: Duration::from_millis(cfg.answer_timeout_ms),
                 finalize_grace: Duration::from_millis(cfg.finalize_grace_ms),
+                incomplete_hold: Duration::from_millis(cfg.incomplete_hold_ms),
             },
         };
         let worker = TurnModelWorker::start(name, model, settings)
@@ -388,6 +389,7 @@ mod tests {
             timing: TurnModelTiming {
                 answer_wait: std::time::Duration::from_millis(200),
                 finalize_grace: std::time::Duration::from_millis(200),
+                incomplete_hold: std::time::Duration::from_millis(1500),
             },
         }
     }

@@ -20,6 +20,8 @@ mod plivo_l16;
 mod recording;
 #[cfg(feature = "smart_turn")]
 mod smart_turn;
+#[cfg(feature = "smart_turn")]
+mod smart_turn_reference;
 mod stt_fallback;
 mod stt_providers;
 mod suite;

@@ -26,7 +26,7 @@ fn file(var: &str, name: &str) -> PathBuf {
 }
 
 /// The library and the model, or `None` (after saying why) when they are not installed.
-fn model_files() -> Option<(PathBuf, PathBuf)> {
+pub(super) fn model_files() -> Option<(PathBuf, PathBuf)> {
     let lib = file("PATTERD_ORT_LIBRARY", "libonnxruntime.so.1.32.0");
     let model = file("PATTERD_SMART_TURN_MODEL", "smart-turn-v3.2-cpu.onnx");
     if lib.is_file() && model.is_file() {
@@ -163,7 +163,8 @@ async fn a_call_with_smart_turn_records_each_judgement() {
         first.contains(" pause=") && first.contains(" infer_us="),
         "{first}"
     );
-    // The turn ended as the judgement says: held to the maximum when incomplete.
+    // The turn ended as the judgement says: held for incomplete_hold_ms (1500) when
+    // incomplete.
     let end = record
         .events_of("turn_end")
         .next()
@@ -172,7 +173,13 @@ async fn a_call_with_smart_turn_records_each_judgement() {
     eprintln!("turn_model: {judged:?}; turn_end: {end}");
     let last = judged.last().expect("judged");
     if last.starts_with("incomplete") {
-        assert!(end.starts_with("max_endpointing"), "{end} after {judged:?}");
+        let silence: u64 = end
+            .split("silence_ms=")
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no silence_ms in {end}"));
+        assert!(silence >= 1500, "{end} after {judged:?}");
     } else {
         assert!(
             !end.starts_with("max_endpointing"),

@@ -12,7 +12,7 @@
 //!
 //! Environment: `SUITE_AGENT_EXTRA` (extra `[agents.X]` lines, e.g. `turn_model =
 //! "st"`), `SUITE_EXTRA_CONFIG` (top-level sections they name, e.g. `[turn_model.st]`),
-//! `SUITE_LABEL`, `SUITE_FILTER` (substring of scenario ids),
+//! `SUITE_LABEL`, `SUITE_FILTER` (substrings of scenario ids, comma-separated: any matches),
 //! `SUITE_CONCURRENCY` (default 20), `SUITE_VERBOSE` (one line per scenario),
 //! `SUITE_LIVE_ECHO` (the echo scenarios use the simulator's live echo of the played agent
 //! audio, 120 ms late, instead of the fixed clip; the recogniser's words are the same).
@@ -874,7 +874,7 @@ async fn conversation_suite() {
     let filter = std::env::var("SUITE_FILTER").unwrap_or_default();
     let set: Vec<Scenario> = scenarios()
         .into_iter()
-        .filter(|s| s.id.contains(&filter))
+        .filter(|s| filter.split(',').any(|f| s.id.contains(f)))
         .collect();
     let concurrency = std::env::var("SUITE_CONCURRENCY")
         .ok()

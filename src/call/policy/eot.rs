@@ -1,13 +1,17 @@
 //! The end-of-turn model gate, for the [`Policy`]: with a model (`[agents.X] turn_model`), each
-//! candidate pause (our detector's silence with caller words pending) is numbered and the actor
+//! candidate pause (our detector's silence with caller words pending: the detector has heard
+//! `vad_stop_ms` of silence, about what pipecat's analyzer is given) is numbered and the actor
 //! is asked to have the model judge it ([`Action::AskTurnModel`]); the answer comes back as
 //! [`Input::TurnModel`](super::Input::TurnModel). Until it comes (at most
-//! [`TurnModelTiming::answer_wait`]) no turn is committed short of `max_endpointing_ms`;
-//! "incomplete" holds the turn until `max_endpointing_ms` (or until the caller goes on);
-//! "complete" commits once `min_endpointing_ms` of silence passed, on the speech-to-text's end
+//! [`TurnModelTiming::answer_wait`]) no turn is committed short of `max_endpointing_ms`.
+//! "Incomplete" holds the turn for [`TurnModelTiming::incomplete_hold`] of silence (bounded
+//! by `max_endpointing_ms`; or until the caller goes on), then the silence rules decide.
+//! "Complete" commits once `min_endpointing_ms` of silence passed, on the speech-to-text's end
 //! signal or, after sending `Finalize`, at most [`TurnModelTiming::finalize_grace`] later with
-//! the words there are. No answer in time, a full queue or a failed model fall back to the
-//! [`Endpointer`](super::Endpointer)'s silence rules; an answer about an older pause (the
+//! the words there are — unless the words end on one that usually continues ("I need to"):
+//! the speech-to-text's words outrank the audio model there, and the unfinished-word hold
+//! applies as without a model. No answer in time, a full queue or a failed model fall back to
+//! the [`Endpointer`](super::Endpointer)'s silence rules; an answer about an older pause (the
 //! caller resumed) is recorded and ignored. Without a model the endpointer decides alone.
 
 use std::time::Duration;
@@ -18,6 +22,7 @@ use super::{Action, Decision, Policy};
 use crate::call::eot::{TurnModelAnswer, Verdict};
 use crate::call::event::EventKind;
 use crate::call::speech::Speech;
+use crate::call::turn::looks_unfinished;
 
 /// How long the policy waits on the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +32,9 @@ pub struct TurnModelTiming {
     /// After "complete" and `min_endpointing_ms`, longest wait for the speech-to-text's end
     /// signal (the answer to our `Finalize`) before committing with the words there are.
     pub finalize_grace: Duration,
+    /// Silence after the caller's speech that a pause judged "incomplete" is held (at most
+    /// `max_endpointing_ms`) before the silence rules decide it.
+    pub incomplete_hold: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -114,7 +122,17 @@ impl Policy {
                 self.endpointer.decide(now)
             }
             State::Idle | State::Silence => e.decide(now),
-            State::Incomplete => Decision::Wait(Some(max_at)),
+            State::Incomplete => {
+                let hold_at = (quiet + timing.incomplete_hold).min(max_at);
+                if now < hold_at {
+                    Decision::Wait(Some(hold_at))
+                } else {
+                    e.decide(now)
+                }
+            }
+            // Words that usually continue outrank the audio: the silence rules (with their
+            // unfinished-word hold) decide.
+            State::Complete if looks_unfinished(&e.text()) => e.decide(now),
             State::Complete => {
                 if now < min_at {
                     return Decision::Wait(Some(min_at));

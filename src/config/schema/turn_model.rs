@@ -37,6 +37,11 @@ pub struct TurnModelConfig {
     /// words before the turn is committed with what there is.
     #[serde(default = "default_finalize_grace_ms")]
     pub finalize_grace_ms: u64,
+    /// Silence after the caller's speech a pause judged "incomplete" is held before the
+    /// silence rules decide it (at most `max_endpointing_ms`; a phrase that looks unfinished
+    /// still waits `unfinished_hold_ms`).
+    #[serde(default = "default_incomplete_hold_ms")]
+    pub incomplete_hold_ms: u64,
 }
 
 fn default_threshold() -> f64 {
@@ -53,4 +58,8 @@ fn default_answer_timeout_ms() -> u64 {
 
 fn default_finalize_grace_ms() -> u64 {
     200
+}
+
+fn default_incomplete_hold_ms() -> u64 {
+    1500
 }

@@ -66,6 +66,7 @@ pub(super) fn check(c: &mut Check<'_>, config: &Config) {
             ("queue", m.queue, 1, 256),
             ("answer_timeout_ms", m.answer_timeout_ms, 10, 5000),
             ("finalize_grace_ms", m.finalize_grace_ms, 0, 5000),
+            ("incomplete_hold_ms", m.incomplete_hold_ms, 0, 60000),
         ] {
             if !(lo..=hi).contains(&value) {
                 c.fail(

@@ -17,6 +17,7 @@ use crate::config::AgentConfig;
 const TIMING: TurnModelTiming = TurnModelTiming {
     answer_wait: Duration::from_millis(200),
     finalize_grace: Duration::from_millis(200),
+    incomplete_hold: Duration::from_millis(1500),
 };
 
 struct Call {
@@ -137,22 +138,40 @@ fn without_a_model_nothing_is_asked_and_silence_decides() {
 }
 
 #[test]
-fn incomplete_holds_the_turn_until_max_endpointing() {
+fn incomplete_holds_the_turn_for_the_incomplete_hold_then_silence_decides() {
     let mut c = Call::new(true);
     c.says("book a table", true); // speech ends at 400 ms
     assert_eq!(c.asked(), vec![1]);
     c.at(430);
     c.answer(1, Verdict::Incomplete(0.1));
-    c.at(3300);
+    c.at(1899);
     assert_eq!(c.committed(), None, "held while the model says incomplete");
-    c.at(3500);
+    c.at(2000);
+    // 1500 ms of silence, not the 3000 of max_endpointing_ms.
     assert_eq!(
         c.committed().as_deref(),
-        Some("max_endpointing silence_ms=3000")
+        Some("speech_final silence_ms=1500")
     );
     assert_eq!(
         c.details(EventKind::TurnModel),
         vec!["incomplete p=0.100 pause=1 infer_us=27000"]
+    );
+}
+
+#[test]
+fn complete_does_not_override_words_that_usually_continue() {
+    // The audio model says complete, the words say "I need to…": the unfinished-word hold
+    // (unfinished_hold_ms, 2000 by default) decides, as without a model.
+    let mut c = Call::new(true);
+    c.says("I need to", true);
+    c.at(430);
+    c.answer(1, Verdict::Complete(0.9));
+    c.at(2399);
+    assert_eq!(c.committed(), None, "held for the unfinished phrase");
+    c.at(2500);
+    assert_eq!(
+        c.committed().as_deref(),
+        Some("speech_final silence_ms=2000")
     );
 }
 
@@ -184,8 +203,8 @@ fn incomplete_then_the_caller_goes_on_and_the_next_pause_is_judged_anew() {
 }
 
 #[test]
-fn complete_commits_at_min_endpointing_even_after_an_unfinished_word() {
-    // "…that" would wait for max_endpointing under the unfinished-word rule.
+fn complete_commits_at_min_endpointing() {
+    // A question ending on "that" (not a word that usually continues).
     let mut c = Call::new(true);
     c.says("can you repeat that", true);
     c.at(430);
