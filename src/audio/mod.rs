@@ -9,6 +9,7 @@
 pub mod dtmf;
 pub mod g711;
 pub mod noise_floor;
+pub mod pitch;
 pub mod resample;
 #[cfg(feature = "silero")]
 pub mod silero;

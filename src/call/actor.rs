@@ -646,8 +646,10 @@ impl Actor {
         for (event, audio_ms) in note.vad {
             ended = ended.or(self.step(Input::Vad { event, audio_ms }));
         }
-        let speech_run_ms = note.speech_run_ms;
-        ended.or(self.step(Input::CallerAudio { speech_run_ms }))
+        ended.or(self.step(Input::CallerAudio {
+            speech_run_ms: note.speech_run_ms,
+            pitched_ms: note.pitched_ms,
+        }))
     }
 
     fn on_stt(&mut self, ev: Option<SttEvent>) -> Option<EndReason> {

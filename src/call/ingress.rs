@@ -22,8 +22,9 @@ use tokio::sync::mpsc;
 use super::eot::CallerRing;
 use super::log::{CallLog, Dropped};
 use super::recording::CallerTrack;
+use crate::audio::pitch::{PITCHED, Periodicity};
 use crate::audio::vad::{Vad, VadEvent};
-use crate::carrier::{FRAME_BYTES, MediaEvent};
+use crate::carrier::{FRAME_BYTES, FRAME_MS, MediaEvent};
 use crate::provider::SttInput;
 
 /// While the caller is silent their audio goes to the STT in writes of this much (60 ms):
@@ -63,6 +64,9 @@ pub struct CallerNote {
     pub vad: Vec<(VadEvent, u64)>,
     /// Voiced audio in the current run after the last frame (0 when not speaking).
     pub speech_run_ms: u64,
+    /// Pitched audio ([`Periodicity`]) in the current run, counted while barge-in watches
+    /// (0 when not speaking): a run without any is noise-like (a cough), not a voice.
+    pub pitched_ms: u64,
     /// Frames covered.
     pub frames: u32,
 }
@@ -203,6 +207,9 @@ pub struct CallerIngress {
     /// A note for every frame (the actor runs the ingress itself).
     every_frame: bool,
     barge: BargeWatch,
+    /// Pitch of the frames barge-in judges, and the pitched audio in the current run.
+    pitch: Periodicity,
+    pitched_ms: u64,
     /// The note being gathered.
     note: CallerNote,
 }
@@ -220,6 +227,8 @@ impl CallerIngress {
             call_id: String::new(),
             every_frame: false,
             barge: BargeWatch::default(),
+            pitch: Periodicity::default(),
+            pitched_ms: 0,
             note: CallerNote::default(),
         }
     }
@@ -274,11 +283,23 @@ impl CallerIngress {
             event = true;
         }
         let speaking = self.vad.is_speaking();
+        let judged = speaking && self.barge.armed();
+        // Pitch only for the frames barge-in judges (a copy of the frame otherwise).
+        if !speaking {
+            self.pitched_ms = 0;
+        }
+        if judged {
+            if self.pitch.push_ulaw(&frame) >= PITCHED {
+                self.pitched_ms += FRAME_MS;
+            }
+        } else {
+            self.pitch.remember(&frame);
+        }
         let at_once = speaking || self.vad.silence_ms() < self.stt_tail_ms;
         self.stt.audio(frame, at_once);
         self.note.frames += 1;
         self.note.speech_run_ms = self.vad.speech_run_ms();
-        let judged = speaking && self.barge.armed();
+        self.note.pitched_ms = self.pitched_ms;
         if self.every_frame || event || judged || self.note.frames >= QUIET_NOTE_FRAMES {
             Some(std::mem::take(&mut self.note))
         } else {

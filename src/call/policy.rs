@@ -74,8 +74,9 @@ pub enum Input {
     /// has judged so far (the event's audio times become wall times by their lag behind it).
     Vad { event: VadEvent, audio_ms: u64 },
     /// A caller audio frame went through the detector (after its speech events);
-    /// `speech_run_ms` is the voiced audio in the current run (0 when not speaking).
-    CallerAudio { speech_run_ms: u64 },
+    /// `speech_run_ms` is the voiced audio in the current run (0 when not speaking),
+    /// `pitched_ms` how much of it carried a pitch (`audio::pitch`; 0 for a cough).
+    CallerAudio { speech_run_ms: u64, pitched_ms: u64 },
     /// A speech-to-text interim transcript.
     Interim(String),
     /// A speech-to-text final transcript.
@@ -371,7 +372,10 @@ impl Policy {
                     }
                 }
             }
-            Input::CallerAudio { speech_run_ms } => self.check_barge_in(speech_run_ms, now, mouth),
+            Input::CallerAudio {
+                speech_run_ms,
+                pitched_ms,
+            } => self.check_barge_in(speech_run_ms, pitched_ms, now, mouth),
             Input::Interim(text) => {
                 self.endpointer.on_interim(&text, now);
                 self.on_caller_words(now, mouth);
@@ -514,7 +518,7 @@ impl Policy {
     /// Stage one of barge-in: a short hold at the onset of caller speech over agent audio (no
     /// new audio sent, no `clear`; see `policy/hold.rs`), then, when the speech goes on, the
     /// stop (carrier `clear`, mouth paused) keeping everything unheard for a resume.
-    fn check_barge_in(&mut self, run_ms: u64, now: Instant, mouth: &mut Speech) {
+    fn check_barge_in(&mut self, run_ms: u64, pitched_ms: u64, now: Instant, mouth: &mut Speech) {
         if self.burst.held_at().is_some() && !mouth.is_held() {
             // Stopped or cleared by something else meanwhile.
             self.burst.end_hold(false);
@@ -530,12 +534,12 @@ impl Policy {
                 self.release_hold("agent_done", now, mouth);
             }
             if run_ms == 0 {
-                self.burst.judge(0, now, 0, 0);
+                self.burst.judge(0, 0, now, 0, 0);
             }
             return;
         }
         let (hold_ms, stop_ms) = (agent.barge_in_hold_ms, agent.barge_in_min_speech_ms);
-        match self.burst.judge(run_ms, now, hold_ms, stop_ms) {
+        match self.burst.judge(run_ms, pitched_ms, now, hold_ms, stop_ms) {
             hold::Verdict::Nothing | hold::Verdict::Keep => {}
             hold::Verdict::Hold => {
                 mouth.hold();

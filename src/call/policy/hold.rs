@@ -9,7 +9,10 @@
 //! duration does: a word that is neither a backchannel nor the agent's own words stops the
 //! agent at once; backchannels or echo so far keep the hold (no stop on duration) until the
 //! burst ends or the hold lasts too long.
-//! Pure: [`Burst::judge`] turns the voiced run, the words and the time into a [`Verdict`].
+//! A run with no pitch in it (`audio::pitch`: a cough, a click, breath) never stops the agent
+//! on its duration; its words still can.
+//! Pure: [`Burst::judge`] turns the voiced run, its pitch, the words and the time into a
+//! [`Verdict`].
 
 use std::time::Duration;
 
@@ -23,6 +26,11 @@ pub const HOLD_MAX: Duration = Duration::from_millis(600);
 /// Share of the run's wall time (percent) that must be voiced for the stop: a laugh or a
 /// string of clicks accumulates voiced audio with gaps between.
 pub const VOICED_SHARE_PCT: u64 = 60;
+
+/// Pitched audio (`audio::pitch`) a run needs before its duration can stop the agent: a
+/// cough, a click or a breath is noise-like and has none; a spoken word's vowels have it
+/// from its first syllable.
+pub const PITCHED_MIN_MS: u64 = 40;
 
 /// What to do about the current voiced run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,9 +135,17 @@ impl Burst {
         self.spent |= spent;
     }
 
-    /// Judges the voiced run `run_ms` (0: not speaking) at `now`; `hold_ms` starts the hold
-    /// (0: no hold), `stop_ms` stops the agent.
-    pub fn judge(&mut self, run_ms: u64, now: Instant, hold_ms: u64, stop_ms: u64) -> Verdict {
+    /// Judges the voiced run `run_ms` (0: not speaking), `pitched_ms` of it with a pitch, at
+    /// `now`; `hold_ms` starts the hold (0: no hold, the duration alone stops), `stop_ms`
+    /// stops the agent.
+    pub fn judge(
+        &mut self,
+        run_ms: u64,
+        pitched_ms: u64,
+        now: Instant,
+        hold_ms: u64,
+        stop_ms: u64,
+    ) -> Verdict {
         if run_ms == 0 {
             if self.run_start.take().is_some() {
                 self.heard = Heard::Nothing;
@@ -159,8 +175,13 @@ impl Burst {
         let stop = match self.heard {
             // Words decide once the run is long enough to hold.
             Heard::Words => run_ms >= hold_ms,
-            // No words yet: the duration, with voiced audio dominating the run.
-            Heard::Nothing => run_ms >= stop_ms && run_ms * 100 >= VOICED_SHARE_PCT * wall_ms,
+            // No words yet: the duration, with voiced audio dominating the run and a pitch in
+            // it (a voice, not a cough).
+            Heard::Nothing => {
+                run_ms >= stop_ms
+                    && run_ms * 100 >= VOICED_SHARE_PCT * wall_ms
+                    && pitched_ms >= PITCHED_MIN_MS
+            }
             // Backchannels or echo so far: hold until the burst ends or lasts too long.
             Heard::Backchannel | Heard::Echo => false,
         };

@@ -196,9 +196,20 @@ impl Call {
         });
     }
 
-    /// The caller has been speaking `ms` (voiced) so far.
+    /// The caller has been speaking `ms` (voiced, with a pitch) so far.
     fn voiced(&mut self, ms: u64) {
-        self.step(Input::CallerAudio { speech_run_ms: ms });
+        self.step(Input::CallerAudio {
+            speech_run_ms: ms,
+            pitched_ms: ms,
+        });
+    }
+
+    /// A noise-like burst (a cough: the detector's speech, no pitch) of `ms` so far.
+    fn unpitched(&mut self, ms: u64) {
+        self.step(Input::CallerAudio {
+            speech_run_ms: ms,
+            pitched_ms: 0,
+        });
     }
 
     fn speech_end(&mut self) {
@@ -209,7 +220,10 @@ impl Call {
             },
             audio_ms: 500,
         });
-        self.step(Input::CallerAudio { speech_run_ms: 0 });
+        self.step(Input::CallerAudio {
+            speech_run_ms: 0,
+            pitched_ms: 0,
+        });
     }
 
     fn final_text(&mut self, text: &str) {

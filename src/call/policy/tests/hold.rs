@@ -141,3 +141,54 @@ fn hold_off_stops_as_before() {
     frame(&mut c, 208);
     assert_eq!(c.details(EventKind::BargeInStop), vec!["speech_ms=208"]);
 }
+
+/// Unpitched detector frames (a cough's noise) from the detector's start to `to_ms`.
+fn cough(c: &mut Call, to_ms: u64) {
+    c.speech_start();
+    let mut run = 64;
+    while run <= to_ms {
+        c.run(16);
+        c.unpitched(run);
+        run += 16;
+    }
+}
+
+#[test]
+fn a_cough_without_a_pitch_holds_but_never_stops_on_its_duration() {
+    let mut c = Call::replying("");
+    cough(&mut c, 400);
+    assert_eq!(c.count(EventKind::BargeInHold), 1);
+    assert_eq!(
+        c.count(EventKind::BargeInStop),
+        0,
+        "400 ms of noise is no voice"
+    );
+    assert!(!c.did(&Action::Clear));
+    c.speech_end();
+    assert_eq!(
+        c.details(EventKind::BargeInHoldReleased),
+        vec!["burst_ended after_ms=288"]
+    );
+    assert_eq!(c.policy.phase(), Phase::Speaking);
+}
+
+#[test]
+fn a_noisy_onset_then_a_voice_stops_once_the_pitch_is_there() {
+    let mut c = Call::replying("");
+    cough(&mut c, 240);
+    assert_eq!(c.count(EventKind::BargeInStop), 0);
+    // The vowel comes: pitched frames from here on; the stop needs 40 ms of them.
+    c.run(16);
+    c.step(Input::CallerAudio {
+        speech_run_ms: 256,
+        pitched_ms: 20,
+    });
+    assert_eq!(c.count(EventKind::BargeInStop), 0);
+    c.run(16);
+    c.step(Input::CallerAudio {
+        speech_run_ms: 272,
+        pitched_ms: 40,
+    });
+    assert_eq!(c.details(EventKind::BargeInStop), vec!["speech_ms=272"]);
+    assert!(c.did(&Action::Clear));
+}
