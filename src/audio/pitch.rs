@@ -7,6 +7,7 @@
 //! caller-audio stage only while the caller speaks over the agent (≈ 30 k multiply-adds a frame).
 
 use super::g711::ULAW_DECODE;
+use super::noise_floor::MIN_DB;
 
 /// Samples in one 20 ms frame at 8 kHz.
 const FRAME: usize = 160;
@@ -19,6 +20,23 @@ const MAX_LAG: usize = 133;
 pub const PITCHED: f32 = 0.5;
 /// Frames quieter than this mean square (about −60 dBFS) are not scored.
 const MIN_POWER: f32 = 1.0e3;
+
+/// One frame's pitch score and level.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Pitch {
+    /// Largest normalised autocorrelation over the pitch lags (0.0–1.0).
+    pub score: f32,
+    /// The frame's level (dBFS; [`MIN_DB`] for an unscored frame).
+    pub db: f32,
+}
+
+impl Pitch {
+    /// A pitch at least `over_db` above the background `floor_db`: the caller's own voice, not
+    /// the voices or hum of the room behind them.
+    pub fn voiced_over(&self, floor_db: f32, over_db: f32) -> bool {
+        self.score >= PITCHED && self.db >= floor_db + over_db
+    }
+}
 
 /// Scores each frame against the one before it.
 #[derive(Debug, Clone)]
@@ -38,19 +56,31 @@ impl Default for Periodicity {
 }
 
 impl Periodicity {
-    /// Takes in one μ-law frame and returns its score (0.0–1.0; 0.0 for a frame that is not
-    /// 160 bytes, is near silence, or follows no frame).
-    pub fn push_ulaw(&mut self, frame: &[u8]) -> f32 {
+    /// Takes in one μ-law frame and returns its pitch (score 0.0 for a frame that is not 160
+    /// bytes, is near silence, or follows no frame).
+    pub fn push_ulaw(&mut self, frame: &[u8]) -> Pitch {
         if !self.primed || frame.len() != FRAME {
             self.remember(frame);
-            return 0.0;
+            return Pitch {
+                score: 0.0,
+                db: MIN_DB,
+            };
         }
         let mut window = [0.0f32; 2 * FRAME];
         for (dst, &b) in window.iter_mut().zip(self.prev.iter().chain(frame)) {
             *dst = f32::from(ULAW_DECODE[usize::from(b)]);
         }
         self.remember(frame);
-        score(&window)
+        let mean_square = window[FRAME..].iter().map(|v| v * v).sum::<f32>() / FRAME as f32;
+        let db = if mean_square > 0.0 {
+            (10.0 * (mean_square / (32768.0 * 32768.0)).log10()).max(MIN_DB)
+        } else {
+            MIN_DB
+        };
+        Pitch {
+            score: score(&window),
+            db,
+        }
     }
 
     /// Keeps `frame` as the previous frame without scoring it (cheap: a copy); false (and
@@ -116,7 +146,10 @@ mod tests {
 
     fn scores(samples: &[f32]) -> Vec<f32> {
         let mut p = Periodicity::default();
-        frames(samples).iter().map(|f| p.push_ulaw(f)).collect()
+        frames(samples)
+            .iter()
+            .map(|f| p.push_ulaw(f).score)
+            .collect()
     }
 
     /// A small deterministic noise source (xorshift), uniform in −1..1.
@@ -214,13 +247,19 @@ mod tests {
     #[test]
     fn silence_and_odd_frames_score_zero() {
         let mut p = Periodicity::default();
-        assert_eq!(p.push_ulaw(&[0xFF; FRAME]), 0.0);
-        assert_eq!(p.push_ulaw(&[0xFF; FRAME]), 0.0);
-        assert_eq!(p.push_ulaw(&[0x80; 7]), 0.0);
+        assert_eq!(p.push_ulaw(&[0xFF; FRAME]).score, 0.0);
+        assert_eq!(p.push_ulaw(&[0xFF; FRAME]).score, 0.0);
+        assert_eq!(p.push_ulaw(&[0x80; 7]).score, 0.0);
         let b = frames(&buzz(FRAME * 2, 140.0));
-        assert_eq!(p.push_ulaw(&b[0]), 0.0, "a short frame unprimes it");
-        assert!(p.push_ulaw(&b[1]) >= PITCHED);
+        assert_eq!(p.push_ulaw(&b[0]).score, 0.0, "a short frame unprimes it");
+        let pitch = p.push_ulaw(&b[1]);
+        assert!(pitch.score >= PITCHED);
+        assert!(pitch.voiced_over(-40.0, 6.0), "{pitch:?}");
+        assert!(
+            !pitch.voiced_over(pitch.db - 3.0, 6.0),
+            "not 6 dB over the room"
+        );
         p.reset();
-        assert_eq!(p.push_ulaw(&b[0]), 0.0);
+        assert_eq!(p.push_ulaw(&b[0]).score, 0.0);
     }
 }

@@ -285,6 +285,15 @@ impl Vad {
         if self.speaking { self.run_voiced_ms } else { 0 }
     }
 
+    /// Audio time since the current run's onset, voiced frames and the gaps between them;
+    /// 0 when not speaking.
+    pub fn speech_span_ms(&self) -> u64 {
+        match self.run_onset_ms {
+            Some(onset) if self.speaking => self.audio_ms.saturating_sub(onset),
+            _ => 0,
+        }
+    }
+
     /// Audio milliseconds since the last voiced frame.
     pub fn silence_ms(&self) -> u64 {
         self.audio_ms.saturating_sub(self.last_voiced_ms)

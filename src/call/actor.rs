@@ -648,6 +648,7 @@ impl Actor {
         }
         ended.or(self.step(Input::CallerAudio {
             speech_run_ms: note.speech_run_ms,
+            span_ms: note.speech_span_ms,
             pitched_ms: note.pitched_ms,
         }))
     }

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use super::eot::CallerRing;
 use super::log::{CallLog, Dropped};
 use super::recording::CallerTrack;
-use crate::audio::pitch::{PITCHED, Periodicity};
+use crate::audio::pitch::Periodicity;
 use crate::audio::vad::{Vad, VadEvent};
 use crate::carrier::{FRAME_BYTES, FRAME_MS, MediaEvent};
 use crate::provider::SttInput;
@@ -41,6 +41,9 @@ const STT_POOL_BYTES: usize = 2 * 1024;
 /// In silence without detector events the actor hears of caller audio once per this many
 /// frames (100 ms): its media timeout only needs to know that audio still flows.
 pub const QUIET_NOTE_FRAMES: u32 = 5;
+/// A pitched frame counts for barge-in only this far above the tracked background (dB): the
+/// voices of a café or an engine's hum behind a cough are pitched too, but at the room's level.
+const PITCH_OVER_FLOOR_DB: f32 = 6.0;
 
 /// What reaches the call actor on its media channel.
 #[derive(Debug)]
@@ -64,6 +67,8 @@ pub struct CallerNote {
     pub vad: Vec<(VadEvent, u64)>,
     /// Voiced audio in the current run after the last frame (0 when not speaking).
     pub speech_run_ms: u64,
+    /// Audio time since the current run's onset, voiced and gaps (0 when not speaking).
+    pub speech_span_ms: u64,
     /// Pitched audio ([`Periodicity`]) in the current run, counted while barge-in watches
     /// (0 when not speaking): a run without any is noise-like (a cough), not a voice.
     pub pitched_ms: u64,
@@ -289,7 +294,11 @@ impl CallerIngress {
             self.pitched_ms = 0;
         }
         if judged {
-            if self.pitch.push_ulaw(&frame) >= PITCHED {
+            if self
+                .pitch
+                .push_ulaw(&frame)
+                .voiced_over(self.vad.floor_db(), PITCH_OVER_FLOOR_DB)
+            {
                 self.pitched_ms += FRAME_MS;
             }
         } else {
@@ -299,6 +308,7 @@ impl CallerIngress {
         self.stt.audio(frame, at_once);
         self.note.frames += 1;
         self.note.speech_run_ms = self.vad.speech_run_ms();
+        self.note.speech_span_ms = self.vad.speech_span_ms();
         self.note.pitched_ms = self.pitched_ms;
         if self.every_frame || event || judged || self.note.frames >= QUIET_NOTE_FRAMES {
             Some(std::mem::take(&mut self.note))

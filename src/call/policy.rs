@@ -75,8 +75,13 @@ pub enum Input {
     Vad { event: VadEvent, audio_ms: u64 },
     /// A caller audio frame went through the detector (after its speech events);
     /// `speech_run_ms` is the voiced audio in the current run (0 when not speaking),
-    /// `pitched_ms` how much of it carried a pitch (`audio::pitch`; 0 for a cough).
-    CallerAudio { speech_run_ms: u64, pitched_ms: u64 },
+    /// `span_ms` the audio time since the run's onset (voiced and gaps), `pitched_ms` how
+    /// much of it carried a pitch (`audio::pitch`; 0 for a cough).
+    CallerAudio {
+        speech_run_ms: u64,
+        span_ms: u64,
+        pitched_ms: u64,
+    },
     /// A speech-to-text interim transcript.
     Interim(String),
     /// A speech-to-text final transcript.
@@ -374,8 +379,16 @@ impl Policy {
             }
             Input::CallerAudio {
                 speech_run_ms,
+                span_ms,
                 pitched_ms,
-            } => self.check_barge_in(speech_run_ms, pitched_ms, now, mouth),
+            } => {
+                let run = hold::Run {
+                    voiced_ms: speech_run_ms,
+                    span_ms,
+                    pitched_ms,
+                };
+                self.check_barge_in(run, now, mouth)
+            }
             Input::Interim(text) => {
                 self.endpointer.on_interim(&text, now);
                 self.on_caller_words(now, mouth);
@@ -518,7 +531,8 @@ impl Policy {
     /// Stage one of barge-in: a short hold at the onset of caller speech over agent audio (no
     /// new audio sent, no `clear`; see `policy/hold.rs`), then, when the speech goes on, the
     /// stop (carrier `clear`, mouth paused) keeping everything unheard for a resume.
-    fn check_barge_in(&mut self, run_ms: u64, pitched_ms: u64, now: Instant, mouth: &mut Speech) {
+    fn check_barge_in(&mut self, run: hold::Run, now: Instant, mouth: &mut Speech) {
+        let run_ms = run.voiced_ms;
         if self.burst.held_at().is_some() && !mouth.is_held() {
             // Stopped or cleared by something else meanwhile.
             self.burst.end_hold(false);
@@ -534,12 +548,12 @@ impl Policy {
                 self.release_hold("agent_done", now, mouth);
             }
             if run_ms == 0 {
-                self.burst.judge(0, 0, now, 0, 0);
+                self.burst.judge(hold::Run::default(), now, 0, 0);
             }
             return;
         }
         let (hold_ms, stop_ms) = (agent.barge_in_hold_ms, agent.barge_in_min_speech_ms);
-        match self.burst.judge(run_ms, pitched_ms, now, hold_ms, stop_ms) {
+        match self.burst.judge(run, now, hold_ms, stop_ms) {
             hold::Verdict::Nothing | hold::Verdict::Keep => {}
             hold::Verdict::Hold => {
                 mouth.hold();

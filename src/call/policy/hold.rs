@@ -23,8 +23,9 @@ use crate::call::turn::{Words, words};
 /// Longest hold without a stop before sending goes on (the carrier's buffer is about a second).
 pub const HOLD_MAX: Duration = Duration::from_millis(600);
 
-/// Share of the run's wall time (percent) that must be voiced for the stop: a laugh or a
-/// string of clicks accumulates voiced audio with gaps between.
+/// Share of the run's audio time (percent) that must be voiced for the stop: a laugh or a
+/// string of clicks accumulates voiced audio with gaps between. Audio time, not wall time:
+/// caller audio that reaches the actor late on a busy machine must not look gappy.
 pub const VOICED_SHARE_PCT: u64 = 60;
 
 /// Pitched audio (`audio::pitch`) a run needs before its duration can stop the agent: a
@@ -90,6 +91,17 @@ impl Heard {
     }
 }
 
+/// The caller's current speech run as the detector measured it, in audio time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Run {
+    /// Voiced audio in the run (0: not speaking).
+    pub voiced_ms: u64,
+    /// Audio since the run's onset, voiced and gaps.
+    pub span_ms: u64,
+    /// Voiced audio with a pitch (`audio::pitch`).
+    pub pitched_ms: u64,
+}
+
 /// The current voiced run of caller audio over agent audio, as the hold sees it.
 #[derive(Debug, Default)]
 pub struct Burst {
@@ -135,17 +147,10 @@ impl Burst {
         self.spent |= spent;
     }
 
-    /// Judges the voiced run `run_ms` (0: not speaking), `pitched_ms` of it with a pitch, at
-    /// `now`; `hold_ms` starts the hold (0: no hold, the duration alone stops), `stop_ms`
-    /// stops the agent.
-    pub fn judge(
-        &mut self,
-        run_ms: u64,
-        pitched_ms: u64,
-        now: Instant,
-        hold_ms: u64,
-        stop_ms: u64,
-    ) -> Verdict {
+    /// Judges the speech run `run` at `now`; `hold_ms` starts the hold (0: no hold, the
+    /// duration alone stops), `stop_ms` stops the agent.
+    pub fn judge(&mut self, run: Run, now: Instant, hold_ms: u64, stop_ms: u64) -> Verdict {
+        let run_ms = run.voiced_ms;
         if run_ms == 0 {
             if self.run_start.take().is_some() {
                 self.heard = Heard::Nothing;
@@ -156,7 +161,7 @@ impl Burst {
                 None => Verdict::Nothing,
             };
         }
-        let start = *self.run_start.get_or_insert_with(|| {
+        self.run_start.get_or_insert_with(|| {
             now.checked_sub(Duration::from_millis(run_ms))
                 .unwrap_or(now)
         });
@@ -171,7 +176,6 @@ impl Burst {
                 Verdict::Nothing
             };
         }
-        let wall_ms = now.saturating_duration_since(start).as_millis() as u64;
         let stop = match self.heard {
             // Words decide once the run is long enough to hold.
             Heard::Words => run_ms >= hold_ms,
@@ -179,8 +183,8 @@ impl Burst {
             // it (a voice, not a cough).
             Heard::Nothing => {
                 run_ms >= stop_ms
-                    && run_ms * 100 >= VOICED_SHARE_PCT * wall_ms
-                    && pitched_ms >= PITCHED_MIN_MS
+                    && run_ms * 100 >= VOICED_SHARE_PCT * run.span_ms
+                    && run.pitched_ms >= PITCHED_MIN_MS
             }
             // Backchannels or echo so far: hold until the burst ends or lasts too long.
             Heard::Backchannel | Heard::Echo => false,

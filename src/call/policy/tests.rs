@@ -41,6 +41,8 @@ struct Call {
     now: Instant,
     /// Synthesis is slow: queued utterances get no audio until this is cleared.
     tts_stalled: bool,
+    /// Where the current speech run began (audio time runs with the simulated clock).
+    run_onset: Option<Instant>,
 }
 
 impl Call {
@@ -60,6 +62,7 @@ impl Call {
         let mut c = Call {
             now,
             tts_stalled: false,
+            run_onset: None,
             policy: Policy::new(agent(extra), 0, false, now),
             mouth: Speech::new(),
             synthesised: HashSet::new(),
@@ -190,6 +193,8 @@ impl Call {
 
     /// Our detector heard the caller start speaking now.
     fn speech_start(&mut self) {
+        // The detector starts after 64 ms of voiced audio.
+        self.run_onset = self.now.checked_sub(Duration::from_millis(64));
         self.step(Input::Vad {
             event: VadEvent::SpeechStart { onset_ms: 0 },
             audio_ms: 0,
@@ -198,18 +203,31 @@ impl Call {
 
     /// The caller has been speaking `ms` (voiced, with a pitch) so far.
     fn voiced(&mut self, ms: u64) {
+        let span_ms = self.span_ms(ms);
         self.step(Input::CallerAudio {
             speech_run_ms: ms,
+            span_ms,
             pitched_ms: ms,
         });
     }
 
     /// A noise-like burst (a cough: the detector's speech, no pitch) of `ms` so far.
     fn unpitched(&mut self, ms: u64) {
+        let span_ms = self.span_ms(ms);
         self.step(Input::CallerAudio {
             speech_run_ms: ms,
+            span_ms,
             pitched_ms: 0,
         });
+    }
+
+    /// Audio time since the run's onset, at least its `voiced` part.
+    fn span_ms(&self, voiced: u64) -> u64 {
+        let since = self
+            .run_onset
+            .map(|t| self.now.saturating_duration_since(t).as_millis() as u64)
+            .unwrap_or(0);
+        since.max(voiced)
     }
 
     fn speech_end(&mut self) {
@@ -220,8 +238,10 @@ impl Call {
             },
             audio_ms: 500,
         });
+        self.run_onset = None;
         self.step(Input::CallerAudio {
             speech_run_ms: 0,
+            span_ms: 0,
             pitched_ms: 0,
         });
     }

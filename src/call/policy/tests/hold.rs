@@ -181,14 +181,37 @@ fn a_noisy_onset_then_a_voice_stops_once_the_pitch_is_there() {
     c.run(16);
     c.step(Input::CallerAudio {
         speech_run_ms: 256,
+        span_ms: 256,
         pitched_ms: 20,
     });
     assert_eq!(c.count(EventKind::BargeInStop), 0);
     c.run(16);
     c.step(Input::CallerAudio {
         speech_run_ms: 272,
+        span_ms: 272,
         pitched_ms: 40,
     });
     assert_eq!(c.details(EventKind::BargeInStop), vec!["speech_ms=272"]);
+    assert!(c.did(&Action::Clear));
+}
+
+/// Caller audio that reaches the actor late (a busy machine: notes 48 ms apart for 16 ms of
+/// audio each) is still one solid run in audio time: it is stopped at the threshold, not
+/// mistaken for a laugh's gaps.
+#[test]
+fn late_notes_of_solid_speech_are_judged_in_audio_time() {
+    let mut c = Call::replying("");
+    c.speech_start();
+    let mut run = 64;
+    while run <= 320 && c.count(EventKind::BargeInStop) == 0 {
+        c.run(48);
+        c.step(Input::CallerAudio {
+            speech_run_ms: run,
+            span_ms: run,
+            pitched_ms: run,
+        });
+        run += 16;
+    }
+    assert_eq!(c.details(EventKind::BargeInStop), vec!["speech_ms=208"]);
     assert!(c.did(&Action::Clear));
 }
