@@ -41,17 +41,18 @@ fn wav(samples: &[i16], rate: u32) -> Vec<u8> {
     out
 }
 
-/// 600 ms of a 440 Hz tone, then 2.4 s of silence, at 16 kHz.
+/// Real speech (espeak-ng's "move it", 1.4 s, `tests/fixtures/speech/`), then silence to 3 s,
+/// at 8 kHz: the fake microphone's loop. Speech, not a tone: the detector treats a steady tone
+/// as background after a moment, which made the barge-in depend on the machine's load.
 fn caller_clip() -> Vec<u8> {
-    let rate = 16_000u32;
-    let mut s: Vec<i16> = (0..rate * 6 / 10)
-        .map(|i| {
-            let t = f64::from(i) / f64::from(rate);
-            (8000.0 * (2.0 * std::f64::consts::PI * 440.0 * t).sin()) as i16
-        })
-        .collect();
-    s.resize((rate * 3) as usize, 0);
-    wav(&s, rate)
+    let ulaw = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/speech/move_it.ulaw"
+    ))
+    .expect("the speech fixture");
+    let mut s = patterd::audio::g711::decode_ulaw(&ulaw);
+    s.resize(8_000 * 3, 0);
+    wav(&s, 8_000)
 }
 
 /// A reply of several sentences, about 3.3 s of fake speech (longer than the 3 s loop).
