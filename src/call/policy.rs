@@ -27,9 +27,11 @@ use crate::provider::chunker::SentenceChunker;
 use crate::provider::{ChatMessage, LlmEvent, Role};
 
 mod acts;
+mod barge;
 mod eot;
 mod hold;
 mod speaking;
+mod speculate;
 #[cfg(test)]
 mod tests;
 
@@ -528,116 +530,6 @@ impl Policy {
         self.event(EventKind::MarkPlayed, name);
     }
 
-    /// Stage one of barge-in: a short hold at the onset of caller speech over agent audio (no
-    /// new audio sent, no `clear`; see `policy/hold.rs`), then, when the speech goes on, the
-    /// stop (carrier `clear`, mouth paused) keeping everything unheard for a resume.
-    fn check_barge_in(&mut self, run: hold::Run, now: Instant, mouth: &mut Speech) {
-        let run_ms = run.voiced_ms;
-        if self.burst.held_at().is_some() && !mouth.is_held() {
-            // Stopped or cleared by something else meanwhile.
-            self.burst.end_hold(false);
-        }
-        let agent = &self.agent;
-        let eligible = agent.barge_in
-            && !matches!(self.phase, Phase::BargeIn { .. } | Phase::Goodbye { .. })
-            && mouth.is_playing(now)
-            && (agent.greeting_interruptible || mouth.current_kind() != Some(UttKind::Greeting))
-            && mouth.current_kind() != Some(UttKind::Dtmf);
-        if !eligible {
-            if self.burst.held_at().is_some() {
-                self.release_hold("agent_done", now, mouth);
-            }
-            if run_ms == 0 {
-                self.burst.judge(hold::Run::default(), now, 0, 0);
-            }
-            return;
-        }
-        let (hold_ms, stop_ms) = (agent.barge_in_hold_ms, agent.barge_in_min_speech_ms);
-        match self.burst.judge(run, now, hold_ms, stop_ms) {
-            hold::Verdict::Nothing | hold::Verdict::Keep => {}
-            hold::Verdict::Hold => {
-                mouth.hold();
-                self.event(EventKind::BargeInHold, format!("speech_ms={run_ms}"));
-            }
-            hold::Verdict::Release(why) => self.release_hold(why, now, mouth),
-            hold::Verdict::Stop => self.stop_agent(run_ms, now, mouth),
-        }
-    }
-
-    /// Ends a barge-in hold without a stop: the mouth sends on (pump).
-    fn release_hold(&mut self, why: &str, now: Instant, mouth: &mut Speech) {
-        let at = self.burst.held_at().unwrap_or(now);
-        self.burst.end_hold(why != "burst_ended");
-        mouth.release();
-        let ms = now.saturating_duration_since(at).as_millis();
-        self.event(
-            EventKind::BargeInHoldReleased,
-            format!("{why} after_ms={ms}"),
-        );
-        self.out.push(Action::Resume);
-    }
-
-    /// The stop: carrier `clear`, mouth paused with everything unheard kept, then the words
-    /// decide (stage two).
-    fn stop_agent(&mut self, run_ms: u64, now: Instant, mouth: &mut Speech) {
-        self.burst.end_hold(false);
-        let agent = &self.agent;
-        let confirm = Duration::from_millis(agent.barge_in_confirm_ms);
-        // What was heard is what had played when the `clear` goes out (the carrier drops the
-        // rest then): the caller hears the agent until playback stops, not until they start.
-        self.heard_cut = Some(heard::cut(&mouth.played_at(now)));
-        let paused = mouth.pause(now);
-        if paused.need_clear {
-            self.out.push(Action::Clear);
-        }
-        for mark in paused.withdrawn {
-            self.event(EventKind::MarkWithdrawn, mark);
-        }
-        self.phase = Phase::BargeIn {
-            at: now,
-            deadline: now + confirm,
-        };
-        self.event(EventKind::BargeInStop, format!("speech_ms={run_ms}"));
-        // Words may already be in (the STT can be faster than our detector).
-        self.on_caller_words(now, mouth);
-    }
-
-    /// The caller's words changed: confirm a pending barge-in, then look for the end of turn.
-    fn on_caller_words(&mut self, now: Instant, mouth: &mut Speech) {
-        if self.endpointer.has_text() {
-            self.last_activity = now;
-        }
-        if self.burst.run_ms(now) > 0 {
-            let heard =
-                hold::Heard::of(&self.words, &self.endpointer.text(), &mouth.current_text());
-            self.burst.set_heard(heard);
-        }
-        if self.burst.held_at().is_some()
-            && mouth.is_held()
-            && self.burst.heard() == hold::Heard::Words
-        {
-            // A real word during the hold stops the agent before the voiced run is long enough.
-            let run_ms = self.burst.run_ms(now);
-            self.stop_agent(run_ms, now, mouth);
-            return;
-        }
-        if let Phase::BargeIn { at, .. } = self.phase {
-            let text = join_words(&self.barge_words, &self.endpointer.text());
-            let words = self.words.content_words(&text);
-            if self.words.is_echo(&text, &mouth.current_text()) {
-                // The agent's own voice: not an interruption; the deadline resumes it.
-            } else if words >= self.agent.barge_in_min_words as usize {
-                let ms = now.saturating_duration_since(at).as_millis();
-                self.event(
-                    EventKind::BargeInCommit,
-                    format!("words={words} after_ms={ms}"),
-                );
-                self.interrupt(now, mouth);
-            }
-        }
-        self.check_end_of_turn(now, mouth);
-    }
-
     fn check_end_of_turn(&mut self, now: Instant, mouth: &mut Speech) {
         if self.stt_turns {
             // The speech-to-text's EndOfTurn decides.
@@ -703,20 +595,6 @@ impl Policy {
             self.idle(now, mouth);
         }
         // The goodbye's own deadline is checked by `settle`.
-    }
-
-    /// Stage two of barge-in, false alarm: play on from the last sentence the caller heard.
-    fn resume(&mut self, why: &str, now: Instant, mouth: &mut Speech) {
-        if let Phase::BargeIn { at, .. } = self.phase {
-            self.heard_cut = None;
-            self.barge_words.clear();
-            mouth.resume();
-            self.phase = Phase::Idle;
-            self.refresh(mouth);
-            let ms = now.saturating_duration_since(at).as_millis();
-            self.event(EventKind::BargeInResume, format!("{why} after_ms={ms}"));
-            self.out.push(Action::Resume);
-        }
     }
 
     /// A held turn whose time has come is taken; the goodbye ends when it has played.
@@ -888,125 +766,6 @@ impl Policy {
             self.event(EventKind::SpeculationUsed, events.len().to_string());
             for ev in events {
                 self.on_llm(ev, now, mouth);
-            }
-        }
-    }
-
-    /// An eager end of turn: start the brain on `text` now, holding its reply back. Only when
-    /// the agent is free and the brain does not keep its own history (a cancelled request
-    /// would leave a turn the caller never finished in a Hermes session).
-    fn speculate(&mut self, text: String, mouth: &Speech) {
-        let text = text.trim().to_string();
-        if text.is_empty()
-            || self.brain_keeps_history
-            || self.brain_note.is_some()
-            || !matches!(self.overlap(mouth), Overlap::Free)
-            || !matches!(self.phase, Phase::Idle)
-        {
-            return;
-        }
-        let mut history = self.history.clone();
-        history.push(ChatMessage {
-            role: Role::User,
-            content: text.clone(),
-        });
-        self.out.push(Action::StartBrain { history });
-        self.event(EventKind::SpeculationStart, text.clone());
-        self.speculation = Some(Speculation {
-            text,
-            events: Vec::new(),
-        });
-    }
-
-    fn cancel_speculation(&mut self, why: &str) {
-        if self.speculation.take().is_some() {
-            self.out.push(Action::CancelBrain);
-            self.event(EventKind::SpeculationCancelled, why);
-        }
-    }
-
-    /// Stops the agent for good: clear the carrier's queue, cancel the brain and the
-    /// synthesis, and keep in history only what the caller heard.
-    fn interrupt(&mut self, now: Instant, mouth: &mut Speech) {
-        self.out.push(Action::CancelBrain);
-        self.brain = false;
-        // Stopped by barge-in: what was heard when it stopped; else what has played by now.
-        let stored = self.heard_cut.take();
-        let cut = match stored {
-            Some(c) if matches!(self.phase, Phase::BargeIn { .. }) => c,
-            _ => heard::cut(&mouth.played_at(now)),
-        };
-        if matches!(self.phase, Phase::BargeIn { .. }) {
-            self.phase = Phase::Idle;
-        }
-        let cleared = mouth.clear(now);
-        let need_clear = cleared.need_clear;
-        if need_clear {
-            self.out.push(Action::Clear);
-        }
-        for sent in cleared.unheard {
-            self.event(EventKind::MarkCleared, sent.mark);
-        }
-        self.apply_heard_cut(&cut);
-        self.refresh(mouth);
-        if let Some(turn) = self.turn.take() {
-            let heard = match turn.entry.and_then(|i| self.transcript.get_mut(i)) {
-                Some(e) => {
-                    e.interrupted = true;
-                    Some(e.heard_text.clone())
-                }
-                None => None,
-            };
-            if let Some(i) = turn.entry {
-                self.persist(i);
-            }
-            if let Some(heard) = heard {
-                let said = turn
-                    .entry
-                    .and_then(|i| self.transcript.get(i))
-                    .map_or(0, |e| e.text.split_whitespace().count());
-                let detail = serde_json::json!({
-                    "words": heard.split_whitespace().count(),
-                    "of": said,
-                    "precision": cut.precision.as_str(),
-                    "text": heard,
-                });
-                self.event(EventKind::Heard, detail.to_string());
-                if self.brain_keeps_history {
-                    // The brain remembers its whole reply: tell it what actually got through.
-                    self.brain_note = Some(if heard.is_empty() {
-                        "[The caller interrupted you before hearing any of your last reply.]"
-                            .to_string()
-                    } else {
-                        format!(
-                            "[The caller interrupted you; of your last reply they heard only: \"{heard}\"]"
-                        )
-                    });
-                }
-                if !heard.is_empty() {
-                    self.history.push(ChatMessage {
-                        role: Role::Assistant,
-                        content: format!("{heard} [interrupted by the caller]"),
-                    });
-                }
-            }
-        }
-        self.event(
-            EventKind::Interrupted,
-            if need_clear { "clear" } else { "" },
-        );
-    }
-
-    /// Extends the heard text of the entries an interruption cut by what the caller heard of
-    /// their unconfirmed utterances ([`heard::cut`]).
-    fn apply_heard_cut(&mut self, cut: &heard::Cut) {
-        for part in &cut.parts {
-            if let Some(e) = self.transcript.get_mut(part.entry) {
-                if !e.heard_text.is_empty() {
-                    e.heard_text.push(' ');
-                }
-                e.heard_text.push_str(&part.text);
-                self.out.push(Action::Persist(part.entry));
             }
         }
     }
