@@ -137,22 +137,23 @@ pub fn cut(played: &[Played]) -> Cut {
     out
 }
 
+/// `text`'s words spread evenly over `ms` of audio, as the simulated TTS aligns them (tests).
+#[cfg(test)]
+pub(crate) fn even(text: &str, ms: u32) -> Vec<WordTiming> {
+    let n = text.split_whitespace().count() as u32;
+    text.split_whitespace()
+        .enumerate()
+        .map(|(i, w)| WordTiming {
+            word: w.to_string(),
+            start_ms: i as u32 * ms / n,
+            end_ms: (i as u32 + 1) * ms / n,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `text`'s words spread evenly over `ms` of audio, as the simulated TTS aligns them.
-    fn even(text: &str, ms: u32) -> Vec<WordTiming> {
-        let n = text.split_whitespace().count() as u32;
-        text.split_whitespace()
-            .enumerate()
-            .map(|(i, w)| WordTiming {
-                word: w.to_string(),
-                start_ms: i as u32 * ms / n,
-                end_ms: (i as u32 + 1) * ms / n,
-            })
-            .collect()
-    }
 
     fn played(entry: usize, text: &str, aligned: bool, audio_ms: u32, played_ms: u32) -> Played {
         Played {

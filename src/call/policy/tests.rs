@@ -305,6 +305,14 @@ impl Call {
         self.log.contains(action)
     }
 
+    /// The user messages the brain was asked about, in order.
+    fn asked(&self) -> Vec<String> {
+        self.brain_starts()
+            .iter()
+            .filter_map(|h| h.last().map(|m| m.content.clone()))
+            .collect()
+    }
+
     fn brain_starts(&self) -> Vec<Vec<ChatMessage>> {
         self.log
             .iter()

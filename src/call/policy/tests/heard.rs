@@ -5,24 +5,10 @@
 //! is cut where its replay stopped.
 
 use super::*;
-use crate::call::heard::words_heard;
-use crate::provider::WordTiming;
+use crate::call::heard::{even, words_heard};
 
 const S1: &str = "We are open every day from noon.";
 const S2: &str = "We close at ten in the evening.";
-
-/// `text`'s words spread evenly over `ms` of audio.
-fn even(text: &str, ms: u32) -> Vec<WordTiming> {
-    let n = text.split_whitespace().count() as u32;
-    text.split_whitespace()
-        .enumerate()
-        .map(|(i, w)| WordTiming {
-            word: w.to_string(),
-            start_ms: i as u32 * ms / n,
-            end_ms: (i as u32 + 1) * ms / n,
-        })
-        .collect()
-}
 
 /// The reply's sentences get their second of audio each, with word timings, and start playing.
 /// Returns when the first sentence started.

@@ -61,13 +61,7 @@ fn one_word_and_nothing_more_resumes_at_the_barge_in_deadline() {
     assert!(!c.agent_entry("We are open").interrupted);
     // The forgotten word does not start the caller's next turn.
     c.caller_says("thanks");
-    assert_eq!(
-        c.brain_starts()
-            .last()
-            .and_then(|h| h.last())
-            .map(|m| m.content.as_str()),
-        Some("thanks")
-    );
+    assert_eq!(c.asked().last().map(String::as_str), Some("thanks"));
 }
 
 #[test]
@@ -94,13 +88,7 @@ fn the_rest_still_being_said_at_the_deadline_is_waited_for_once() {
     c.final_text("stop");
     c.run(300);
     assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
-    assert_eq!(
-        c.brain_starts()
-            .last()
-            .and_then(|h| h.last())
-            .map(|m| m.content.as_str()),
-        Some("wait, stop")
-    );
+    assert_eq!(c.asked().last().map(String::as_str), Some("wait, stop"));
 }
 
 #[test]
@@ -133,11 +121,5 @@ fn the_rest_said_before_the_deadline_but_transcribed_after_it_still_counts() {
     c.final_text("stop");
     c.run(300);
     assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
-    assert_eq!(
-        c.brain_starts()
-            .last()
-            .and_then(|h| h.last())
-            .map(|m| m.content.as_str()),
-        Some("wait, stop")
-    );
+    assert_eq!(c.asked().last().map(String::as_str), Some("wait, stop"));
 }

@@ -32,14 +32,6 @@ fn fin(c: &mut Call, text: &str, speech_final: bool) {
     });
 }
 
-/// The user messages the brain was asked about, in order.
-fn asked(c: &Call) -> Vec<String> {
-    c.brain_starts()
-        .iter()
-        .filter_map(|h| h.last().map(|m| m.content.clone()))
-        .collect()
-}
-
 #[test]
 fn a_segment_the_stt_ends_while_our_detector_bridges_the_pause_is_one_turn() {
     // The measured sequence: Deepgram ends "I would like a table" (speech_final) while our
@@ -62,7 +54,7 @@ fn a_segment_the_stt_ends_while_our_detector_bridges_the_pause_is_one_turn() {
     c.run(40);
     fin(&mut c, "for two please", true);
     c.run(3000);
-    assert_eq!(asked(&c), vec!["I would like a table for two please"]);
+    assert_eq!(c.asked(), vec!["I would like a table for two please"]);
     assert_eq!(
         c.details(EventKind::TurnEnd),
         vec!["speech_final silence_ms=300"]
@@ -83,7 +75,7 @@ fn voice_after_the_stts_end_disarms_it_even_before_any_interim() {
     c.run(200);
     fin(&mut c, "thanks", true);
     c.run(3000);
-    assert_eq!(asked(&c), vec!["I would like a table thanks"]);
+    assert_eq!(c.asked(), vec!["I would like a table thanks"]);
 }
 
 #[test]
@@ -97,7 +89,7 @@ fn a_turn_committed_on_an_interim_owns_its_words_when_their_final_comes() {
     interim(&mut c, "so I was thinking");
     c.speech_end();
     c.run(3000);
-    assert_eq!(asked(&c), vec!["so I was thinking"]);
+    assert_eq!(c.asked(), vec!["so I was thinking"]);
     assert_eq!(
         c.details(EventKind::TurnEnd),
         vec!["max_endpointing silence_ms=3000"]
@@ -106,7 +98,7 @@ fn a_turn_committed_on_an_interim_owns_its_words_when_their_final_comes() {
     interim(&mut c, "so I was thinking");
     fin(&mut c, "so I was thinking", true);
     c.run(3000);
-    assert_eq!(asked(&c).len(), 1, "{:?}", asked(&c));
+    assert_eq!(c.asked().len(), 1, "{:?}", c.asked());
     // A final of the same segment that goes on: only the new words are the next turn.
     let mut c = call("idle_nudge_after_s = 0");
     c.speech_start();
@@ -120,7 +112,7 @@ fn a_turn_committed_on_an_interim_owns_its_words_when_their_final_comes() {
     c.run(1500);
     fin(&mut c, "so I was thinking about Friday", true);
     c.run(3000);
-    assert_eq!(asked(&c)[1..], ["about Friday".to_string()]);
+    assert_eq!(c.asked()[1..], ["about Friday".to_string()]);
 }
 
 #[test]
@@ -134,7 +126,7 @@ fn the_stts_end_commits_when_our_detector_says_speech_for_too_long() {
     c.run(1199);
     assert_eq!(c.count(EventKind::TurnEnd), 0, "not before the bound");
     c.run(1);
-    assert_eq!(asked(&c), vec!["what time do you open"]);
+    assert_eq!(c.asked(), vec!["what time do you open"]);
     assert_eq!(
         c.details(EventKind::TurnEnd),
         vec!["stt_eou_override silence_ms=1200"]
@@ -147,7 +139,7 @@ fn the_stts_end_commits_when_our_detector_says_speech_for_too_long() {
     fin(&mut c, "what time do you open", false);
     c.step(Input::UtteranceEnd);
     c.run(1200);
-    assert_eq!(asked(&c), vec!["what time do you open"]);
+    assert_eq!(c.asked(), vec!["what time do you open"]);
     // New words after the STT's end restart the bound.
     let mut c = call("stt_eou_override_ms = 1200");
     c.speech_start();
@@ -160,7 +152,7 @@ fn the_stts_end_commits_when_our_detector_says_speech_for_too_long() {
     assert_eq!(c.count(EventKind::TurnEnd), 0);
     fin(&mut c, "do you open", true);
     c.run(1200);
-    assert_eq!(asked(&c), vec!["what time do you open"]);
+    assert_eq!(c.asked(), vec!["what time do you open"]);
     // 0 turns the bound off: only our detector's silence ends the turn.
     let mut c = call("stt_eou_override_ms = 0");
     c.speech_start();
@@ -168,5 +160,5 @@ fn the_stts_end_commits_when_our_detector_says_speech_for_too_long() {
     c.run(800);
     fin(&mut c, "what time do you open", true);
     c.run(5000);
-    assert!(asked(&c).is_empty());
+    assert!(c.asked().is_empty());
 }
