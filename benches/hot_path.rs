@@ -306,7 +306,14 @@ fn vad(c: &mut Criterion) {
                 })
             });
         }
-    }
+    } // The barge-in hold's pitch measure (`audio::pitch`), per packet of real speech: scored only
+    // while a caller speaks over the agent.
+    let speech = vad_audio("speech");
+    c.bench_function("pitch_speech_per_packet", |b| {
+        let mut p = patterd::audio::pitch::Periodicity::default();
+        let mut packets = speech.chunks(160).cycle();
+        b.iter(|| black_box(p.push_ulaw(black_box(packets.next().unwrap_or(&[])))))
+    });
 }
 
 /// Issue 16, round 3: each carrier's media frame decoded and an agent frame encoded into a
