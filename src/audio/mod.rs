@@ -3,10 +3,12 @@
 //! synthesis for simulators, DTMF digits and their in-band tones ([`dtmf`]) (all pure
 //! transforms), streaming band-limited resampling of PCM16 ([`resample`], for vendors that only
 //! speak 16–48 kHz PCM), and per-call voice activity detection
-//! ([`vad`], the only stateful piece, with its background-level tracker [`noise_floor`] and,
-//! behind the cargo feature `silero`, the Silero network in `silero`).
+//! ([`vad`], with its background-level tracker [`noise_floor`] and, behind the cargo feature
+//! `silero`, the Silero network in `silero`), the pitch measure barge-in uses ([`pitch`]) and
+//! the echo estimate that tells the agent's own voice coming back from the caller ([`echo`]).
 
 pub mod dtmf;
+pub mod echo;
 pub mod g711;
 pub mod noise_floor;
 pub mod pitch;

@@ -22,6 +22,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::ActionOutcome;
 use super::eot::{CallerRing, TurnModelAnswer, TurnModelWorker, Unavailable, Verdict};
 use super::event::{EndReason, EventKind};
+use super::echo::EchoReference;
 use super::ingress::{
     BargeWatch, CallerIngress, CallerNote, Inbound, STT_UNBATCHED_TAIL_MS, SttFeed,
 };
@@ -85,6 +86,8 @@ struct Actor {
     wakes: u64,
     /// Tells the caller-audio stage whether barge-in could act on speech now.
     barge: BargeWatch,
+    /// The levels of the agent audio sent, for the caller-audio stage's echo check.
+    echo: EchoReference,
     llm: Option<LlmStream>,
     /// The agent's mouth: lent to the policy on every step, pumped here.
     speech: Speech,
@@ -174,6 +177,7 @@ impl Actor {
         changes: watch::Sender<u64>,
     ) -> Self {
         let now = Instant::now();
+        let echo = EchoReference::new(now);
         Self {
             rx,
             registry,
@@ -195,7 +199,8 @@ impl Actor {
                 .endpointing_ms()
                 .saturating_add(STT_UNBATCHED_TAIL_MS),
             llm: None,
-            speech: Speech::new(),
+            speech: Speech::new().with_echo_reference(echo.clone()),
+            echo,
             pumped: Pumped::default(),
             policy: Policy::new(
                 setup.agent.clone(),
@@ -605,7 +610,8 @@ impl Actor {
                 .with_recorder(self.recorder.as_ref().map(Recorder::caller_track))
                 .with_ring(self.turn_model.as_ref().map(|t| t.ring.clone()))
                 .with_log(self.setup.log.clone(), &self.setup.call_id)
-                .with_barge_watch(self.barge.clone());
+                .with_barge_watch(self.barge.clone())
+                .with_echo_reference(self.echo.clone());
             self.ingress = match m.ingress {
                 Some(to_pump) => to_pump.send(ingress).err().map(CallerIngress::every_frame),
                 None => Some(ingress.every_frame()),
@@ -648,10 +654,21 @@ impl Actor {
         for (event, audio_ms) in note.vad {
             ended = ended.or(self.step(Input::Vad { event, audio_ms }));
         }
+        if let Some(path) = note.echo_path {
+            let detail = match path {
+                Some(p) => format!(
+                    "delay_ms={} gain_db={:.1} spread_db={:.1}",
+                    p.delay_ms, p.gain_db, p.spread_db
+                ),
+                None => "lost".to_string(),
+            };
+            self.event(EventKind::EchoPath, detail);
+        }
         ended.or(self.step(Input::CallerAudio {
             speech_run_ms: note.speech_run_ms,
             span_ms: note.speech_span_ms,
             pitched_ms: note.pitched_ms,
+            echo_ms: note.echo_ms,
         }))
     }
 

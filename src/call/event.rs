@@ -48,6 +48,9 @@ pub enum EventKind {
     TurnHeld,
     /// A transcript that matched what the agent was saying was dropped as echo.
     EchoIgnored,
+    /// The caller's audio carries an echo of the agent's: its path was found or lost
+    /// (detail: `delay_ms=… gain_db=…`, or `lost`). Echoed audio does not stop the agent.
+    EchoPath,
     /// A short acknowledgement over the agent ("mm-hmm") was dropped.
     BackchannelIgnored,
     /// A turn was sent to the brain (detail: the turn number).
@@ -140,7 +143,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 56] = [
+    pub const ALL: [EventKind; 57] = [
         EventKind::MediaStart,
         EventKind::Dtmf,
         EventKind::CarrierStop,
@@ -159,6 +162,7 @@ impl EventKind {
         EventKind::TurnEnd,
         EventKind::TurnHeld,
         EventKind::EchoIgnored,
+        EventKind::EchoPath,
         EventKind::BackchannelIgnored,
         EventKind::LlmRequest,
         EventKind::LlmDone,
@@ -220,6 +224,7 @@ impl EventKind {
             EventKind::TurnEnd => "turn_end",
             EventKind::TurnHeld => "turn_held",
             EventKind::EchoIgnored => "echo_ignored",
+            EventKind::EchoPath => "echo_path",
             EventKind::BackchannelIgnored => "backchannel_ignored",
             EventKind::LlmRequest => "llm_request",
             EventKind::LlmDone => "llm_done",

@@ -18,10 +18,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
+use super::echo::{CallerClock, EchoReference};
 use super::eot::CallerRing;
 use super::log::{CallLog, Dropped};
 use super::recording::CallerTrack;
+use crate::audio::echo::{EchoEstimator, EchoPath, LAGS, ulaw_db};
 use crate::audio::pitch::Periodicity;
 use crate::audio::vad::{Vad, VadEvent};
 use crate::carrier::{FRAME_BYTES, FRAME_MS, MediaEvent};
@@ -72,6 +75,11 @@ pub struct CallerNote {
     /// Pitched audio ([`Periodicity`]) in the current run, counted while barge-in watches
     /// (0 when not speaking): a run without any is noise-like (a cough), not a voice.
     pub pitched_ms: u64,
+    /// Voiced audio in the current run the agent's echo explains ([`crate::audio::echo`]),
+    /// counted while barge-in watches (0 when not speaking): not the caller's own voice.
+    pub echo_ms: u64,
+    /// The echo path was found (`Some(Some(path))`) or lost (`Some(None)`) since the last note.
+    pub echo_path: Option<Option<EchoPath>>,
     /// Frames covered.
     pub frames: u32,
 }
@@ -199,6 +207,27 @@ impl SttWriter {
     }
 }
 
+/// The echo check of a call's caller audio (see [`super::echo`]).
+struct EchoCheck {
+    reference: EchoReference,
+    clock: CallerClock,
+    estimate: EchoEstimator,
+    played: [f32; LAGS],
+    /// The path last noted.
+    path: Option<EchoPath>,
+}
+
+impl EchoCheck {
+    /// Whether this caller frame, arriving now, is explained by the agent's echo.
+    fn check(&mut self, frame: &[u8], floor_db: f32) -> bool {
+        let captured = self.clock.capture(Instant::now());
+        if !self.reference.levels(captured, &mut self.played) {
+            return false;
+        }
+        self.estimate.push(ulaw_db(frame), floor_db, &self.played)
+    }
+}
+
 /// A call's caller-audio stage: run on each inbound frame by whoever reads the media socket.
 pub struct CallerIngress {
     vad: Vad,
@@ -215,6 +244,9 @@ pub struct CallerIngress {
     /// Pitch of the frames barge-in judges, and the pitched audio in the current run.
     pitch: Periodicity,
     pitched_ms: u64,
+    /// The agent's echo in the caller's audio, when the pacer writes a reference.
+    echo: Option<EchoCheck>,
+    echo_ms: u64,
     /// The note being gathered.
     note: CallerNote,
 }
@@ -234,8 +266,22 @@ impl CallerIngress {
             barge: BargeWatch::default(),
             pitch: Periodicity::default(),
             pitched_ms: 0,
+            echo: None,
+            echo_ms: 0,
             note: CallerNote::default(),
         }
+    }
+
+    /// Compares the caller's audio with the agent audio the pacer wrote to `reference`.
+    pub fn with_echo_reference(mut self, reference: EchoReference) -> Self {
+        self.echo = Some(EchoCheck {
+            reference,
+            clock: CallerClock::default(),
+            estimate: EchoEstimator::default(),
+            played: [0.0; LAGS],
+            path: None,
+        });
+        self
     }
 
     /// The caller's side of the recording.
@@ -289,11 +335,29 @@ impl CallerIngress {
         }
         let speaking = self.vad.is_speaking();
         let judged = speaking && self.barge.armed();
+        let floor = self.vad.floor_db();
+        let echoed = match &mut self.echo {
+            Some(e) => {
+                let echoed = e.check(&frame, floor);
+                if e.path.map(|p| p.delay_ms) != e.estimate.path().map(|p| p.delay_ms) {
+                    e.path = e.estimate.path();
+                    self.note.echo_path = Some(e.path);
+                    event = true;
+                }
+                echoed
+            }
+            None => false,
+        };
         // Pitch only for the frames barge-in judges (a copy of the frame otherwise).
         if !speaking {
             self.pitched_ms = 0;
+            self.echo_ms = 0;
         }
-        if judged {
+        if judged && echoed {
+            // The agent's own voice: neither voiced nor pitched audio of the caller's.
+            self.echo_ms += FRAME_MS;
+            self.pitch.remember(&frame);
+        } else if judged {
             if self
                 .pitch
                 .push_ulaw(&frame)
@@ -310,6 +374,7 @@ impl CallerIngress {
         self.note.speech_run_ms = self.vad.speech_run_ms();
         self.note.speech_span_ms = self.vad.speech_span_ms();
         self.note.pitched_ms = self.pitched_ms;
+        self.note.echo_ms = self.echo_ms;
         if self.every_frame || event || judged || self.note.frames >= QUIET_NOTE_FRAMES {
             Some(std::mem::take(&mut self.note))
         } else {

@@ -78,11 +78,13 @@ pub enum Input {
     /// A caller audio frame went through the detector (after its speech events);
     /// `speech_run_ms` is the voiced audio in the current run (0 when not speaking),
     /// `span_ms` the audio time since the run's onset (voiced and gaps), `pitched_ms` how
-    /// much of it carried a pitch (`audio::pitch`; 0 for a cough).
+    /// much of it carried a pitch (`audio::pitch`; 0 for a cough), `echo_ms` how much of it
+    /// the agent's own echo explains (`audio::echo`).
     CallerAudio {
         speech_run_ms: u64,
         span_ms: u64,
         pitched_ms: u64,
+        echo_ms: u64,
     },
     /// A speech-to-text interim transcript.
     Interim(String),
@@ -383,11 +385,13 @@ impl Policy {
                 speech_run_ms,
                 span_ms,
                 pitched_ms,
+                echo_ms,
             } => {
                 let run = hold::Run {
                     voiced_ms: speech_run_ms,
                     span_ms,
                     pitched_ms,
+                    echo_ms,
                 };
                 self.check_barge_in(run, now, mouth)
             }

@@ -18,6 +18,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
+use super::echo::EchoReference;
 use super::heard::Played;
 use crate::carrier::{FRAME_BYTES, FRAME_MS, MediaCommand};
 use crate::provider::{TtsEvent, TtsStream, WordTiming};
@@ -151,6 +152,9 @@ pub struct Speech {
     /// [`LAG_MARKS`]): the carrier's playback delay plus the network both ways, plus any delay
     /// in handling the echo (see [`Speech::mark_returned`]).
     lags: VecDeque<Duration>,
+    /// Where the levels of the frames sent are written for echo detection (see
+    /// [`super::echo`]).
+    echo: Option<EchoReference>,
 }
 
 /// Marks whose delay is remembered; the smallest is taken as the carrier's lag, so one echo
@@ -174,7 +178,14 @@ impl Speech {
             held: false,
             epoch: 0,
             lags: VecDeque::with_capacity(LAG_MARKS),
+            echo: None,
         }
+    }
+
+    /// Writes the level of every frame sent, at the time it will play, to `echo`.
+    pub fn with_echo_reference(mut self, echo: EchoReference) -> Self {
+        self.echo = Some(echo);
+        self
     }
 
     /// Queues `text` with its TTS stream (or `None` to start the synthesis later, see
@@ -364,6 +375,9 @@ impl Speech {
                 }
                 front.sent_bytes += frame.len();
                 front.sent_audio.extend_from_slice(&frame);
+                if let Some(echo) = &self.echo {
+                    echo.played(play_until, &frame);
+                }
                 out.commands.push(MediaCommand::Audio(Bytes::from(frame)));
                 self.play_until = Some(play_until + Duration::from_millis(FRAME_MS));
                 continue;
@@ -501,6 +515,9 @@ impl Speech {
         let dropped: Vec<Utterance> = self.queue.drain(..).collect();
         let unheard: Vec<Sent> = self.awaiting_mark.drain(..).collect();
         self.play_until = None;
+        if let Some(echo) = &self.echo {
+            echo.cut(now);
+        }
         self.paused = false;
         self.held = false;
         Cleared {
@@ -547,6 +564,9 @@ impl Speech {
         }
         withdrawn.reverse();
         self.play_until = None;
+        if let Some(echo) = &self.echo {
+            echo.cut(now);
+        }
         self.paused = true;
         self.held = false;
         self.epoch += 1;

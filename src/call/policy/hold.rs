@@ -10,7 +10,8 @@
 //! agent at once; backchannels or echo so far keep the hold (no stop on duration) until the
 //! burst ends or the hold lasts too long.
 //! A run with no pitch in it (`audio::pitch`: a cough, a click, breath) never stops the agent
-//! on its duration; its words still can.
+//! on its duration; its words still can. Voiced audio the agent's own echo explains
+//! (`audio::echo`) does not count towards the duration either.
 //! Pure: [`Burst::judge`] turns the voiced run, its pitch, the words and the time into a
 //! [`Verdict`].
 
@@ -98,8 +99,17 @@ pub struct Run {
     pub voiced_ms: u64,
     /// Audio since the run's onset, voiced and gaps.
     pub span_ms: u64,
-    /// Voiced audio with a pitch (`audio::pitch`).
+    /// Voiced audio with a pitch (`audio::pitch`), not counting echo.
     pub pitched_ms: u64,
+    /// Voiced audio the agent's own echo explains (`audio::echo`): not the caller's.
+    pub echo_ms: u64,
+}
+
+impl Run {
+    /// The caller's own voiced audio: the run's, less what the agent's echo explains.
+    pub fn own_ms(&self) -> u64 {
+        self.voiced_ms.saturating_sub(self.echo_ms)
+    }
 }
 
 /// The current voiced run of caller audio over agent audio, as the hold sees it.
@@ -168,9 +178,11 @@ impl Burst {
         if self.spent {
             return Verdict::Nothing;
         }
+        // Echo is not the caller: the duration rules count the caller's own voice only.
+        let own_ms = run.own_ms();
         if hold_ms == 0 || hold_ms >= stop_ms {
             // No hold: the stop as it always was.
-            return if run_ms >= stop_ms {
+            return if own_ms >= stop_ms {
                 Verdict::Stop
             } else {
                 Verdict::Nothing
@@ -182,7 +194,7 @@ impl Burst {
             // No words yet: the duration, with voiced audio dominating the run and a pitch in
             // it (a voice, not a cough).
             Heard::Nothing => {
-                run_ms >= stop_ms
+                own_ms >= stop_ms
                     && run_ms * 100 >= VOICED_SHARE_PCT * run.span_ms
                     && run.pitched_ms >= PITCHED_MIN_MS
             }
@@ -198,7 +210,7 @@ impl Burst {
                 Verdict::Release("too_long")
             }
             Some(_) => Verdict::Keep,
-            None if run_ms >= hold_ms => {
+            None if own_ms >= hold_ms => {
                 self.held_at = Some(now);
                 Verdict::Hold
             }

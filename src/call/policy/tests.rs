@@ -208,6 +208,19 @@ impl Call {
             speech_run_ms: ms,
             span_ms,
             pitched_ms: ms,
+            echo_ms: 0,
+        });
+    }
+
+    /// The detector has heard `ms` of speech so far, `echo` of it the agent's own echo (the
+    /// rest the caller's voice, pitched).
+    fn echoed(&mut self, ms: u64, echo: u64) {
+        let span_ms = self.span_ms(ms);
+        self.step(Input::CallerAudio {
+            speech_run_ms: ms,
+            span_ms,
+            pitched_ms: ms - echo,
+            echo_ms: echo,
         });
     }
 
@@ -218,6 +231,7 @@ impl Call {
             speech_run_ms: ms,
             span_ms,
             pitched_ms: 0,
+            echo_ms: 0,
         });
     }
 
@@ -243,6 +257,7 @@ impl Call {
             speech_run_ms: 0,
             span_ms: 0,
             pitched_ms: 0,
+            echo_ms: 0,
         });
     }
 

@@ -183,6 +183,7 @@ fn a_noisy_onset_then_a_voice_stops_once_the_pitch_is_there() {
         speech_run_ms: 256,
         span_ms: 256,
         pitched_ms: 20,
+        echo_ms: 0,
     });
     assert_eq!(c.count(EventKind::BargeInStop), 0);
     c.run(16);
@@ -190,6 +191,7 @@ fn a_noisy_onset_then_a_voice_stops_once_the_pitch_is_there() {
         speech_run_ms: 272,
         span_ms: 272,
         pitched_ms: 40,
+        echo_ms: 0,
     });
     assert_eq!(c.details(EventKind::BargeInStop), vec!["speech_ms=272"]);
     assert!(c.did(&Action::Clear));
@@ -209,9 +211,36 @@ fn late_notes_of_solid_speech_are_judged_in_audio_time() {
             speech_run_ms: run,
             span_ms: run,
             pitched_ms: run,
+            echo_ms: 0,
         });
         run += 16;
     }
     assert_eq!(c.details(EventKind::BargeInStop), vec!["speech_ms=208"]);
+    assert!(c.did(&Action::Clear));
+}
+
+/// Speech the agent's own echo explains never stops the agent on its duration; the caller's
+/// own voice over it does, once there is enough of it.
+#[test]
+fn echo_does_not_count_towards_the_stop() {
+    let mut c = Call::replying("");
+    c.speech_start();
+    for ms in (16..=800).step_by(16) {
+        c.run(16);
+        c.echoed(ms, ms);
+    }
+    assert_eq!(c.count(EventKind::BargeInStop), 0, "all echo");
+    assert!(!c.did(&Action::Clear));
+    c.speech_end();
+    // The caller talks over the echo: a third of the run still explained by it.
+    c.speech_start();
+    let mut ms = 16;
+    while ms <= 800 && c.count(EventKind::BargeInStop) == 0 {
+        c.run(16);
+        c.echoed(ms, ms / 3);
+        ms += 16;
+    }
+    // 200 ms of the caller's own voice: 304 ms of run, 101 of it echo.
+    assert_eq!(c.details(EventKind::BargeInStop), vec!["speech_ms=304"]);
     assert!(c.did(&Action::Clear));
 }
