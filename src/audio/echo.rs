@@ -7,10 +7,12 @@
 //! that difference for every lag, locks onto the steadiest one once it is steady enough, and
 //! then calls a caller frame *explained by echo* when its level is no more than
 //! a margin (2.5 standard deviations of the difference, 3–6 dB) over the level the path
-//! predicts. A caller talking over the echo is louder
-//! than that (and frames over the prediction are not learnt from: double talk does not pull
-//! the estimate). Pure and cheap: a few hundred additions per 20 ms frame, and only while the
-//! agent has been heard in the last 800 ms.
+//! predicts. A caller talking over the echo is louder than that, and frames over the
+//! prediction are not learnt from (double talk would pull the estimate up); a second's worth
+//! more of them than of frames under it drops the lock (the path changed, or the lock was
+//! wrong) and learning starts again. One frame moves a lag's estimate by at most two of its
+//! standard deviations, so the edges of words do not pull it. Pure and cheap: a few hundred
+//! additions per 20 ms frame, and only while the agent has been heard in the last 800 ms.
 
 use super::g711::ulaw_to_linear;
 use super::noise_floor::MIN_DB;
@@ -22,17 +24,29 @@ pub const MAX_LAG: usize = 40;
 pub const LAGS: usize = MAX_LAG + 1;
 /// A played frame quieter than this (dBFS) is "nothing played": it predicts no echo.
 pub const PLAYED_MIN_DB: f32 = -55.0;
+/// Only played frames at least this loud (dBFS) are learnt from: the echo of quieter sounds
+/// is near the line's noise and quantisation.
+const LEARN_PLAYED_DB: f32 = -40.0;
+/// The smallest cap on one frame's deviation (dB), see [`EchoEstimator::push`].
+const LEARN_CAP_MIN_DB: f32 = 3.0;
 /// Caller frames within this much of the background floor carry no evidence either way.
 const OVER_FLOOR_DB: f32 = 3.0;
 /// Weight of a new frame in the running mean and variance of each lag's level difference
-/// (about the last dozen frames with something played count).
+/// once it has [`MIN_FRAMES`] (about the last dozen frames with something played count).
 const ALPHA: f32 = 0.08;
 /// Frames a lag must have learnt from before it can be locked on.
-const MIN_FRAMES: u32 = 12;
+const MIN_FRAMES: u32 = 10;
 /// A lag locks when the standard deviation of its difference falls to this (dB) ...
 const LOCK_SD_DB: f32 = 4.0;
 /// ... and the lock is lost when it rises past this.
 const UNLOCK_SD_DB: f32 = 6.0;
+/// Once locked, only frames up to this much over the prediction are learnt from (dB).
+const LEARN_DB: f32 = 1.0;
+/// Net frames over the prediction (1 s) after which the lock is dropped and learning
+/// starts again: the path changed, or it was the wrong one.
+const UNLOCK_OVER_FRAMES: u32 = 50;
+/// Another lag takes over a lock only when its variance is this much lower.
+const SWITCH_RATIO: f32 = 0.7;
 /// An echo is not louder than what was played by more than this (dB).
 const MAX_GAIN_DB: f32 = 3.0;
 /// A caller frame more than this many standard deviations of the path's level difference
@@ -41,8 +55,6 @@ const MARGIN_SDS: f32 = 2.5;
 /// ... within these bounds (dB).
 const MARGIN_MIN_DB: f32 = 3.0;
 const MARGIN_MAX_DB: f32 = 6.0;
-/// Once locked, only frames up to this much over the prediction are learnt from (dB).
-const LEARN_DB: f32 = 1.0;
 
 /// Level of a μ-law frame in dBFS (mean energy), clamped to [`MIN_DB`].
 pub fn ulaw_db(frame: &[u8]) -> f32 {
@@ -81,6 +93,8 @@ pub struct EchoEstimator {
     var: [f32; LAGS],
     frames: [u32; LAGS],
     lag: Option<usize>,
+    /// Frames over the prediction, less those under it, since the lock.
+    over: u32,
 }
 
 impl Default for EchoEstimator {
@@ -90,6 +104,7 @@ impl Default for EchoEstimator {
             var: [0.0; LAGS],
             frames: [0; LAGS],
             lag: None,
+            over: 0,
         }
     }
 }
@@ -106,30 +121,52 @@ impl EchoEstimator {
         let explained = self
             .lag
             .is_some_and(|k| caller_db <= self.predict(k, played) + self.margin(k));
-        // Locked: learn only from frames close to the prediction; over it the caller may be
-        // talking too, and learning from double talk would raise the prediction.
-        if let Some(k) = self.lag
-            && caller_db > self.predict(k, played) + LEARN_DB
-        {
-            return explained;
+        if self.lag.is_some() {
+            if !explained {
+                // Over the prediction: the caller is talking too (double talk would pull the
+                // estimate up), unless it goes on so long that the lock is the wrong one.
+                self.over += 1;
+                if self.over >= UNLOCK_OVER_FRAMES {
+                    self.lag = None;
+                    self.over = 0;
+                }
+                return false;
+            }
+            self.over = self.over.saturating_sub(1);
+            if self
+                .lag
+                .is_some_and(|k| caller_db > self.predict(k, played) + LEARN_DB)
+            {
+                // Explained, but too near the margin to learn from without bias.
+                return true;
+            }
         }
         for (k, &p) in played.iter().enumerate() {
-            if p < PLAYED_MIN_DB {
+            if p < LEARN_PLAYED_DB {
                 continue;
             }
-            let d = caller_db - p;
-            if self.frames[k] == 0 {
-                self.mean[k] = d;
-                self.var[k] = UNLOCK_SD_DB * UNLOCK_SD_DB;
-            } else {
-                let dev = d - self.mean[k];
-                self.mean[k] += ALPHA * dev;
-                self.var[k] = (1.0 - ALPHA) * (self.var[k] + ALPHA * dev * dev);
-            }
+            // The plain mean and variance of the first frames, then a running one in which
+            // one frame moves the estimate by at most two standard deviations (the edges of
+            // words, where the two clocks' phase matters most, are outliers).
             self.frames[k] = self.frames[k].saturating_add(1);
+            let a = (1.0 / self.frames[k] as f32).max(ALPHA);
+            let mut dev = caller_db - p - self.mean[k];
+            if self.frames[k] > MIN_FRAMES {
+                let cap = (2.0 * self.var[k].sqrt()).max(LEARN_CAP_MIN_DB);
+                dev = dev.clamp(-cap, cap);
+            }
+            self.mean[k] += a * dev;
+            self.var[k] = (1.0 - a) * (self.var[k] + a * dev * dev);
         }
         self.relock();
         explained
+    }
+
+    /// Whether a caller frame could hold an echo of what was `played` (a path is locked and
+    /// the level it predicts stands over the background at `floor_db`).
+    pub fn could_echo(&self, floor_db: f32, played: &[f32; LAGS]) -> bool {
+        self.lag
+            .is_some_and(|k| self.predict(k, played) >= floor_db + OVER_FLOOR_DB)
     }
 
     /// The echo level the path predicts for a caller frame (dBFS): the loudest of the played
@@ -160,6 +197,12 @@ impl EchoEstimator {
         let Some(best) = best else {
             self.lag = None;
             return;
+        };
+        // A neighbouring lag about as steady as the one locked on (the clocks' phase moves
+        // between them) does not take over.
+        let best = match self.lag {
+            Some(k) if self.var[best] >= SWITCH_RATIO * self.var[k] => k,
+            _ => best,
         };
         let sd = self.var[best].sqrt();
         if sd <= LOCK_SD_DB {
@@ -279,8 +322,39 @@ mod tests {
             // After the first second, the echo's audible frames are explained.
             let voiced = loud(&caller, -50.0);
             let share = share(&explained[50..], &voiced[50..]);
-            assert!(share > 0.9, "{delay_ms} ms, {gain_db} dB: {share:.2} explained");
+            assert!(
+                share > 0.9,
+                "{delay_ms} ms, {gain_db} dB: {share:.2} explained"
+            );
         }
+    }
+
+    #[test]
+    fn a_path_that_changes_is_found_again() {
+        let agent = speech("speech/agent_voice.ulaw");
+        let near = echo_of(&agent, 960, -6.0);
+        let far = echo_of(&agent, 2400, -12.0);
+        // The first 3 s echo 120 ms late, the rest 300 ms late.
+        let cut = 24_000;
+        let echo: Vec<f32> = (0..agent.len())
+            .map(|i| if i < cut { near[i] } else { far[i] })
+            .collect();
+        let caller = mix(&[&echo], agent.len(), 5);
+        let (est, _) = run(&agent[..cut], &caller[..cut], -60.0);
+        assert_eq!(
+            est.path().map(|p| p.delay_ms / 20),
+            Some(6),
+            "{:?}",
+            est.path()
+        );
+        let (est, explained) = run(&agent, &caller, -60.0);
+        let path = est.path().expect("found again");
+        assert!(path.delay_ms.abs_diff(300) <= 20, "{path:?}");
+        // Its last two seconds are explained again.
+        let voiced = loud(&caller, -50.0);
+        let n = explained.len();
+        let share = share(&explained[n - 100..], &voiced[n - 100..]);
+        assert!(share > 0.8, "{share:.2}");
     }
 
     #[test]

@@ -20,9 +20,9 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ActionOutcome;
+use super::echo::EchoReference;
 use super::eot::{CallerRing, TurnModelAnswer, TurnModelWorker, Unavailable, Verdict};
 use super::event::{EndReason, EventKind};
-use super::echo::EchoReference;
 use super::ingress::{
     BargeWatch, CallerIngress, CallerNote, Inbound, STT_UNBATCHED_TAIL_MS, SttFeed,
 };

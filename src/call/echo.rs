@@ -68,8 +68,8 @@ impl EchoReference {
         r.last_loud = r.last_loud.min(from);
     }
 
-    /// Fills `played[k]` with the level played `k` slots before `at` ([`MIN_DB`] where
-    /// nothing was); false (and nothing filled) when nothing audible was played in the
+    /// Fills `played[k]` with the level played `k` to `k + 1` slots before `at` (the mean
+    /// power of the two; [`MIN_DB`] where nothing was); false (and nothing filled) when nothing audible was played in the
     /// [`MAX_LAG`] slots before it.
     pub fn levels(&self, at: Instant, played: &mut [f32; LAGS]) -> bool {
         let r = self.ring();
@@ -77,12 +77,24 @@ impl EchoReference {
         if r.last_loud == 0 || r.last_loud + (MAX_LAG as u64) < now + 1 {
             return false;
         }
-        for (k, p) in played.iter_mut().enumerate() {
-            *p = now
-                .checked_sub(k as u64)
+        let power = |k: usize| -> f32 {
+            now.checked_sub(k as u64)
                 .map(|slot| r.slots[(slot % SLOTS as u64) as usize])
                 .filter(|(tag, _)| *tag == slot_tag(now, k))
-                .map_or(MIN_DB, |(_, db)| db);
+                .map_or(0.0, |(_, db)| 10f32.powf(db / 10.0))
+        };
+        // A caller frame's 20 ms overlap two played slots (the clocks are not in phase):
+        // lag k is the mean power of slots k and k + 1 before it.
+        let mut newer = power(0);
+        for (k, p) in played.iter_mut().enumerate() {
+            let older = power(k + 1);
+            let mean = (newer + older) / 2.0;
+            *p = if mean > 0.0 {
+                (10.0 * mean.log10()).max(MIN_DB)
+            } else {
+                MIN_DB
+            };
+            newer = older;
         }
         true
     }
@@ -146,10 +158,16 @@ mod tests {
             r.played(ms(20 * i), &[0xFF; 160]);
         }
         assert!(r.levels(ms(20 * 12 + 5), &mut played));
-        // Slot 12 now: lags 0..2 are silent frames, 3..12 the tone, past that nothing.
+        // Slot 12 now: slots 10..12 are silent frames, 0..9 the tone. Lag k covers slots
+        // 12 - k and 11 - k: lags 0 and 1 silence, 2 half the tone's power (-3 dB), 3..11 the
+        // tone, 12 half again, past that nothing.
+        let tone = played[5];
+        assert!(tone > -20.0, "{tone}");
         assert_eq!(played[0], MIN_DB);
-        assert_eq!(played[2], MIN_DB);
-        assert!(played[3] > -20.0 && played[12] > -20.0);
+        assert_eq!(played[1], MIN_DB);
+        assert!((played[2] - (tone - 3.0)).abs() < 0.1, "{}", played[2]);
+        assert!(played[3] == tone && played[11] == tone);
+        assert!((played[12] - (tone - 3.0)).abs() < 0.1);
         assert_eq!(played[13], MIN_DB);
         // Long after the last loud frame nothing is read.
         assert!(!r.levels(ms(20 * (10 + MAX_LAG as u64 + 1)), &mut played));
@@ -159,14 +177,17 @@ mod tests {
         }
         r.cut(ms(20 * 35));
         assert!(r.levels(ms(20 * 45), &mut played));
-        assert_eq!(played[0], MIN_DB, "slot 45 was cleared");
-        assert!(played[10] > -20.0, "slot 35 had played");
-        assert_eq!(played[9], MIN_DB, "slot 36 was cleared");
+        assert_eq!(played[0], MIN_DB, "slots 45 and 44 were cleared");
+        assert_eq!(played[8], MIN_DB, "slots 37 and 36 were cleared");
+        assert!(played[10] == tone, "slots 35 and 34 had played");
         // A slot written a ring's length ago does not pass for a recent one.
         r.played(ms(20 * 170), &ulaw_tone(440.0, 20, 8000));
         assert!(r.levels(ms(20 * 171), &mut played));
-        assert!(played[1] > -20.0, "slot 170");
-        assert_eq!(played[10], MIN_DB, "slot 161 is not slot 33");
+        assert!(played[0] < tone, "slots 171 (nothing) and 170");
+        assert_eq!(
+            played[10], MIN_DB,
+            "slots 161 and 160 are not slots 33 and 32"
+        );
     }
 
     #[test]

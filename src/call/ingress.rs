@@ -48,6 +48,13 @@ pub const QUIET_NOTE_FRAMES: u32 = 5;
 /// voices of a café or an engine's hum behind a cough are pitched too, but at the room's level.
 const PITCH_OVER_FLOOR_DB: f32 = 6.0;
 
+/// While the agent's echo may be heard (an echo path is known and what was played at its
+/// delay stands over the background), the detector's speech start reaches turn-taking only
+/// after this much voiced audio the echo does not explain (net of the frames it does), or as
+/// soon as nothing that could be echo is left, with its onset where the caller's own voice
+/// began: the agent's own echo must not look like the caller taking a turn.
+pub const ECHO_START_OWN_MS: u64 = 100;
+
 /// What reaches the call actor on its media channel.
 #[derive(Debug)]
 pub enum Inbound {
@@ -218,13 +225,16 @@ struct EchoCheck {
 }
 
 impl EchoCheck {
-    /// Whether this caller frame, arriving now, is explained by the agent's echo.
-    fn check(&mut self, frame: &[u8], floor_db: f32) -> bool {
+    /// Checks this caller frame, arriving now, against the agent audio played before it.
+    /// Returns whether the frame could hold an echo (a path is known and what was played
+    /// at its delay would be heard) and whether the frame is explained by the echo.
+    fn check(&mut self, frame: &[u8], floor_db: f32) -> (bool, bool) {
         let captured = self.clock.capture(Instant::now());
         if !self.reference.levels(captured, &mut self.played) {
-            return false;
+            return (false, false);
         }
-        self.estimate.push(ulaw_db(frame), floor_db, &self.played)
+        let explained = self.estimate.push(ulaw_db(frame), floor_db, &self.played);
+        (self.estimate.could_echo(floor_db, &self.played), explained)
     }
 }
 
@@ -247,6 +257,10 @@ pub struct CallerIngress {
     /// The agent's echo in the caller's audio, when the pacer writes a reference.
     echo: Option<EchoCheck>,
     echo_ms: u64,
+    /// A speech start held back while the agent may be echoing, and the voiced audio since
+    /// that the echo does not explain (see [`ECHO_START_OWN_MS`]).
+    held_start: Option<VadEvent>,
+    held_own_ms: u64,
     /// The note being gathered.
     note: CallerNote,
 }
@@ -268,6 +282,8 @@ impl CallerIngress {
             pitched_ms: 0,
             echo: None,
             echo_ms: 0,
+            held_start: None,
+            held_own_ms: 0,
             note: CallerNote::default(),
         }
     }
@@ -329,25 +345,62 @@ impl CallerIngress {
             log.frame_dropped(&self.call_id, Dropped::ToRecording);
         }
         let mut event = false;
-        for ev in self.vad.push_ulaw(&frame) {
-            self.note.vad.push((ev, self.vad.audio_ms()));
-            event = true;
-        }
-        let speaking = self.vad.is_speaking();
-        let judged = speaking && self.barge.armed();
         let floor = self.vad.floor_db();
-        let echoed = match &mut self.echo {
+        let (echoing, echoed) = match &mut self.echo {
             Some(e) => {
-                let echoed = e.check(&frame, floor);
+                let (echoing, echoed) = e.check(&frame, floor);
                 if e.path.map(|p| p.delay_ms) != e.estimate.path().map(|p| p.delay_ms) {
+                    if e.path.is_none() {
+                        // Locked on during a held run: what was heard of it was the echo.
+                        self.held_own_ms = 0;
+                    }
                     e.path = e.estimate.path();
                     self.note.echo_path = Some(e.path);
                     event = true;
                 }
-                echoed
+                (echoing, echoed)
             }
-            None => false,
+            None => (false, false),
         };
+        for ev in self.vad.push_ulaw(&frame) {
+            match ev {
+                // While the agent's echo may be heard, a run starts for turn-taking only once
+                // it has some voice the echo does not explain.
+                VadEvent::SpeechStart { .. } if echoing => {
+                    self.held_start = Some(ev);
+                    self.held_own_ms = 0;
+                }
+                // An echo-only run: never started, never ends.
+                VadEvent::SpeechEnd { .. } if self.held_start.take().is_some() => {}
+                _ => {
+                    self.note.vad.push((ev, self.vad.audio_ms()));
+                    event = true;
+                }
+            }
+        }
+        let speaking = self.vad.is_speaking();
+        let judged = speaking && self.barge.armed();
+        if self.held_start.is_some() {
+            if speaking && !echoed {
+                if self.held_own_ms == 0 {
+                    // The caller's own voice starts with this frame.
+                    let frame_start = self.vad.audio_ms().saturating_sub(FRAME_MS);
+                    self.held_start = Some(VadEvent::SpeechStart {
+                        onset_ms: frame_start,
+                    });
+                }
+                self.held_own_ms += FRAME_MS;
+            } else if echoed {
+                // Stray unexplained frames in a long echo do not add up to a voice.
+                self.held_own_ms = self.held_own_ms.saturating_sub(FRAME_MS);
+            }
+            // Nothing left that could be echo: whatever is voiced now is the caller.
+            let released = self.held_own_ms >= ECHO_START_OWN_MS || (speaking && !echoing);
+            if released && let Some(start) = self.held_start.take() {
+                self.note.vad.push((start, self.vad.audio_ms()));
+                event = true;
+            }
+        }
         // Pitch only for the frames barge-in judges (a copy of the frame otherwise).
         if !speaking {
             self.pitched_ms = 0;

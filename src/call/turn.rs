@@ -142,6 +142,9 @@ pub enum Decision {
 /// How long words of a committed interim are owed a final: a final that comes later is a new
 /// segment's (the speech-to-text session was reopened, say).
 const OWED_FOR: Duration = Duration::from_secs(5);
+/// A turn's first words arriving this long after our detector went quiet were not in that
+/// voice (a speech-to-text's words come well within it): the silence is counted from them.
+const STALE_QUIET: Duration = Duration::from_millis(800);
 
 /// End-of-turn state for the caller's current turn.
 pub struct Endpointer {
@@ -270,6 +273,17 @@ impl Endpointer {
         let text = self.unowed(text, false, now);
         let text = text.as_str();
         if !text.is_empty() {
+            if !self.has_text()
+                && !self.speaking
+                && self
+                    .quiet_since
+                    .is_some_and(|q| now.saturating_duration_since(q) > STALE_QUIET)
+            {
+                // The turn's first words, long after our detector last heard voice (a cough,
+                // the agent's echo, or a start it missed): that silence came before them.
+                self.quiet_since = Some(now);
+                self.started = Some(now);
+            }
             self.started.get_or_insert(now);
             // New words after the speech-to-text's end of utterance: the caller went on.
             self.disarm();
@@ -590,6 +604,35 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// A voiced run without words (a cough, the agent's echo) long before the caller's first
+    /// words: those words do not find the turn already silent for a second and finalize at
+    /// once; the pause is counted from them.
+    #[test]
+    fn the_first_words_long_after_a_wordless_run_are_not_cut() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut e = Endpointer::new(300, 3000);
+        e.on_speech_start(ms(0));
+        e.on_speech_end(ms(300));
+        assert_eq!(
+            e.decide(ms(1000)),
+            Decision::Wait(None),
+            "no words: no turn"
+        );
+        // The caller's first words arrive 1.4 s after that run, before our detector's start.
+        e.on_interim("I would", ms(1700));
+        assert_eq!(e.decide(ms(1700)), Decision::Wait(Some(ms(2000))));
+        e.on_speech_start(ms(1650));
+        e.on_interim("I would like to book", ms(2100));
+        assert_eq!(e.decide(ms(2100)), Decision::Wait(None));
+        // Within the STT's latency, words after a recent run still count from that run.
+        let mut e = Endpointer::new(300, 3000);
+        e.on_speech_start(ms(0));
+        e.on_speech_end(ms(300));
+        e.on_interim("yes", ms(500));
+        assert_eq!(e.decide(ms(600)), Decision::Finalize);
     }
 
     #[test]

@@ -189,8 +189,8 @@ impl Burst {
             };
         }
         let stop = match self.heard {
-            // Words decide once the run is long enough to hold.
-            Heard::Words => run_ms >= hold_ms,
+            // Words decide once the caller's own voice is long enough to hold.
+            Heard::Words => own_ms >= hold_ms,
             // No words yet: the duration, with voiced audio dominating the run and a pitch in
             // it (a voice, not a cough).
             Heard::Nothing => {
