@@ -12,7 +12,7 @@
 //! (`call::ingress`: ring, detector, STT writes, the actor's notes) on silence and on speech
 //! (`caller_ingress`).
 //! Each carrier's media frame decoded and an agent frame encoded, Twilio, Telnyx and Plivo
-//! (`carrier_media`).
+//! (`carrier_media`). The echo check per frame (`echo_check`).
 //! Run with `cargo bench --bench hot_path`; allocations per frame: `cargo bench --bench alloc`.
 
 use std::hint::black_box;
@@ -105,6 +105,55 @@ fn caller_ingress(c: &mut Criterion) {
             })
         });
     }
+}
+
+/// The echo check's cost (issue 18): the level of a frame the pacer sends written to the
+/// call's reference, then, for a caller frame, the levels played 0–800 ms before read back
+/// and the estimate updated (what the caller-audio stage does per frame while the agent was
+/// heard in the last 800 ms; the agent's voice and its echo at -6 dB, so the path is locked).
+fn echo_check(c: &mut Criterion) {
+    use patterd::audio::echo::{EchoEstimator, LAGS, ulaw_db};
+    use patterd::call::echo::EchoReference;
+    use std::time::Duration;
+    use tokio::time::Instant;
+    let voice = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/speech/agent_voice.ulaw"
+    ))
+    .expect("agent_voice fixture");
+    let frames: Vec<&[u8]> = voice.chunks_exact(160).collect();
+    let echo: Vec<Vec<u8>> = frames
+        .iter()
+        .map(|f| {
+            let pcm: Vec<i16> = decode_ulaw(f).into_iter().map(|s| s / 2).collect();
+            patterd::audio::g711::encode_ulaw(&pcm)
+        })
+        .collect();
+    let base = Instant::now();
+    let reference = EchoReference::new(base);
+    let mut estimate = EchoEstimator::default();
+    let mut played = [0.0f32; LAGS];
+    let mut n = 0usize;
+    c.bench_function("echo_check_per_frame (played + levels + estimate)", |b| {
+        b.iter(|| {
+            let at = base + Duration::from_millis(20 * n as u64);
+            reference.played(at, frames[n % frames.len()]);
+            let caller = &echo[(n + frames.len() - 6) % frames.len()];
+            // The caller frame heard now carries the echo of the frame played 120 ms ago.
+            let explained =
+                reference.levels(at, &mut played) && estimate.push(ulaw_db(caller), -70.0, &played);
+            n += 1;
+            black_box(explained)
+        })
+    });
+    let tone = ulaw_tone(440.0, 20, 8000);
+    c.bench_function("echo_reference_played_20ms", |b| {
+        let mut n = 0u64;
+        b.iter(|| {
+            reference.played(base + Duration::from_millis(20 * n), black_box(&tone));
+            n += 1;
+        })
+    });
 }
 
 /// The per-frame path as issue 16 left it: the detector, a whole inbound frame, the reused
@@ -389,6 +438,6 @@ criterion_group! {
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
     targets = carrier_frames, hot_path_round2, caller_ingress, providers, resample, recording, vad,
-        carrier_media_codecs
+        carrier_media_codecs, echo_check
 }
 criterion_main!(benches);

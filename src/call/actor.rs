@@ -86,8 +86,9 @@ struct Actor {
     wakes: u64,
     /// Tells the caller-audio stage whether barge-in could act on speech now.
     barge: BargeWatch,
-    /// The levels of the agent audio sent, for the caller-audio stage's echo check.
-    echo: EchoReference,
+    /// The levels of the agent audio sent, for the caller-audio stage's echo check
+    /// (`barge_in_echo_check`).
+    echo: Option<EchoReference>,
     llm: Option<LlmStream>,
     /// The agent's mouth: lent to the policy on every step, pumped here.
     speech: Speech,
@@ -177,7 +178,10 @@ impl Actor {
         changes: watch::Sender<u64>,
     ) -> Self {
         let now = Instant::now();
-        let echo = EchoReference::new(now);
+        let echo = setup
+            .agent
+            .barge_in_echo_check
+            .then(|| EchoReference::new(now));
         Self {
             rx,
             registry,
@@ -199,7 +203,10 @@ impl Actor {
                 .endpointing_ms()
                 .saturating_add(STT_UNBATCHED_TAIL_MS),
             llm: None,
-            speech: Speech::new().with_echo_reference(echo.clone()),
+            speech: match &echo {
+                Some(e) => Speech::new().with_echo_reference(e.clone()),
+                None => Speech::new(),
+            },
             echo,
             pumped: Pumped::default(),
             policy: Policy::new(
@@ -606,12 +613,14 @@ impl Actor {
         self.recorder = self.setup.recording.clone().map(Recorder::start);
         // The caller-audio stage goes to the media pump; kept here when nobody asked for it.
         if let Some(vad) = self.vad.take() {
-            let ingress = CallerIngress::new(vad, self.stt_feed.clone(), self.stt_tail_ms)
+            let mut ingress = CallerIngress::new(vad, self.stt_feed.clone(), self.stt_tail_ms)
                 .with_recorder(self.recorder.as_ref().map(Recorder::caller_track))
                 .with_ring(self.turn_model.as_ref().map(|t| t.ring.clone()))
                 .with_log(self.setup.log.clone(), &self.setup.call_id)
-                .with_barge_watch(self.barge.clone())
-                .with_echo_reference(self.echo.clone());
+                .with_barge_watch(self.barge.clone());
+            if let Some(echo) = &self.echo {
+                ingress = ingress.with_echo_reference(echo.clone());
+            }
             self.ingress = match m.ingress {
                 Some(to_pump) => to_pump.send(ingress).err().map(CallerIngress::every_frame),
                 None => Some(ingress.every_frame()),

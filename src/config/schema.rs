@@ -314,6 +314,10 @@ pub struct AgentConfig {
     /// the stop or the end of the burst; 0 turns the hold off.
     #[serde(default = "default_barge_in_hold_ms")]
     pub barge_in_hold_ms: u64,
+    /// Whether caller audio the agent's own echo explains is kept from stopping it (the
+    /// echo check compares the caller's audio with what was played 0–800 ms before).
+    #[serde(default = "default_true")]
+    pub barge_in_echo_check: bool,
     /// How long after stopping the agent we wait for words before resuming it.
     #[serde(default = "default_barge_in_confirm_ms")]
     pub barge_in_confirm_ms: u64,

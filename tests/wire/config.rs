@@ -790,11 +790,22 @@ fn conversation_keys_in_range_load() {
          max_endpointing_ms = 2500\nbarge_in = false\ngreeting_interruptible = false\n\
          barge_in_min_speech_ms = 150\nbarge_in_confirm_ms = 900\nbarge_in_min_words = 3\n\
          backchannel_words = [\"sure\"]\nidle_nudge_after_s = 0\nidle_max_nudges = 1\n\
-         idle_nudge_message = \"Hello?\"\nidle_goodbye_message = \"Bye.\"",
+         idle_nudge_message = \"Hello?\"\nidle_goodbye_message = \"Bye.\"\n\
+         barge_in_echo_check = false",
     );
     let loaded = load(&text).expect("loads");
     let agent = loaded.config.agent("front-desk").expect("agent");
     assert!(!agent.barge_in && !agent.greeting_interruptible);
+    assert!(!agent.barge_in_echo_check);
+    let default = load(&with_agent_lines("")).expect("loads");
+    assert!(
+        default
+            .config
+            .agent("front-desk")
+            .expect("agent")
+            .barge_in_echo_check,
+        "the echo check is on by default"
+    );
     assert_eq!(agent.max_endpointing_ms, 2500);
     assert_eq!(agent.backchannel_words, vec!["sure".to_string()]);
 }
