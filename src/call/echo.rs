@@ -26,7 +26,7 @@ pub struct EchoReference(Arc<Mutex<Ring>>);
 
 struct Ring {
     base: Instant,
-    /// (slot number + 1, level dBFS); 0: empty.
+    /// (slot number + 1, mean power relative to full scale); 0: empty.
     slots: Box<[(u64, f32)]>,
     /// The last slot written with audio louder than [`PLAYED_MIN_DB`] (+1; 0: none yet).
     last_loud: u64,
@@ -36,7 +36,7 @@ impl EchoReference {
     pub fn new(base: Instant) -> Self {
         Self(Arc::new(Mutex::new(Ring {
             base,
-            slots: vec![(0, MIN_DB); SLOTS].into_boxed_slice(),
+            slots: vec![(0, 0.0); SLOTS].into_boxed_slice(),
             last_loud: 0,
         })))
     }
@@ -48,9 +48,14 @@ impl EchoReference {
     /// The pacer sent `frame` (μ-law, 20 ms) to be played from `at`.
     pub fn played(&self, at: Instant, frame: &[u8]) {
         let db = ulaw_db(frame);
+        let power = if db > MIN_DB {
+            10f32.powf(db / 10.0)
+        } else {
+            0.0
+        };
         let mut r = self.ring();
         let slot = r.slot(at);
-        r.slots[(slot % SLOTS as u64) as usize] = (slot + 1, db);
+        r.slots[(slot % SLOTS as u64) as usize] = (slot + 1, power);
         if db >= PLAYED_MIN_DB {
             r.last_loud = r.last_loud.max(slot + 1);
         }
@@ -62,7 +67,7 @@ impl EchoReference {
         let from = r.slot(at) + 1;
         for s in r.slots.iter_mut() {
             if s.0 > from {
-                *s = (0, MIN_DB);
+                *s = (0, 0.0);
             }
         }
         r.last_loud = r.last_loud.min(from);
@@ -81,7 +86,7 @@ impl EchoReference {
             now.checked_sub(k as u64)
                 .map(|slot| r.slots[(slot % SLOTS as u64) as usize])
                 .filter(|(tag, _)| *tag == slot_tag(now, k))
-                .map_or(0.0, |(_, db)| 10f32.powf(db / 10.0))
+                .map_or(0.0, |(_, power)| power)
         };
         // A caller frame's 20 ms overlap two played slots (the clocks are not in phase):
         // lag k is the mean power of slots k and k + 1 before it.
