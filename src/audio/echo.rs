@@ -115,7 +115,7 @@ impl EchoEstimator {
     /// [`PLAYED_MIN_DB`] where nothing was). Says whether the frame is explained by the echo
     /// of what was played.
     pub fn push(&mut self, caller_db: f32, floor_db: f32, played: &[f32; LAGS]) -> bool {
-        if caller_db < floor_db + OVER_FLOOR_DB {
+        if !Self::heard(caller_db, floor_db) {
             return false;
         }
         let explained = self
@@ -160,6 +160,12 @@ impl EchoEstimator {
         }
         self.relock();
         explained
+    }
+
+    /// Whether a caller frame of level `caller_db` stands far enough over the background at
+    /// `floor_db` to carry evidence (quieter frames are neither learnt from nor explained).
+    pub fn heard(caller_db: f32, floor_db: f32) -> bool {
+        caller_db >= floor_db + OVER_FLOOR_DB
     }
 
     /// Whether a caller frame could hold an echo of what was `played` (a path is locked and

@@ -230,10 +230,14 @@ impl EchoCheck {
     /// at its delay would be heard) and whether the frame is explained by the echo.
     fn check(&mut self, frame: &[u8], floor_db: f32) -> (bool, bool) {
         let captured = self.clock.capture(Instant::now());
-        if !self.reference.levels(captured, &mut self.played) {
+        let level = ulaw_db(frame);
+        // A frame at the background level has nothing to explain (and cannot start a run).
+        if !EchoEstimator::heard(level, floor_db)
+            || !self.reference.levels(captured, &mut self.played)
+        {
             return (false, false);
         }
-        let explained = self.estimate.push(ulaw_db(frame), floor_db, &self.played);
+        let explained = self.estimate.push(level, floor_db, &self.played);
         (self.estimate.could_echo(floor_db, &self.played), explained)
     }
 }
