@@ -163,6 +163,9 @@ label_enum!(
         TurnEndToReplyFirstFrame => "turn_end_to_reply_first_frame",
         /// The caller started speaking over the agent → the carrier was told to clear.
         BargeInToClear => "barge_in_to_clear",
+        /// patterd's own share of a turn: `turn_end_to_reply_first_frame` less the brain's
+        /// first token and the first synthesis after it.
+        PatterdOwn => "patterd_own",
     }
 );
 

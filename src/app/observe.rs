@@ -92,6 +92,10 @@ pub struct CallObserver {
     turn_end_ms: AtomicU64,
     /// `t_ms` of the caller's latest speech onset, until a barge-in stop follows.
     speech_start_ms: AtomicU64,
+    /// This turn's wait for the brain's first token and for the first synthesis after it
+    /// (µs; [`NONE`] until known): what the reply's first frame waited on the providers.
+    brain_us: AtomicU64,
+    tts_us: AtomicU64,
 }
 
 impl CallObserver {
@@ -137,6 +141,31 @@ impl CallObserver {
                 }),
             turn_end_ms: AtomicU64::new(NONE),
             speech_start_ms: AtomicU64::new(NONE),
+            brain_us: AtomicU64::new(NONE),
+            tts_us: AtomicU64::new(NONE),
+        }
+    }
+
+    /// The reply's first frame went out `reply_us` after the turn ended: patterd's own share
+    /// is that less the brain's first token and the first synthesis after it (the
+    /// `patterd_own` stage; turns without both are not counted).
+    fn observe_own(&self, reply_us: &str) {
+        let brain = self.brain_us.swap(NONE, Ordering::Relaxed);
+        let tts = self.tts_us.swap(NONE, Ordering::Relaxed);
+        if let Ok(reply) = reply_us.parse::<u64>()
+            && brain != NONE
+            && tts != NONE
+        {
+            let own = reply.saturating_sub(brain).saturating_sub(tts);
+            self.metrics
+                .stage_seconds
+                .observe(Stage::PatterdOwn, Duration::from_micros(own));
+        }
+    }
+
+    fn remember_us(slot: &AtomicU64, detail: &str) {
+        if let Ok(us) = detail.parse::<u64>() {
+            slot.store(us, Ordering::Relaxed);
         }
     }
 
@@ -183,13 +212,28 @@ impl CallObserver {
         match e.kind {
             EventKind::TurnEnd => self.turn_end_ms.store(e.t_ms, Ordering::Relaxed),
             EventKind::LlmRequest => {
+                self.brain_us.store(NONE, Ordering::Relaxed);
+                self.tts_us.store(NONE, Ordering::Relaxed);
                 m.turns.inc(self.carrier);
                 self.observe_since(&self.turn_end_ms, e.t_ms, Stage::SttFinalToBrainRequest);
             }
-            EventKind::LlmFirstToken => self.observe_detail_us(e, Stage::BrainFirstToken),
-            EventKind::TtsFirstAudio => self.observe_detail_us(e, Stage::TtsFirstAudio),
+            EventKind::LlmFirstToken => {
+                self.observe_detail_us(e, Stage::BrainFirstToken);
+                Self::remember_us(&self.brain_us, &e.detail);
+                self.tts_us.store(NONE, Ordering::Relaxed);
+            }
+            EventKind::TtsFirstAudio => {
+                self.observe_detail_us(e, Stage::TtsFirstAudio);
+                // The first synthesis after the brain's first token (a filler's came before).
+                if self.brain_us.load(Ordering::Relaxed) != NONE
+                    && self.tts_us.load(Ordering::Relaxed) == NONE
+                {
+                    Self::remember_us(&self.tts_us, &e.detail);
+                }
+            }
             EventKind::ReplyFirstFrame => {
-                self.observe_detail_us(e, Stage::TurnEndToReplyFirstFrame)
+                self.observe_detail_us(e, Stage::TurnEndToReplyFirstFrame);
+                self.observe_own(&e.detail);
             }
             EventKind::SpeechStart => self.speech_start_ms.store(e.t_ms, Ordering::Relaxed),
             EventKind::BargeInStop => {

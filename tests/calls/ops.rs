@@ -123,7 +123,7 @@ async fn metrics_count_the_turns_and_stages_of_a_call() {
     let stack = Stack::start(Opts::default()).await;
     let (_, rec) = two_turn_call(&stack).await;
     let m = metrics(&stack).await;
-    assert_eq!(m.check_histograms(), 5, "one series per stage");
+    assert_eq!(m.check_histograms(), 6, "one series per stage");
 
     let turns = stack.hermes.record().requests.len() as f64;
     assert_eq!(turns, 2.0);
@@ -159,6 +159,29 @@ async fn metrics_count_the_turns_and_stages_of_a_call() {
         (sum - first_token_s).abs() < 1e-6,
         "{sum} vs {first_token_s}"
     );
+    // patterd's own share of each turn: the reply's first frame less the brain's first token
+    // and the first synthesis after it, from the same events.
+    assert_eq!(stage("patterd_own"), turns);
+    let mut own_s = 0.0;
+    let (mut brain, mut tts) = (None, None);
+    for e in &rec.events {
+        let us = || e.detail.parse::<f64>().ok();
+        match e.kind.as_str() {
+            "llm_first_token" => (brain, tts) = (us(), None),
+            "tts_first_audio" if brain.is_some() && tts.is_none() => tts = us(),
+            "reply_first_frame" => {
+                let (b, t, r) = (
+                    brain.take().expect("a first token"),
+                    tts.take().expect("a synthesis"),
+                    us().expect("µs"),
+                );
+                own_s += (r - b - t).max(0.0) / 1e6;
+            }
+            _ => {}
+        }
+    }
+    let sum = m.get("patterd_stage_seconds_sum{stage=\"patterd_own\"}");
+    assert!((sum - own_s).abs() < 1e-5, "{sum} vs {own_s}");
     assert_eq!(m.get("patterd_barge_ins_total{kind=\"committed\"}"), 0.0);
     assert_eq!(
         m.get("patterd_provider_errors_total{provider=\"hermes\",kind=\"llm_turn\"}"),

@@ -34,7 +34,7 @@ use patterd_sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
 use patterd_sim::hermes::FakeHermes;
 use patterd_sim::twilio::SimTwilio;
 use patterd_sim::twilio::rest::FakeTwilioRest;
-use report::{FloodReport, ProviderCounts, Quantiles, RunReport, ServerStats};
+use report::{FloodReport, OwnShare, ProviderCounts, Quantiles, RunReport, ServerStats};
 use shard::ShardMsg;
 
 pub const ACCOUNT_SID: &str = "AC00000000000000000000000000000b07";
@@ -158,6 +158,19 @@ pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
     let n = s.read(&mut buf).ok()?;
     let head = std::str::from_utf8(&buf[..n]).ok()?;
     head.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The body of `GET path` (HTTP/1.1, `Connection: close`), or `None`.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    let (_, body) = text.split_once("\r\n\r\n")?;
+    Some(body.to_string())
 }
 
 fn patterd_config(port: u16, calls: usize, dg: &str, el: &str, hermes: &str, rest: &str) -> String {
@@ -517,9 +530,13 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = procfs::mem(&pid).unwrap_or_default();
     let health_after = http_status(server.addr, &opts.health_path);
+    let own = http_get(server.addr, "/metrics")
+        .map(|m| OwnShare::from_metrics(&m))
+        .unwrap_or_default();
 
     let finals = finals_by_call(&fakes.dg, &results);
     let mut report = summarize(opts, &results, &finals);
+    report.patterd_own = own;
     let dg = fakes.dg.record();
     report.stt_heard_ms = Quantiles::of(
         dg.connections

@@ -63,6 +63,63 @@ pub struct ProviderCounts {
     pub tts_requests: usize,
 }
 
+/// patterd's own share of a turn (its `patterd_own` stage: the caller's turn end → the
+/// reply's first frame, less the brain's first token and the first synthesis after it), as
+/// its `/metrics` histogram has it: turns counted, and the upper bounds of the buckets the
+/// median and the 99th percentile fall in (ms; `None`: beyond the last bucket).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct OwnShare {
+    pub turns: u64,
+    pub p50_le_ms: Option<f64>,
+    pub p99_le_ms: Option<f64>,
+    /// Share of turns at most 10 ms (percent).
+    pub within_10ms_pct: f64,
+}
+
+impl OwnShare {
+    /// From a Prometheus text exposition (`patterd_stage_seconds_bucket{stage="patterd_own",…}`).
+    pub fn from_metrics(text: &str) -> Self {
+        let prefix = "patterd_stage_seconds_bucket{stage=\"patterd_own\",le=\"";
+        let mut buckets: Vec<(f64, u64)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(prefix))
+            .filter_map(|rest| {
+                let (le, count) = rest.split_once("\"} ")?;
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse::<f64>().ok()? * 1000.0
+                };
+                Some((le, count.trim().parse().ok()?))
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let turns = buckets.last().map_or(0, |b| b.1);
+        if turns == 0 {
+            return Self::default();
+        }
+        let at = |q: f64| {
+            buckets
+                .iter()
+                .find(|(_, n)| *n as f64 >= q * turns as f64)
+                .map(|(le, _)| *le)
+                .filter(|le| le.is_finite())
+        };
+        let within_10 = buckets
+            .iter()
+            .filter(|(le, _)| *le <= 10.0)
+            .map(|(_, n)| *n)
+            .max()
+            .unwrap_or(0);
+        Self {
+            turns,
+            p50_le_ms: at(0.5),
+            p99_le_ms: at(0.99),
+            within_10ms_pct: 100.0 * within_10 as f64 / turns as f64,
+        }
+    }
+}
+
 /// One run at one N.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunReport {
@@ -84,6 +141,9 @@ pub struct RunReport {
     pub e2e_ms: Quantiles,
     /// The fake's `speech_final` sent → first reply frame: the latency the server adds.
     pub added_ms: Quantiles,
+    /// patterd's own share of each turn, from its `/metrics` at the end of the run.
+    #[serde(default)]
+    pub patterd_own: OwnShare,
     /// Media `start` → first greeting frame.
     pub greeting_ms: Quantiles,
     /// Caller speech the STT actually received per end of turn (of the clip's `--speech-ms`).
@@ -178,13 +238,13 @@ pub fn flood_markdown(f: &FloodReport) -> String {
 /// A markdown table, one row per run.
 pub fn markdown(runs: &[RunReport]) -> String {
     let mut s = String::from(
-        "| server | calls | ok / failed | turns answered | CPU % core (all) | CPU % core / call | idle RSS MiB | RSS MiB (all up) | RSS KiB / call | cold start ms | speech end → reply p50 / p99 ms | added p50 / p99 / max ms | speech heard by STT p50 ms | late gaps > 40 ms | underruns | malformed | loadgen CPU % (callers + fakes) / lagged ticks | loadgen ÷ server CPU | load avg |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| server | calls | ok / failed | turns answered | CPU % core (all) | CPU % core / call | idle RSS MiB | RSS MiB (all up) | RSS KiB / call | cold start ms | speech end → reply p50 / p99 ms | added p50 / p99 / max ms | patterd's own p50 / p99 ms (bucket ≤) / ≤ 10 ms | speech heard by STT p50 ms | late gaps > 40 ms | underruns | malformed | loadgen CPU % (callers + fakes) / lagged ticks | loadgen ÷ server CPU | load avg |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in runs {
         let v = &r.server;
         s.push_str(&format!(
-            "| {} | {} | {} / {} | {} / {} | {:.1} | {:.3} | {:.1} | {:.1} | {:.0} | {:.1} | {:.0} / {:.0} | {:.2} / {:.2} / {:.1} | {:.0} | {} | {} | {} | {:.0} ({:.0} + {:.0}) / {} | {:.2} | {:.1} |\n",
+            "| {} | {} | {} / {} | {} / {} | {:.1} | {:.3} | {:.1} | {:.1} | {:.0} | {:.1} | {:.0} / {:.0} | {:.2} / {:.2} / {:.1} | {} | {:.0} | {} | {} | {} | {:.0} ({:.0} + {:.0}) / {} | {:.2} | {:.1} |\n",
             r.label,
             r.calls,
             r.completed_calls,
@@ -202,6 +262,7 @@ pub fn markdown(runs: &[RunReport]) -> String {
             r.added_ms.p50,
             r.added_ms.p99,
             r.added_ms.max,
+            own_cell(&r.patterd_own),
             r.stt_heard_ms.p50,
             r.late_gaps,
             r.underruns,
@@ -217,9 +278,37 @@ pub fn markdown(runs: &[RunReport]) -> String {
     s
 }
 
+fn own_cell(o: &OwnShare) -> String {
+    if o.turns == 0 {
+        return "–".into();
+    }
+    let le = |v: Option<f64>| v.map_or("> 10 s".to_string(), |v| format!("{v:.0}"));
+    format!(
+        "{} / {} / {:.1} %",
+        le(o.p50_le_ms),
+        le(o.p99_le_ms),
+        o.within_10ms_pct
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_share_from_the_histogram() {
+        let text = "patterd_stage_seconds_bucket{stage=\"brain_first_token\",le=\"0.005\"} 9\n\
+            patterd_stage_seconds_bucket{stage=\"patterd_own\",le=\"0.005\"} 90\n\
+            patterd_stage_seconds_bucket{stage=\"patterd_own\",le=\"0.01\"} 98\n\
+            patterd_stage_seconds_bucket{stage=\"patterd_own\",le=\"0.025\"} 100\n\
+            patterd_stage_seconds_bucket{stage=\"patterd_own\",le=\"+Inf\"} 100\n";
+        let o = OwnShare::from_metrics(text);
+        assert_eq!(o.turns, 100);
+        assert_eq!(o.p50_le_ms, Some(5.0));
+        assert_eq!(o.p99_le_ms, Some(25.0));
+        assert!((o.within_10ms_pct - 98.0).abs() < 1e-9);
+        assert_eq!(OwnShare::from_metrics(""), OwnShare::default());
+    }
 
     #[test]
     fn quantiles() {
