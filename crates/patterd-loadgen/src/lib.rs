@@ -44,6 +44,8 @@ pub const OUR_NUMBER: &str = "+15550001234";
 pub const DG_KEY: &str = "dg-loadgen-key";
 pub const EL_KEY: &str = "el-loadgen-key";
 pub const HERMES_KEY: &str = "hermes-loadgen-key";
+/// patterd's `[server] api_token` in the generated config (`/metrics` needs it).
+pub const API_TOKEN: &str = "loadgen-api-token";
 /// What the fake Deepgram "hears" each turn; the fake Hermes echoes it as the reply.
 pub const CALLER_SAYS: &str =
     "I would like to book a table for two tomorrow evening. Is that possible?";
@@ -160,11 +162,15 @@ pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
     head.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// The body of `GET path` (HTTP/1.1, `Connection: close`), or `None`.
+/// The body of `GET path` with the loadgen's API token (HTTP/1.1, `Connection: close`), or
+/// `None`.
 pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {API_TOKEN}\r\n\
+         Connection: close\r\n\r\n"
+    );
     s.write_all(req.as_bytes()).ok()?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).ok()?;
@@ -178,7 +184,7 @@ fn patterd_config(port: u16, calls: usize, dg: &str, el: &str, hermes: &str, res
         r#"[server]
 listen = "127.0.0.1:{port}"
 public_url = "{PUBLIC_URL}"
-api_token = "loadgen-api-token"
+api_token = "{API_TOKEN}"
 max_calls = {max_calls}
 max_connections = {max_conns}
 drain_timeout_s = 5
