@@ -13,7 +13,7 @@
 //! Environment: `SUITE_AGENT_EXTRA` (extra `[agents.X]` lines, e.g. `turn_model =
 //! "st"`), `SUITE_EXTRA_CONFIG` (top-level sections they name, e.g. `[turn_model.st]`),
 //! `SUITE_LABEL`, `SUITE_FILTER` (substrings of scenario ids, comma-separated: any matches),
-//! `SUITE_CONCURRENCY` (default 20), `SUITE_VERBOSE` (one line per scenario),
+//! `SUITE_CONCURRENCY` (default 20), `SUITE_VERBOSE` (each call's events and transcript),
 //! `SUITE_FIXED_ECHO` (the echo scenarios push a fixed 2.4 s clip of the agent's voice over
 //! the reply, as before the echo check, instead of the simulator's live echo of everything
 //! the carrier played, 120 ms late, from the greeting on; the recogniser's words are the
@@ -523,6 +523,9 @@ async fn run(sc: &Scenario, agent_extra: &str, speech_rms: f64) -> Outcome {
         eprintln!("--- {} {out:?}", sc.id);
         for e in &r.events {
             eprintln!("{:6} {} {}", e.t_ms, e.kind, e.detail);
+        }
+        for t in &r.transcript {
+            eprintln!("  {:?}: {}", t.speaker, t.text);
         }
     }
     sim.hang_up().await;
