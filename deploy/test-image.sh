@@ -230,7 +230,14 @@ docker stop -t "$GRACE" "$NAME" >/dev/null
 t1=$(date +%s%N)
 code=$(docker inspect -f '{{.State.ExitCode}}' "$NAME")
 [ "$code" = 0 ] || { docker logs "$NAME" >&2; fail "exit code $code after docker stop"; }
-docker logs "$NAME" 2>&1 | grep -qi drain || fail "no drain in the log"
+# The log driver may still be copying the last lines when `docker stop` returns: look again
+# for up to 5 s before calling the line missing.
+drained=""
+for _ in $(seq 1 10); do
+  docker logs "$NAME" 2>&1 | grep -qi drain && { drained=1; break; }
+  sleep 0.5
+done
+[ -n "$drained" ] || { docker logs "$NAME" 2>&1 | tail -n 20 >&2; fail "no drain in the log"; }
 echo "   exit 0 after $(((t1 - t0) / 1000000)) ms"
 
 say "check: the data volume keeps the store across a restart"
