@@ -14,13 +14,13 @@
 
 pub mod caller;
 pub mod flood;
+pub mod http;
 pub mod procfs;
 pub mod report;
 pub mod shard;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -29,6 +29,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use caller::{CallCtx, CallPlan, CallResult, SpeechClip};
+pub use http::{http_get, http_status};
 use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
 use patterd_sim::elevenlabs::{FakeElevenLabs, FakeElevenLabsConfig};
 use patterd_sim::hermes::FakeHermes;
@@ -148,35 +149,6 @@ fn own_cpu() -> Option<(f64, f64)> {
 fn free_port() -> std::io::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
-}
-
-/// A blocking `GET path` on a fresh connection; the status code, if any answer came.
-pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut buf = [0u8; 64];
-    let n = s.read(&mut buf).ok()?;
-    let head = std::str::from_utf8(&buf[..n]).ok()?;
-    head.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The body of `GET path` with the loadgen's API token (HTTP/1.1, `Connection: close`), or
-/// `None`.
-pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {API_TOKEN}\r\n\
-         Connection: close\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    let (_, body) = text.split_once("\r\n\r\n")?;
-    Some(body.to_string())
 }
 
 fn patterd_config(port: u16, calls: usize, dg: &str, el: &str, hermes: &str, rest: &str) -> String {
