@@ -4,8 +4,8 @@
 //! sends `connected` + `start`; from then on the call is a [`Driver`] owned by a shard
 //! ([`crate::shard`]), which drives hundreds of callers from one task and one timer. On each of
 //! its 20 ms ticks the caller sends one `media` frame (a pre-encoded speech clip while it
-//! speaks, otherwise near-silence carrying the call's tag so the fake Deepgram can tell calls
-//! apart), built into a reused buffer from precomputed base64 (no allocation per frame). It
+//! speaks, otherwise the line's quiet: its first frames carry the call's tag so the fake Deepgram can
+//! tell calls apart, the rest are a loop of steady line noise at −65 dBFS), built into a reused buffer from precomputed base64 (no allocation per frame). It
 //! models Twilio's playback queue (8 bytes/ms) to echo `mark`s when their audio has played and
 //! to notice underruns, and it timestamps every agent message on arrival (in the socket's
 //! reader task): per turn it keeps when the caller's speech ended and when the reply's first
@@ -31,7 +31,10 @@ use patterd_sim::twilio::SimTwilio;
 use patterd_sim::ws::WsWrite;
 
 pub use connect::connect_call;
-pub use wire::{In, SpeechClip, b64_len, media_frame, parse_agent_message, read_tag, tag_frame};
+pub use wire::{
+    In, SpeechClip, TAGGED_FRAMES, b64_len, line_noise, media_frame, parse_agent_message, read_tag,
+    tag_frame,
+};
 
 /// One media frame's worth of audio.
 pub const FRAME: Duration = Duration::from_millis(20);
@@ -47,6 +50,9 @@ pub struct CallCtx {
     /// The voice webhook's path.
     pub voice_path: String,
     pub speech: SpeechClip,
+    /// The line's noise while the caller is quiet, looped ([`line_noise`]); empty: the
+    /// call's tag in every quiet frame instead (digital silence otherwise).
+    pub line_noise: Vec<String>,
     pub pause: Duration,
     pub reply_timeout: Duration,
     pub barge_in: bool,
@@ -169,7 +175,8 @@ impl Driver {
         let seq = self.next_seq();
         let payload = match payload {
             Some(i) => &self.ctx.speech.frames[i],
-            None => &self.tag_b64,
+            None if self.chunk <= TAGGED_FRAMES || self.ctx.line_noise.is_empty() => &self.tag_b64,
+            None => &self.ctx.line_noise[self.chunk as usize % self.ctx.line_noise.len()],
         };
         media_frame(
             &mut self.buf,

@@ -72,6 +72,9 @@ pub struct Options {
     /// How long all calls stay up after the last one started.
     pub hold: Duration,
     pub speech_ms: u64,
+    /// The caller's line noise while it is quiet (dBFS); `None`: the call's tag over digital
+    /// silence in every quiet frame (rounds 1–4 of docs/BENCHMARKS.md).
+    pub line_noise_dbfs: Option<f32>,
     pub pause: Duration,
     pub barge_in: bool,
     /// Webhook path on the server.
@@ -438,6 +441,10 @@ pub async fn run(opts: &Options) -> Result<RunReport, String> {
         to: OUR_NUMBER.into(),
         voice_path: opts.voice_path.clone(),
         speech: SpeechClip::tone(opts.speech_ms),
+        line_noise: opts
+            .line_noise_dbfs
+            .map(|db| caller::line_noise(db, 50))
+            .unwrap_or_default(),
         pause: opts.pause,
         reply_timeout: Duration::from_secs(10),
         barge_in: opts.barge_in,

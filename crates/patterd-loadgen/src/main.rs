@@ -37,6 +37,11 @@ struct Args {
     /// Length of the caller's speech clip per turn, ms.
     #[arg(long, default_value_t = 1000)]
     speech_ms: u64,
+    /// The caller's line noise while it does not speak, dBFS (steady white noise); 0 or
+    /// above sends the call's tag over digital silence in every quiet frame instead (the
+    /// method of rounds 1–4 in docs/BENCHMARKS.md).
+    #[arg(long, default_value_t = -65.0, allow_hyphen_values = true)]
+    line_noise_dbfs: f32,
     /// Silence between a reply and the caller's next turn, ms.
     #[arg(long, default_value_t = 500)]
     pause_ms: u64,
@@ -246,6 +251,7 @@ fn options(args: &Args, target: Target, calls: usize, health_path: String) -> Op
         rate: args.rate,
         hold: Duration::from_secs_f64(args.hold_s),
         speech_ms: args.speech_ms,
+        line_noise_dbfs: (args.line_noise_dbfs < 0.0).then_some(args.line_noise_dbfs),
         pause: Duration::from_millis(args.pause_ms),
         barge_in: args.barge_in,
         voice_path: args.voice_path.clone(),

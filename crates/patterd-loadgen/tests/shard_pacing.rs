@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use patterd::util::TaskGuard;
-use patterd_loadgen::caller::{CallCtx, SpeechClip, tag_frame};
+use patterd_loadgen::caller::{CallCtx, SpeechClip, TAGGED_FRAMES, line_noise, tag_frame};
 use patterd_sim::twilio::SimTwilio;
 
 const TWIML: &str = r#"<?xml version="1.0" encoding="UTF-8"?><Response><Connect><Stream url="wss://voice.test/media"/></Connect></Response>"#;
@@ -89,6 +89,7 @@ async fn two_shards_pace_forty_callers_on_their_own_20_ms_grid() {
         to: "+15550001234".into(),
         voice_path: "/voice".into(),
         speech: SpeechClip::tone(100),
+        line_noise: line_noise(-65.0, 7),
         pause: Duration::from_millis(60),
         reply_timeout: Duration::from_millis(100),
         barge_in: false,
@@ -118,6 +119,7 @@ async fn two_shards_pace_forty_callers_on_their_own_20_ms_grid() {
     let log = log.lock().expect("log").clone();
     assert_eq!(log.len(), n);
     let speech: Vec<String> = SpeechClip::tone(100).frames;
+    let noise = line_noise(-65.0, 7);
     for msgs in &log {
         assert_eq!(msgs[0]["event"], "connected");
         assert_eq!(msgs[1]["event"], "start");
@@ -146,6 +148,19 @@ async fn two_shards_pace_forty_callers_on_their_own_20_ms_grid() {
                 );
             }
             let p = m["media"]["payload"].as_str().expect("payload");
+            // The quiet: the call's tag in its first frames, then the looped line noise.
+            let chunk = num(&m["media"]["chunk"]);
+            let tag = STANDARD.encode(tag_frame(result.idx));
+            if speech.iter().any(|s| s == p) {
+            } else if chunk <= TAGGED_FRAMES {
+                assert_eq!(p, tag, "frame {chunk} carries the tag");
+            } else {
+                assert_eq!(
+                    p,
+                    noise[chunk as usize % noise.len()],
+                    "line noise at {chunk}"
+                );
+            }
             if let Some(k) = speech.iter().position(|s| s == p) {
                 assert_eq!(k, speech_run, "speech frames in order");
                 speech_run += 1;

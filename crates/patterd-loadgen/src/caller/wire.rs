@@ -14,7 +14,7 @@ use fastwebsockets::OpCode;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use patterd::audio::g711::{SILENCE_ULAW, ulaw_tone};
+use patterd::audio::g711::{SILENCE_ULAW, linear_to_ulaw, ulaw_tone};
 use patterd::carrier::FRAME_BYTES;
 use patterd_sim::ws::WsFrame;
 
@@ -37,6 +37,36 @@ impl SpeechClip {
             .collect();
         Self { frames }
     }
+}
+
+/// Frames at the start of each call that carry its tag (the fake Deepgram reads the tag from
+/// the first bytes of audio a session sees; the rest of the caller's quiet is line noise).
+pub const TAGGED_FRAMES: u64 = 5;
+
+/// The caller's line when it is not speaking: `frames` 20 ms frames of steady white noise at
+/// `dbfs` (RMS against full scale), base64-encoded, played in a loop by every caller. A real
+/// line is never digital silence; this is the quiet of a good one (−65 dBFS by default). A
+/// caller that sent its tag in every frame instead (the first rounds of docs/BENCHMARKS.md)
+/// made the server's voice detector score most of its silence: 8 tagged bytes per 20 ms
+/// frame over digital silence is a level that comes and goes on the detector's 16 ms grid,
+/// which no real background does.
+pub fn line_noise(dbfs: f32, frames: usize) -> Vec<String> {
+    let rms = 32768.0 * 10f32.powf(dbfs / 20.0);
+    // Uniform noise on [-a, a] has RMS a / sqrt(3).
+    let amp = rms * 3f32.sqrt();
+    let mut seed: u32 = 0x2545_f491;
+    (0..frames)
+        .map(|_| {
+            let f: Vec<u8> = (0..FRAME_BYTES)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    let u = (seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0;
+                    linear_to_ulaw((u * amp) as i16)
+                })
+                .collect();
+            STANDARD.encode(&f)
+        })
+        .collect()
 }
 
 /// The silence frame of call `idx`: its first 8 bytes are `0xF0 | nibble` of `idx + 1`
@@ -181,6 +211,43 @@ pub fn media_frame(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use patterd::audio::vad::{Vad, VadConfig};
+
+    /// Share of the server's voice-detector frames scored by its network over `secs` of the
+    /// given looped quiet frames.
+    fn scored_share(frames: &[Vec<u8>], secs: usize) -> f64 {
+        let mut vad = Vad::new(VadConfig::default());
+        for i in 0..secs * 50 {
+            assert!(
+                vad.push_ulaw(&frames[i % frames.len()]).is_empty(),
+                "no speech"
+            );
+        }
+        vad.frames_scored() as f64 / vad.frames_seen() as f64
+    }
+
+    #[test]
+    fn line_noise_is_steady_quiet_and_skipped_by_the_detector() {
+        let noise: Vec<Vec<u8>> = line_noise(-65.0, 50)
+            .iter()
+            .map(|b| STANDARD.decode(b).expect("base64"))
+            .collect();
+        assert!(noise.iter().all(|f| f.len() == FRAME_BYTES));
+        let pcm: Vec<f64> = noise
+            .concat()
+            .into_iter()
+            .map(|b| f64::from(patterd::audio::g711::ulaw_to_linear(b)))
+            .collect();
+        let rms = (pcm.iter().map(|x| x * x).sum::<f64>() / pcm.len() as f64).sqrt();
+        let dbfs = 20.0 * (rms / 32768.0).log10();
+        assert!((-66.5..-63.5).contains(&dbfs), "{dbfs} dBFS");
+        // Steady noise sits on the detector's floor, so its network scores (almost) none of
+        // it; the tag over digital silence in every frame made it score most frames.
+        let quiet = scored_share(&noise, 10);
+        let tagged = scored_share(&[tag_frame(3)], 10);
+        assert!(quiet < 0.05, "line noise scored {quiet}");
+        assert!(tagged > 0.5, "tagged silence scored {tagged}");
+    }
 
     #[test]
     fn tags_round_trip_and_stay_quiet() {
