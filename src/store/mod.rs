@@ -468,7 +468,11 @@ impl Store {
         self.read(move |c| model::turns(c, &id)).await
     }
 
+    /// The call's timeline. Events wait up to the writer's linger (25 ms) to be committed in
+    /// a batch, so this flushes first: a reader sees every event logged before it asked.
     pub async fn events(&self, call_id: &str) -> Result<Vec<EventRow>, StoreError> {
+        // A full queue (Busy) or a stopped writer still lets the read go on.
+        let _ = self.tx.flush().await;
         let id = call_id.to_string();
         self.read(move |c| model::events(c, &id)).await
     }
