@@ -294,6 +294,11 @@ impl Vad {
         }
     }
 
+    /// True once a frame was voiced (before that [`Vad::silence_ms`] is the call's length).
+    pub fn heard_voice(&self) -> bool {
+        self.last_voiced_ms > 0
+    }
+
     /// Audio milliseconds since the last voiced frame.
     pub fn silence_ms(&self) -> u64 {
         self.audio_ms.saturating_sub(self.last_voiced_ms)

@@ -24,7 +24,8 @@ use super::echo::EchoReference;
 use super::eot::{CallerRing, TurnModelAnswer, TurnModelWorker, Unavailable, Verdict};
 use super::event::{EndReason, EventKind};
 use super::ingress::{
-    BargeWatch, CallerIngress, CallerNote, Inbound, STT_UNBATCHED_TAIL_MS, SttFeed,
+    BargeWatch, CallerIngress, CallerNote, Inbound, STT_ENDPOINT_MARGIN_MS, STT_UNBATCHED_TAIL_MS,
+    SttFeed,
 };
 use super::log::{Dropped, Usage};
 use super::policy::{Action, Input, Policy};
@@ -197,11 +198,13 @@ impl Actor {
             ingress: None,
             wakes: 0,
             barge: BargeWatch::default(),
-            stt_tail_ms: setup
-                .providers
-                .stt
-                .endpointing_ms()
-                .saturating_add(STT_UNBATCHED_TAIL_MS),
+            stt_tail_ms: setup.providers.stt.endpointing_ms().saturating_add(
+                if setup.providers.stt.ends_turns() {
+                    STT_UNBATCHED_TAIL_MS
+                } else {
+                    STT_ENDPOINT_MARGIN_MS
+                },
+            ),
             llm: None,
             speech: match &echo {
                 Some(e) => Speech::new().with_echo_reference(e.clone()),

@@ -1,8 +1,9 @@
 //! Caller audio's way in without a hop through the call actor (issue 16). The media pump owns
 //! a call's [`CallerIngress`] and runs it inline on every inbound frame: it feeds the Smart
 //! Turn ring and the recording, runs the voice detector and writes the audio to the STT
-//! through the call's shared [`SttFeed`] (60 ms writes in silence, frame by frame from the first
-//! voiced frame until well after the last). The actor hears only what turn-taking needs, as a
+//! through the call's shared [`SttFeed`] ([`SttPace`]: 60 ms writes in silence, the first voiced
+//! frame at once, 40 ms writes while the caller speaks, frame by frame from the end of speech
+//! until past the STT's endpointing). The actor hears only what turn-taking needs, as a
 //! [`CallerNote`] on its media channel ([`Inbound::Caller`]): at once for a frame with a
 //! detector event, and for every frame while the caller speaks over an agent that may be heard
 //! ([`BargeWatch`]: barge-in judges every frame of such a run); otherwise once per
@@ -33,10 +34,37 @@ use crate::provider::SttInput;
 /// While the caller is silent their audio goes to the STT in writes of this much (60 ms):
 /// a third of the channel sends, STT-writer wake-ups and socket writes.
 pub const STT_BATCH_BYTES: usize = 3 * FRAME_BYTES;
-/// Audio goes frame by frame (unbatched) from the first voiced frame until this long after the
-/// last one, beyond the STT's own endpointing silence, so its end-of-speech timing is as
-/// without batching.
+/// While the caller speaks their audio goes in writes of this much (40 ms): the STT's interim
+/// words come at most a frame later, and its end-of-speech timing runs on the unbatched tail.
+pub const STT_SPEECH_BATCH_BYTES: usize = 2 * FRAME_BYTES;
+/// Audio goes frame by frame (unbatched) after speech until this long past the STT's own
+/// endpointing silence, so its end of speech (Deepgram's `speech_final`) is as without
+/// batching even when it hears the speech end a little later than our detector.
+pub const STT_ENDPOINT_MARGIN_MS: u64 = 300;
+/// The same tail for an STT that decides the end of each turn itself (Flux, AssemblyAI): its
+/// timing is its own, so the tail is longer.
 pub const STT_UNBATCHED_TAIL_MS: u64 = 1000;
+
+/// How a caller frame goes to the STT ([`SttFeed::audio`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SttPace {
+    /// Now, with anything batched before it.
+    AtOnce,
+    /// In 40 ms writes ([`STT_SPEECH_BATCH_BYTES`]): the caller is speaking.
+    Speech,
+    /// In 60 ms writes ([`STT_BATCH_BYTES`]): the caller is quiet.
+    Quiet,
+}
+
+impl SttPace {
+    fn bytes(self) -> usize {
+        match self {
+            SttPace::AtOnce => 0,
+            SttPace::Speech => STT_SPEECH_BATCH_BYTES,
+            SttPace::Quiet => STT_BATCH_BYTES,
+        }
+    }
+}
 /// Bytes the STT batch buffer reserves at a time (batches are carved out of it, and it is
 /// reused once the STT writer dropped them): four 60 ms batches, small because every live
 /// call holds one (it was 16 KiB: issue 16's memory per call).
@@ -154,18 +182,19 @@ impl SttFeed {
         self.lock().input = input;
     }
 
-    /// Hands a caller frame to the STT: at once (with anything batched before it) when
-    /// `at_once`, else into the batch, which goes when it holds [`STT_BATCH_BYTES`].
-    pub fn audio(&self, frame: Bytes, at_once: bool) {
+    /// Hands a caller frame to the STT: into the batch, which goes once it holds what `pace`
+    /// asks (at once: now, with anything batched before it).
+    pub fn audio(&self, frame: Bytes, pace: SttPace) {
         let mut w = self.lock();
-        let audio = if at_once && w.batch.is_empty() {
+        let goes = pace.bytes();
+        let audio = if w.batch.is_empty() && frame.len() >= goes {
             frame
         } else {
             if w.batch.capacity() - w.batch.len() < frame.len() {
                 w.batch.reserve(STT_POOL_BYTES);
             }
             w.batch.extend_from_slice(&frame);
-            if !at_once && w.batch.len() < STT_BATCH_BYTES {
+            if w.batch.len() < goes {
                 return;
             }
             w.batch.split().freeze()
@@ -248,6 +277,9 @@ pub struct CallerIngress {
     stt: SttFeed,
     /// How long after the last voiced frame audio still goes to the STT unbatched.
     stt_tail_ms: u64,
+    /// The last frame was voiced or in the unbatched tail (the next voiced frame after quiet
+    /// goes at once).
+    stt_live: bool,
     recorder: Option<CallerTrack>,
     ring: Option<Arc<Mutex<CallerRing>>>,
     log: Option<Arc<dyn CallLog>>,
@@ -276,6 +308,7 @@ impl CallerIngress {
             vad,
             stt,
             stt_tail_ms,
+            stt_live: false,
             recorder: None,
             ring: None,
             log: None,
@@ -425,8 +458,19 @@ impl CallerIngress {
         } else {
             self.pitch.remember(&frame);
         }
-        let at_once = speaking || self.vad.silence_ms() < self.stt_tail_ms;
-        self.stt.audio(frame, at_once);
+        let live = speaking || (self.vad.heard_voice() && self.vad.silence_ms() < self.stt_tail_ms);
+        let pace = if live && !self.stt_live {
+            // The first voiced frame after quiet, with the quiet batched before it.
+            SttPace::AtOnce
+        } else if speaking {
+            SttPace::Speech
+        } else if live {
+            SttPace::AtOnce
+        } else {
+            SttPace::Quiet
+        };
+        self.stt_live = live;
+        self.stt.audio(frame, pace);
         self.note.frames += 1;
         self.note.speech_run_ms = self.vad.speech_run_ms();
         self.note.speech_span_ms = self.vad.speech_span_ms();
@@ -517,11 +561,13 @@ mod tests {
     }
 
     /// Speech: a note for the frame with the detector's start (with its audio time), then one
-    /// per frame while speaking; its audio goes to the STT frame by frame, flushing what was
-    /// batched first; the end comes in a note of its own and the next quiet note covers 5.
+    /// per frame while speaking; its first voiced frame goes to the STT at once with what was
+    /// batched before, then 40 ms writes while speaking and single frames in the tail after
+    /// it; the end comes in a note of its own and the next quiet note covers 5.
     #[test]
     fn speech_is_noted_every_frame_and_written_at_once() {
-        let (mut ing, mut rx, _feed) = ingress(0);
+        // Deepgram's tail: its 300 ms endpointing plus the margin.
+        let (mut ing, mut rx, _feed) = ingress(300 + STT_ENDPOINT_MARGIN_MS);
         let mut sent = Vec::new();
         for _ in 0..4 {
             let f = silence();
@@ -576,15 +622,47 @@ mod tests {
                 .iter()
                 .all(|n| n.frames == QUIET_NOTE_FRAMES && n.vad.is_empty())
         );
-        // The STT got everything in order; while speaking, one frame per write.
+        // The STT got everything in order: the 4 quiet frames and the first voiced one in one
+        // write, 40 ms writes while speaking, single frames in the tail after the end, then
+        // 60 ms writes again.
         let inputs = drain(&mut rx);
         let got = audio_bytes(&inputs);
         assert_eq!(got[..], sent[..got.len()]);
         assert!(sent.len() - got.len() < STT_BATCH_BYTES);
+        let sizes: Vec<usize> = inputs
+            .iter()
+            .filter_map(|i| match i {
+                SttInput::Audio(b) => Some(b.len() / FRAME_BYTES),
+                _ => None,
+            })
+            .collect();
+        // Runs of equal write sizes: the long run of 40 ms writes is the speech.
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for &n in &sizes {
+            match runs.last_mut() {
+                Some((m, k)) if *m == n => *k += 1,
+                _ => runs.push((n, 1)),
+            }
+        }
+        let speech = runs
+            .iter()
+            .position(|&(n, k)| n == 2 && k > 12)
+            .unwrap_or_else(|| panic!("40 ms writes while speaking: {sizes:?}"));
+        // Before it: one 60 ms write, then the first voiced frame at once with the quiet
+        // batched before it, and single frames until the detector calls it speech.
+        assert!(speech <= 3, "{sizes:?}");
+        let first_pair: usize = runs[..speech].iter().map(|r| r.1).sum();
+        let pairs = runs[speech].1;
+        let tail = sizes[first_pair + pairs..]
+            .iter()
+            .take_while(|&&n| n == 1)
+            .count();
+        // The tail: from the detector's end of speech (160 ms after the last voiced frame) to
+        // 600 ms after it, ~22 frames; then 60 ms writes again.
+        assert!((18..=25).contains(&tail), "{sizes:?}");
         assert!(
-            inputs
-                .iter()
-                .any(|i| matches!(i, SttInput::Audio(b) if b.len() == FRAME_BYTES))
+            sizes[first_pair + pairs + tail..].iter().all(|&n| n == 3),
+            "{sizes:?}"
         );
     }
 

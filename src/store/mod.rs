@@ -205,6 +205,17 @@ impl Write {
     fn droppable(&self) -> bool {
         matches!(self, Write::Event { .. } | Write::ReplyLatency { .. })
     }
+
+    /// True for writes the writer commits at once: flushes (someone waits), call rows
+    /// (admission looks replayed webhooks up in the store) and settings. The rest wait up to
+    /// the writer's linger to share a transaction; the store's reads flush first, so no reader
+    /// sees the delay.
+    fn urgent(&self) -> bool {
+        matches!(
+            self,
+            Write::Flush(_) | Write::Call(_) | Write::Setting { .. }
+        )
+    }
 }
 
 /// The store is where calls log themselves ([`CallLog`]); each method queues and returns.
@@ -454,30 +465,38 @@ impl Store {
         .map_err(|_| StoreError::Stopped)?
     }
 
+    /// Writes wait up to the writer's linger (25 ms) to share a transaction, so the reads
+    /// below flush first: a reader sees everything logged before it asked. A full queue or a
+    /// stopped writer still lets the read go on.
+    async fn settle(&self) {
+        let _ = self.tx.flush().await;
+    }
+
     pub async fn calls(&self, filter: CallFilter) -> Result<Vec<CallRow>, StoreError> {
+        self.settle().await;
         self.read(move |c| model::list_calls(c, &filter)).await
     }
 
     pub async fn call(&self, call_id: &str) -> Result<Option<CallRow>, StoreError> {
+        self.settle().await;
         let id = call_id.to_string();
         self.read(move |c| model::get_call(c, &id)).await
     }
 
     pub async fn turns(&self, call_id: &str) -> Result<Vec<TurnRow>, StoreError> {
+        self.settle().await;
         let id = call_id.to_string();
         self.read(move |c| model::turns(c, &id)).await
     }
 
-    /// The call's timeline. Events wait up to the writer's linger (25 ms) to be committed in
-    /// a batch, so this flushes first: a reader sees every event logged before it asked.
     pub async fn events(&self, call_id: &str) -> Result<Vec<EventRow>, StoreError> {
-        // A full queue (Busy) or a stopped writer still lets the read go on.
-        let _ = self.tx.flush().await;
+        self.settle().await;
         let id = call_id.to_string();
         self.read(move |c| model::events(c, &id)).await
     }
 
     pub async fn metrics(&self, call_id: Option<&str>) -> Result<Metrics, StoreError> {
+        self.settle().await;
         let id = call_id.map(str::to_string);
         self.read(move |c| model::metrics(c, id.as_deref())).await
     }

@@ -6,12 +6,12 @@
 //! not by the event rate. A single queue keeps every write in the order it was made.
 //!
 //! The writer takes writes in batches: once the first write of a batch is waiting it lingers
-//! (25 ms in the writer) for more timeline events, unless a kept write (a flush, a call row, a
-//! turn, an end …) is waiting or the batch is full, so a busy server commits tens of
-//! transactions a second instead of one per event while everything but the timeline is
-//! written as soon as before. A push wakes the writer only when the writer waits for exactly
-//! that (the first write, a kept write, a full batch): most event pushes are a lock and a
-//! `push_back`, with no system call.
+//! (25 ms in the writer) for more, unless an urgent write (a flush, a call row, a setting) is
+//! waiting or the batch is full, so a busy server commits tens of transactions a second
+//! instead of one per event or turn (the store's reads flush first, so readers never see the
+//! delay). A push wakes the writer only when the writer waits for exactly that (the first
+//! write, an urgent one, a full batch): most pushes are a lock and a `push_back`, with no
+//! system call.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -45,14 +45,14 @@ enum Wake {
     No,
     /// Any write (the queue was empty).
     Any,
-    /// Lingering: only a kept write or a full batch.
+    /// Lingering: only an urgent write or a full batch.
     Urgent,
 }
 
 struct State {
     items: VecDeque<Write>,
     closed: bool,
-    /// Kept (not droppable) writes among `items`: they end the writer's linger.
+    /// Urgent writes (flushes, call rows, settings) among `items`: they end the linger.
     urgent: usize,
     wake: Wake,
     /// The writer's batch size (a full batch ends its linger).
@@ -92,7 +92,7 @@ impl WriteQueue {
         if s.items.len() >= self.cap && w.droppable() {
             return Pushed::Dropped;
         }
-        let urgent = !w.droppable();
+        let urgent = w.urgent();
         s.urgent += usize::from(urgent);
         s.items.push_back(w);
         let wake = match s.wake {
@@ -133,8 +133,8 @@ impl WriteQueue {
         s
     }
 
-    /// Waits up to `timeout` for writes, then, while they are all droppable, up to `linger`
-    /// more for others to join them (ended early by a kept write, `max` writes or the close),
+    /// Waits up to `timeout` for writes, then, unless one is urgent, up to `linger` more for
+    /// others to join them (ended early by an urgent write, `max` writes or the close),
     /// and takes up to `max` of them,
     /// oldest first.
     pub fn pop_batch(&self, max: usize, timeout: Duration, linger: Duration) -> Popped {
@@ -158,7 +158,7 @@ impl WriteQueue {
         }
         let n = s.items.len().min(max);
         let batch: Vec<Write> = s.items.drain(..n).collect();
-        let urgent = batch.iter().filter(|w| !w.droppable()).count();
+        let urgent = batch.iter().filter(|w| w.urgent()).count();
         s.urgent -= urgent;
         Popped::Batch(batch)
     }
@@ -267,12 +267,13 @@ mod tests {
     }
 
     #[test]
-    fn events_linger_until_a_kept_write_joins_them() {
+    fn writes_linger_until_an_urgent_one_joins_them() {
         let q = std::sync::Arc::new(WriteQueue::new(16));
         let writer = pop_on_thread(&q, 16);
         q.push(event());
         q.push(event());
-        // Events alone would wait out the minute-long linger; a call row ends it.
+        // Events (or turns, ends …) alone would wait out the minute-long linger; a call row
+        // ends it.
         q.push(call("CA1"));
         assert_eq!(writer.join().expect("writer"), 3);
         assert_eq!(q.len(), 0);
