@@ -465,7 +465,7 @@ impl Store {
         .map_err(|_| StoreError::Stopped)?
     }
 
-    /// Writes wait up to the writer's linger (25 ms) to share a transaction, so the reads
+    /// Writes wait up to the writer's linger (100 ms) to share a transaction, so the reads
     /// below flush first: a reader sees everything logged before it asked. A full queue or a
     /// stopped writer still lets the read go on.
     async fn settle(&self) {

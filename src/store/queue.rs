@@ -6,7 +6,7 @@
 //! not by the event rate. A single queue keeps every write in the order it was made.
 //!
 //! The writer takes writes in batches: once the first write of a batch is waiting it lingers
-//! (25 ms in the writer) for more, unless an urgent write (a flush, a call row, a setting) is
+//! (100 ms in the writer) for more, unless an urgent write (a flush, a call row, a setting) is
 //! waiting or the batch is full, so a busy server commits tens of transactions a second
 //! instead of one per event or turn (the store's reads flush first, so readers never see the
 //! delay). A push wakes the writer only when the writer waits for exactly that (the first

@@ -14,7 +14,7 @@ use super::{TERMINAL, Write, now_ms};
 pub(super) fn writer_loop(mut conn: Connection, rx: &WriteQueue, retention_days: u32, path: &Path) {
     const PRUNE_EVERY: Duration = Duration::from_secs(3600);
     // How long a batch waits for more writes after its first (a flush ends it at once).
-    const LINGER: Duration = Duration::from_millis(25);
+    const LINGER: Duration = Duration::from_millis(100);
     prune(&conn, retention_days, path);
     let mut last_prune = std::time::Instant::now();
     loop {
