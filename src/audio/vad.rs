@@ -134,7 +134,9 @@ pub struct Vad {
     cfg: VadConfig,
     scorer: Scorer,
     frame_ms: u64,
-    pending: Vec<i16>,
+    /// The frame being filled, and how many of its samples are in.
+    pending: [i16; FRAME],
+    pending_len: usize,
     /// Audio time at the end of the last scored frame.
     audio_ms: u64,
     speaking: bool,
@@ -163,7 +165,8 @@ impl Vad {
             cfg,
             scorer,
             frame_ms,
-            pending: Vec::with_capacity(FRAME * 2),
+            pending: [0; FRAME],
+            pending_len: 0,
             audio_ms: 0,
             speaking: false,
             run_onset_ms: None,
@@ -184,20 +187,25 @@ impl Vad {
         let mut out = Vec::new();
         for &b in ulaw {
             let x = ulaw_to_linear(b);
+            let n = self.pending_len;
             match &mut self.scorer {
                 Scorer::Earshot { prev, .. } => {
-                    let mid = ((i32::from(*prev) + i32::from(x)) / 2) as i16;
-                    self.pending.push(mid);
-                    self.pending.push(x);
+                    // FRAME is even: a sample and the one interpolated before it never
+                    // straddle two frames.
+                    self.pending[n] = ((i32::from(*prev) + i32::from(x)) / 2) as i16;
+                    self.pending[n + 1] = x;
+                    self.pending_len = n + 2;
                     *prev = x;
                 }
                 #[cfg(feature = "silero")]
-                Scorer::Silero(_) => self.pending.push(x),
+                Scorer::Silero(_) => {
+                    self.pending[n] = x;
+                    self.pending_len = n + 1;
+                }
             }
-            if self.pending.len() >= FRAME {
-                let mut frame = [0i16; FRAME];
-                frame.copy_from_slice(&self.pending[..FRAME]);
-                self.pending.drain(..FRAME);
+            if self.pending_len == FRAME {
+                self.pending_len = 0;
+                let frame = self.pending;
                 let voiced = self.score(&frame);
                 self.step(voiced, &mut out);
             }
