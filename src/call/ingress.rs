@@ -65,6 +65,7 @@ impl SttPace {
         }
     }
 }
+
 /// Bytes the STT batch buffer reserves at a time (batches are carved out of it, and it is
 /// reused once the STT writer dropped them): four 60 ms batches, small because every live
 /// call holds one (it was 16 KiB: issue 16's memory per call).

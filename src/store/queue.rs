@@ -134,9 +134,8 @@ impl WriteQueue {
     }
 
     /// Waits up to `timeout` for writes, then, unless one is urgent, up to `linger` more for
-    /// others to join them (ended early by an urgent write, `max` writes or the close),
-    /// and takes up to `max` of them,
-    /// oldest first.
+    /// others to join them (ended early by an urgent write, `max` writes or the close), and
+    /// takes up to `max` of them, oldest first.
     pub fn pop_batch(&self, max: usize, timeout: Duration, linger: Duration) -> Popped {
         let mut s = self.lock();
         let max = max.max(1);
