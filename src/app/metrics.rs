@@ -325,9 +325,12 @@ impl<L: Labels> Family for Counter<L> {
     }
 }
 
-/// Upper bounds (seconds) of the latency histograms' buckets; `+Inf` follows.
-pub const LATENCY_BUCKETS: [f64; 14] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0,
+/// Upper bounds (seconds) of the latency histograms' buckets; `+Inf` follows. Fine under
+/// 25 ms, where patterd's own share of a turn (`patterd_own`) and the media stages live, so
+/// a p99 near a 10 ms budget reads as a number, not as "somewhere up to 25 ms".
+pub const LATENCY_BUCKETS: [f64; 18] = [
+    0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5,
+    5.0, 10.0,
 ];
 
 /// One histogram: a count per bucket (not cumulative; made cumulative when rendered), the sum
@@ -500,6 +503,9 @@ mod tests {
         let mut s = String::new();
         m.render(&mut s);
         let line = |l: &str| s.lines().any(|x| x == l);
+        assert!(line(
+            "patterd_stage_seconds_bucket{stage=\"brain_first_token\",le=\"0.0025\"} 0"
+        ));
         assert!(line(
             "patterd_stage_seconds_bucket{stage=\"brain_first_token\",le=\"0.005\"} 1"
         ));

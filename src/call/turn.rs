@@ -59,14 +59,15 @@ impl Words {
     }
 }
 
-/// Words after which a sentence is rarely over (articles, conjunctions, prepositions that need
-/// an object, possessives, a dangling verb, hesitations): a pause there waits longer
-/// (`unfinished_hold_ms`). Words that often end a sentence too ("that", "on", "in", "at", "so",
-/// "it": "can you repeat that", "turn it on", "I think so") are not in the list.
+/// Words after which a sentence is rarely over (articles, conjunctions, subordinators that
+/// open a clause, prepositions that need an object, possessives, a dangling verb,
+/// hesitations): a pause there waits longer (`unfinished_hold_ms`). Words that often end a
+/// sentence too ("that", "on", "in", "at", "so", "it", "since", "her": "can you repeat that",
+/// "turn it on", "I think so", "tell her") are not in the list.
 const UNFINISHED: &[&str] = &[
-    "and", "or", "but", "because", "nor", "the", "a", "an", "to", "of", "for", "with", "from",
-    "into", "about", "than", "my", "your", "our", "their", "is", "are", "was", "were", "um", "uh",
-    "er",
+    "and", "or", "but", "because", "nor", "if", "whether", "unless", "the", "a", "an", "to", "of",
+    "for", "with", "from", "into", "about", "than", "my", "your", "our", "their", "his", "its",
+    "is", "are", "was", "were", "um", "uh", "er",
 ];
 
 /// True when `text` ends on a word that usually continues ("I need to…").

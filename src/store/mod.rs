@@ -566,6 +566,45 @@ mod tests {
         assert_eq!(v as usize, MIGRATIONS.len());
     }
 
+    /// The writer thread runs at nice `WRITER_NICE` (read back from /proc, as `ps` would).
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_writer_thread_yields_to_the_runtime() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path(), 0, 16).expect("open");
+        // A flush is answered by the writer loop, so the thread has lowered its priority.
+        store.tx.flush().await.expect("flush");
+        let mut seen = 0;
+        for t in std::fs::read_dir("/proc/self/task")
+            .expect("tasks")
+            .flatten()
+        {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() != "patterd-store" {
+                continue;
+            }
+            let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+                continue; // a writer of another test, gone meanwhile
+            };
+            // Fields after the ")" that closes the name: state is 3rd, nice the 19th.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let nice: i32 = rest
+                .split_whitespace()
+                .nth(16)
+                .and_then(|n| n.parse().ok())
+                .expect("nice field");
+            // Other tests' writers may be so new they have not lowered theirs yet (0).
+            assert!(nice == writer::WRITER_NICE || nice == 0, "{stat}");
+            seen += usize::from(nice == writer::WRITER_NICE);
+        }
+        assert!(
+            seen >= 1,
+            "no patterd-store thread at nice {}",
+            writer::WRITER_NICE
+        );
+        drop(store);
+    }
+
     #[test]
     fn a_newer_schema_refuses_to_open() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -1,6 +1,8 @@
 //! The store's writer thread: drains the write queue in batches, applies each typed [`Write`]
 //! inside one transaction per batch, answers flushes after the commit, and prunes calls (and
-//! their recordings) older than the retention at start and hourly.
+//! their recordings) older than the retention at start and hourly. The thread runs at a lower
+//! CPU priority than the runtime (nice [`WRITER_NICE`]): on a busy core a commit yields to the
+//! calls' media instead of holding it up for a scheduler slice.
 
 use std::path::Path;
 use std::time::Duration;
@@ -11,7 +13,33 @@ use tracing::{Level, debug, enabled, info, warn};
 use super::queue::{Popped, WriteQueue};
 use super::{TERMINAL, Write, now_ms};
 
+/// The writer thread's nice value (Linux). Its work can wait a few milliseconds; the runtime's
+/// workers, which pace every call's audio, cannot. When both want the core, the kernel gives
+/// the writer about a tenth of it (weight 110 against 1024), still several times what a
+/// full core of calls makes it write, so the queue does not back up.
+pub(super) const WRITER_NICE: i32 = 10;
+
+/// Lowers the calling thread's CPU priority to [`WRITER_NICE`] (Linux: nice is per thread;
+/// raising it needs no privilege). Elsewhere, or if refused, the thread keeps its priority.
+fn lower_own_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: plain system calls on the calling thread's own id; no memory is passed.
+        let rc = unsafe {
+            libc::setpriority(
+                libc::PRIO_PROCESS,
+                libc::gettid() as libc::id_t,
+                WRITER_NICE,
+            )
+        };
+        if rc != 0 {
+            debug!(error = %std::io::Error::last_os_error(), "store writer keeps its priority");
+        }
+    }
+}
+
 pub(super) fn writer_loop(mut conn: Connection, rx: &WriteQueue, retention_days: u32, path: &Path) {
+    lower_own_priority();
     const PRUNE_EVERY: Duration = Duration::from_secs(3600);
     // How long a batch waits for more writes after its first (a flush ends it at once).
     const LINGER: Duration = Duration::from_millis(100);

@@ -48,7 +48,10 @@ fn echo_matches_the_agents_current_words() {
 #[test]
 fn unfinished_sentences_are_spotted() {
     assert!(looks_unfinished("I need to"));
+    assert!(looks_unfinished("I was wondering if"));
+    assert!(looks_unfinished("Could you check whether"));
     assert!(!looks_unfinished("move it to the afternoon."));
+    assert!(!looks_unfinished("I haven't been there since."));
 }
 
 #[test]
