@@ -40,6 +40,9 @@ pub use wire::{
 pub const FRAME: Duration = Duration::from_millis(20);
 /// A gap between two agent frames of one utterance above this counts as late.
 pub const LATE_GAP: Duration = Duration::from_millis(40);
+/// An utterance's first frames, for [`CallResult::late_early`] (the fake ElevenLabs sends
+/// 100 ms, five frames, per chunk).
+pub const EARLY_FRAMES: u32 = 10;
 
 /// Shared by every caller of a run.
 pub struct CallCtx {
@@ -104,6 +107,9 @@ pub struct CallResult {
     /// Gaps over [`LATE_GAP`] between frames of one utterance that the caller heard: the
     /// audio queued before the frame had finished playing when it arrived.
     pub late_gaps: u64,
+    /// Of the late gaps, those within an utterance's first [`EARLY_FRAMES`] frames: the
+    /// audio after its first synthesis chunk came late (the rest: a stall mid-utterance).
+    pub late_early: u64,
     /// When each late gap ended (splits them into before / during a flood).
     pub late_at: Vec<Instant>,
     pub max_gap: Duration,
@@ -123,6 +129,16 @@ enum Phase {
     AwaitReply { deadline: Instant },
     Replying { deadline: Instant },
     BargeWait { at: Instant },
+}
+
+/// Whether a frame of an utterance that arrived `gap` after the previous one, at `at`, with
+/// the caller's queued audio playing until `queued_until` and `frames` of the utterance before
+/// it, is a late gap the caller hears (`Some(early)`: `early` when it came within the first
+/// [`EARLY_FRAMES`]). A gap is late only when the audio queued before it had finished
+/// playing: a server that sends ahead of real time in bursts (patterd tops the carrier's
+/// buffer up every 100 ms) leaves long arrival gaps that nobody hears; those are not late.
+fn late_gap(gap: Duration, at: Instant, queued_until: Instant, frames: u32) -> Option<bool> {
+    (gap > LATE_GAP && at > queued_until).then_some(frames < EARLY_FRAMES)
 }
 
 /// One connected call, driven by its shard: [`Driver::on_tick`] every 20 ms,
@@ -149,6 +165,8 @@ pub struct Driver {
     queued_until: Instant,
     pending_marks: std::collections::VecDeque<(String, Instant)>,
     in_utt: bool,
+    /// Frames of the current utterance received so far.
+    utt_frames: u32,
     /// The caller's current speech started over the agent's.
     barging: bool,
     onset: Option<Instant>,
@@ -220,12 +238,9 @@ impl Driver {
         self.last_activity = at;
         if self.in_utt {
             let gap = at.saturating_duration_since(self.last_media);
-            // A gap is late only when the caller would hear it: the audio queued before it
-            // had finished playing. A server that sends ahead of real time in bursts (patterd
-            // tops the carrier's buffer up every 100 ms) leaves long arrival gaps that nobody
-            // hears; those are not late.
-            if gap > LATE_GAP && at > self.queued_until {
+            if let Some(early) = late_gap(gap, at, self.queued_until, self.utt_frames) {
                 self.res.late_gaps += 1;
+                self.res.late_early += u64::from(early);
                 self.res.late_at.push(at);
             }
             self.res.max_gap = self.res.max_gap.max(gap);
@@ -233,6 +248,7 @@ impl Driver {
                 self.res.underruns += 1;
             }
         }
+        self.utt_frames = if self.in_utt { self.utt_frames + 1 } else { 1 };
         self.in_utt = true;
         self.last_media = at;
         self.queued_until = self.queued_until.max(at) + Duration::from_micros(bytes as u64 * 125);
@@ -440,5 +456,24 @@ impl Driver {
             }
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gap_is_late_only_once_the_queued_audio_has_played_and_early_ones_are_told_apart() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // The first chunk (5 frames, 100 ms) arrived at t0; the next frame 120 ms later.
+        assert_eq!(late_gap(ms(120), t0 + ms(120), t0 + ms(100), 5), Some(true));
+        // 60 ms later the caller is still hearing the first chunk: not late.
+        assert_eq!(late_gap(ms(60), t0 + ms(60), t0 + ms(100), 5), None);
+        // A short gap is never late, even on an empty queue.
+        assert_eq!(late_gap(ms(30), t0 + ms(130), t0 + ms(100), 5), None);
+        // A stall deep into the utterance.
+        assert_eq!(late_gap(ms(150), t0 + ms(900), t0 + ms(850), 40), Some(false));
     }
 }

@@ -748,6 +748,7 @@ fn summarize(
         r.frames_received += c.frames_received;
         r.malformed_messages += c.malformed;
         r.late_gaps += c.late_gaps;
+        r.late_gaps_early += c.late_early;
         r.underruns += c.underruns;
         r.max_gap_ms = r.max_gap_ms.max(ms(c.max_gap));
         r.loadgen_lag_ticks += c.own_lag_ticks;

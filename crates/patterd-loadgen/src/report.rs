@@ -163,6 +163,9 @@ pub struct RunReport {
     pub malformed_messages: u64,
     /// Gaps over 40 ms between frames of one agent utterance.
     pub late_gaps: u64,
+    /// Of those, the ones within an utterance's first 10 frames (after its first chunk).
+    #[serde(default)]
+    pub late_gaps_early: u64,
     pub max_gap_ms: f64,
     /// Modelled playback queue ran dry inside an utterance.
     pub underruns: u64,

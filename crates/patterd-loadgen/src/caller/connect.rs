@@ -141,6 +141,7 @@ async fn setup(
         queued_until: t0,
         pending_marks: Default::default(),
         in_utt: false,
+        utt_frames: 0,
         barging: false,
         onset: None,
         onset_clear: None,
