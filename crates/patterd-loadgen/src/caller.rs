@@ -474,6 +474,9 @@ mod tests {
         // A short gap is never late, even on an empty queue.
         assert_eq!(late_gap(ms(30), t0 + ms(130), t0 + ms(100), 5), None);
         // A stall deep into the utterance.
-        assert_eq!(late_gap(ms(150), t0 + ms(900), t0 + ms(850), 40), Some(false));
+        assert_eq!(
+            late_gap(ms(150), t0 + ms(900), t0 + ms(850), 40),
+            Some(false)
+        );
     }
 }
