@@ -39,10 +39,10 @@ fn lower_own_priority() {
 }
 
 pub(super) fn writer_loop(mut conn: Connection, rx: &WriteQueue, retention_days: u32, path: &Path) {
-    lower_own_priority();
     const PRUNE_EVERY: Duration = Duration::from_secs(3600);
     // How long a batch waits for more writes after its first (a flush ends it at once).
     const LINGER: Duration = Duration::from_millis(100);
+    lower_own_priority();
     prune(&conn, retention_days, path);
     let mut last_prune = std::time::Instant::now();
     loop {

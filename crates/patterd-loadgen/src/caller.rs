@@ -164,8 +164,8 @@ pub struct Driver {
     /// When the queued agent audio finishes playing.
     queued_until: Instant,
     pending_marks: std::collections::VecDeque<(String, Instant)>,
-    in_utt: bool,
-    /// Frames of the current utterance received so far.
+    /// Frames of the current agent utterance received so far (0: none is playing; a mark,
+    /// a `clear` or a whole quiet pause ends one).
     utt_frames: u32,
     /// The caller's current speech started over the agent's.
     barging: bool,
@@ -236,7 +236,7 @@ impl Driver {
     fn on_media(&mut self, bytes: usize, at: Instant) {
         self.res.frames_received += 1;
         self.last_activity = at;
-        if self.in_utt {
+        if self.utt_frames > 0 {
             let gap = at.saturating_duration_since(self.last_media);
             if let Some(early) = late_gap(gap, at, self.queued_until, self.utt_frames) {
                 self.res.late_gaps += 1;
@@ -248,8 +248,7 @@ impl Driver {
                 self.res.underruns += 1;
             }
         }
-        self.utt_frames = if self.in_utt { self.utt_frames + 1 } else { 1 };
-        self.in_utt = true;
+        self.utt_frames += 1;
         self.last_media = at;
         self.queued_until = self.queued_until.max(at) + Duration::from_micros(bytes as u64 * 125);
         match self.phase {
@@ -281,7 +280,7 @@ impl Driver {
     fn on_clear(&mut self, at: Instant) {
         self.res.clears += 1;
         self.queued_until = at;
-        self.in_utt = false;
+        self.utt_frames = 0;
         self.last_activity = at;
         if let Some(onset) = self.onset
             && self.onset_clear.is_none()
@@ -334,7 +333,7 @@ impl Driver {
                     // a new utterance, even if the server sent no mark after the last one
                     // (Patter marks only some of its audio), so the silence in between is
                     // not a late frame.
-                    self.in_utt = false;
+                    self.utt_frames = 0;
                     self.phase = Phase::Speaking { next: 0 };
                 }
             }
@@ -430,7 +429,7 @@ impl Driver {
         match msg {
             In::Media { bytes, at } => self.on_media(bytes, at),
             In::Mark { name, at } => {
-                self.in_utt = false;
+                self.utt_frames = 0;
                 self.last_activity = at;
                 let due = self.queued_until.max(at);
                 self.pending_marks.push_back((name, due));

@@ -140,7 +140,6 @@ async fn setup(
         turn_idx: 0,
         queued_until: t0,
         pending_marks: Default::default(),
-        in_utt: false,
         utt_frames: 0,
         barging: false,
         onset: None,
