@@ -294,7 +294,7 @@ async fn session(
                 s.tasks.spawn(async move {
                     let chunk = (cfg2.chunk_ms.max(1) * 8) as usize;
                     for (k, piece) in audio.chunks(chunk).enumerate() {
-                        tokio::time::sleep(cfg2.chunk_interval).await;
+                        crate::pause(cfg2.chunk_interval).await;
                         while let Ok(c) = cancelled.try_recv() {
                             if c == ctx {
                                 return;

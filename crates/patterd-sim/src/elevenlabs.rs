@@ -343,7 +343,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
             };
             first = false;
             tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
+                _ = crate::pause(pause) => {}
                 _ = tx.closed() => break,
             }
             let body = if with_timestamps {

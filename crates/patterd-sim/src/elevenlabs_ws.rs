@@ -316,7 +316,7 @@ async fn speak(
                     } else {
                         cfg.chunk_interval
                     };
-                    tokio::time::sleep(pause).await;
+                    crate::pause(pause).await;
                     let mut f = json!({
                         "audio": STANDARD.encode(piece),
                         "isFinal": null,

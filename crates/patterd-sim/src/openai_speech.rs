@@ -323,7 +323,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
                 cfg.chunk_interval
             };
             tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
+                _ = crate::pause(pause) => {}
                 _ = tx.closed() => break,
             }
             if tx.send(Bytes::copy_from_slice(piece)).await.is_err() {
