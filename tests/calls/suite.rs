@@ -62,6 +62,18 @@ fn clip_texts() -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The clips whose name starts with `prefix`, in `clips.tsv`'s order (which pairs each head of
+/// a thought with its tail: both lists are written in the same order).
+fn clips_listed(prefix: &str) -> Vec<String> {
+    std::fs::read_to_string(path("suite/clips.tsv"))
+        .expect("clips.tsv")
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(n, _)| n.to_string())
+        .filter(|n| n.starts_with(prefix))
+        .collect()
+}
+
 /// Every suite clip whose name starts with `prefix`, sorted.
 fn clips_named(prefix: &str) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(path("suite"))
@@ -139,8 +151,13 @@ enum Kind {
     Burst,
     /// The agent's own voice back at `db` below it: the agent should not stop.
     Echo { db: i8 },
-    /// A head, a pause, the tail: one turn, committed after the tail.
-    MidThought { tail: String, pause_ms: u64 },
+    /// A head, a pause, the tail: one turn, committed after the tail. `real`: cut from a
+    /// recording of a human reader at a pause inside it (else espeak-ng voices).
+    MidThought {
+        tail: String,
+        pause_ms: u64,
+        real: bool,
+    },
     /// A complete turn: the agent should answer it, soon.
     Complete,
     /// The caller answers right as the agent's short reply ends: a second turn, answered.
@@ -155,7 +172,8 @@ impl Kind {
             Kind::Burst => "cough/laugh",
             Kind::Echo { db: -20 } => "echo -20 dB",
             Kind::Echo { .. } => "echo -6 dB",
-            Kind::MidThought { .. } => "mid-thought pause",
+            Kind::MidThought { real: false, .. } => "mid-thought pause",
+            Kind::MidThought { real: true, .. } => "mid-thought pause, real speech",
             Kind::Complete => "complete turn",
             Kind::FastTurn => "fast turn-taking",
         }
@@ -182,8 +200,10 @@ fn scenarios() -> Vec<Scenario> {
     let ints: Vec<String> = [clips_named("int_"), vec!["real_ill_disposed".into()]].concat();
     let bcs = clips_named("bc_");
     let bursts: Vec<String> = [clips_named("cough_"), clips_named("laugh_")].concat();
-    let heads = clips_named("head_");
-    let tails = clips_named("tail_");
+    let heads = clips_listed("head_");
+    let tails = clips_listed("tail_");
+    let real_heads = clips_listed("rhead_");
+    let real_tails = clips_listed("rtail_");
     let dones: Vec<String> = [
         clips_named("done_"),
         vec![
@@ -233,10 +253,26 @@ fn scenarios() -> Vec<Scenario> {
         for i in 0..3 {
             let h = (j * 3 + i) % heads.len();
             let pause_ms = [500, 1000, 1500][(j + i) % 3];
-            // The tail in the head's voice: same text index and voice suffix.
+            // The tail in the head's voice (clips.tsv lists both in the same order).
             let tail = tails[h].clone();
-            add(Kind::MidThought { tail, pause_ms }, heads[h].clone());
+            add(
+                Kind::MidThought {
+                    tail,
+                    pause_ms,
+                    real: false,
+                },
+                heads[h].clone(),
+            );
         }
+        let h = j % real_heads.len();
+        add(
+            Kind::MidThought {
+                tail: real_tails[h].clone(),
+                pause_ms: [1000, 1500, 500][j % 3],
+                real: true,
+            },
+            real_heads[h].clone(),
+        );
         for c in pick(&dones, j, 4) {
             add(Kind::Complete, c);
         }
@@ -637,7 +673,7 @@ async fn turns(
     let texts = clip_texts();
     let text = texts.get(&sc.clip).cloned().unwrap_or_default();
     let expect_turn = match &sc.kind {
-        Kind::MidThought { tail, pause_ms } => {
+        Kind::MidThought { tail, pause_ms, .. } => {
             stack.hermes.push(HermesReply::text("Okay."));
             say(sim, track, &sc.clip);
             sim.push_silence(*pause_ms);
@@ -934,6 +970,32 @@ fn the_grid_has_a_hundred_scenarios_with_words_for_every_speech_clip() {
             );
         }
     }
+    // A head is finished by its own tail, in the same voice: "I need to" by "move it to the
+    // afternoon.", a real reading by the rest of the same reading.
+    let texts_of = |n: &str| texts.get(n).cloned().unwrap_or_default();
+    for s in &set {
+        if let Kind::MidThought { tail, real, .. } = &s.kind {
+            if *real {
+                assert_eq!(s.clip.strip_prefix("rhead_"), tail.strip_prefix("rtail_"));
+            } else {
+                assert_eq!(
+                    s.clip.rsplit('_').next(),
+                    tail.rsplit('_').next(),
+                    "{}",
+                    s.id
+                );
+            }
+        }
+    }
+    assert_eq!(texts_of("head_i_need_to_0"), "I need to");
+    let need = set
+        .iter()
+        .find_map(|s| match &s.kind {
+            Kind::MidThought { tail, .. } if s.clip == "head_i_need_to_0" => Some(tail.clone()),
+            _ => None,
+        })
+        .expect("a pause after \"I need to\"");
+    assert_eq!(texts_of(&need), "move it to the afternoon.");
     // Every condition has every family.
     for c in CONDITIONS {
         let fams: std::collections::BTreeSet<&str> = set
@@ -941,7 +1003,7 @@ fn the_grid_has_a_hundred_scenarios_with_words_for_every_speech_clip() {
             .filter(|s| s.cond == c)
             .map(|s| s.kind.family())
             .collect();
-        assert_eq!(fams.len(), 8, "{c:?}: {fams:?}");
+        assert_eq!(fams.len(), 9, "{c:?}: {fams:?}");
     }
     assert_eq!(wilson(0, 10), "0/10 (0 %, 0–28)");
     assert_eq!(wilson(5, 10), "5/10 (50 %, 24–76)");
