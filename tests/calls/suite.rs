@@ -200,7 +200,10 @@ fn scenarios() -> Vec<Scenario> {
     let ints: Vec<String> = [clips_named("int_"), vec!["real_ill_disposed".into()]].concat();
     let bcs = clips_named("bc_");
     let bursts: Vec<String> = [clips_named("cough_"), clips_named("laugh_")].concat();
-    let heads = clips_listed("head_");
+    // Heads rotate in name order (the grid of the earlier runs); each is finished by the
+    // tail listed at its place in clips.tsv.
+    let heads = clips_named("head_");
+    let listed_heads = clips_listed("head_");
     let tails = clips_listed("tail_");
     let real_heads = clips_listed("rhead_");
     let real_tails = clips_listed("rtail_");
@@ -254,7 +257,8 @@ fn scenarios() -> Vec<Scenario> {
             let h = (j * 3 + i) % heads.len();
             let pause_ms = [500, 1000, 1500][(j + i) % 3];
             // The tail in the head's voice (clips.tsv lists both in the same order).
-            let tail = tails[h].clone();
+            let at = listed_heads.iter().position(|x| *x == heads[h]);
+            let tail = tails[at.unwrap_or(h)].clone();
             add(
                 Kind::MidThought {
                     tail,
