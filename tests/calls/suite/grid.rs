@@ -22,7 +22,7 @@ pub(super) fn reply() -> String {
 }
 
 /// A suite clip, `tests/fixtures/suite/<name>.ulaw`.
-pub(super) fn suite_clip(name: &str) -> Vec<u8> {
+fn suite_clip(name: &str) -> Vec<u8> {
     let p = path(&format!("suite/{name}.ulaw"));
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -39,7 +39,7 @@ pub(super) fn clip_texts() -> BTreeMap<String, String> {
 
 /// The clips whose name starts with `prefix`, in `clips.tsv`'s order (which pairs each head of
 /// a thought with its tail: both lists are written in the same order).
-pub(super) fn clips_listed(prefix: &str) -> Vec<String> {
+fn clips_listed(prefix: &str) -> Vec<String> {
     std::fs::read_to_string(path("suite/clips.tsv"))
         .expect("clips.tsv")
         .lines()
@@ -50,7 +50,7 @@ pub(super) fn clips_listed(prefix: &str) -> Vec<String> {
 }
 
 /// Every suite clip whose name starts with `prefix`, sorted.
-pub(super) fn clips_named(prefix: &str) -> Vec<String> {
+fn clips_named(prefix: &str) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(path("suite"))
         .expect("suite fixtures")
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -268,7 +268,7 @@ pub(super) fn clip_with_words(name: &str) -> (Vec<u8>, Vec<TimedWord>) {
     (audio, words)
 }
 
-pub(super) fn rms(pcm: &[i16]) -> f64 {
+fn rms(pcm: &[i16]) -> f64 {
     if pcm.is_empty() {
         return 0.0;
     }
