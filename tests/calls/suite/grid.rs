@@ -232,8 +232,11 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             let h = (j * 3 + i) % heads.len();
             let pause_ms = [500, 1000, 1500][(j + i) % 3];
             // The tail in the head's voice (clips.tsv lists both in the same order).
-            let at = listed_heads.iter().position(|x| *x == heads[h]);
-            let tail = tails[at.unwrap_or(h)].clone();
+            let at = listed_heads
+                .iter()
+                .position(|x| *x == heads[h])
+                .expect("every head clip is listed in clips.tsv");
+            let tail = tails[at].clone();
             add(
                 Kind::MidThought {
                     tail,
