@@ -683,15 +683,9 @@ impl Policy {
                 None
             };
             if let Some(kind) = ignored {
-                if barge
-                    && kind == EventKind::BackchannelIgnored
-                    && self.words.content_words(&text) > 0
+                if kind == EventKind::BackchannelIgnored
+                    && self.short_interruption(&text, barge, now, mouth)
                 {
-                    // One real word while the agent is stopped: the rest of the interruption
-                    // may follow a pause. Keep it for the next words (the barge-in deadline
-                    // resumes the agent if none come).
-                    self.event(EventKind::TurnHeld, format!("barge_in {text}"));
-                    self.barge_words = text;
                     return;
                 }
                 self.event(kind, text);

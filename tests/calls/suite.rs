@@ -14,6 +14,7 @@
 //! "st"`), `SUITE_EXTRA_CONFIG` (top-level sections they name, e.g. `[turn_model.st]`),
 //! `SUITE_LABEL`, `SUITE_FILTER` (substrings of scenario ids, comma-separated: any matches),
 //! `SUITE_CONCURRENCY` (default 20), `SUITE_VERBOSE` (each call's events and transcript),
+//! `SUITE_STT_LAG_MS` (the fake recogniser's lag: each word reported this long after it ends),
 //! `SUITE_FIXED_ECHO` (the echo scenarios push a fixed 2.4 s clip of the agent's voice over
 //! the reply, as before the echo check, instead of the simulator's live echo of everything
 //! the carrier played, 120 ms late, from the greeting on; the recogniser's words are the
@@ -207,6 +208,15 @@ fn fixed_echo() -> bool {
     std::env::var_os("SUITE_FIXED_ECHO").is_some()
 }
 
+/// `SUITE_STT_LAG_MS`: the fake recogniser reports each word this long after it was said
+/// (default 0, the ideal recogniser of every figure before 2026-12-01).
+fn stt_lag_ms() -> u64 {
+    std::env::var("SUITE_STT_LAG_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 async fn run(sc: &Scenario, agent_extra: &str, speech_rms: f64) -> Outcome {
     let track = Arc::new(WordTrack::new());
     let stack = Stack::start(Opts {
@@ -214,6 +224,7 @@ async fn run(sc: &Scenario, agent_extra: &str, speech_rms: f64) -> Outcome {
         voice: Some((clip("agent_voice"), 60)),
         long_turn_after_s: 20.0,
         words: Some(track.clone()),
+        word_lag_ms: stt_lag_ms(),
         // Top-level sections the agent lines refer to, e.g. a `[turn_model.NAME]`.
         extra_config: std::env::var("SUITE_EXTRA_CONFIG").unwrap_or_default(),
         ..Default::default()

@@ -100,6 +100,8 @@ pub struct Opts {
     /// The fake Deepgram transcribes from this word track instead of its transcript queue
     /// (the scenario suite, `tests/calls/suite.rs`).
     pub words: Option<std::sync::Arc<patterd_sim::words::WordTrack>>,
+    /// With `words`: how long after its end the fake Deepgram reports a word.
+    pub word_lag_ms: u64,
 }
 
 impl Default for Opts {
@@ -124,6 +126,7 @@ impl Default for Opts {
             extra_sections: String::new(),
             extra_config: String::new(),
             words: None,
+            word_lag_ms: 0,
         }
     }
 }
@@ -331,6 +334,7 @@ impl Stack {
             api_key: DG_KEY.into(),
             transcripts: opts.transcripts.clone(),
             words: opts.words.clone(),
+            word_lag_ms: opts.word_lag_ms,
             ..Default::default()
         })
         .await

@@ -15,9 +15,10 @@
 //! calls there); a load run turns off the verbatim frame log with `record_frames: false`.
 //!
 //! With a [`WordTrack`] (`words`), the fake transcribes from the track instead of the level and
-//! the queue: `SpeechStarted` at a word's start, an interim each time a word has been said,
-//! a `speech_final` once `endpointing` ms passed after the last word's end (with per-word
-//! timings), `UtteranceEnd` after `utterance_end_ms`; audio without words gives nothing.
+//! the queue: `SpeechStarted` at a word's start, an interim each time a word has been said
+//! (`word_lag_ms` later: a real recogniser's lag), a `speech_final` once `endpointing` ms
+//! passed after the last word's end and every word is due (with per-word timings),
+//! `UtteranceEnd` after `utterance_end_ms`; audio without words gives nothing.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -65,6 +66,10 @@ pub struct FakeDeepgramConfig {
     pub record_frames: bool,
     /// Transcribe from this word track (the scenario suite) instead of the level and queue.
     pub words: Option<Arc<WordTrack>>,
+    /// Word-track mode: a word reaches results this long after it has been said (a real
+    /// recogniser's lag; 0: the moment it ends). `SpeechStarted` and a client's `Finalize`
+    /// are not delayed; a final waits until every word said is due.
+    pub word_lag_ms: u64,
 }
 
 impl Default for FakeDeepgramConfig {
@@ -77,6 +82,7 @@ impl Default for FakeDeepgramConfig {
             failure: None,
             record_frames: true,
             words: None,
+            word_lag_ms: 0,
         }
     }
 }
@@ -394,6 +400,8 @@ struct Ears {
     interim_words: usize,
     /// Word-track mode: when the last word heard ended.
     last_word_end: u64,
+    /// Word-track mode: how long after its end a word is reported.
+    lag_ms: u64,
 }
 
 async fn session(
@@ -404,7 +412,10 @@ async fn session(
     ws: fastwebsockets::WebSocket<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>,
 ) {
     let mut conn = WsConn::new(ws, cfg.idle_timeout);
-    let mut ears = Ears::default();
+    let mut ears = Ears {
+        lag_ms: cfg.word_lag_ms,
+        ..Ears::default()
+    };
     let rec =
         |f: &mut dyn FnMut(&mut DgConnection)| s.record.modify(|r| f(&mut r.connections[idx]));
     // Sends text frames; returns false when the socket is gone.
@@ -491,7 +502,8 @@ async fn session(
                     Some("Finalize") => {
                         rec(&mut |c| c.finalizes += 1);
                         let out = match &cfg.words {
-                            Some(track) => vec![ears.words_final(&p, track, false, true)],
+                            // Finalize flushes: every word said by now, lag or not.
+                            Some(track) => vec![ears.words_final(&p, track, false, true, 0)],
                             None => vec![ears.final_result(&s, &cfg, &p, false, true)],
                         };
                         if !send_all!(out) {
@@ -503,7 +515,7 @@ async fn session(
                         let mut out = Vec::new();
                         if let Some(track) = &cfg.words {
                             if ears.heard {
-                                out.push(ears.words_final(&p, track, false, false));
+                                out.push(ears.words_final(&p, track, false, false, 0));
                             }
                         } else if ears.heard {
                             out.push(ears.final_result(&s, &cfg, &p, false, false));
@@ -634,8 +646,12 @@ impl Ears {
             self.utterance_end_due = true;
             self.last_word_end = started.iter().map(|w| w.end_ms).max().unwrap_or(0);
         }
-        let said = started.iter().filter(|w| w.end_ms <= now).count();
-        let speaking = started.iter().any(|w| w.end_ms > now);
+        // Words reported so far: said, and their lag over.
+        let said = started
+            .iter()
+            .filter(|w| w.end_ms + self.lag_ms <= now)
+            .count();
+        let speaking = started.iter().any(|w| w.end_ms + self.lag_ms > now);
         let last_end = self.last_word_end;
         self.speech_ms = started
             .iter()
@@ -652,7 +668,7 @@ impl Ears {
             && let Some(e) = p.endpointing_ms
             && now.saturating_sub(last_end) >= e
         {
-            out.push(self.words_final(p, track, true, false));
+            out.push(self.words_final(p, track, true, false, self.lag_ms));
         }
         if !speaking
             && self.utterance_end_due
@@ -664,19 +680,23 @@ impl Ears {
         }
     }
 
-    /// A final in word-track mode: every pending word said by now (words still being said
-    /// wait for the next result).
+    /// A final in word-track mode: every pending word said by now, `lag_ms` ago at the
+    /// latest (words still being said, or said since, wait for the next result).
     fn words_final(
         &mut self,
         p: &Params,
         track: &WordTrack,
         speech_final: bool,
         from_finalize: bool,
+        lag_ms: u64,
     ) -> Value {
         let now = self.audio_ms;
         let words = track.snapshot();
         let pending = words.get(self.next_word..).unwrap_or_default();
-        let said: Vec<&TimedWord> = pending.iter().take_while(|w| w.end_ms <= now).collect();
+        let said: Vec<&TimedWord> = pending
+            .iter()
+            .take_while(|w| w.end_ms + lag_ms <= now)
+            .collect();
         self.next_word += said.len();
         let still = words
             .get(self.next_word..)
@@ -772,16 +792,5 @@ fn next_transcript(s: &Shared, cfg: &FakeDeepgramConfig) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn linear16_level_tells_speech_from_silence() {
-        let pcm = |v: i16| v.to_le_bytes().repeat(320);
-        assert_eq!(pcm16_level(&pcm(0)), 0.0);
-        assert!(pcm16_level(&pcm(-4000)) > SPEECH_LEVEL);
-        assert!(pcm16_level(&pcm(120)) < SPEECH_LEVEL);
-        // 16-bit silence read as μ-law would be full scale: the reason linear16 is separate.
-        assert!(mulaw_level(&pcm(0)) > SPEECH_LEVEL);
-    }
-}
+#[path = "deepgram_tests.rs"]
+mod tests;

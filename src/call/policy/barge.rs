@@ -18,13 +18,7 @@ impl Policy {
             // Stopped or cleared by something else meanwhile.
             self.burst.end_hold(false);
         }
-        let agent = &self.agent;
-        let eligible = agent.barge_in
-            && !matches!(self.phase, Phase::BargeIn { .. } | Phase::Goodbye { .. })
-            && mouth.is_playing(now)
-            && (agent.greeting_interruptible || mouth.current_kind() != Some(UttKind::Greeting))
-            && mouth.current_kind() != Some(UttKind::Dtmf);
-        if !eligible {
+        if !self.barge_in_eligible(now, mouth) {
             if self.burst.held_at().is_some() {
                 self.release_hold("agent_done", now, mouth);
             }
@@ -33,7 +27,10 @@ impl Policy {
             }
             return;
         }
-        let (hold_ms, stop_ms) = (agent.barge_in_hold_ms, agent.barge_in_min_speech_ms);
+        let (hold_ms, stop_ms) = (
+            self.agent.barge_in_hold_ms,
+            self.agent.barge_in_min_speech_ms,
+        );
         match self.burst.judge(run, now, hold_ms, stop_ms) {
             hold::Verdict::Nothing | hold::Verdict::Keep => {}
             hold::Verdict::Hold => {
@@ -41,8 +38,51 @@ impl Policy {
                 self.event(EventKind::BargeInHold, format!("speech_ms={run_ms}"));
             }
             hold::Verdict::Release(why) => self.release_hold(why, now, mouth),
-            hold::Verdict::Stop => self.stop_agent(run_ms, now, mouth),
+            hold::Verdict::Stop => self.stop_agent(format!("speech_ms={run_ms}"), now, mouth),
         }
+    }
+
+    /// A turn over the busy agent with real words, but fewer than `barge_in_min_words`
+    /// ("wait," before a pause, then "stop"): the rest of the interruption may follow the
+    /// pause. Kept for the next words, and the agent, if still talking (the word came after
+    /// its burst ended, so the hold could not hear it), is stopped as a real word during the
+    /// hold stops it; the barge-in deadline resumes it if no more words come. A single word
+    /// the agent is saying too is no evidence (echo or not): false, the caller drops it.
+    pub(super) fn short_interruption(
+        &mut self,
+        text: &str,
+        barge: bool,
+        now: Instant,
+        mouth: &mut Speech,
+    ) -> bool {
+        if barge {
+            if self.words.content_words(text) == 0 {
+                return false;
+            }
+            self.event(EventKind::TurnHeld, format!("barge_in {text}"));
+            self.barge_words = text.to_string();
+            return true;
+        }
+        let stoppable = self.barge_in_eligible(now, mouth)
+            && hold::Heard::of(&self.words, text, &mouth.current_text()) == hold::Heard::Words;
+        if !stoppable {
+            return false;
+        }
+        self.event(EventKind::TurnHeld, format!("barge_in {text}"));
+        self.barge_words = text.to_string();
+        self.stop_agent(format!("words={text}"), now, mouth);
+        true
+    }
+
+    /// Whether caller speech may stop the agent now: barge-in on, agent audio playing (not
+    /// a greeting that may not be interrupted, not DTMF), no barge-in or goodbye under way.
+    fn barge_in_eligible(&self, now: Instant, mouth: &Speech) -> bool {
+        let agent = &self.agent;
+        agent.barge_in
+            && !matches!(self.phase, Phase::BargeIn { .. } | Phase::Goodbye { .. })
+            && mouth.is_playing(now)
+            && (agent.greeting_interruptible || mouth.current_kind() != Some(UttKind::Greeting))
+            && mouth.current_kind() != Some(UttKind::Dtmf)
     }
 
     /// Ends a barge-in hold without a stop: the mouth sends on (pump).
@@ -60,7 +100,8 @@ impl Policy {
 
     /// The stop: carrier `clear`, mouth paused with everything unheard kept, then the words
     /// decide (stage two).
-    pub(super) fn stop_agent(&mut self, run_ms: u64, now: Instant, mouth: &mut Speech) {
+    /// `why` is the event's detail (`speech_ms=…`, or the words that stopped it).
+    pub(super) fn stop_agent(&mut self, why: String, now: Instant, mouth: &mut Speech) {
         self.burst.end_hold(false);
         let agent = &self.agent;
         let confirm = Duration::from_millis(agent.barge_in_confirm_ms);
@@ -78,7 +119,7 @@ impl Policy {
             at: now,
             deadline: now + confirm,
         };
-        self.event(EventKind::BargeInStop, format!("speech_ms={run_ms}"));
+        self.event(EventKind::BargeInStop, why);
         // Words may already be in (the STT can be faster than our detector).
         self.on_caller_words(now, mouth);
     }
@@ -99,7 +140,7 @@ impl Policy {
         {
             // A real word during the hold stops the agent before the voiced run is long enough.
             let run_ms = self.burst.run_ms(now);
-            self.stop_agent(run_ms, now, mouth);
+            self.stop_agent(format!("speech_ms={run_ms}"), now, mouth);
             return;
         }
         if let Phase::BargeIn { at, .. } = self.phase {

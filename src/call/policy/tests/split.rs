@@ -123,3 +123,78 @@ fn the_rest_said_before_the_deadline_but_transcribed_after_it_still_counts() {
     assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
     assert_eq!(c.asked().last().map(String::as_str), Some("wait, stop"));
 }
+
+/// A short burst over the agent that never reaches the stop (held, then released when it
+/// ends), whose words come as a turn once it is over: the recogniser reports a word when it
+/// has been said, which is when the burst ends, so the hold cannot hear it.
+fn short_burst_then_turn(c: &mut Call, text: &str) {
+    c.speech_start();
+    c.voiced(144);
+    assert!(c.mouth.is_held(), "held");
+    c.speech_end();
+    assert!(!c.mouth.is_held(), "released");
+    assert!(!c.did(&Action::Clear));
+    c.final_text(text);
+    c.run(300);
+}
+
+#[test]
+fn one_real_word_after_a_short_burst_stops_the_agent_and_waits_for_the_rest() {
+    // The suite's "wait, stop" with words-only stops: "wait," is over before any stop.
+    let mut c = Call::replying("");
+    short_burst_then_turn(&mut c, "wait,");
+    assert_eq!(
+        c.count(EventKind::BackchannelIgnored),
+        0,
+        "{:?}",
+        c.events()
+    );
+    assert_eq!(c.details(EventKind::TurnHeld), vec!["barge_in wait,"]);
+    assert_eq!(c.details(EventKind::BargeInStop), vec!["words=wait,"]);
+    assert!(c.did(&Action::Clear), "the agent is stopped");
+    assert!(matches!(c.policy.phase(), Phase::BargeIn { .. }));
+    // "stop" after the pause: with "wait," that is two words, an interruption.
+    c.speech_start();
+    c.voiced(100);
+    c.step(Input::Interim("stop".into()));
+    assert_eq!(c.count(EventKind::BargeInCommit), 1, "{:?}", c.events());
+    c.run(100);
+    c.speech_end();
+    c.final_text("stop");
+    c.run(300);
+    assert_eq!(c.asked().last().map(String::as_str), Some("wait, stop"));
+    assert_eq!(c.policy.phase(), Phase::Thinking);
+}
+
+#[test]
+fn one_real_word_alone_after_a_short_burst_resumes_at_the_deadline() {
+    let mut c = Call::replying("");
+    short_burst_then_turn(&mut c, "sorry");
+    assert_eq!(c.count(EventKind::BargeInStop), 1);
+    c.run(1000);
+    assert_eq!(c.count(EventKind::BargeInResume), 1, "{:?}", c.events());
+    assert_eq!(c.policy.phase(), Phase::Speaking);
+    assert!(c.brain_starts().is_empty());
+}
+
+#[test]
+fn a_short_burst_of_backchannel_or_the_agents_own_word_does_not_stop_the_agent() {
+    for text in ["yeah", "mm hmm", "evening"] {
+        // "evening": one word of what the agent is saying ("We close at ten in the
+        // evening."): its echo or the caller's, no evidence either way.
+        let mut c = Call::replying("");
+        short_burst_then_turn(&mut c, text);
+        assert_eq!(
+            c.count(EventKind::BargeInStop),
+            0,
+            "{text}: {:?}",
+            c.events()
+        );
+        assert!(!c.did(&Action::Clear), "{text}");
+        assert_eq!(
+            c.details(EventKind::BackchannelIgnored),
+            vec![text.to_string()]
+        );
+        assert_eq!(c.policy.phase(), Phase::Speaking, "{text}");
+    }
+}
