@@ -675,7 +675,7 @@ impl Policy {
         let barge = matches!(self.phase, Phase::BargeIn { .. });
         let busy = !matches!(overlap, Overlap::Free) || barge;
         if busy && !dtmf {
-            let ignored = if self.words.is_echo(&text, &mouth.current_text()) {
+            let ignored = if self.words.is_echo(&text, &self.agent_said_lately(mouth)) {
                 Some(EventKind::EchoIgnored)
             } else if self.words.content_words(&text) < self.agent.barge_in_min_words as usize {
                 Some(EventKind::BackchannelIgnored)

@@ -64,7 +64,8 @@ impl Policy {
             return true;
         }
         let stoppable = self.barge_in_eligible(now, mouth)
-            && hold::Heard::of(&self.words, text, &mouth.current_text()) == hold::Heard::Words;
+            && hold::Heard::of(&self.words, text, &self.agent_said_lately(mouth))
+                == hold::Heard::Words;
         if !stoppable {
             return false;
         }
@@ -72,6 +73,25 @@ impl Policy {
         self.barge_words = text.to_string();
         self.stop_agent(format!("words={text}"), now, mouth);
         true
+    }
+
+    /// What the caller may hear of the agent's own voice coming back: what is playing or
+    /// queued, and the agent's last two transcript entries (the reply so far, the greeting).
+    /// The recogniser's words come a delay after the audio, so the echo of a sentence that
+    /// has finished playing since is still echo.
+    pub(super) fn agent_said_lately(&self, mouth: &Speech) -> String {
+        let mut said = mouth.current_text();
+        for e in self
+            .transcript
+            .iter()
+            .rev()
+            .filter(|e| e.speaker == Speaker::Agent)
+            .take(2)
+        {
+            said.push(' ');
+            said.push_str(&e.text);
+        }
+        said
     }
 
     /// Whether caller speech may stop the agent now: barge-in on, agent audio playing (not
@@ -130,23 +150,43 @@ impl Policy {
             self.last_activity = now;
         }
         if self.burst.run_ms(now) > 0 {
-            let heard =
-                hold::Heard::of(&self.words, &self.endpointer.text(), &mouth.current_text());
+            let heard = hold::Heard::of(
+                &self.words,
+                &self.endpointer.text(),
+                &self.agent_said_lately(mouth),
+            );
             self.burst.set_heard(heard);
         }
-        if self.burst.held_at().is_some()
-            && mouth.is_held()
-            && self.burst.heard() == hold::Heard::Words
-        {
-            // A real word during the hold stops the agent before the voiced run is long enough.
+        let holding = self.burst.held_at().is_some() && mouth.is_held();
+        // A hold that lasted too long without a stop was released for the rest of the run;
+        // a real word later in the same run still stops the agent.
+        let released = self.burst.is_spent()
+            && self.burst.run_ms(now) > 0
+            && self.barge_in_eligible(now, mouth);
+        if (holding || released) && self.burst.heard() == hold::Heard::Words {
+            // A real word during the run stops the agent before (or without) the duration.
             let run_ms = self.burst.run_ms(now);
             self.stop_agent(format!("speech_ms={run_ms}"), now, mouth);
             return;
         }
+        let agent = &self.agent;
+        let hold_on =
+            agent.barge_in_hold_ms > 0 && agent.barge_in_hold_ms < agent.barge_in_min_speech_ms;
+        if hold_on && self.burst.run_ms(now) == 0 && self.barge_in_eligible(now, mouth) {
+            // A short word ("wait,") is reported when it has been said, which is when its
+            // burst ends: the hold never hears it. A real word over the agent stops it all
+            // the same, without waiting for the end of the caller's turn.
+            let text = self.endpointer.text();
+            let heard = hold::Heard::of(&self.words, &text, &self.agent_said_lately(mouth));
+            if heard == hold::Heard::Words {
+                self.stop_agent(format!("words={text}"), now, mouth);
+                return;
+            }
+        }
         if let Phase::BargeIn { at, .. } = self.phase {
             let text = join_words(&self.barge_words, &self.endpointer.text());
             let words = self.words.content_words(&text);
-            if self.words.is_echo(&text, &mouth.current_text()) {
+            if self.words.is_echo(&text, &self.agent_said_lately(mouth)) {
                 // The agent's own voice: not an interruption; the deadline resumes it.
             } else if words >= self.agent.barge_in_min_words as usize {
                 let ms = now.saturating_duration_since(at).as_millis();

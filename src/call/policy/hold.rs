@@ -146,6 +146,11 @@ impl Burst {
         }
     }
 
+    /// True when this run released a hold for good (backchannels, or too long).
+    pub fn is_spent(&self) -> bool {
+        self.spent
+    }
+
     /// What the speech-to-text said during the run.
     pub fn heard(&self) -> Heard {
         self.heard

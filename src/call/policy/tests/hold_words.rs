@@ -141,3 +141,39 @@ fn words_after_a_run_ended_do_not_carry_into_the_next_one() {
     assert_eq!(c.details(EventKind::BargeInStop), vec!["speech_ms=208"]);
     assert!(c.did(&Action::Clear));
 }
+
+#[test]
+fn a_real_word_after_a_hold_released_as_too_long_still_stops_the_agent() {
+    // Words decide alone (the duration never stops): a slow recogniser's first word comes
+    // after the hold gave up; it must still stop the agent, in the same run.
+    let mut c = Call::replying("barge_in_min_speech_ms = 3000");
+    c.speech_start();
+    voiced(&mut c, 64, 900);
+    let released = c.details(EventKind::BargeInHoldReleased);
+    assert_eq!(released.len(), 1, "{:?}", c.events());
+    assert!(released[0].starts_with("too_long"), "{released:?}");
+    assert!(!c.did(&Action::Clear), "no stop on duration");
+    interim(&mut c, "could you");
+    assert!(
+        c.did(&Action::Clear),
+        "stopped by the words: {:?}",
+        c.events()
+    );
+    assert_eq!(c.count(EventKind::BargeInStop), 1);
+    assert_eq!(
+        c.count(EventKind::BargeInCommit),
+        1,
+        "two real words commit it"
+    );
+}
+
+#[test]
+fn backchannels_after_a_hold_released_as_too_long_do_not_stop_the_agent() {
+    let mut c = Call::replying("barge_in_min_speech_ms = 3000");
+    c.speech_start();
+    voiced(&mut c, 64, 900);
+    interim(&mut c, "uh huh yeah");
+    voiced(&mut c, 912, 1200);
+    assert!(!c.did(&Action::Clear));
+    assert_eq!(c.count(EventKind::BargeInStop), 0);
+}

@@ -179,9 +179,10 @@ fn one_real_word_alone_after_a_short_burst_resumes_at_the_deadline() {
 
 #[test]
 fn a_short_burst_of_backchannel_or_the_agents_own_word_does_not_stop_the_agent() {
-    for text in ["yeah", "mm hmm", "evening"] {
+    for text in ["yeah", "mm hmm", "evening", "noon."] {
         // "evening": one word of what the agent is saying ("We close at ten in the
-        // evening."): its echo or the caller's, no evidence either way.
+        // evening."), "noon.": of the sentence that has just played (its echo, transcribed
+        // late): the echo or the caller's, no evidence either way.
         let mut c = Call::replying("");
         short_burst_then_turn(&mut c, text);
         assert_eq!(
@@ -197,4 +198,43 @@ fn a_short_burst_of_backchannel_or_the_agents_own_word_does_not_stop_the_agent()
         );
         assert_eq!(c.policy.phase(), Phase::Speaking, "{text}");
     }
+}
+
+#[test]
+fn the_echo_of_a_sentence_that_has_finished_playing_is_still_echo() {
+    // A recogniser with a lag: the words of the first sentence's echo come as a turn while
+    // the second sentence plays (the first was confirmed played before they came).
+    let mut c = Call::replying("");
+    short_burst_then_turn(&mut c, "every day from noon.");
+    assert_eq!(
+        c.details(EventKind::EchoIgnored),
+        vec!["every day from noon."],
+        "{:?}",
+        c.events()
+    );
+    assert_eq!(c.count(EventKind::BargeInStop), 0);
+    assert!(c.brain_starts().is_empty());
+    assert_eq!(c.policy.phase(), Phase::Speaking);
+}
+
+#[test]
+fn a_real_word_that_comes_as_its_burst_ends_stops_the_agent_at_once() {
+    let mut c = Call::replying("");
+    c.speech_start();
+    c.voiced(144);
+    c.speech_end();
+    assert!(!c.did(&Action::Clear));
+    // The recogniser's interim for the word comes as the burst ends, long before the turn.
+    c.step(Input::Interim("wait".into()));
+    assert_eq!(c.details(EventKind::BargeInStop), vec!["words=wait"]);
+    assert!(c.did(&Action::Clear));
+    assert_eq!(c.count(EventKind::TurnEnd), 0, "before the end of the turn");
+    // A backchannel in the same place does not.
+    let mut c = Call::replying("");
+    c.speech_start();
+    c.voiced(144);
+    c.speech_end();
+    c.step(Input::Interim("uh huh".into()));
+    assert_eq!(c.count(EventKind::BargeInStop), 0);
+    assert!(!c.did(&Action::Clear));
 }
