@@ -2,7 +2,11 @@
 //! agent audio and the stop (stage one, judged by [`hold`](super::hold)), the caller's words
 //! confirming or dismissing it (stage two), the resume after a false alarm, and the
 //! interruption that ends the agent's turn for good, keeping in history only what the caller
-//! heard (the cut at the `clear`, `call::heard`).
+//! heard (the cut at the `clear`, `call::heard`). A real word over the agent stops it wherever
+//! it comes: during the hold, after a hold that gave up, once its short burst has ended, or as
+//! a turn of fewer than `barge_in_min_words` words (kept for the rest of the interruption).
+//! The agent's own words are judged against its reply so far, not only what is playing: a
+//! recogniser's words come a delay after the audio, and the echo with them.
 
 use tokio::time::Instant;
 
