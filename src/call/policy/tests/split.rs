@@ -128,14 +128,19 @@ fn the_rest_said_before_the_deadline_but_transcribed_after_it_still_counts() {
 /// ends), whose words come as a turn once it is over: the recogniser reports a word when it
 /// has been said, which is when the burst ends, so the hold cannot hear it.
 fn short_burst_then_turn(c: &mut Call, text: &str) {
+    short_burst(c);
+    c.final_text(text);
+    c.run(300);
+}
+
+/// 144 ms of voice over the agent: held, then released when it ends, with no stop.
+fn short_burst(c: &mut Call) {
     c.speech_start();
     c.voiced(144);
     assert!(c.mouth.is_held(), "held");
     c.speech_end();
     assert!(!c.mouth.is_held(), "released");
     assert!(!c.did(&Action::Clear));
-    c.final_text(text);
-    c.run(300);
 }
 
 #[test]
@@ -220,10 +225,7 @@ fn the_echo_of_a_sentence_that_has_finished_playing_is_still_echo() {
 #[test]
 fn a_real_word_that_comes_as_its_burst_ends_stops_the_agent_at_once() {
     let mut c = Call::replying("");
-    c.speech_start();
-    c.voiced(144);
-    c.speech_end();
-    assert!(!c.did(&Action::Clear));
+    short_burst(&mut c);
     // The recogniser's interim for the word comes as the burst ends, long before the turn.
     c.step(Input::Interim("wait".into()));
     assert_eq!(c.details(EventKind::BargeInStop), vec!["words=wait"]);
@@ -231,9 +233,7 @@ fn a_real_word_that_comes_as_its_burst_ends_stops_the_agent_at_once() {
     assert_eq!(c.count(EventKind::TurnEnd), 0, "before the end of the turn");
     // A backchannel in the same place does not.
     let mut c = Call::replying("");
-    c.speech_start();
-    c.voiced(144);
-    c.speech_end();
+    short_burst(&mut c);
     c.step(Input::Interim("uh huh".into()));
     assert_eq!(c.count(EventKind::BargeInStop), 0);
     assert!(!c.did(&Action::Clear));
