@@ -30,8 +30,8 @@ use crate::call::MediaAttach;
 use crate::call::ingress::Inbound;
 use crate::carrier::port::{MediaSocket, TokenSource};
 use crate::carrier::{
-    ActionResult, CodecError, DtmfDelivery, MediaCodec, MediaCommand, MediaEvent, SharedCodec,
-    StreamStart,
+    ActionResult, CodecError, DtmfDelivery, MediaCodec, MediaCommand, MediaEvent, MessageKind,
+    SharedCodec, StreamStart,
 };
 use crate::net::http::{Body, text};
 use crate::security::token::TokenError;
@@ -40,7 +40,7 @@ pub type ServerSocket = WebSocket<TokioIo<Upgraded>>;
 
 /// Largest media message accepted (larger ones are counted as bad and dropped; a fragmented
 /// one stops being buffered as soon as its fragments pass this size).
-pub const MAX_FRAME: usize = 64 * 1024;
+pub use crate::carrier::MAX_MEDIA_MESSAGE as MAX_FRAME;
 /// Beyond this a single frame cannot be skipped safely and the socket is closed.
 const MAX_WIRE_FRAME: usize = 1024 * 1024;
 /// How long a carrier has to send `start` after connecting (carriers send it at once).
@@ -240,6 +240,7 @@ pub async fn serve(
     // The encoder is a copy of the codec as it stands after `start` (it knows the stream id);
     // the original moves into the reader.
     let mut encoder = codec.clone_box();
+    let kind = encoder.encodes();
     // A client that shows the call's progress (the browser phone) gets it on this socket.
     // (The channel only then: its first block would be 2.5 KiB of every call.)
     let (progress, mut progress_rx) = if encoder.wants_progress() {
@@ -408,7 +409,12 @@ pub async fn serve(
                     }
                     Some(cmd) => {
                         if encoder.encode_into(&cmd, &mut out) {
-                            if write.write_frame(Frame::text(Payload::Borrowed(&out))).await.is_err() {
+                            let payload = Payload::Borrowed(&out);
+                            let frame = match kind {
+                                MessageKind::Text => Frame::text(payload),
+                                MessageKind::Binary => Frame::binary(payload),
+                            };
+                            if write.write_frame(frame).await.is_err() {
                                 break;
                             }
                             unflushed = true;
@@ -603,7 +609,11 @@ fn decode(codec: &mut dyn MediaCodec, message: Message) -> Decoded {
                 Err(_) => Decoded::Bad(CodecError::BadJson("not UTF-8".into())),
             }
         }
-        OpCode::Binary => Decoded::Bad(CodecError::Binary),
+        OpCode::Binary => match codec.decode_binary(&frame.payload) {
+            Ok(Some(ev)) => Decoded::Event(ev),
+            Ok(None) => Decoded::Nothing,
+            Err(e) => Decoded::Bad(e),
+        },
         OpCode::Close => Decoded::Closed,
         _ => Decoded::Nothing,
     }
@@ -738,5 +748,67 @@ mod tests {
             Message::TooLarge(n) => panic!("too large: {n}"),
         }
         drop(w.await);
+    }
+}
+
+#[cfg(test)]
+mod binary_tests {
+    use super::*;
+    use bytes::Bytes;
+
+    /// A codec whose socket carries raw audio as binary messages and JSON as text.
+    struct RawAudio;
+
+    impl MediaCodec for RawAudio {
+        fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
+            match frame {
+                "stop" => Ok(Some(MediaEvent::Stop)),
+                other => Err(CodecError::UnknownEvent(other.to_string())),
+            }
+        }
+        fn decode_binary(&mut self, frame: &[u8]) -> Result<Option<MediaEvent>, CodecError> {
+            Ok(Some(MediaEvent::Audio(Bytes::copy_from_slice(frame))))
+        }
+    }
+
+    /// A text-only codec (every carrier but Vonage).
+    struct TextOnly;
+
+    impl MediaCodec for TextOnly {
+        fn decode(&mut self, _frame: &str) -> Result<Option<MediaEvent>, CodecError> {
+            Ok(None)
+        }
+    }
+
+    fn message(opcode: OpCode, payload: &[u8]) -> Message {
+        Message::Frame(Frame::new(
+            true,
+            opcode,
+            None,
+            Payload::Owned(payload.to_vec()),
+        ))
+    }
+
+    #[test]
+    fn a_binary_message_reaches_a_codec_that_speaks_binary() {
+        let mut codec = RawAudio;
+        match decode(&mut codec, message(OpCode::Binary, &[1, 2, 3])) {
+            Decoded::Event(MediaEvent::Audio(a)) => assert_eq!(&a[..], &[1, 2, 3]),
+            _ => panic!("binary audio was not decoded"),
+        }
+        assert!(matches!(
+            decode(&mut codec, message(OpCode::Text, b"stop")),
+            Decoded::Event(MediaEvent::Stop)
+        ));
+    }
+
+    #[test]
+    fn a_text_codec_refuses_binary_messages() {
+        let mut codec = TextOnly;
+        assert!(matches!(
+            decode(&mut codec, message(OpCode::Binary, &[0; 160])),
+            Decoded::Bad(CodecError::Binary)
+        ));
+        assert_eq!(codec.encodes(), MessageKind::Text);
     }
 }

@@ -334,17 +334,65 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// Translates one carrier's media WebSocket text frames to and from the neutral types.
+/// The largest media WebSocket message any carrier ever sends us (a Twilio, Telnyx or Plivo
+/// JSON frame with a 20 ms payload is under 1 KiB; Vonage's binary L16 frames are 640 bytes).
+/// The media socket caps each message at this while its fragments are read, and the codecs
+/// refuse a payload over it.
+pub const MAX_MEDIA_MESSAGE: usize = 64 * 1024;
+
+/// One media WebSocket message, as a codec sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaMessage<'a> {
+    /// A text message (JSON for every carrier so far).
+    Text(&'a str),
+    /// A binary message (raw audio for Vonage's L16 socket).
+    Binary(&'a [u8]),
+}
+
+/// Which kind of WebSocket message a codec's encoded commands are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageKind {
+    Text,
+    Binary,
+}
+
+/// Translates one carrier's media WebSocket messages to and from the neutral types.
+///
+/// A text codec implements [`Self::decode`] and [`Self::encode`] (or [`Self::encode_into`] on
+/// the hot path); a codec whose socket also carries binary messages implements
+/// [`Self::decode_binary`], and one whose outgoing messages are binary says so in
+/// [`Self::encodes`] and implements [`Self::encode_into`].
 pub trait MediaCodec: Send {
-    /// Decodes one text frame. `Ok(None)` for frames that carry nothing for the actor
+    /// Decodes one text message. `Ok(None)` for messages that carry nothing for the actor
     /// (e.g. Twilio's `connected`).
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError>;
-    /// Encodes one command as a text frame; `None` for commands that are not frames
-    /// (hang-up goes through the carrier's REST API).
-    fn encode(&mut self, cmd: &MediaCommand) -> Option<String>;
-    /// [`Self::encode`] into `out` (cleared first), which the media pump reuses for every frame;
-    /// false when the command is not a frame. Codecs on the hot path override it to build the
-    /// frame without allocating.
+    /// Decodes one binary message; carriers whose protocol has none refuse it.
+    fn decode_binary(&mut self, _frame: &[u8]) -> Result<Option<MediaEvent>, CodecError> {
+        Err(CodecError::Binary)
+    }
+    /// Decodes one message of either kind.
+    fn decode_message(
+        &mut self,
+        message: MediaMessage<'_>,
+    ) -> Result<Option<MediaEvent>, CodecError> {
+        match message {
+            MediaMessage::Text(text) => self.decode(text),
+            MediaMessage::Binary(bytes) => self.decode_binary(bytes),
+        }
+    }
+    /// The kind of message [`Self::encode_into`] writes.
+    fn encodes(&self) -> MessageKind {
+        MessageKind::Text
+    }
+    /// Encodes one command as a text message; `None` for commands that are not messages
+    /// (hang-up goes through the carrier's REST API). Binary codecs leave it `None` and
+    /// implement [`Self::encode_into`].
+    fn encode(&mut self, _cmd: &MediaCommand) -> Option<String> {
+        None
+    }
+    /// Encodes one command into `out` (cleared first; a message of [`Self::encodes`]'s kind),
+    /// which the media pump reuses for every frame; false when the command is not a message.
+    /// Codecs on the hot path override it to build the frame without allocating.
     fn encode_into(&mut self, cmd: &MediaCommand, out: &mut Vec<u8>) -> bool {
         out.clear();
         match self.encode(cmd) {

@@ -24,10 +24,8 @@ use crate::carrier::wire::{
     FramePool, encode_via_buffer, inbound_media_payload, json_frame, object_field, parse_digit,
     probe_inbound_media, push_base64, push_json_str, str_field, unknown_event,
 };
-use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
+use crate::carrier::{CodecError, MAX_MEDIA_MESSAGE, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
-/// Largest text frame (and decoded media payload) accepted.
-pub const MAX_FRAME_BYTES: usize = 64 * 1024;
 
 /// The stream's audio format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -211,7 +209,7 @@ impl PlivoCodec {
     }
 
     fn decode_media(&mut self, msg: &Value) -> Result<Option<MediaEvent>, CodecError> {
-        let Some(mut audio) = inbound_media_payload(msg, MAX_FRAME_BYTES)? else {
+        let Some(mut audio) = inbound_media_payload(msg, MAX_MEDIA_MESSAGE)? else {
             return Ok(None);
         };
         let kept = self.make_ulaw(&mut audio);
@@ -225,7 +223,7 @@ impl PlivoCodec {
     /// Any frame, through a JSON tree: every event, and the `media` frames the fast path
     /// leaves (with their precise errors).
     fn decode_general(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
+        let msg = json_frame(frame, MAX_MEDIA_MESSAGE * 2)?;
         match str_field(&msg, "event")? {
             "start" => self.decode_start(&msg).map(Some),
             "media" => self.decode_media(&msg),
@@ -245,7 +243,7 @@ impl PlivoCodec {
     /// An ordinary inbound `media` frame, read borrowed and decoded into the pool; `None` when
     /// the general path must decode it.
     fn decode_media_fast(&mut self, frame: &str) -> Option<Option<MediaEvent>> {
-        let media = probe_inbound_media(frame, MAX_FRAME_BYTES)?;
+        let media = probe_inbound_media(frame, MAX_MEDIA_MESSAGE)?;
         let mut pool = std::mem::take(&mut self.pool);
         let audio = pool.decode_base64_with(media.payload, |audio| self.make_ulaw(audio));
         self.pool = pool;

@@ -23,10 +23,8 @@ use crate::carrier::wire::{
     FramePool, counter_value, encode_via_buffer, inbound_media_payload, json_frame, object_field,
     parse_digit, probe_inbound_media, push_base64, push_json_str, str_field, unknown_event,
 };
-use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
+use crate::carrier::{CodecError, MAX_MEDIA_MESSAGE, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
-/// Largest text frame (and decoded media payload) accepted.
-pub const MAX_FRAME_BYTES: usize = 64 * 1024;
 /// Early frames held back waiting for a missing one before giving up on it.
 pub const MAX_HELD: usize = 3;
 /// A `chunk` this far (1 s of frames) behind the expected one means the counter restarted.
@@ -142,7 +140,7 @@ impl TelnyxCodec {
     }
 
     fn decode_media(&mut self, msg: &Value) -> Result<Option<MediaEvent>, CodecError> {
-        let Some(mut raw) = inbound_media_payload(msg, MAX_FRAME_BYTES)? else {
+        let Some(mut raw) = inbound_media_payload(msg, MAX_MEDIA_MESSAGE)? else {
             return Ok(None);
         };
         if self.inbound == Inbound::Pcma {
@@ -155,7 +153,7 @@ impl TelnyxCodec {
     /// Any frame, through a JSON tree: every event, and the `media` frames the fast path
     /// leaves (with their precise errors).
     fn decode_general(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
+        let msg = json_frame(frame, MAX_MEDIA_MESSAGE * 2)?;
         match str_field(&msg, "event")? {
             "connected" => Ok(None),
             "start" => self.decode_start(&msg).map(Some),
@@ -191,7 +189,7 @@ impl TelnyxCodec {
     /// An ordinary inbound `media` frame, read borrowed and decoded into the pool; `None` when
     /// the general path must decode it.
     fn decode_media_fast(&mut self, frame: &str) -> Option<Option<MediaEvent>> {
-        let media = probe_inbound_media(frame, MAX_FRAME_BYTES)?;
+        let media = probe_inbound_media(frame, MAX_MEDIA_MESSAGE)?;
         let pcma = self.inbound == Inbound::Pcma;
         let audio = self.pool.decode_base64_with(media.payload, |audio| {
             if pcma {

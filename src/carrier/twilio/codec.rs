@@ -11,10 +11,8 @@ use crate::carrier::wire::{
     FramePool, encode_via_buffer, fast_inbound_media, inbound_media_payload, json_frame, object_field, parse_digit,
     push_base64, push_json_str, str_field, unknown_event,
 };
-use crate::carrier::{CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart};
+use crate::carrier::{CodecError, MAX_MEDIA_MESSAGE, MediaCodec, MediaCommand, MediaEvent, StreamStart};
 
-/// Largest text frame (and decoded media payload) accepted.
-pub const MAX_FRAME_BYTES: usize = 64 * 1024;
 
 /// Per-socket Twilio codec. Remembers the `streamSid` from `start` for outgoing frames.
 #[derive(Debug, Default, Clone)]
@@ -86,7 +84,7 @@ impl TwilioCodec {
 }
 
 fn decode_media(msg: &Value) -> Result<Option<MediaEvent>, CodecError> {
-    Ok(inbound_media_payload(msg, MAX_FRAME_BYTES)?.map(|audio| MediaEvent::Audio(Bytes::from(audio))))
+    Ok(inbound_media_payload(msg, MAX_MEDIA_MESSAGE)?.map(|audio| MediaEvent::Audio(Bytes::from(audio))))
 }
 
 fn decode_dtmf(msg: &Value) -> Result<MediaEvent, CodecError> {
@@ -96,10 +94,10 @@ fn decode_dtmf(msg: &Value) -> Result<MediaEvent, CodecError> {
 
 impl MediaCodec for TwilioCodec {
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        if let Some(audio) = fast_inbound_media(frame, MAX_FRAME_BYTES, &mut self.pool) {
+        if let Some(audio) = fast_inbound_media(frame, MAX_MEDIA_MESSAGE, &mut self.pool) {
             return Ok(Some(MediaEvent::Audio(audio)));
         }
-        let msg = json_frame(frame, MAX_FRAME_BYTES * 2)?;
+        let msg = json_frame(frame, MAX_MEDIA_MESSAGE * 2)?;
         let event = str_field(&msg, "event")?;
         match event {
             "connected" => Ok(None),

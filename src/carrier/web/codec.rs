@@ -14,11 +14,9 @@ use serde_json::{Value, json};
 
 use crate::carrier::wire::{json_frame, parse_digit, str_field, unknown_event};
 use crate::carrier::{
-    CallProgress, CodecError, MediaCodec, MediaCommand, MediaEvent, StreamStart,
+    CallProgress, CodecError, MAX_MEDIA_MESSAGE, MediaCodec, MediaCommand, MediaEvent, StreamStart,
 };
 
-/// Largest text frame accepted.
-pub const MAX_FRAME_BYTES: usize = 64 * 1024;
 /// Largest decoded audio payload accepted (one second).
 const MAX_AUDIO_BYTES: usize = 8000;
 
@@ -38,7 +36,7 @@ impl WebCodec {
 
 impl MediaCodec for WebCodec {
     fn decode(&mut self, frame: &str) -> Result<Option<MediaEvent>, CodecError> {
-        let msg = json_frame(frame, MAX_FRAME_BYTES)?;
+        let msg = json_frame(frame, MAX_MEDIA_MESSAGE)?;
         match str_field(&msg, "event")? {
             "start" => Ok(Some(MediaEvent::Start(StreamStart {
                 call_id: self.call_id.clone(),
