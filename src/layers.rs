@@ -54,7 +54,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("security", &["util"]),
     ("util", &[]),
     // Test support (simulators, load generator): never the daemon's state.
-    ("sim", &["carrier", "audio", "net", "security", "util"]),
+    // The sim's tests build the daemon's own multipart upload to check the fake against it.
+    (
+        "sim",
+        &["carrier", "provider", "audio", "net", "security", "util"],
+    ),
     (
         "loadgen",
         &["sim", "carrier", "audio", "net", "security", "util"],
@@ -75,21 +79,41 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-#[test]
-fn modules_import_only_lower_layers() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The modules a line of code names through `prefix` (`crate::` inside the daemon,
+/// `patterd::` in the workspace's other crates), outside comments.
+fn named_modules<'a>(line: &'a str, prefix: &'a str) -> impl Iterator<Item = String> + 'a {
+    let code = line.split("//").next().unwrap_or("");
+    code.split(prefix).skip(1).filter_map(|part| {
+        let module: String = part
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        (!module.is_empty()).then_some(module)
+    })
+}
+
+/// Checks every file under `dir` as module `top` (or, for `None`, as the top-level module its
+/// path starts with) against [`ALLOWED`], adding what it may not import to `violations`.
+fn check_tree(
+    dir: &Path,
+    top: Option<&str>,
+    prefixes: &[(&str, Option<&str>)],
+    violations: &mut BTreeSet<String>,
+) {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let mut violations = BTreeSet::new();
+    rust_files(dir, &mut files);
     for file in files {
-        let rel = file.strip_prefix(&src).unwrap_or(&file);
-        let top = rel
-            .components()
-            .next()
-            .and_then(|c| c.as_os_str().to_str())
-            .unwrap_or("")
-            .trim_end_matches(".rs")
-            .to_string();
+        let rel = file.strip_prefix(dir).unwrap_or(&file);
+        let top = match top {
+            Some(t) => t.to_string(),
+            None => rel
+                .components()
+                .next()
+                .and_then(|c| c.as_os_str().to_str())
+                .unwrap_or("")
+                .trim_end_matches(".rs")
+                .to_string(),
+        };
         if matches!(top.as_str(), "lib" | "main" | "bin" | "layers") {
             continue;
         }
@@ -99,25 +123,63 @@ fn modules_import_only_lower_layers() {
         };
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         for (n, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or("");
-            for part in code.split("crate::").skip(1) {
-                let module: String = part
-                    .chars()
-                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
-                    .collect();
-                if !module.is_empty() && module != top && !allowed.contains(&module.as_str()) {
-                    violations.insert(format!(
-                        "{}:{}: {top} imports {module}",
-                        rel.display(),
-                        n + 1
-                    ));
+            for (prefix, whole) in prefixes {
+                for module in named_modules(line, prefix) {
+                    // A path into another workspace crate names that crate as a whole.
+                    let module = whole.map(str::to_string).unwrap_or(module);
+                    if module != top && !allowed.contains(&module.as_str()) {
+                        violations.insert(format!(
+                            "{}:{}: {top} imports {module}",
+                            file.display(),
+                            n + 1
+                        ));
+                    }
                 }
             }
         }
     }
+}
+
+#[test]
+fn modules_import_only_lower_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut violations = BTreeSet::new();
+    check_tree(
+        &root.join("src"),
+        None,
+        &[("crate::", None)],
+        &mut violations,
+    );
+    // The simulators and the load generator reach the daemon only through its lower layers.
+    let daemon = ("patterd::", None);
+    let sim = ("patterd_sim::", Some("sim"));
+    check_tree(
+        &root.join("crates/patterd-sim/src"),
+        Some("sim"),
+        &[daemon],
+        &mut violations,
+    );
+    check_tree(
+        &root.join("crates/patterd-loadgen/src"),
+        Some("loadgen"),
+        &[daemon, sim],
+        &mut violations,
+    );
     assert!(
         violations.is_empty(),
         "imports against the layers of docs/ARCHITECTURE.md:\n{}",
         violations.into_iter().collect::<Vec<_>>().join("\n")
     );
+}
+
+#[test]
+fn the_layer_check_sees_the_other_crates() {
+    // A path the sim may not take is caught, one it may take is not.
+    let mut seen: Vec<String> =
+        named_modules("use patterd::app::App; // crate::call", "patterd::").collect();
+    assert_eq!(seen, ["app"]);
+    seen = named_modules("let x = patterd::audio::g711::decode_ulaw(b);", "patterd::").collect();
+    assert_eq!(seen, ["audio"]);
+    let sim = ALLOWED.iter().find(|(m, _)| *m == "sim").map(|(_, a)| *a);
+    assert!(sim.is_some_and(|a| a.contains(&"carrier") && !a.contains(&"app")));
 }
