@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use super::error::{Problem, describe_key, suggest};
-use super::schema::{Config, LlmKind, VadEngineName};
+use super::schema::{AgentConfig, Config, LlmKind, VadEngineName};
 use super::source::Locator;
 use crate::util::phone::{is_e164, is_e164_prefix};
 
@@ -157,14 +157,38 @@ fn pricing(c: &mut Check<'_>, config: &Config) {
     }
 }
 
-/// Every problem with `config`, located through `loc`.
+/// Every problem with `config`, located through `loc`, section by section.
 pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     let mut c = Check {
         loc,
         problems: Vec::new(),
     };
-    let server = &config.server;
+    server(&mut c, config);
+    limits(&mut c, config);
+    pricing(&mut c, config);
+    turn_model::check(&mut c, config);
+    llms(&mut c, config);
+    stts(&mut c, config);
+    ttss(&mut c, config);
+    carriers(&mut c, config);
+    for (name, agent) in &config.agents {
+        agent_providers(&mut c, name, agent, config);
+        agent_turn_taking(&mut c, name, agent);
+    }
+    // Tool keys (config::tools).
+    for (name, agent) in &config.agents {
+        for (keys, message) in super::tools::problems(name, agent, &config.llm) {
+            let parts: Vec<&str> = keys.iter().map(String::as_str).collect();
+            c.fail(&parts, message);
+        }
+    }
+    numbers(&mut c, config);
+    c.problems
+}
 
+/// `[server]`: the listener, its API token, the public URL, limits and TLS.
+fn server(c: &mut Check, config: &Config) {
+    let server = &config.server;
     match server.listen.trim().parse::<SocketAddr>() {
         Err(_) => c.fail(
             &["server", "listen"],
@@ -228,7 +252,10 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             }
         }
     }
+}
 
+/// `[store]`, `[outbound]` and `[log]` limits.
+fn limits(c: &mut Check, config: &Config) {
     c.at_least_one(&["store", "queue"], config.store.queue as u64);
     c.at_least_one(
         &["outbound", "max_concurrent"],
@@ -239,16 +266,16 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         u64::from(config.outbound.ring_timeout_s),
     );
 
-    pricing(&mut c, config);
-    turn_model::check(&mut c, config);
-
     if let Err(why) = check_log_level(&config.log.level) {
         c.fail(
             &["log", "level"],
             format!("[log] level = {:?} {why}", config.log.level),
         );
     }
+}
 
+/// `[llm.NAME]`: the brains.
+fn llms(c: &mut Check, config: &Config) {
     for (name, llm) in &config.llm {
         c.url(
             &["llm", name, "base_url"],
@@ -289,6 +316,10 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         );
         c.at_least_one(&["llm", name, "connect_timeout_s"], llm.connect_timeout_s);
     }
+}
+
+/// `[stt.NAME]`: speech-to-text.
+fn stts(c: &mut Check, config: &Config) {
     for (name, stt) in &config.stt {
         c.url(
             &["stt", name, "base_url"],
@@ -307,21 +338,21 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             }
         };
         range(
-            &mut c,
+            c,
             "eot_threshold",
             stt.eot_threshold.map(f64::from),
             0.5,
             0.9,
         );
         range(
-            &mut c,
+            c,
             "eager_eot_threshold",
             stt.eager_eot_threshold.map(f64::from),
             0.3,
             0.9,
         );
         range(
-            &mut c,
+            c,
             "eot_timeout_ms",
             stt.eot_timeout_ms.map(f64::from),
             500.0,
@@ -348,6 +379,10 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             );
         }
     }
+}
+
+/// `[tts.NAME]`: text-to-speech.
+fn ttss(c: &mut Check, config: &Config) {
     for (name, tts) in &config.tts {
         c.url(
             &["tts", name, "base_url"],
@@ -375,6 +410,10 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             );
         }
     }
+}
+
+/// `[carriers.NAME]`: the accounts' REST roots.
+fn carriers(c: &mut Check, config: &Config) {
     for (name, carrier) in &config.carriers {
         if let Some(u) = carrier.api_base_url() {
             c.url(
@@ -385,171 +424,168 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             );
         }
     }
+}
 
-    for (name, agent) in &config.agents {
-        if agent.llm.names().is_empty() {
-            c.fail(
-                &["agents", name, "llm"],
-                format!("[agents.{name}] llm = [] names no brain: give one name or a chain"),
-            );
-        }
-        for llm in agent.llm.names() {
-            c.reference(&["agents", name, "llm"], "llm", &llm, &config.llm);
-        }
-        if agent.stt.names().is_empty() {
-            c.fail(
-                &["agents", name, "stt"],
-                format!("[agents.{name}] stt = [] names no [stt.NAME] section; name one or more"),
-            );
-        }
-        for stt in agent.stt.names() {
-            c.reference(&["agents", name, "stt"], "stt", &stt, &config.stt);
-        }
-        let ct = agent.stt_connect_timeout_ms;
-        if !(100..=30_000).contains(&ct) {
-            c.fail(
-                &["agents", name, "stt_connect_timeout_ms"],
-                format!(
-                    "[agents.{name}] stt_connect_timeout_ms = {ct} is out of range 100 to 30000"
-                ),
-            );
-        }
-        let cool = agent.stt_cooldown_s;
-        if !cool.is_finite() || cool < 0.0 {
-            c.fail(
-                &["agents", name, "stt_cooldown_s"],
-                format!("[agents.{name}] stt_cooldown_s = {cool} must be 0 or more seconds"),
-            );
-        }
-        if agent.tts.names().is_empty() {
-            c.fail(
-                &["agents", name, "tts"],
-                format!("[agents.{name}] tts = [] names no [tts.NAME] section; name one or more"),
-            );
-        }
-        for t in agent.tts.names() {
-            c.reference(&["agents", name, "tts"], "tts", t, &config.tts);
-        }
-        let fb = agent.tts_first_byte_timeout_ms;
-        if !(100..=30_000).contains(&fb) {
-            c.fail(
-                &["agents", name, "tts_first_byte_timeout_ms"],
-                format!(
-                    "[agents.{name}] tts_first_byte_timeout_ms = {fb} is out of range 100 to 30000"
-                ),
-            );
-        }
-        let cool = agent.tts_cooldown_s;
-        if !cool.is_finite() || cool < 0.0 {
-            c.fail(
-                &["agents", name, "tts_cooldown_s"],
-                format!("[agents.{name}] tts_cooldown_s = {cool} must be 0 or more seconds"),
-            );
-        }
-        let after = agent.long_turn_message_after_s;
-        if !after.is_finite() || after < 0.0 {
-            c.fail(
-                &["agents", name, "long_turn_message_after_s"],
-                format!(
-                    "[agents.{name}] long_turn_message_after_s = {after} must be 0 or more seconds"
-                ),
-            );
-        }
-        c.at_least_one(&["agents", name, "max_duration_s"], agent.max_duration_s);
-        for (j, dest) in agent.transfer_allowed.iter().enumerate() {
-            if !is_e164_prefix(dest) {
-                c.fail(
-                    &["agents", name, "transfer_allowed", &j.to_string()],
-                    format!(
-                        "[agents.{name}] transfer_allowed contains {dest:?}, which is not an E.164 \
-                         number or prefix (+ then 1 to 15 digits, e.g. +1555 or +15550001234)"
-                    ),
-                );
-            }
-        }
-        if agent.vad_engine == VadEngineName::Silero && !cfg!(feature = "silero") {
-            c.fail(
-                &["agents", name, "vad_engine"],
-                format!(
-                    "[agents.{name}] vad_engine = \"silero\" needs a patterd built with the cargo \
-                     feature `silero` (cargo build --release --features silero); use \"earshot\" \
-                     or rebuild"
-                ),
-            );
-        }
-        let vad = agent.vad_threshold;
-        if !(vad.is_finite() && vad > 0.0 && vad < 1.0) {
-            c.fail(
-                &["agents", name, "vad_threshold"],
-                format!("[agents.{name}] vad_threshold = {vad} must be between 0 and 1, e.g. 0.5"),
-            );
-        }
-        let (min, max) = (agent.min_endpointing_ms, agent.max_endpointing_ms);
-        if max < min || max > 30_000 {
-            c.fail(
-                &["agents", name, "max_endpointing_ms"],
-                format!(
-                    "[agents.{name}] max_endpointing_ms = {max} must be at least min_endpointing_ms \
-                     ({min}) and at most 30000"
-                ),
-            );
-        }
-        for (key, value, lo, hi) in [
-            ("vad_stop_ms", agent.vad_stop_ms, 32, 2000),
-            ("min_endpointing_ms", min, 0, 10_000),
-            ("unfinished_hold_ms", agent.unfinished_hold_ms, 0, 30_000),
-            ("stt_eou_override_ms", agent.stt_eou_override_ms, 0, 30_000),
-            (
-                "barge_in_min_speech_ms",
-                agent.barge_in_min_speech_ms,
-                32,
-                3000,
+/// `[agents.NAME]`: the providers it names and their chains' timings.
+fn agent_providers(c: &mut Check, name: &str, agent: &AgentConfig, config: &Config) {
+    if agent.llm.names().is_empty() {
+        c.fail(
+            &["agents", name, "llm"],
+            format!("[agents.{name}] llm = [] names no brain: give one name or a chain"),
+        );
+    }
+    for llm in agent.llm.names() {
+        c.reference(&["agents", name, "llm"], "llm", &llm, &config.llm);
+    }
+    if agent.stt.names().is_empty() {
+        c.fail(
+            &["agents", name, "stt"],
+            format!("[agents.{name}] stt = [] names no [stt.NAME] section; name one or more"),
+        );
+    }
+    for stt in agent.stt.names() {
+        c.reference(&["agents", name, "stt"], "stt", &stt, &config.stt);
+    }
+    let ct = agent.stt_connect_timeout_ms;
+    if !(100..=30_000).contains(&ct) {
+        c.fail(
+            &["agents", name, "stt_connect_timeout_ms"],
+            format!("[agents.{name}] stt_connect_timeout_ms = {ct} is out of range 100 to 30000"),
+        );
+    }
+    let cool = agent.stt_cooldown_s;
+    if !cool.is_finite() || cool < 0.0 {
+        c.fail(
+            &["agents", name, "stt_cooldown_s"],
+            format!("[agents.{name}] stt_cooldown_s = {cool} must be 0 or more seconds"),
+        );
+    }
+    if agent.tts.names().is_empty() {
+        c.fail(
+            &["agents", name, "tts"],
+            format!("[agents.{name}] tts = [] names no [tts.NAME] section; name one or more"),
+        );
+    }
+    for t in agent.tts.names() {
+        c.reference(&["agents", name, "tts"], "tts", t, &config.tts);
+    }
+    let fb = agent.tts_first_byte_timeout_ms;
+    if !(100..=30_000).contains(&fb) {
+        c.fail(
+            &["agents", name, "tts_first_byte_timeout_ms"],
+            format!(
+                "[agents.{name}] tts_first_byte_timeout_ms = {fb} is out of range 100 to 30000"
             ),
-            ("barge_in_hold_ms", agent.barge_in_hold_ms, 0, 3000),
-            (
-                "barge_in_confirm_ms",
-                agent.barge_in_confirm_ms,
-                100,
-                10_000,
+        );
+    }
+    let cool = agent.tts_cooldown_s;
+    if !cool.is_finite() || cool < 0.0 {
+        c.fail(
+            &["agents", name, "tts_cooldown_s"],
+            format!("[agents.{name}] tts_cooldown_s = {cool} must be 0 or more seconds"),
+        );
+    }
+}
+
+/// `[agents.NAME]`: turn-taking, barge-in, idle and transfer settings.
+fn agent_turn_taking(c: &mut Check, name: &str, agent: &AgentConfig) {
+    let after = agent.long_turn_message_after_s;
+    if !after.is_finite() || after < 0.0 {
+        c.fail(
+            &["agents", name, "long_turn_message_after_s"],
+            format!(
+                "[agents.{name}] long_turn_message_after_s = {after} must be 0 or more seconds"
             ),
-            ("barge_in_min_words", agent.barge_in_min_words, 1, 20),
-            ("idle_max_nudges", agent.idle_max_nudges, 0, 20),
-        ] {
-            if !(lo..=hi).contains(&value) {
-                c.fail(
-                    &["agents", name, key],
-                    format!("[agents.{name}] {key} = {value} must be between {lo} and {hi}"),
-                );
-            }
-        }
-        if agent.backchannel_words.iter().any(|w| w.trim().is_empty()) {
+        );
+    }
+    c.at_least_one(&["agents", name, "max_duration_s"], agent.max_duration_s);
+    for (j, dest) in agent.transfer_allowed.iter().enumerate() {
+        if !is_e164_prefix(dest) {
             c.fail(
-                &["agents", name, "backchannel_words"],
+                &["agents", name, "transfer_allowed", &j.to_string()],
                 format!(
-                    "[agents.{name}] backchannel_words has an empty entry; list words such as \
-                     [\"mm-hmm\", \"yeah\"]"
-                ),
-            );
-        }
-        let idle = agent.idle_nudge_after_s;
-        if !idle.is_finite() || idle < 0.0 {
-            c.fail(
-                &["agents", name, "idle_nudge_after_s"],
-                format!(
-                    "[agents.{name}] idle_nudge_after_s = {idle} must be 0 (off) or more seconds"
+                    "[agents.{name}] transfer_allowed contains {dest:?}, which is not an E.164 \
+                     number or prefix (+ then 1 to 15 digits, e.g. +1555 or +15550001234)"
                 ),
             );
         }
     }
-
-    // Tool keys (config::tools).
-    for (name, agent) in &config.agents {
-        for (keys, message) in super::tools::problems(name, agent, &config.llm) {
-            let parts: Vec<&str> = keys.iter().map(String::as_str).collect();
-            c.fail(&parts, message);
+    if agent.vad_engine == VadEngineName::Silero && !cfg!(feature = "silero") {
+        c.fail(
+            &["agents", name, "vad_engine"],
+            format!(
+                "[agents.{name}] vad_engine = \"silero\" needs a patterd built with the cargo \
+                 feature `silero` (cargo build --release --features silero); use \"earshot\" \
+                 or rebuild"
+            ),
+        );
+    }
+    let vad = agent.vad_threshold;
+    if !(vad.is_finite() && vad > 0.0 && vad < 1.0) {
+        c.fail(
+            &["agents", name, "vad_threshold"],
+            format!("[agents.{name}] vad_threshold = {vad} must be between 0 and 1, e.g. 0.5"),
+        );
+    }
+    let (min, max) = (agent.min_endpointing_ms, agent.max_endpointing_ms);
+    if max < min || max > 30_000 {
+        c.fail(
+            &["agents", name, "max_endpointing_ms"],
+            format!(
+                "[agents.{name}] max_endpointing_ms = {max} must be at least min_endpointing_ms \
+                 ({min}) and at most 30000"
+            ),
+        );
+    }
+    for (key, value, lo, hi) in [
+        ("vad_stop_ms", agent.vad_stop_ms, 32, 2000),
+        ("min_endpointing_ms", min, 0, 10_000),
+        ("unfinished_hold_ms", agent.unfinished_hold_ms, 0, 30_000),
+        ("stt_eou_override_ms", agent.stt_eou_override_ms, 0, 30_000),
+        (
+            "barge_in_min_speech_ms",
+            agent.barge_in_min_speech_ms,
+            32,
+            3000,
+        ),
+        ("barge_in_hold_ms", agent.barge_in_hold_ms, 0, 3000),
+        (
+            "barge_in_confirm_ms",
+            agent.barge_in_confirm_ms,
+            100,
+            10_000,
+        ),
+        ("barge_in_min_words", agent.barge_in_min_words, 1, 20),
+        ("idle_max_nudges", agent.idle_max_nudges, 0, 20),
+    ] {
+        if !(lo..=hi).contains(&value) {
+            c.fail(
+                &["agents", name, key],
+                format!("[agents.{name}] {key} = {value} must be between {lo} and {hi}"),
+            );
         }
     }
+    if agent.backchannel_words.iter().any(|w| w.trim().is_empty()) {
+        c.fail(
+            &["agents", name, "backchannel_words"],
+            format!(
+                "[agents.{name}] backchannel_words has an empty entry; list words such as \
+                 [\"mm-hmm\", \"yeah\"]"
+            ),
+        );
+    }
+    let idle = agent.idle_nudge_after_s;
+    if !idle.is_finite() || idle < 0.0 {
+        c.fail(
+            &["agents", name, "idle_nudge_after_s"],
+            format!("[agents.{name}] idle_nudge_after_s = {idle} must be 0 (off) or more seconds"),
+        );
+    }
+}
 
+/// `[[numbers]]`: each number, its carrier and agent, its caller and destination lists.
+fn numbers(c: &mut Check, config: &Config) {
+    let loc = c.loc;
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, number) in config.numbers.iter().enumerate() {
         let idx = i.to_string();
@@ -627,7 +663,6 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
             }
         }
     }
-    c.problems
 }
 
 /// One line per carrier or provider that is present but lacks its credentials.
