@@ -1,7 +1,7 @@
 //! The `patterd` binary: parses the command line and runs the daemon or a subcommand. All the
 //! work is in the library crate.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -198,51 +198,203 @@ async fn try_call(
     Ok(())
 }
 
+/// `patterd check`: the effective configuration, its warnings, and whether it is valid.
+fn check_cmd(config: Option<&Path>, strict: bool) -> ExitCode {
+    match load(config) {
+        Ok(loaded) => {
+            print!("{}", config::render_effective(&loaded.config));
+            for w in &loaded.warnings {
+                eprintln!("warning: {w}");
+            }
+            if strict && !loaded.warnings.is_empty() {
+                eprintln!(
+                    "error: {} warning(s) and --strict was given",
+                    loaded.warnings.len()
+                );
+                return ExitCode::from(1);
+            }
+            eprintln!("configuration is valid");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `patterd doctor`: the checks that reach the outside world.
+fn doctor_cmd(config: Option<&Path>, offline: bool, json: bool) -> ExitCode {
+    let Some(path) = config else {
+        eprintln!("error: pass --config FILE");
+        return ExitCode::from(2);
+    };
+    let Some(runtime) = runtime(Some(2)) else {
+        return ExitCode::from(1);
+    };
+    let opts = patterd::ops::doctor::Options { offline };
+    let report = runtime.block_on(patterd::ops::doctor::run(path, opts));
+    if json {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.text());
+    }
+    if report.worst() == patterd::ops::doctor::Level::Fail {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `patterd mcp --stdio`: MCP over stdio, bridged to a running daemon's REST API.
+fn mcp_cmd(
+    config: Option<&Path>,
+    stdio: bool,
+    url: Option<String>,
+    token: Option<String>,
+) -> ExitCode {
+    if !stdio {
+        eprintln!("error: pass --stdio (the daemon itself serves MCP over HTTP at /mcp)");
+        return ExitCode::from(2);
+    }
+    let loaded = match (&url, config) {
+        (Some(_), None) => None,
+        (_, path) => match load(path) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("error: {e} (or pass --url and --token)");
+                return ExitCode::from(1);
+            }
+        },
+    };
+    let base = url.unwrap_or_else(|| {
+        let listen = loaded
+            .as_ref()
+            .map(|l| l.config.server.listen.clone())
+            .unwrap_or_default();
+        let listen = listen
+            .replace("0.0.0.0:", "127.0.0.1:")
+            .replace("[::]:", "[::1]:");
+        format!("http://{listen}")
+    });
+    let token = token.unwrap_or_else(|| {
+        loaded
+            .as_ref()
+            .map(|l| l.config.server.api_token.expose().to_string())
+            .unwrap_or_default()
+    });
+    let Some(runtime) = runtime(Some(2)) else {
+        return ExitCode::from(1);
+    };
+    match runtime.block_on(patterd::mcp::stdio::run(&base, &token)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `patterd healthcheck`: probes a running daemon's `/healthz`.
+fn healthcheck_cmd(config: Option<&Path>, url: Option<String>, timeout: u64) -> ExitCode {
+    let base = match url {
+        Some(u) => u,
+        None => match load(config) {
+            Ok(l) if l.config.server.tls.is_some() => {
+                eprintln!(
+                    "error: server.tls is set and healthcheck speaks plain HTTP only; \
+                     probe https://…/healthz with your orchestrator instead"
+                );
+                return ExitCode::from(1);
+            }
+            Ok(l) => patterd::server::healthcheck::target(&l.config.server.listen),
+            Err(e) => {
+                eprintln!("error: {e} (or pass --url)");
+                return ExitCode::from(1);
+            }
+        },
+    };
+    let timeout = std::time::Duration::from_secs(timeout.max(1));
+    match patterd::server::healthcheck::probe(&base, timeout) {
+        Ok(()) => {
+            println!("healthy: {base}/healthz answered 200");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("unhealthy: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `patterd try`: one call through the configured providers, no carrier.
+fn try_cmd(
+    config: Option<&Path>,
+    agent: Option<String>,
+    caller: (Option<String>, Option<PathBuf>),
+    out: Option<PathBuf>,
+    timeout: u64,
+) -> ExitCode {
+    let (say, wav) = caller;
+    let loaded = match load(config) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let caller = match (say, wav) {
+        (Some(text), _) => patterd::app::trial::CallerAudio::Say(text),
+        (None, Some(path)) => match std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| patterd::audio::wav::read_ulaw_8k(&b).map_err(|e| e.to_string()))
+        {
+            Ok(a) => patterd::app::trial::CallerAudio::Ulaw(a),
+            Err(e) => {
+                eprintln!("error: {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        },
+        (None, None) => {
+            eprintln!("error: pass --say TEXT or --wav FILE");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(runtime) = runtime(Some(2)) else {
+        return ExitCode::from(1);
+    };
+    match runtime.block_on(try_call(loaded, agent, caller, out.as_deref(), timeout)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `patterd run` (the default): the daemon.
+fn run_cmd(config: Option<PathBuf>) -> ExitCode {
+    let loaded = match load(config.as_deref()) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    patterd::logging::init(&loaded.config.log);
+    let Some(runtime) = runtime(None) else {
+        return ExitCode::from(1);
+    };
+    let code = runtime.block_on(patterd::server::run(loaded, config));
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.as_ref().cloned().unwrap_or(Command::Run) {
-        Command::Check { strict } => match load(cli.config.as_deref()) {
-            Ok(loaded) => {
-                print!("{}", config::render_effective(&loaded.config));
-                for w in &loaded.warnings {
-                    eprintln!("warning: {w}");
-                }
-                if strict && !loaded.warnings.is_empty() {
-                    eprintln!(
-                        "error: {} warning(s) and --strict was given",
-                        loaded.warnings.len()
-                    );
-                    return ExitCode::from(1);
-                }
-                eprintln!("configuration is valid");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(1)
-            }
-        },
-        Command::Doctor { offline, json } => {
-            let Some(path) = cli.config.as_deref() else {
-                eprintln!("error: pass --config FILE");
-                return ExitCode::from(2);
-            };
-            let Some(runtime) = runtime(Some(2)) else {
-                return ExitCode::from(1);
-            };
-            let opts = patterd::ops::doctor::Options { offline };
-            let report = runtime.block_on(patterd::ops::doctor::run(path, opts));
-            if json {
-                println!("{}", report.json());
-            } else {
-                print!("{}", report.text());
-            }
-            if report.worst() == patterd::ops::doctor::Level::Fail {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
+        Command::Check { strict } => check_cmd(cli.config.as_deref(), strict),
+        Command::Doctor { offline, json } => doctor_cmd(cli.config.as_deref(), offline, json),
         Command::Wire {
             ref number,
             dry_run,
@@ -254,77 +406,9 @@ fn main() -> ExitCode {
             let unwire = matches!(cli.command, Some(Command::Unwire { .. }));
             wire(cli.config.as_deref(), number, dry_run, unwire)
         }
-        Command::Mcp { stdio, url, token } => {
-            if !stdio {
-                eprintln!("error: pass --stdio (the daemon itself serves MCP over HTTP at /mcp)");
-                return ExitCode::from(2);
-            }
-            let loaded = match (&url, cli.config.as_deref()) {
-                (Some(_), None) => None,
-                (_, path) => match load(path) {
-                    Ok(l) => Some(l),
-                    Err(e) => {
-                        eprintln!("error: {e} (or pass --url and --token)");
-                        return ExitCode::from(1);
-                    }
-                },
-            };
-            let base = url.unwrap_or_else(|| {
-                let listen = loaded
-                    .as_ref()
-                    .map(|l| l.config.server.listen.clone())
-                    .unwrap_or_default();
-                let listen = listen
-                    .replace("0.0.0.0:", "127.0.0.1:")
-                    .replace("[::]:", "[::1]:");
-                format!("http://{listen}")
-            });
-            let token = token.unwrap_or_else(|| {
-                loaded
-                    .as_ref()
-                    .map(|l| l.config.server.api_token.expose().to_string())
-                    .unwrap_or_default()
-            });
-            let Some(runtime) = runtime(Some(2)) else {
-                return ExitCode::from(1);
-            };
-            match runtime.block_on(patterd::mcp::stdio::run(&base, &token)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        Command::Mcp { stdio, url, token } => mcp_cmd(cli.config.as_deref(), stdio, url, token),
         Command::Healthcheck { url, timeout } => {
-            let base = match url {
-                Some(u) => u,
-                None => match load(cli.config.as_deref()) {
-                    Ok(l) if l.config.server.tls.is_some() => {
-                        eprintln!(
-                            "error: server.tls is set and healthcheck speaks plain HTTP only; \
-                             probe https://…/healthz with your orchestrator instead"
-                        );
-                        return ExitCode::from(1);
-                    }
-                    Ok(l) => patterd::server::healthcheck::target(&l.config.server.listen),
-                    Err(e) => {
-                        eprintln!("error: {e} (or pass --url)");
-                        return ExitCode::from(1);
-                    }
-                },
-            };
-            let timeout = std::time::Duration::from_secs(timeout.max(1));
-            match patterd::server::healthcheck::probe(&base, timeout) {
-                Ok(()) => {
-                    println!("healthy: {base}/healthz answered 200");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("unhealthy: {e}");
-                    ExitCode::from(1)
-                }
-            }
+            healthcheck_cmd(cli.config.as_deref(), url, timeout)
         }
         Command::Try {
             agent,
@@ -332,42 +416,7 @@ fn main() -> ExitCode {
             wav,
             out,
             timeout,
-        } => {
-            let loaded = match load(cli.config.as_deref()) {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(1);
-                }
-            };
-            let caller = match (say, wav) {
-                (Some(text), _) => patterd::app::trial::CallerAudio::Say(text),
-                (None, Some(path)) => match std::fs::read(&path)
-                    .map_err(|e| e.to_string())
-                    .and_then(|b| patterd::audio::wav::read_ulaw_8k(&b).map_err(|e| e.to_string()))
-                {
-                    Ok(a) => patterd::app::trial::CallerAudio::Ulaw(a),
-                    Err(e) => {
-                        eprintln!("error: {}: {e}", path.display());
-                        return ExitCode::from(1);
-                    }
-                },
-                (None, None) => {
-                    eprintln!("error: pass --say TEXT or --wav FILE");
-                    return ExitCode::from(2);
-                }
-            };
-            let Some(runtime) = runtime(Some(2)) else {
-                return ExitCode::from(1);
-            };
-            match runtime.block_on(try_call(loaded, agent, caller, out.as_deref(), timeout)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        } => try_cmd(cli.config.as_deref(), agent, (say, wav), out, timeout),
         Command::PhoneLink { agent, ttl } => match load(cli.config.as_deref())
             .and_then(|l| phone_link(&l.config, agent.as_deref(), ttl))
         {
@@ -380,22 +429,6 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Run => {
-            let loaded = match load(cli.config.as_deref()) {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(1);
-                }
-            };
-            patterd::logging::init(&loaded.config.log);
-            let Some(runtime) = runtime(None) else {
-                return ExitCode::from(1);
-            };
-            let path = cli.config.clone();
-            let code = runtime.block_on(patterd::server::run(loaded, path));
-            runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-            ExitCode::from(u8::try_from(code).unwrap_or(1))
-        }
+        Command::Run => run_cmd(cli.config.clone()),
     }
 }
