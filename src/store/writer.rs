@@ -171,62 +171,19 @@ fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error
             outcome,
             answered_by,
             carrier_duration_s,
-        } => {
-            // A terminal status is never replaced by a late progress callback.
-            if let Some(s) = status {
-                let terminal = TERMINAL.contains(&s.as_str());
-                tx.execute(
-                    "UPDATE calls SET status = ?2 WHERE call_id = ?1
-                       AND (?3 OR status NOT IN ('completed','busy','failed','no-answer','canceled'))",
-                    params![call_id, s, terminal],
-                )?;
-            }
-            if let Some(o) = outcome {
-                tx.execute(
-                    "UPDATE calls SET outcome = ?2 WHERE call_id = ?1",
-                    params![call_id, o],
-                )?;
-            }
-            if let Some(a) = answered_by {
-                tx.execute(
-                    "UPDATE calls SET answered_by = ?2 WHERE call_id = ?1",
-                    params![call_id, a],
-                )?;
-            }
-            if let Some(d) = carrier_duration_s {
-                tx.execute(
-                    "UPDATE calls SET carrier_duration_s = ?2 WHERE call_id = ?1",
-                    params![call_id, d as i64],
-                )?;
-            }
-        }
+        } => apply_status(
+            tx,
+            &call_id,
+            status,
+            outcome,
+            answered_by,
+            carrier_duration_s,
+        )?,
         Write::Turn {
             call_id,
             seq,
             entry,
-        } => {
-            let speaker = match entry.speaker {
-                crate::call::Speaker::Caller => "caller",
-                crate::call::Speaker::Agent => "agent",
-            };
-            tx.execute(
-                "INSERT INTO turns (call_id, seq, speaker, text, heard_text, interrupted, start_ms, end_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT (call_id, seq) DO UPDATE SET text = excluded.text,
-                   heard_text = excluded.heard_text, interrupted = excluded.interrupted,
-                   start_ms = excluded.start_ms, end_ms = excluded.end_ms",
-                params![
-                    call_id,
-                    seq as i64,
-                    speaker,
-                    entry.text,
-                    entry.heard_text,
-                    entry.interrupted,
-                    entry.start_ms as i64,
-                    entry.end_ms as i64
-                ],
-            )?;
-        }
+        } => apply_turn(tx, &call_id, seq, &entry)?,
         Write::Event { call_id, event, at } => {
             tx.execute(
                 "INSERT INTO events (call_id, t_ms, kind, detail, at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -290,5 +247,75 @@ fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error
         }
         Write::Flush(_) => {}
     }
+    Ok(())
+}
+
+/// A carrier's status callback: each field it carries, a terminal status never replaced.
+fn apply_status(
+    tx: &rusqlite::Transaction<'_>,
+    call_id: &str,
+    status: Option<String>,
+    outcome: Option<String>,
+    answered_by: Option<String>,
+    carrier_duration_s: Option<u64>,
+) -> Result<(), rusqlite::Error> {
+    // A terminal status is never replaced by a late progress callback.
+    if let Some(s) = status {
+        let terminal = TERMINAL.contains(&s.as_str());
+        tx.execute(
+            "UPDATE calls SET status = ?2 WHERE call_id = ?1
+               AND (?3 OR status NOT IN ('completed','busy','failed','no-answer','canceled'))",
+            params![call_id, s, terminal],
+        )?;
+    }
+    if let Some(o) = outcome {
+        tx.execute(
+            "UPDATE calls SET outcome = ?2 WHERE call_id = ?1",
+            params![call_id, o],
+        )?;
+    }
+    if let Some(a) = answered_by {
+        tx.execute(
+            "UPDATE calls SET answered_by = ?2 WHERE call_id = ?1",
+            params![call_id, a],
+        )?;
+    }
+    if let Some(d) = carrier_duration_s {
+        tx.execute(
+            "UPDATE calls SET carrier_duration_s = ?2 WHERE call_id = ?1",
+            params![call_id, d as i64],
+        )?;
+    }
+    Ok(())
+}
+
+/// A transcript entry, inserted or (as the agent's heard text grows) updated.
+fn apply_turn(
+    tx: &rusqlite::Transaction<'_>,
+    call_id: &str,
+    seq: usize,
+    entry: &crate::call::TranscriptEntry,
+) -> Result<(), rusqlite::Error> {
+    let speaker = match entry.speaker {
+        crate::call::Speaker::Caller => "caller",
+        crate::call::Speaker::Agent => "agent",
+    };
+    tx.execute(
+        "INSERT INTO turns (call_id, seq, speaker, text, heard_text, interrupted, start_ms, end_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (call_id, seq) DO UPDATE SET text = excluded.text,
+           heard_text = excluded.heard_text, interrupted = excluded.interrupted,
+           start_ms = excluded.start_ms, end_ms = excluded.end_ms",
+        params![
+            call_id,
+            seq as i64,
+            speaker,
+            entry.text,
+            entry.heard_text,
+            entry.interrupted,
+            entry.start_ms as i64,
+            entry.end_ms as i64
+        ],
+    )?;
     Ok(())
 }
