@@ -185,6 +185,18 @@ fn stages(events: &[EventRow]) -> Vec<TurnStages> {
     out
 }
 
+/// Where a time falls on the page's axis.
+struct Scale {
+    /// The last time shown (ms from the call's start; at least 1).
+    end_t: i64,
+}
+
+impl Scale {
+    fn pct(&self, t: i64) -> f64 {
+        (t.clamp(0, self.end_t) as f64) * 100.0 / self.end_t as f64
+    }
+}
+
 fn timeline_page(call: &CallRow, turns: &[TurnRow], events: &[EventRow]) -> String {
     let answered_t = events
         .iter()
@@ -197,8 +209,18 @@ fn timeline_page(call: &CallRow, turns: &[TurnRow], events: &[EventRow]) -> Stri
         .max()
         .unwrap_or(0)
         .max(1);
-    let pct = |t: i64| (t.clamp(0, end_t) as f64) * 100.0 / end_t as f64;
+    let scale = Scale { end_t };
     let mut b = String::new();
+    timeline_header(&mut b, call);
+    timeline_axis(&mut b, &scale);
+    timeline_lanes(&mut b, &scale, turns, answered_t);
+    timeline_marks(&mut b, &scale, events);
+    turn_latencies(&mut b, events);
+    shell(&format!("Call {}", call.call_id), &b)
+}
+
+/// The call's title line and the colours' legend.
+fn timeline_header(b: &mut String, call: &CallRow) {
     let _ = write!(
         b,
         "<h1>Call {}</h1><div class=\"sub\">{} · {} → {} · agent {} · {} · {} turns{}</div>",
@@ -222,25 +244,32 @@ fn timeline_page(call: &CallRow, turns: &[TurnRow], events: &[EventRow]) -> Stri
          <span><i class=\"sw\" style=\"background:#0f8fa6\"></i>transfer</span>\
          <span><i class=\"sw\" style=\"background:#000\"></i>error</span></div>",
     );
-    // Time axis: about ten ticks on round seconds.
+}
+
+/// The time axis: about ten ticks on round seconds.
+fn timeline_axis(b: &mut String, scale: &Scale) {
     b.push_str("<div class=\"axis\" id=\"axis\">");
     let step_ms = [
         100, 200, 500, 1000, 2000, 5000, 10_000, 30_000, 60_000, 300_000,
     ]
     .into_iter()
-    .find(|s| end_t / s <= 10)
+    .find(|s| scale.end_t / s <= 10)
     .unwrap_or(600_000);
     let mut t = 0;
-    while t <= end_t {
+    while t <= scale.end_t {
         let _ = write!(
             b,
             "<span class=\"tick\" style=\"left:{:.3}%\">{:.1} s</span>",
-            pct(t),
+            scale.pct(t),
             t as f64 / 1000.0
         );
         t += step_ms;
     }
     b.push_str("</div>");
+}
+
+/// The caller's and the agent's lanes, one segment per transcript entry.
+fn timeline_lanes(b: &mut String, scale: &Scale, turns: &[TurnRow], answered_t: i64) {
     for (lane, label) in [("caller", "Caller"), ("agent", "Agent")] {
         let _ = write!(
             b,
@@ -261,14 +290,18 @@ fn timeline_page(call: &CallRow, turns: &[TurnRow], events: &[EventRow]) -> Stri
                 "<div class=\"seg {lane}{}\" data-seq=\"{}\" style=\"left:{:.3}%;width:{:.3}%\" title=\"{}\">{}</div>",
                 if t.interrupted { " interrupted" } else { "" },
                 t.seq,
-                pct(s),
-                (pct(e) - pct(s)).max(0.2),
+                scale.pct(s),
+                (scale.pct(e) - scale.pct(s)).max(0.2),
                 esc(&t.text),
                 esc(text),
             );
         }
         b.push_str("</div>");
     }
+}
+
+/// The events' lane: a mark for each event worth showing.
+fn timeline_marks(b: &mut String, scale: &Scale, events: &[EventRow]) {
     b.push_str("<div class=\"lane\" id=\"lane-marks\"><span class=\"lane-label\">Events</span>");
     for e in events {
         if let Some(class) = mark_class(&e.kind) {
@@ -276,7 +309,7 @@ fn timeline_page(call: &CallRow, turns: &[TurnRow], events: &[EventRow]) -> Stri
                 b,
                 "<div class=\"mark {class}\" data-kind=\"{}\" style=\"left:{:.3}%\" title=\"{} at {:.2} s: {}\"></div>",
                 esc(&e.kind),
-                pct(e.t_ms),
+                scale.pct(e.t_ms),
                 esc(&e.kind),
                 e.t_ms as f64 / 1000.0,
                 esc(&e.detail),
@@ -284,7 +317,10 @@ fn timeline_page(call: &CallRow, turns: &[TurnRow], events: &[EventRow]) -> Stri
         }
     }
     b.push_str("</div>");
-    // Per-turn stage latencies, on one scale.
+}
+
+/// Per-turn stage latencies, on one scale.
+fn turn_latencies(b: &mut String, events: &[EventRow]) {
     let turns_stages = stages(events);
     let widest = turns_stages
         .iter()
@@ -343,5 +379,4 @@ fn timeline_page(call: &CallRow, turns: &[TurnRow], events: &[EventRow]) -> Stri
         let _ = write!(b, "<span class=\"ms\">{reply}</span></div>");
     }
     b.push_str("</div>");
-    shell(&format!("Call {}", call.call_id), &b)
 }
