@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 use super::rest::{Dial, OUTBOUND_CLIENT_STATE};
 use super::{self as tx, Config, StreamParams, TelnyxCodec, TelnyxRest, WebhookEnvelope};
 use crate::carrier::account::{Account, Accounts};
-use crate::carrier::outbound::{Outbound, Outcome, Phase, PlaceCall, PlaceError, StatusUpdate};
+use crate::carrier::outbound::{Outbound, OutboundCall, Outcome, Phase, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, Refusal, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::routes::{header, unix_now};
@@ -193,37 +193,8 @@ async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incom
         Ok(b) => b,
         Err(e) => return e.response(),
     };
-    let signature = header(&parts.headers, tx::SIGNATURE_HEADER);
-    let timestamp = header(&parts.headers, tx::TIMESTAMP_HEADER);
     let now = unix_now();
-    let mut last_error = None;
-    let account = me.accounts.verifying(|public_key| {
-        match tx::verify_webhook(
-            public_key,
-            signature.as_deref(),
-            timestamp.as_deref(),
-            &body,
-            now,
-        ) {
-            Ok(()) => true,
-            Err(e) => {
-                last_error = Some(e);
-                false
-            }
-        }
-    });
-    let Some(account) = account else {
-        host.count(Counter::WebhookForbidden);
-        if let Some(suppressed) = crate::security::peer_warning_allowed() {
-            warn!(
-                error = %crate::security::truncate_for_log(
-                    &last_error.map(|e| e.to_string()).unwrap_or_default(),
-                    crate::security::LOG_FIELD_MAX,
-                ),
-                suppressed,
-                "telnyx webhook refused: bad or missing telnyx-signature-ed25519 (check public_key and the server clock)"
-            );
-        }
+    let Some(account) = verified_account(&me, host.as_ref(), &parts.headers, &body, now) else {
         return empty(403);
     };
     let event = match WebhookEnvelope::parse(&body) {
@@ -241,37 +212,7 @@ async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incom
     let outbound = host.outbound().live(&id);
     match event.event_type.as_str() {
         "call.initiated" => on_initiated(&host, account, &event),
-        "call.answered" => match outbound {
-            Some(call) if call.machine_detection => {
-                debug!(call_id = %id, "outbound call answered; waiting for machine detection");
-                host.outbound().set_phase(&id, Phase::Detecting);
-                let host = host.clone();
-                let me = me.clone();
-                let account = account.name.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(DETECTION_WAIT).await;
-                    if host
-                        .outbound()
-                        .advance(&id, Phase::Detecting, Phase::Connected)
-                        && let Some(a) = me.accounts.get(&account)
-                    {
-                        warn!(call_id = %id, "no machine detection result; treating the callee as a person");
-                        host.report(StatusUpdate::outcome(
-                            &id,
-                            Outcome::Answered,
-                            Some("unknown".into()),
-                        ));
-                        on_answered(&host, a, &id);
-                    }
-                });
-            }
-            Some(_) => {
-                host.report(StatusUpdate::outcome(&id, Outcome::Answered, None));
-                host.outbound().set_phase(&id, Phase::Connected);
-                on_answered(&host, account, &id);
-            }
-            None => on_answered(&host, account, &id),
-        },
+        "call.answered" => on_answered_event(&me, &host, account, outbound, &id),
         "call.machine.detection.ended" => {
             let pending = host
                 .outbound()
@@ -327,6 +268,93 @@ async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incom
         other => debug!(call_id = %id, event = other, "telnyx event ignored"),
     }
     empty(200)
+}
+
+/// The account whose public key signed this webhook, or `None` (counted and logged) when none
+/// did.
+fn verified_account<'a>(
+    me: &'a TelnyxCarrier,
+    host: &dyn Host,
+    headers: &http::HeaderMap,
+    body: &[u8],
+    now: u64,
+) -> Option<&'a Account<TelnyxRest>> {
+    let signature = header(headers, tx::SIGNATURE_HEADER);
+    let timestamp = header(headers, tx::TIMESTAMP_HEADER);
+    let mut last_error = None;
+    let account = me.accounts.verifying(|public_key| {
+        match tx::verify_webhook(
+            public_key,
+            signature.as_deref(),
+            timestamp.as_deref(),
+            body,
+            now,
+        ) {
+            Ok(()) => true,
+            Err(e) => {
+                last_error = Some(e);
+                false
+            }
+        }
+    });
+    let Some(account) = account else {
+        host.count(Counter::WebhookForbidden);
+        if let Some(suppressed) = crate::security::peer_warning_allowed() {
+            warn!(
+                error = %crate::security::truncate_for_log(
+                    &last_error.map(|e| e.to_string()).unwrap_or_default(),
+                    crate::security::LOG_FIELD_MAX,
+                ),
+                suppressed,
+                "telnyx webhook refused: bad or missing telnyx-signature-ed25519 (check public_key and the server clock)"
+            );
+        }
+        return None;
+    };
+    Some(account)
+}
+
+/// `call.answered`: an inbound call or a person starts streaming; an outbound call with machine
+/// detection waits for its result (or, after [`DETECTION_WAIT`], takes the callee for a person).
+fn on_answered_event(
+    me: &Arc<TelnyxCarrier>,
+    host: &Arc<dyn Host>,
+    account: &Account<TelnyxRest>,
+    outbound: Option<OutboundCall>,
+    id: &str,
+) {
+    let id = id.to_string();
+    match outbound {
+        Some(call) if call.machine_detection => {
+            debug!(call_id = %id, "outbound call answered; waiting for machine detection");
+            host.outbound().set_phase(&id, Phase::Detecting);
+            let host = host.clone();
+            let me = me.clone();
+            let account = account.name.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(DETECTION_WAIT).await;
+                if host
+                    .outbound()
+                    .advance(&id, Phase::Detecting, Phase::Connected)
+                    && let Some(a) = me.accounts.get(&account)
+                {
+                    warn!(call_id = %id, "no machine detection result; treating the callee as a person");
+                    host.report(StatusUpdate::outcome(
+                        &id,
+                        Outcome::Answered,
+                        Some("unknown".into()),
+                    ));
+                    on_answered(&host, a, &id);
+                }
+            });
+        }
+        Some(_) => {
+            host.report(StatusUpdate::outcome(&id, Outcome::Answered, None));
+            host.outbound().set_phase(&id, Phase::Connected);
+            on_answered(host, account, &id);
+        }
+        None => on_answered(host, account, &id),
+    }
 }
 
 /// The outcome of an outbound call that ended with `cause` before anyone answered.
