@@ -16,6 +16,7 @@ pub mod error;
 pub mod fallback;
 pub mod fallback_llm;
 pub mod fallback_stt;
+pub mod memory;
 pub mod openai;
 pub mod openai_realtime;
 pub mod openai_speech;
