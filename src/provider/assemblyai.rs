@@ -109,13 +109,7 @@ impl SttProvider for AssemblyAiStt {
 /// A clear message for a failed handshake.
 fn handshake_message(e: &WsConnectError) -> String {
     let text = e.to_string();
-    let status = text
-        .rsplit("Invalid status code: ")
-        .next()
-        .filter(|_| text.contains("Invalid status code: "))
-        .and_then(|s| s.trim().get(..3))
-        .and_then(|s| s.parse::<u16>().ok());
-    let hint = match status {
+    let hint = match e.status() {
         Some(401) | Some(403) => {
             "AssemblyAI rejected the API key (HTTP 401/403): check [stt] api_key"
         }

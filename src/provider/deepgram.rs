@@ -229,13 +229,7 @@ impl Session {
 /// A fatal handshake error, saying what to check.
 pub(crate) fn handshake_message(e: &WsConnectError) -> String {
     let text = e.to_string();
-    let status = text
-        .rsplit("Invalid status code: ")
-        .next()
-        .filter(|_| text.contains("Invalid status code: "))
-        .and_then(|s| s.trim().get(..3))
-        .and_then(|s| s.parse::<u16>().ok());
-    let hint = match status {
+    let hint = match e.status() {
         Some(401) => "Deepgram rejected the API key (HTTP 401): check [stt] api_key",
         Some(400) => {
             "Deepgram rejected the request (HTTP 400): check [stt] model, language and keyterms"
@@ -258,7 +252,9 @@ pub(crate) fn handshake_message(e: &WsConnectError) -> String {
                 "TLS to Deepgram failed: check [stt] base_url and the system clock"
             }
             WsConnectError::BadUrl(..) => "the Deepgram URL is invalid: check [stt] base_url",
-            WsConnectError::Handshake { .. } => "the Deepgram WebSocket handshake failed",
+            WsConnectError::Refused { .. } | WsConnectError::Handshake { .. } => {
+                "the Deepgram WebSocket handshake failed"
+            }
         },
     };
     format!("{hint} ({text})")

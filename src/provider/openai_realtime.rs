@@ -128,12 +128,7 @@ impl SttProvider for OpenAiRealtimeStt {
 /// A clear message for a failed handshake.
 fn handshake_message(e: &WsConnectError) -> String {
     let text = e.to_string();
-    let status = text
-        .split("Invalid status code: ")
-        .nth(1)
-        .and_then(|s| s.trim().get(..3))
-        .and_then(|s| s.parse::<u16>().ok());
-    let hint = match status {
+    let hint = match e.status() {
         Some(401) | Some(403) => "OpenAI rejected the API key (HTTP 401/403): check [stt] api_key",
         Some(429) => "OpenAI is rate limiting (HTTP 429): too many sessions or no quota left",
         Some(s) if s >= 500 => "OpenAI had a server error; try again",
