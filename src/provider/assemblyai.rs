@@ -313,6 +313,27 @@ pub fn map_message(text: &str, formatted: bool) -> Option<SttEvent> {
     }
 }
 
+impl super::kinds::SttKindImpl for AssemblyAiStt {
+    fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
+        Self::new(cfg)
+    }
+    /// The streaming host has no key-check endpoint; AssemblyAI's REST API lists transcripts
+    /// for a valid key (401 otherwise).
+    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        client
+            .get(rest_key_check_url(cfg.effective_base_url()))
+            .header("Authorization", cfg.api_key.expose())
+    }
+}
+
+/// AssemblyAI's REST key check for a streaming `base_url`: `wss://streaming.assemblyai.com`
+/// → `https://api.assemblyai.com/v2/transcript?limit=1` (EU: `streaming.eu.` → `api.eu.`); any
+/// other host (a fake, a proxy) is asked at the same path.
+fn rest_key_check_url(base: &str) -> String {
+    let base = super::kinds::http_base(base).replace("://streaming.", "://api.");
+    format!("{base}/v2/transcript?limit=1")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

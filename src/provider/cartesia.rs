@@ -243,3 +243,17 @@ async fn run(
         }
     }
 }
+
+impl super::kinds::TtsKindImpl for CartesiaTts {
+    fn build(cfg: &TtsConfig) -> Result<Self, super::SetupError> {
+        Ok(Self::new(cfg))
+    }
+    /// `GET /voices` with `X-API-Key` and the API version.
+    fn credential_check(cfg: &TtsConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        let base = super::kinds::http_base(&cfg.base_url);
+        client
+            .get(format!("{base}/voices"))
+            .header("X-API-Key", cfg.api_key.expose())
+            .header("Cartesia-Version", CARTESIA_VERSION)
+    }
+}

@@ -311,6 +311,26 @@ pub fn map_message(text: &str) -> Vec<SttEvent> {
     }
 }
 
+impl super::kinds::SttKindImpl for DeepgramStt {
+    fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
+        Self::new(cfg)
+    }
+    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        credential_check(cfg, client)
+    }
+}
+
+/// Deepgram's key check (v1 and Flux): `GET /v1/projects` with `Token`.
+pub(crate) fn credential_check(
+    cfg: &SttConfig,
+    client: &reqwest::Client,
+) -> reqwest::RequestBuilder {
+    let base = super::kinds::http_base(cfg.effective_base_url());
+    client
+        .get(format!("{base}/v1/projects"))
+        .header("Authorization", format!("Token {}", cfg.api_key.expose()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

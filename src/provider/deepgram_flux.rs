@@ -213,6 +213,15 @@ pub fn map_message(text: &str) -> Option<SttEvent> {
     }
 }
 
+impl super::kinds::SttKindImpl for DeepgramFluxStt {
+    fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
+        Self::new(cfg)
+    }
+    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        super::deepgram::credential_check(cfg, client)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

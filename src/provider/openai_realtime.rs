@@ -382,6 +382,16 @@ pub fn map_event(
     }
 }
 
+impl super::kinds::SttKindImpl for OpenAiRealtimeStt {
+    fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
+        Self::new(cfg)
+    }
+    /// OpenAI's REST root is the Realtime base (`…/v1`) over HTTPS.
+    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        super::kinds::models_check(cfg.effective_base_url(), &cfg.api_key, client)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
