@@ -23,6 +23,7 @@ pub mod openai_realtime;
 pub mod openai_speech;
 pub mod openai_stt;
 pub mod sse;
+pub(crate) mod stt_session;
 pub mod tools;
 
 use std::collections::BTreeMap;
