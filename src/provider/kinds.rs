@@ -14,7 +14,7 @@ use crate::config::schema::{LlmConfig, LlmKind, SttConfig, SttKind, TtsConfig, T
 use crate::config::schema::{llm_kinds, stt_kinds, tts_kinds};
 
 /// A speech-to-text kind's provider type.
-pub trait SttKindImpl: SttProvider + Sized + 'static {
+pub(crate) trait SttKindImpl: SttProvider + Sized + 'static {
     /// The provider for one `[stt.NAME]` table.
     fn build(cfg: &SttConfig) -> Result<Self, SetupError>;
     /// `patterd doctor`'s request for the table's `api_key` (401/403: rejected).
@@ -22,7 +22,7 @@ pub trait SttKindImpl: SttProvider + Sized + 'static {
 }
 
 /// A text-to-speech kind's provider type.
-pub trait TtsKindImpl: TtsProvider + Sized + 'static {
+pub(crate) trait TtsKindImpl: TtsProvider + Sized + 'static {
     /// The provider for one `[tts.NAME]` table (its kind's defaults filled in).
     fn build(cfg: &TtsConfig) -> Result<Self, SetupError>;
     /// `patterd doctor`'s request for the table's `api_key` (401/403: rejected).
@@ -31,7 +31,7 @@ pub trait TtsKindImpl: TtsProvider + Sized + 'static {
 
 /// A brain kind's provider type. The doctor's brain checks (`/models` with the key, and
 /// Hermes' own) are the same for every kind that speaks Chat Completions.
-pub trait LlmKindImpl: LlmProvider + Sized + 'static {
+pub(crate) trait LlmKindImpl: LlmProvider + Sized + 'static {
     /// The provider for one `[llm.NAME]` table.
     fn build(cfg: &LlmConfig) -> Result<Self, SetupError>;
 }
@@ -39,14 +39,14 @@ pub trait LlmKindImpl: LlmProvider + Sized + 'static {
 macro_rules! stt_dispatch {
     ($($(#[$vm:meta])* $variant:ident = $kind:literal { $($defaults:tt)* } => $($imp:ident)::+),+ $(,)?) => {
         /// The provider of one `[stt.NAME]` table, by its kind.
-        pub fn build_stt(cfg: &SttConfig) -> Result<Arc<dyn SttProvider>, SetupError> {
+        pub(crate) fn build_stt(cfg: &SttConfig) -> Result<Arc<dyn SttProvider>, SetupError> {
             Ok(match cfg.kind {
                 $(SttKind::$variant => Arc::new(<super::$($imp)::+ as SttKindImpl>::build(cfg)?)),+
             })
         }
 
         /// `patterd doctor`'s credential request for one `[stt.NAME]` table, by its kind.
-        pub fn stt_credential_check(
+        pub(crate) fn stt_credential_check(
             cfg: &SttConfig,
             client: &reqwest::Client,
         ) -> reqwest::RequestBuilder {
@@ -60,14 +60,14 @@ macro_rules! stt_dispatch {
 macro_rules! tts_dispatch {
     ($($(#[$vm:meta])* $variant:ident = $kind:literal { $($defaults:tt)* } => $($imp:ident)::+),+ $(,)?) => {
         /// The provider of one `[tts.NAME]` table, by its kind.
-        pub fn build_tts(cfg: &TtsConfig) -> Result<Arc<dyn TtsProvider>, SetupError> {
+        pub(crate) fn build_tts(cfg: &TtsConfig) -> Result<Arc<dyn TtsProvider>, SetupError> {
             Ok(match cfg.kind {
                 $(TtsKind::$variant => Arc::new(<super::$($imp)::+ as TtsKindImpl>::build(cfg)?)),+
             })
         }
 
         /// `patterd doctor`'s credential request for one `[tts.NAME]` table, by its kind.
-        pub fn tts_credential_check(
+        pub(crate) fn tts_credential_check(
             cfg: &TtsConfig,
             client: &reqwest::Client,
         ) -> reqwest::RequestBuilder {
@@ -81,7 +81,7 @@ macro_rules! tts_dispatch {
 macro_rules! llm_dispatch {
     ($($(#[$vm:meta])* $variant:ident = $kind:literal { $($defaults:tt)* } => $($imp:ident)::+),+ $(,)?) => {
         /// The provider of one `[llm.NAME]` table, by its kind.
-        pub fn build_llm(cfg: &LlmConfig) -> Result<Arc<dyn LlmProvider>, SetupError> {
+        pub(crate) fn build_llm(cfg: &LlmConfig) -> Result<Arc<dyn LlmProvider>, SetupError> {
             Ok(match cfg.kind {
                 $(LlmKind::$variant => Arc::new(<super::$($imp)::+ as LlmKindImpl>::build(cfg)?)),+
             })

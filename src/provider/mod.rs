@@ -3,7 +3,7 @@
 //! (a streamed chat turn). One file per vendor; the call actor only sees these traits and the
 //! events they produce. A stream is cancelled by dropping it. [`build_providers`] turns the
 //! `[stt.*]`, `[tts.*]` and `[llm.*]` tables into shared provider objects, each through its
-//! kind's entry in the registration lists ([`kinds`]).
+//! kind's entry in the registration lists (`kinds`).
 
 pub mod alignment;
 pub mod assemblyai;
@@ -17,7 +17,7 @@ pub mod error;
 pub mod fallback;
 pub mod fallback_llm;
 pub mod fallback_stt;
-pub mod kinds;
+pub(crate) mod kinds;
 pub mod openai;
 pub mod openai_realtime;
 pub mod openai_speech;
@@ -375,7 +375,7 @@ impl Providers {
     }
 }
 
-/// Builds every `[stt.*]`, `[tts.*]` and `[llm.*]` entry, each by its kind ([`kinds`]), and the
+/// Builds every `[stt.*]`, `[tts.*]` and `[llm.*]` entry, each by its kind (`kinds`), and the
 /// agents' brain fallback chains.
 pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
     let mut p = Providers::default();

@@ -96,7 +96,7 @@ macro_rules! stt_kind_enum {
         url: $url:literal, model: $model:literal, key: $key:ident
     } => $($imp:ident)::+),+ $(,)?) => {
         kind_enum!(
-            /// `[stt.NAME] kind` (the [`stt_kinds!`] list).
+            /// `[stt.NAME] kind` (the `stt_kinds!` list).
             SttKind { $($(#[$vm])* $variant = $kind),+ }
         );
 
@@ -130,7 +130,7 @@ macro_rules! tts_kind_enum {
         voice: $voice:literal, model: $model:literal, url: $url:literal, key: $key:ident
     } => $($imp:ident)::+),+ $(,)?) => {
         kind_enum!(
-            /// `[tts.NAME] kind` (the [`tts_kinds!`] list; the first is the default).
+            /// `[tts.NAME] kind` (the `tts_kinds!` list; the first is the default).
             TtsKind { $($(#[$vm])* $variant = $kind),+ }
         );
 
@@ -171,7 +171,7 @@ macro_rules! llm_kind_enum {
         url: $url:literal, model: $model:literal, timeout_s: $timeout:literal
     } => $($imp:ident)::+),+ $(,)?) => {
         kind_enum!(
-            /// `[llm.NAME] kind` (the [`llm_kinds!`] list).
+            /// `[llm.NAME] kind` (the `llm_kinds!` list).
             LlmKind { $($(#[$vm])* $variant = $kind),+ }
         );
 
