@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::call::EndReason;
 use crate::carrier::CarrierKind;
+use crate::config::{LlmKind, SttKind, TtsKind};
 use crate::provider::fallback_stt::SttSwitchReason;
 
 // ------------------------------------------------------------------------------- labels
@@ -212,21 +213,75 @@ label_enum!(
     }
 );
 
-label_enum!(
-    /// A vendor, by its `kind` in the configuration.
-    Provider, "provider" {
-        Deepgram => "deepgram",
-        DeepgramFlux => "deepgram_flux",
-        Assemblyai => "assemblyai",
-        OpenaiRealtime => "openai_realtime",
-        Elevenlabs => "elevenlabs",
-        Openai => "openai",
-        Cartesia => "cartesia",
-        Hermes => "hermes",
-        OpenaiCompatible => "openai_compatible",
-        Openclaw => "openclaw",
+/// A vendor, by its `kind` in the configuration: every name of the STT, TTS and brain kind
+/// lists (`config::schema::kinds`) once, in their order, a name several lists share at its
+/// last place (`openai_compatible` after `hermes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Provider(u8);
+
+impl Provider {
+    /// Every kind name, in label order.
+    fn names() -> &'static [&'static str] {
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        NAMES.get_or_init(|| {
+            let all = SttKind::ALL
+                .iter()
+                .map(|k| k.as_str())
+                .chain(TtsKind::ALL.iter().map(|k| k.as_str()))
+                .chain(LlmKind::ALL.iter().map(|k| k.as_str()))
+                .collect::<Vec<_>>();
+            all.iter()
+                .enumerate()
+                .filter(|(i, n)| !all[i + 1..].contains(n))
+                .map(|(_, n)| *n)
+                .collect()
+        })
     }
-);
+
+    fn named(name: &str) -> Self {
+        let i = Self::names().iter().position(|n| *n == name);
+        Provider(i.and_then(|i| u8::try_from(i).ok()).unwrap_or_default())
+    }
+}
+
+impl From<SttKind> for Provider {
+    fn from(k: SttKind) -> Self {
+        Provider::named(k.as_str())
+    }
+}
+
+impl From<TtsKind> for Provider {
+    fn from(k: TtsKind) -> Self {
+        Provider::named(k.as_str())
+    }
+}
+
+impl From<LlmKind> for Provider {
+    fn from(k: LlmKind) -> Self {
+        Provider::named(k.as_str())
+    }
+}
+
+impl LabelValue for Provider {
+    const KEY: &'static str = "provider";
+    fn all() -> &'static [Self] {
+        static ALL: std::sync::OnceLock<Vec<Provider>> = std::sync::OnceLock::new();
+        ALL.get_or_init(|| {
+            (0..Provider::names().len())
+                .filter_map(|i| u8::try_from(i).ok().map(Provider))
+                .collect()
+        })
+    }
+    fn index(self) -> usize {
+        usize::from(self.0)
+    }
+    fn as_label(self) -> &'static str {
+        Provider::names()
+            .get(usize::from(self.0))
+            .copied()
+            .unwrap_or("")
+    }
+}
 
 label_enum!(
     /// How a provider failed.
@@ -530,6 +585,30 @@ mod tests {
         assert!(line(
             "patterd_stage_seconds_count{stage=\"tts_first_audio\"} 0"
         ));
+    }
+
+    #[test]
+    fn provider_labels_are_the_kind_names_once_each() {
+        let labels: Vec<_> = Provider::all().iter().map(|p| p.as_label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "deepgram",
+                "deepgram_flux",
+                "assemblyai",
+                "openai_realtime",
+                "elevenlabs",
+                "openai",
+                "cartesia",
+                "hermes",
+                "openai_compatible",
+                "openclaw"
+            ]
+        );
+        let p = Provider::from(TtsKind::OpenaiCompatible);
+        assert_eq!(p, Provider::from(SttKind::OpenaiCompatible));
+        assert_eq!(p.as_label(), "openai_compatible");
+        assert_eq!(Provider::from(SttKind::Assemblyai).as_label(), "assemblyai");
     }
 
     #[test]

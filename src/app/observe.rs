@@ -14,7 +14,7 @@ use crate::call::{
     CallEvent, CallLog, CallSetup, Dropped, EndReason, EventKind, TranscriptEntry, Usage,
 };
 use crate::carrier::CarrierKind;
-use crate::config::{Config, LlmKind, SttKind, TtsKind};
+use crate::config::Config;
 use crate::provider::fallback_stt::SttSwitchReason;
 use crate::store::{CallCost, StoreTx, Write};
 
@@ -111,34 +111,25 @@ impl CallObserver {
                 .names()
                 .first()
                 .and_then(|n| config.stt.get(n))
-                .map(|c| stt_kind(c.kind)),
+                .map(|c| Provider::from(c.kind)),
             stt_kinds: a
                 .stt
                 .names()
                 .into_iter()
-                .filter_map(|n| config.stt.get(&n).map(|c| (n, stt_kind(c.kind))))
+                .filter_map(|n| config.stt.get(&n).map(|c| (n, Provider::from(c.kind))))
                 .collect(),
             tts: a
                 .tts
                 .names()
                 .first()
                 .and_then(|n| config.tts.get(n))
-                .map(|c| match c.kind {
-                    TtsKind::Elevenlabs => Provider::Elevenlabs,
-                    TtsKind::Openai => Provider::Openai,
-                    TtsKind::OpenaiCompatible => Provider::OpenaiCompatible,
-                    TtsKind::Cartesia => Provider::Cartesia,
-                }),
+                .map(|c| Provider::from(c.kind)),
             llm: a
                 .llm
                 .names()
                 .first()
                 .and_then(|n| config.llm.get(n))
-                .map(|c| match c.kind {
-                    LlmKind::Hermes => Provider::Hermes,
-                    LlmKind::OpenaiCompatible => Provider::OpenaiCompatible,
-                    LlmKind::Openclaw => Provider::Openclaw,
-                }),
+                .map(|c| Provider::from(c.kind)),
             turn_end_ms: AtomicU64::new(NONE),
             speech_start_ms: AtomicU64::new(NONE),
             brain_us: AtomicU64::new(NONE),
@@ -249,16 +240,6 @@ impl CallObserver {
             EventKind::TtsError => self.provider_error(self.tts, ProviderErrorKind::TtsSynthesis),
             _ => {}
         }
-    }
-}
-
-fn stt_kind(k: SttKind) -> Provider {
-    match k {
-        SttKind::Deepgram => Provider::Deepgram,
-        SttKind::DeepgramFlux => Provider::DeepgramFlux,
-        SttKind::OpenaiCompatible => Provider::OpenaiCompatible,
-        SttKind::Assemblyai => Provider::Assemblyai,
-        SttKind::OpenaiRealtime => Provider::OpenaiRealtime,
     }
 }
 

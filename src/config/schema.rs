@@ -11,8 +11,10 @@ pub use crate::carrier::{CarrierConfig, CarrierKind};
 use crate::util::phone::normalize_e164;
 pub use crate::util::secret::Secret;
 
+mod kinds;
 mod providers;
 mod turn_model;
+pub(crate) use kinds::{llm_kinds, stt_kinds, tts_kinds};
 use providers::default_true;
 pub use providers::*;
 pub use turn_model::*;

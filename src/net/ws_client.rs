@@ -24,10 +24,24 @@ pub enum WsConnectError {
     Connect(String, std::io::Error),
     #[error("TLS handshake with {0} failed: {1}")]
     Tls(String, std::io::Error),
+    /// The server answered the upgrade with another HTTP status (401, 429, 503, ...).
+    #[error("WebSocket handshake with {host} failed: Invalid status code: {status}")]
+    Refused { host: String, status: u16 },
     #[error("WebSocket handshake with {host} failed: {message}")]
     Handshake { host: String, message: String },
     #[error("timed out after {0:?} opening {1}")]
     Timeout(Duration, String),
+}
+
+impl WsConnectError {
+    /// The HTTP status of a refused upgrade; `None` when the server was not reached or
+    /// answered something other than a status.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            WsConnectError::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
 }
 
 struct SpawnExecutor;
@@ -114,9 +128,15 @@ async fn connect_inner(
         .body(Empty::<Bytes>::new())
         .map_err(|e| WsConnectError::BadUrl(url.into(), e.to_string()))?;
 
-    let hs = |e: fastwebsockets::WebSocketError| WsConnectError::Handshake {
-        host: host_header.clone(),
-        message: e.to_string(),
+    let hs = |e: fastwebsockets::WebSocketError| match e {
+        fastwebsockets::WebSocketError::InvalidStatusCode(status) => WsConnectError::Refused {
+            host: host_header.clone(),
+            status,
+        },
+        e => WsConnectError::Handshake {
+            host: host_header.clone(),
+            message: e.to_string(),
+        },
     };
     let (ws, resp) = if tls {
         let connector = tokio_rustls::TlsConnector::from(tls_config());
@@ -163,4 +183,37 @@ fn owned_headers(headers: &http::HeaderMap) -> http::HeaderMap {
         .iter()
         .filter_map(|(k, v)| Some((k.clone(), http::HeaderValue::from_bytes(v.as_bytes()).ok()?)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn a_refused_upgrade_keeps_its_status_as_a_number() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.expect("accept");
+            let mut buf = [0u8; 2048];
+            let _ = sock.read(&mut buf).await;
+            let _ = sock
+                .write_all(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        });
+        let url = format!("ws://{addr}/x");
+        let Err(e) = connect(&url, &[], Duration::from_secs(5)).await else {
+            panic!("the upgrade was refused");
+        };
+        assert_eq!(e.status(), Some(401), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("WebSocket handshake with {addr} failed: Invalid status code: 401")
+        );
+        let e = WsConnectError::Timeout(Duration::from_secs(1), url);
+        assert_eq!(e.status(), None);
+    }
 }

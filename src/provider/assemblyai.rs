@@ -12,24 +12,15 @@
 //! other than the answer to our `Terminate` is a fatal error naming AssemblyAI's code and
 //! what to do about it.
 
-use std::time::Duration;
-
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use super::deepgram::ws_base;
 use super::error::SetupError;
+use super::stt_session::{self, Frame, Step, SttWire};
 use super::{SttContext, SttEvent, SttInput, SttProvider, SttStream};
 use crate::config::schema::SttConfig;
-use crate::net::ws_client::{self, WsConnectError};
-use crate::net::ws_pump::{self, WsIn};
-use crate::util::TaskGuard;
-
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-const INPUT_QUEUE: usize = 1024;
+use crate::net::ws_client::WsConnectError;
 /// The API version header AssemblyAI's SDK sends.
 const API_VERSION: &str = "2025-05-12";
 /// Bytes of μ-law 8 kHz per chunk sent (100 ms).
@@ -88,34 +79,96 @@ impl SttProvider for AssemblyAiStt {
     }
 
     fn open(&self, ctx: &SttContext) -> SttStream {
-        let (in_tx, in_rx) = mpsc::channel(INPUT_QUEUE);
-        let (ev_tx, ev_rx) = mpsc::channel(256);
-        let url = self.url.clone();
-        let key = self.cfg.api_key.expose().to_string();
-        let formatted = self.cfg.smart_format;
-        let call_id = ctx.call_id.clone();
-        let task = tokio::spawn(async move {
-            run(&url, &key, formatted, &call_id, in_rx, &ev_tx).await;
-            let _ = ev_tx.send(SttEvent::Closed).await;
-        });
-        SttStream {
-            input: in_tx,
-            events: ev_rx,
-            guard: TaskGuard::new(task),
+        let wire = Wire {
+            url: self.url.clone(),
+            key: self.cfg.api_key.expose().to_string(),
+            formatted: self.cfg.smart_format,
+            pending: BytesMut::with_capacity(CHUNK_BYTES),
+            session_id: "-".into(),
+        };
+        stt_session::open(wire, &ctx.call_id)
+    }
+}
+
+/// AssemblyAI's framing: audio batched into 100 ms binary chunks (the last padded to 50 ms),
+/// no `Finalize`, `Terminate` (drained); `Begin` names the session, the rest goes through
+/// [`map_message`].
+struct Wire {
+    url: String,
+    key: String,
+    formatted: bool,
+    pending: BytesMut,
+    session_id: String,
+}
+
+impl SttWire for Wire {
+    const NAME: &'static str = "AssemblyAI";
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("Authorization", self.key.clone()),
+            ("AssemblyAI-Version", API_VERSION.into()),
+        ]
+    }
+    fn handshake_message(&self, e: &WsConnectError) -> String {
+        handshake_message(e)
+    }
+    fn input(&mut self, input: SttInput, out: &mut Vec<Step>) {
+        match input {
+            SttInput::Audio(b) if !b.is_empty() => {
+                self.pending.extend_from_slice(&b);
+                if self.pending.len() >= CHUNK_BYTES {
+                    let chunk: Bytes = self.pending.split().freeze();
+                    out.push(Step::Send(Frame::Binary(chunk)));
+                }
+            }
+            SttInput::Audio(_) | SttInput::Finalize => {}
+            SttInput::Close => {
+                out.push(Step::Close { drain: true });
+                if !self.pending.is_empty() {
+                    if self.pending.len() < MIN_CHUNK_BYTES {
+                        self.pending.resize(MIN_CHUNK_BYTES, MULAW_SILENCE);
+                    }
+                    let chunk: Bytes = self.pending.split().freeze();
+                    out.push(Step::Send(Frame::Binary(chunk)));
+                }
+                out.push(Step::Send(Frame::Text(r#"{"type":"Terminate"}"#.into())));
+            }
         }
+    }
+    fn text(&mut self, text: &str, out: &mut Vec<Step>) {
+        if let Some(id) = begin_id(text) {
+            tracing::debug!(session = %id, "AssemblyAI session began");
+            self.session_id = id;
+            return;
+        }
+        out.extend(map_message(text, self.formatted).map(Step::Event));
+    }
+    fn close_message(&self, code: u16, reason: &str) -> String {
+        format!(
+            "AssemblyAI closed the stream: {code} {reason}: {} (session {})",
+            close_hint(code),
+            self.session_id
+        )
+    }
+    fn lost_message(&self, error: &str) -> String {
+        format!(
+            "AssemblyAI connection lost: {error} (session {})",
+            self.session_id
+        )
+    }
+    fn log_id(&self) -> &str {
+        &self.session_id
     }
 }
 
 /// A clear message for a failed handshake.
 fn handshake_message(e: &WsConnectError) -> String {
     let text = e.to_string();
-    let status = text
-        .rsplit("Invalid status code: ")
-        .next()
-        .filter(|_| text.contains("Invalid status code: "))
-        .and_then(|s| s.trim().get(..3))
-        .and_then(|s| s.parse::<u16>().ok());
-    let hint = match status {
+    let hint = match e.status() {
         Some(401) | Some(403) => {
             "AssemblyAI rejected the API key (HTTP 401/403): check [stt] api_key"
         }
@@ -149,114 +202,6 @@ pub fn close_hint(code: u16) -> &'static str {
         4100 | 4101 => "AssemblyAI could not parse a control message",
         1013 => "temporary server condition; try again",
         _ => "see AssemblyAI's streaming error codes",
-    }
-}
-
-async fn run(
-    url: &str,
-    key: &str,
-    formatted: bool,
-    call_id: &str,
-    mut input: mpsc::Receiver<SttInput>,
-    ev: &mpsc::Sender<SttEvent>,
-) {
-    let fail = |message: String| SttEvent::Error {
-        message,
-        fatal: true,
-    };
-    let headers = [("Authorization", key), ("AssemblyAI-Version", API_VERSION)];
-    let (ws, _) = match ws_client::connect(url, &headers, CONNECT_TIMEOUT).await {
-        Ok(x) => x,
-        Err(e) => {
-            let message = handshake_message(&e);
-            tracing::warn!(call = %call_id, error = %message, "AssemblyAI connect failed");
-            let _ = ev.send(fail(message)).await;
-            return;
-        }
-    };
-    if ev.send(SttEvent::Connected).await.is_err() {
-        return;
-    }
-    let (mut incoming, sender, _reader) = ws_pump::split(ws);
-    let mut closing: Option<Instant> = None;
-    let mut pending = BytesMut::with_capacity(CHUNK_BYTES);
-    let mut session_id = String::from("-");
-    loop {
-        let drain_at = closing.unwrap_or_else(Instant::now) + DRAIN_TIMEOUT;
-        tokio::select! {
-            msg = input.recv(), if closing.is_none() => {
-                let res = match msg {
-                    Some(SttInput::Audio(b)) if !b.is_empty() => {
-                        pending.extend_from_slice(&b);
-                        if pending.len() >= CHUNK_BYTES {
-                            let chunk: Bytes = pending.split().freeze();
-                            sender.binary(&chunk).await
-                        } else {
-                            continue;
-                        }
-                    }
-                    Some(SttInput::Audio(_)) | Some(SttInput::Finalize) => continue,
-                    Some(SttInput::Close) | None => {
-                        closing = Some(Instant::now());
-                        let mut res = Ok(());
-                        if !pending.is_empty() {
-                            if pending.len() < MIN_CHUNK_BYTES {
-                                pending.resize(MIN_CHUNK_BYTES, MULAW_SILENCE);
-                            }
-                            let chunk: Bytes = pending.split().freeze();
-                            res = sender.binary(&chunk).await;
-                        }
-                        match res {
-                            Ok(()) => sender.text(r#"{"type":"Terminate"}"#).await,
-                            Err(e) => Err(e),
-                        }
-                    }
-                };
-                if let Err(e) = res {
-                    let _ = ev.send(fail(format!("AssemblyAI send failed: {e}"))).await;
-                    return;
-                }
-            }
-            _ = tokio::time::sleep_until(drain_at), if closing.is_some() => {
-                let _ = sender.close(1000, "").await;
-                return;
-            }
-            msg = incoming.recv() => match msg {
-                Some(WsIn::Text(t)) => {
-                    if let Some(id) = begin_id(&t) {
-                        session_id = id;
-                        tracing::debug!(call = %call_id, session = %session_id, "AssemblyAI session began");
-                        continue;
-                    }
-                    if let Some(e) = map_message(&t, formatted)
-                        && ev.send(e).await.is_err()
-                    {
-                        return;
-                    }
-                }
-                Some(WsIn::Binary(_)) => {}
-                Some(WsIn::Close { code, reason }) => {
-                    let code = code.unwrap_or(1005);
-                    tracing::info!(call = %call_id, code, reason = %reason, session = %session_id, "AssemblyAI closed the stream");
-                    if code != 1000 || closing.is_none() {
-                        let _ = ev.send(fail(format!(
-                            "AssemblyAI closed the stream: {code} {reason}: {} (session {session_id})",
-                            close_hint(code)
-                        ))).await;
-                    }
-                    return;
-                }
-                Some(WsIn::Failed(e)) => {
-                    if closing.is_none() {
-                        let _ = ev.send(fail(format!(
-                            "AssemblyAI connection lost: {e} (session {session_id})"
-                        ))).await;
-                    }
-                    return;
-                }
-                None => return,
-            }
-        }
     }
 }
 
@@ -317,6 +262,27 @@ pub fn map_message(text: &str, formatted: bool) -> Option<SttEvent> {
         }
         _ => None,
     }
+}
+
+impl super::kinds::SttKindImpl for AssemblyAiStt {
+    fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
+        Self::new(cfg)
+    }
+    /// The streaming host has no key-check endpoint; AssemblyAI's REST API lists transcripts
+    /// for a valid key (401 otherwise).
+    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        client
+            .get(rest_key_check_url(cfg.effective_base_url()))
+            .header("Authorization", cfg.api_key.expose())
+    }
+}
+
+/// AssemblyAI's REST key check for a streaming `base_url`: `wss://streaming.assemblyai.com`
+/// → `https://api.assemblyai.com/v2/transcript?limit=1` (EU: `streaming.eu.` → `api.eu.`); any
+/// other host (a fake, a proxy) is asked at the same path.
+fn rest_key_check_url(base: &str) -> String {
+    let base = super::kinds::http_base(base).replace("://streaming.", "://api.");
+    format!("{base}/v2/transcript?limit=1")
 }
 
 #[cfg(test)]
@@ -386,5 +352,46 @@ mod tests {
         };
         assert!(fatal);
         assert!(message.contains("3005: boom"), "{message}");
+    }
+
+    #[test]
+    fn audio_goes_up_in_100_ms_chunks_and_the_last_is_padded_before_terminate() {
+        let mut w = Wire {
+            url: String::new(),
+            key: String::new(),
+            formatted: true,
+            pending: BytesMut::new(),
+            session_id: "-".into(),
+        };
+        let mut out = Vec::new();
+        for _ in 0..5 {
+            w.input(SttInput::Audio(Bytes::from(vec![1u8; 160])), &mut out);
+        }
+        assert_eq!(
+            out,
+            vec![Step::Send(Frame::Binary(Bytes::from(vec![1u8; 800])))]
+        );
+        out.clear();
+        w.input(SttInput::Finalize, &mut out);
+        w.input(SttInput::Audio(Bytes::from(vec![2u8; 160])), &mut out);
+        assert!(out.is_empty());
+        w.input(SttInput::Close, &mut out);
+        let mut last = vec![2u8; 160];
+        last.resize(MIN_CHUNK_BYTES, MULAW_SILENCE);
+        assert_eq!(
+            out,
+            vec![
+                Step::Close { drain: true },
+                Step::Send(Frame::Binary(Bytes::from(last))),
+                Step::Send(Frame::Text(r#"{"type":"Terminate"}"#.into())),
+            ]
+        );
+        out.clear();
+        w.text(r#"{"type":"Begin","id":"s9"}"#, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(
+            w.lost_message("reset"),
+            "AssemblyAI connection lost: reset (session s9)"
+        );
     }
 }

@@ -117,20 +117,14 @@ async fn run(
     let (ws, _) = match ws_client::connect(url, &headers, CONNECT_TIMEOUT).await {
         Ok(x) => x,
         Err(e) => {
-            let text = e.to_string();
-            let status = text
-                .split("Invalid status code: ")
-                .nth(1)
-                .and_then(|s| s.trim().get(..3))
-                .and_then(|s| s.parse::<u16>().ok());
-            return Err(match status {
+            return Err(match e.status() {
                 Some(s) if s != 429 && s < 500 => reported(
                     format!("the socket was refused with HTTP {s} (check [tts] api_key)"),
                     Some(s),
                 ),
                 _ => TtsError::Connect {
                     vendor: VENDOR,
-                    message: text,
+                    message: e.to_string(),
                 },
             });
         }
@@ -247,5 +241,19 @@ async fn run(
                 });
             }
         }
+    }
+}
+
+impl super::kinds::TtsKindImpl for CartesiaTts {
+    fn build(cfg: &TtsConfig) -> Result<Self, super::SetupError> {
+        Ok(Self::new(cfg))
+    }
+    /// `GET /voices` with `X-API-Key` and the API version.
+    fn credential_check(cfg: &TtsConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        let base = super::kinds::http_base(&cfg.base_url);
+        client
+            .get(format!("{base}/voices"))
+            .header("X-API-Key", cfg.api_key.expose())
+            .header("Cartesia-Version", CARTESIA_VERSION)
     }
 }

@@ -1,9 +1,8 @@
 //! Deepgram live speech-to-text, v1 (`/v1/listen`, providers.md §2). One WebSocket per call:
 //! caller μ-law 8 kHz goes up as binary frames unchanged (never an empty one), control goes as
 //! JSON text (`Finalize`, `CloseStream`, and `KeepAlive` whenever no audio went up for
-//! `keepalive_ms`, 3 s by default, because Deepgram closes idle sockets after 10 s). `open()`
-//! returns at once; the task connects (10 s budget) while audio waits in the bounded input
-//! channel. Server `Results` become interim or final transcripts, `SpeechStarted` and
+//! `keepalive_ms`, 3 s by default, because Deepgram closes idle sockets after 10 s), run by the
+//! shared session loop (`stt_session`). Server `Results` become interim or final transcripts, `SpeechStarted` and
 //! `UtteranceEnd` pass through, `Metadata` is ignored. Handshake failures (HTTP 401 etc.) are
 //! fatal errors saying what to check; close codes are logged with their reason (`NET-0001`,
 //! `DATA-0000`) and the `dg-request-id` of the handshake. Dropping the stream closes it.
@@ -11,21 +10,12 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use super::error::SetupError;
+use super::stt_session::{self, Frame, Step, SttWire};
 use super::{SttContext, SttEvent, SttInput, SttProvider, SttStream};
 use crate::config::schema::SttConfig;
-use crate::net::ws_client::{self, WsConnectError};
-use crate::net::ws_pump::{self, WsIn};
-use crate::util::TaskGuard;
-
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// After `CloseStream`, how long to wait for the server's last results and close.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// Input queue: about 20 s of 20 ms carrier frames, enough to cover the connect.
-const INPUT_QUEUE: usize = 1024;
+use crate::net::ws_client::WsConnectError;
 
 pub struct DeepgramStt {
     cfg: SttConfig,
@@ -91,151 +81,89 @@ impl SttProvider for DeepgramStt {
     }
 
     fn open(&self, ctx: &SttContext) -> SttStream {
-        let (in_tx, in_rx) = mpsc::channel(INPUT_QUEUE);
-        let (ev_tx, ev_rx) = mpsc::channel(256);
-        let session = Session {
+        let wire = Wire {
             url: self.url.clone(),
             auth: format!("Token {}", self.cfg.api_key.expose()),
             keepalive: Duration::from_millis(self.cfg.keepalive_ms.max(100)),
-            call_id: ctx.call_id.clone(),
+            request_id: "-".into(),
         };
-        let task = tokio::spawn(async move {
-            session.run(in_rx, &ev_tx).await;
-            let _ = ev_tx.send(SttEvent::Closed).await;
-        });
-        SttStream {
-            input: in_tx,
-            events: ev_rx,
-            guard: TaskGuard::new(task),
-        }
+        stt_session::open(wire, &ctx.call_id)
     }
 }
 
-struct Session {
+/// Deepgram v1's framing: audio as binary frames (never an empty one), `Finalize`,
+/// `CloseStream` (drained), `KeepAlive`; `Results` and the rest through [`map_message`].
+struct Wire {
     url: String,
     auth: String,
     keepalive: Duration,
-    call_id: String,
+    request_id: String,
 }
 
-impl Session {
-    async fn run(self, mut input: mpsc::Receiver<SttInput>, ev: &mpsc::Sender<SttEvent>) {
-        let headers = [("Authorization", self.auth.as_str())];
-        let (ws, resp_headers) = match ws_client::connect(&self.url, &headers, CONNECT_TIMEOUT)
-            .await
-        {
-            Ok(x) => x,
-            Err(e) => {
-                let message = handshake_message(&e);
-                tracing::warn!(call = %self.call_id, error = %message, "Deepgram connect failed");
-                let _ = ev
-                    .send(SttEvent::Error {
-                        message,
-                        fatal: true,
-                    })
-                    .await;
-                return;
+/// The `dg-request-id` of a handshake's response, `-` without one.
+pub(crate) fn request_id(headers: &http::HeaderMap) -> String {
+    headers
+        .get("dg-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string()
+}
+
+impl SttWire for Wire {
+    const NAME: &'static str = "Deepgram";
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        vec![("Authorization", self.auth.clone())]
+    }
+    fn handshake_message(&self, e: &WsConnectError) -> String {
+        handshake_message(e)
+    }
+    fn connected(&mut self, headers: &http::HeaderMap) {
+        self.request_id = request_id(headers);
+    }
+    fn keepalive(&self) -> Option<(Duration, &'static str)> {
+        Some((self.keepalive, r#"{"type":"KeepAlive"}"#))
+    }
+    fn input(&mut self, input: SttInput, out: &mut Vec<Step>) {
+        match input {
+            SttInput::Audio(b) if b.is_empty() => {}
+            SttInput::Audio(b) => out.push(Step::Send(Frame::Binary(b))),
+            SttInput::Finalize => {
+                out.push(Step::Send(Frame::Text(r#"{"type":"Finalize"}"#.into())))
             }
-        };
-        let request_id = resp_headers
-            .get("dg-request-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_string();
-        tracing::debug!(call = %self.call_id, request_id = %request_id, "Deepgram connected");
-        if ev.send(SttEvent::Connected).await.is_err() {
-            return;
-        }
-        let (mut incoming, sender, _reader) = ws_pump::split(ws);
-        let mut last_audio = Instant::now();
-        let mut closing: Option<Instant> = None;
-        let fail = |message: String| SttEvent::Error {
-            message,
-            fatal: true,
-        };
-        loop {
-            let keepalive_at = last_audio + self.keepalive;
-            let drain_at = closing.unwrap_or_else(Instant::now) + DRAIN_TIMEOUT;
-            tokio::select! {
-                msg = input.recv(), if closing.is_none() => {
-                    let res = match msg {
-                        Some(SttInput::Audio(b)) => {
-                            if b.is_empty() {
-                                continue;
-                            }
-                            last_audio = Instant::now();
-                            sender.binary(&b).await
-                        }
-                        Some(SttInput::Finalize) => sender.text(r#"{"type":"Finalize"}"#).await,
-                        Some(SttInput::Close) | None => {
-                            closing = Some(Instant::now());
-                            sender.text(r#"{"type":"CloseStream"}"#).await
-                        }
-                    };
-                    if let Err(e) = res {
-                        let _ = ev.send(fail(format!("Deepgram send failed: {e}"))).await;
-                        return;
-                    }
-                }
-                _ = tokio::time::sleep_until(keepalive_at), if closing.is_none() => {
-                    last_audio = Instant::now();
-                    if let Err(e) = sender.text(r#"{"type":"KeepAlive"}"#).await {
-                        let _ = ev.send(fail(format!("Deepgram send failed: {e}"))).await;
-                        return;
-                    }
-                }
-                _ = tokio::time::sleep_until(drain_at), if closing.is_some() => {
-                    tracing::debug!(call = %self.call_id, request_id = %request_id, "Deepgram did not close in time after CloseStream");
-                    let _ = sender.close(1000, "").await;
-                    return;
-                }
-                msg = incoming.recv() => {
-                    match msg {
-                        Some(WsIn::Text(t)) => {
-                            for e in map_message(&t) {
-                                if ev.send(e).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        Some(WsIn::Binary(_)) => {}
-                        Some(WsIn::Close { code, reason }) => {
-                            let code = code.unwrap_or(1005);
-                            tracing::info!(call = %self.call_id, code, reason = %reason, request_id = %request_id, "Deepgram closed the stream");
-                            if code != 1000 || closing.is_none() {
-                                let _ = ev.send(fail(format!(
-                                    "Deepgram closed the stream: {code} {reason} (dg-request-id {request_id})"
-                                ))).await;
-                            }
-                            return;
-                        }
-                        Some(WsIn::Failed(e)) => {
-                            tracing::info!(call = %self.call_id, error = %e, request_id = %request_id, "Deepgram connection ended");
-                            if closing.is_none() {
-                                let _ = ev.send(fail(format!(
-                                    "Deepgram connection lost: {e} (dg-request-id {request_id})"
-                                ))).await;
-                            }
-                            return;
-                        }
-                        None => return,
-                    }
-                }
+            SttInput::Close => {
+                out.push(Step::Close { drain: true });
+                out.push(Step::Send(Frame::Text(r#"{"type":"CloseStream"}"#.into())));
             }
         }
+    }
+    fn text(&mut self, text: &str, out: &mut Vec<Step>) {
+        out.extend(map_message(text).into_iter().map(Step::Event));
+    }
+    fn close_message(&self, code: u16, reason: &str) -> String {
+        format!(
+            "Deepgram closed the stream: {code} {reason} (dg-request-id {})",
+            self.request_id
+        )
+    }
+    fn lost_message(&self, error: &str) -> String {
+        format!(
+            "Deepgram connection lost: {error} (dg-request-id {})",
+            self.request_id
+        )
+    }
+    fn log_id(&self) -> &str {
+        &self.request_id
     }
 }
 
 /// A fatal handshake error, saying what to check.
 pub(crate) fn handshake_message(e: &WsConnectError) -> String {
     let text = e.to_string();
-    let status = text
-        .rsplit("Invalid status code: ")
-        .next()
-        .filter(|_| text.contains("Invalid status code: "))
-        .and_then(|s| s.trim().get(..3))
-        .and_then(|s| s.parse::<u16>().ok());
-    let hint = match status {
+    let hint = match e.status() {
         Some(401) => "Deepgram rejected the API key (HTTP 401): check [stt] api_key",
         Some(400) => {
             "Deepgram rejected the request (HTTP 400): check [stt] model, language and keyterms"
@@ -258,7 +186,9 @@ pub(crate) fn handshake_message(e: &WsConnectError) -> String {
                 "TLS to Deepgram failed: check [stt] base_url and the system clock"
             }
             WsConnectError::BadUrl(..) => "the Deepgram URL is invalid: check [stt] base_url",
-            WsConnectError::Handshake { .. } => "the Deepgram WebSocket handshake failed",
+            WsConnectError::Refused { .. } | WsConnectError::Handshake { .. } => {
+                "the Deepgram WebSocket handshake failed"
+            }
         },
     };
     format!("{hint} ({text})")
@@ -313,6 +243,26 @@ pub fn map_message(text: &str) -> Vec<SttEvent> {
             Vec::new()
         }
     }
+}
+
+impl super::kinds::SttKindImpl for DeepgramStt {
+    fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
+        Self::new(cfg)
+    }
+    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        credential_check(cfg, client)
+    }
+}
+
+/// Deepgram's key check (v1 and Flux): `GET /v1/projects` with `Token`.
+pub(crate) fn credential_check(
+    cfg: &SttConfig,
+    client: &reqwest::Client,
+) -> reqwest::RequestBuilder {
+    let base = super::kinds::http_base(cfg.effective_base_url());
+    client
+        .get(format!("{base}/v1/projects"))
+        .header("Authorization", format!("Token {}", cfg.api_key.expose()))
 }
 
 #[cfg(test)]

@@ -9,23 +9,14 @@
 //! no `Finalize`, so ours is not sent. An `Error` message or a close other than the answer to
 //! our `CloseStream` is a fatal error naming the code, the description and the request id.
 
-use std::time::Duration;
-
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio::time::Instant;
 
-use super::deepgram::{handshake_message, ws_base};
+use super::deepgram::{handshake_message, request_id, ws_base};
 use super::error::SetupError;
+use super::stt_session::{self, Frame, Step, SttWire};
 use super::{SttContext, SttEvent, SttInput, SttProvider, SttStream};
 use crate::config::schema::SttConfig;
-use crate::net::ws_client;
-use crate::net::ws_pump::{self, WsIn};
-use crate::util::TaskGuard;
-
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-const INPUT_QUEUE: usize = 1024;
+use crate::net::ws_client::WsConnectError;
 
 pub struct DeepgramFluxStt {
     cfg: SttConfig,
@@ -73,105 +64,65 @@ impl SttProvider for DeepgramFluxStt {
     }
 
     fn open(&self, ctx: &SttContext) -> SttStream {
-        let (in_tx, in_rx) = mpsc::channel(INPUT_QUEUE);
-        let (ev_tx, ev_rx) = mpsc::channel(256);
-        let url = self.url.clone();
-        let auth = format!("Token {}", self.cfg.api_key.expose());
-        let call_id = ctx.call_id.clone();
-        let task = tokio::spawn(async move {
-            run(&url, &auth, &call_id, in_rx, &ev_tx).await;
-            let _ = ev_tx.send(SttEvent::Closed).await;
-        });
-        SttStream {
-            input: in_tx,
-            events: ev_rx,
-            guard: TaskGuard::new(task),
-        }
+        let wire = Wire {
+            url: self.url.clone(),
+            auth: format!("Token {}", self.cfg.api_key.expose()),
+            request_id: "-".into(),
+        };
+        stt_session::open(wire, &ctx.call_id)
     }
 }
 
-async fn run(
-    url: &str,
-    auth: &str,
-    call_id: &str,
-    mut input: mpsc::Receiver<SttInput>,
-    ev: &mpsc::Sender<SttEvent>,
-) {
-    let fail = |message: String| SttEvent::Error {
-        message,
-        fatal: true,
-    };
-    let (ws, headers) =
-        match ws_client::connect(url, &[("Authorization", auth)], CONNECT_TIMEOUT).await {
-            Ok(x) => x,
-            Err(e) => {
-                let message = format!("Deepgram Flux: {}", handshake_message(&e));
-                tracing::warn!(call = %call_id, error = %message, "Deepgram Flux connect failed");
-                let _ = ev.send(fail(message)).await;
-                return;
-            }
-        };
-    let request_id = headers
-        .get("dg-request-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("-")
-        .to_string();
-    if ev.send(SttEvent::Connected).await.is_err() {
-        return;
+/// Flux's framing: audio as binary frames, no `Finalize`, `CloseStream` (drained); `TurnInfo`
+/// through [`map_message`].
+struct Wire {
+    url: String,
+    auth: String,
+    request_id: String,
+}
+
+impl SttWire for Wire {
+    const NAME: &'static str = "Deepgram Flux";
+
+    fn url(&self) -> &str {
+        &self.url
     }
-    let (mut incoming, sender, _reader) = ws_pump::split(ws);
-    let mut closing: Option<Instant> = None;
-    loop {
-        let drain_at = closing.unwrap_or_else(Instant::now) + DRAIN_TIMEOUT;
-        tokio::select! {
-            msg = input.recv(), if closing.is_none() => {
-                let res = match msg {
-                    Some(SttInput::Audio(b)) if !b.is_empty() => sender.binary(&b).await,
-                    Some(SttInput::Audio(_)) | Some(SttInput::Finalize) => continue,
-                    Some(SttInput::Close) | None => {
-                        closing = Some(Instant::now());
-                        sender.text(r#"{"type":"CloseStream"}"#).await
-                    }
-                };
-                if let Err(e) = res {
-                    let _ = ev.send(fail(format!("Deepgram Flux send failed: {e}"))).await;
-                    return;
-                }
-            }
-            _ = tokio::time::sleep_until(drain_at), if closing.is_some() => {
-                let _ = sender.close(1000, "").await;
-                return;
-            }
-            msg = incoming.recv() => match msg {
-                Some(WsIn::Text(t)) => {
-                    if let Some(e) = map_message(&t)
-                        && ev.send(e).await.is_err()
-                    {
-                        return;
-                    }
-                }
-                Some(WsIn::Binary(_)) => {}
-                Some(WsIn::Close { code, reason }) => {
-                    let code = code.unwrap_or(1005);
-                    tracing::info!(call = %call_id, code, reason = %reason, request_id = %request_id, "Deepgram Flux closed the stream");
-                    if code != 1000 || closing.is_none() {
-                        let _ = ev.send(fail(format!(
-                            "Deepgram Flux closed the stream: {code} {reason} (dg-request-id {request_id})"
-                        ))).await;
-                    }
-                    return;
-                }
-                Some(WsIn::Failed(e)) => {
-                    if closing.is_none() {
-                        let _ = ev.send(fail(format!(
-                            "Deepgram Flux connection lost: {e} (dg-request-id {request_id})"
-                        ))).await;
-                    }
-                    return;
-                }
-                None => return,
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        vec![("Authorization", self.auth.clone())]
+    }
+    fn handshake_message(&self, e: &WsConnectError) -> String {
+        format!("Deepgram Flux: {}", handshake_message(e))
+    }
+    fn connected(&mut self, headers: &http::HeaderMap) {
+        self.request_id = request_id(headers);
+    }
+    fn input(&mut self, input: SttInput, out: &mut Vec<Step>) {
+        match input {
+            SttInput::Audio(b) if !b.is_empty() => out.push(Step::Send(Frame::Binary(b))),
+            SttInput::Audio(_) | SttInput::Finalize => {}
+            SttInput::Close => {
+                out.push(Step::Close { drain: true });
+                out.push(Step::Send(Frame::Text(r#"{"type":"CloseStream"}"#.into())));
             }
         }
+    }
+    fn text(&mut self, text: &str, out: &mut Vec<Step>) {
+        out.extend(map_message(text).map(Step::Event));
+    }
+    fn close_message(&self, code: u16, reason: &str) -> String {
+        format!(
+            "Deepgram Flux closed the stream: {code} {reason} (dg-request-id {})",
+            self.request_id
+        )
+    }
+    fn lost_message(&self, error: &str) -> String {
+        format!(
+            "Deepgram Flux connection lost: {error} (dg-request-id {})",
+            self.request_id
+        )
+    }
+    fn log_id(&self) -> &str {
+        &self.request_id
     }
 }
 
@@ -210,6 +161,15 @@ pub fn map_message(text: &str) -> Option<SttEvent> {
             })
         }
         _ => None,
+    }
+}
+
+impl super::kinds::SttKindImpl for DeepgramFluxStt {
+    fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
+        Self::new(cfg)
+    }
+    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        super::deepgram::credential_check(cfg, client)
     }
 }
 

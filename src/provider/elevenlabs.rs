@@ -320,6 +320,19 @@ async fn line(
     Ok(())
 }
 
+impl super::kinds::TtsKindImpl for ElevenLabsTts {
+    fn build(cfg: &TtsConfig) -> Result<Self, SetupError> {
+        Self::new(cfg)
+    }
+    /// `GET /v1/user` with `xi-api-key`.
+    fn credential_check(cfg: &TtsConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        let base = super::kinds::http_base(&cfg.base_url);
+        client
+            .get(format!("{base}/v1/user"))
+            .header("xi-api-key", cfg.api_key.expose())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

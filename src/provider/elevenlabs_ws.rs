@@ -271,13 +271,7 @@ impl Session {
         let (ws, _) = match ws_client::connect(&self.url, &headers, CONNECT_TIMEOUT).await {
             Ok(x) => x,
             Err(e) => {
-                let text = e.to_string();
-                let status = text
-                    .split("Invalid status code: ")
-                    .nth(1)
-                    .and_then(|s| s.trim().get(..3))
-                    .and_then(|s| s.parse::<u16>().ok());
-                return Err(match status {
+                return Err(match e.status() {
                     Some(s) if s != 429 && s < 500 => reported(
                         format!(
                             "the socket was refused with HTTP {s} (check [tts] api_key and voice_id)"
@@ -286,7 +280,7 @@ impl Session {
                     ),
                     _ => TtsError::Connect {
                         vendor: VENDOR,
-                        message: text,
+                        message: e.to_string(),
                     },
                 });
             }

@@ -2,7 +2,8 @@
 //! speech-to-text session), [`TtsProvider`] (text to μ-law 8 kHz audio) and [`LlmProvider`]
 //! (a streamed chat turn). One file per vendor; the call actor only sees these traits and the
 //! events they produce. A stream is cancelled by dropping it. [`build_providers`] turns the
-//! `[stt.*]`, `[tts.*]` and `[llm.*]` tables into shared provider objects.
+//! `[stt.*]`, `[tts.*]` and `[llm.*]` tables into shared provider objects, each through its
+//! kind's entry in the registration lists (`kinds`).
 
 pub mod alignment;
 pub mod assemblyai;
@@ -16,12 +17,14 @@ pub mod error;
 pub mod fallback;
 pub mod fallback_llm;
 pub mod fallback_stt;
+pub(crate) mod kinds;
 pub mod memory;
 pub mod openai;
 pub mod openai_realtime;
 pub mod openai_speech;
 pub mod openai_stt;
 pub mod sse;
+pub(crate) mod stt_session;
 pub mod tools;
 
 use std::collections::BTreeMap;
@@ -30,7 +33,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::config::schema::{AgentConfig, Config, LlmKind, SttKind, TtsKind};
+use crate::config::schema::{AgentConfig, Config};
 use crate::util::TaskGuard;
 
 pub use alignment::WordTiming;
@@ -373,50 +376,22 @@ impl Providers {
     }
 }
 
-/// Builds every `[stt.*]`, `[tts.*]` and `[llm.*]` entry. LLM kind `openclaw` is served by the
-/// OpenAI-compatible client for now (OpenClaw's gateway speaks Chat Completions).
+/// Builds every `[stt.*]`, `[tts.*]` and `[llm.*]` entry, each by its kind (`kinds`), and the
+/// agents' brain fallback chains.
 pub fn build_providers(config: &Config) -> Result<Providers, SetupError> {
     let mut p = Providers::default();
     for (name, c) in &config.stt {
-        let s: Arc<dyn SttProvider> = match c.kind {
-            SttKind::Deepgram => {
-                Arc::new(deepgram::DeepgramStt::new(c).map_err(|e| e.within("stt", name))?)
-            }
-            SttKind::DeepgramFlux => {
-                Arc::new(deepgram_flux::DeepgramFluxStt::new(c).map_err(|e| e.within("stt", name))?)
-            }
-            SttKind::OpenaiCompatible => {
-                Arc::new(openai_stt::OpenAiFileStt::new(c).map_err(|e| e.within("stt", name))?)
-            }
-            SttKind::Assemblyai => {
-                Arc::new(assemblyai::AssemblyAiStt::new(c).map_err(|e| e.within("stt", name))?)
-            }
-            SttKind::OpenaiRealtime => Arc::new(
-                openai_realtime::OpenAiRealtimeStt::new(c).map_err(|e| e.within("stt", name))?,
-            ),
-        };
+        let s = kinds::build_stt(c).map_err(|e| e.within("stt", name))?;
         p.stt.insert(name.clone(), s);
         p.stt_health.insert(name.clone(), Default::default());
     }
     for (name, c) in &config.tts {
-        let t: Arc<dyn TtsProvider> = match c.kind {
-            TtsKind::Elevenlabs => {
-                Arc::new(elevenlabs::ElevenLabsTts::new(c).map_err(|e| e.within("tts", name))?)
-            }
-            TtsKind::Cartesia => Arc::new(cartesia::CartesiaTts::new(c)),
-            TtsKind::Openai | TtsKind::OpenaiCompatible => {
-                Arc::new(openai_speech::OpenAiSpeech::new(c).map_err(|e| e.within("tts", name))?)
-            }
-        };
+        let t = kinds::build_tts(c).map_err(|e| e.within("tts", name))?;
         p.tts.insert(name.clone(), t);
         p.tts_health.insert(name.clone(), Default::default());
     }
     for (name, c) in &config.llm {
-        let l: Arc<dyn LlmProvider> = match c.kind {
-            LlmKind::Hermes | LlmKind::OpenaiCompatible | LlmKind::Openclaw => {
-                Arc::new(openai::OpenAiChat::new(&c.resolved()).map_err(|e| e.within("llm", name))?)
-            }
-        };
+        let l = kinds::build_llm(c).map_err(|e| e.within("llm", name))?;
         p.llm.insert(name.clone(), l);
     }
     for agent in config.agents.values() {

@@ -583,6 +583,14 @@ pub(crate) fn describe_reqwest(e: &reqwest::Error) -> String {
     s
 }
 
+impl super::kinds::LlmKindImpl for OpenAiChat {
+    /// Every brain kind speaks Chat Completions: the table with its kind's (or preset's)
+    /// defaults filled in.
+    fn build(cfg: &LlmConfig) -> Result<Self, SetupError> {
+        Self::new(&cfg.resolved())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,24 +19,17 @@
 //! bad key: `invalid_api_key`, close 3000).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use super::deepgram::ws_base;
 use super::error::SetupError;
+use super::stt_session::{self, Frame, Step, SttWire};
 use super::{SttContext, SttEvent, SttInput, SttProvider, SttStream};
 use crate::config::schema::SttConfig;
-use crate::net::ws_client::{self, WsConnectError};
-use crate::net::ws_pump::{self, WsIn};
-use crate::util::TaskGuard;
-
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-const INPUT_QUEUE: usize = 1024;
+use crate::net::ws_client::WsConnectError;
 /// The least audio `input_audio_buffer.commit` accepts: 100 ms of μ-law 8 kHz.
 const MIN_COMMIT_BYTES: usize = 800;
 
@@ -104,36 +97,25 @@ impl SttProvider for OpenAiRealtimeStt {
     }
 
     fn open(&self, ctx: &SttContext) -> SttStream {
-        let (in_tx, in_rx) = mpsc::channel(INPUT_QUEUE);
-        let (ev_tx, ev_rx) = mpsc::channel(256);
-        let session = Session {
+        let wire = Wire {
             url: self.url.clone(),
             auth: format!("Bearer {}", self.cfg.api_key.expose()),
             update: self.session_update.clone(),
             manual: self.cfg.endpointing_ms == 0,
-            call_id: ctx.call_id.clone(),
+            request_id: "-".into(),
+            configured: false,
+            uncommitted: 0,
+            commits_pending: 0,
+            partial: HashMap::new(),
         };
-        let task = tokio::spawn(async move {
-            session.run(in_rx, &ev_tx).await;
-            let _ = ev_tx.send(SttEvent::Closed).await;
-        });
-        SttStream {
-            input: in_tx,
-            events: ev_rx,
-            guard: TaskGuard::new(task),
-        }
+        stt_session::open(wire, &ctx.call_id)
     }
 }
 
 /// A clear message for a failed handshake.
 fn handshake_message(e: &WsConnectError) -> String {
     let text = e.to_string();
-    let status = text
-        .split("Invalid status code: ")
-        .nth(1)
-        .and_then(|s| s.trim().get(..3))
-        .and_then(|s| s.parse::<u16>().ok());
-    let hint = match status {
+    let hint = match e.status() {
         Some(401) | Some(403) => "OpenAI rejected the API key (HTTP 401/403): check [stt] api_key",
         Some(429) => "OpenAI is rate limiting (HTTP 429): too many sessions or no quota left",
         Some(s) if s >= 500 => "OpenAI had a server error; try again",
@@ -187,147 +169,121 @@ fn error_message(v: &Value) -> String {
     m
 }
 
-struct Session {
+/// OpenAI Realtime's framing: `session.update` on `session.created`, ready on
+/// `session.updated`; audio base64 in `input_audio_buffer.append`, `Finalize` as a commit
+/// (manual turn detection, at least 100 ms); a close is immediate. Events through
+/// [`map_event`].
+struct Wire {
     url: String,
     auth: String,
     update: String,
     manual: bool,
-    call_id: String,
+    request_id: String,
+    configured: bool,
+    /// Bytes appended since the last commit (manual turn detection only).
+    uncommitted: usize,
+    commits_pending: usize,
+    partial: HashMap<String, String>,
 }
 
-impl Session {
-    async fn run(self, mut input: mpsc::Receiver<SttInput>, ev: &mpsc::Sender<SttEvent>) {
-        let fail = |message: String| SttEvent::Error {
-            message,
-            fatal: true,
-        };
-        let deadline = Instant::now() + CONNECT_TIMEOUT;
-        let headers = [("Authorization", self.auth.as_str())];
-        let (ws, resp_headers) = match ws_client::connect(&self.url, &headers, CONNECT_TIMEOUT)
-            .await
-        {
-            Ok(x) => x,
-            Err(e) => {
-                let message = handshake_message(&e);
-                tracing::warn!(call = %self.call_id, error = %message, "OpenAI Realtime connect failed");
-                let _ = ev.send(fail(message)).await;
-                return;
-            }
-        };
-        let request_id = resp_headers
+impl SttWire for Wire {
+    const NAME: &'static str = "OpenAI Realtime";
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        vec![("Authorization", self.auth.clone())]
+    }
+    fn handshake_message(&self, e: &WsConnectError) -> String {
+        handshake_message(e)
+    }
+    fn connected(&mut self, headers: &http::HeaderMap) {
+        self.request_id = headers
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("-")
             .to_string();
-        let (mut incoming, sender, _reader) = ws_pump::split(ws);
-        let mut configured = false;
-        // Bytes appended since the last commit (manual turn detection only).
-        let mut uncommitted = 0usize;
-        let mut commits_pending = 0usize;
-        let mut partial: HashMap<String, String> = HashMap::new();
-        loop {
-            tokio::select! {
-                msg = input.recv(), if configured => {
-                    let res = match msg {
-                        Some(SttInput::Audio(b)) if !b.is_empty() => {
-                            uncommitted += b.len();
-                            let m = json!({
-                                "type": "input_audio_buffer.append",
-                                "audio": STANDARD.encode(&b),
-                            });
-                            sender.text(&m.to_string()).await
-                        }
-                        Some(SttInput::Audio(_)) => continue,
-                        Some(SttInput::Finalize) => {
-                            if !self.manual || uncommitted < MIN_COMMIT_BYTES {
-                                continue;
-                            }
-                            uncommitted = 0;
-                            commits_pending += 1;
-                            sender.text(r#"{"type":"input_audio_buffer.commit"}"#).await
-                        }
-                        Some(SttInput::Close) | None => {
-                            let _ = sender.close(1000, "").await;
-                            return;
-                        }
-                    };
-                    if let Err(e) = res {
-                        let _ = ev.send(fail(format!("OpenAI Realtime send failed: {e}"))).await;
-                        return;
-                    }
+    }
+    fn ready_at_connect(&self) -> bool {
+        false
+    }
+    fn input(&mut self, input: SttInput, out: &mut Vec<Step>) {
+        match input {
+            SttInput::Audio(b) if !b.is_empty() => {
+                self.uncommitted += b.len();
+                let m = json!({
+                    "type": "input_audio_buffer.append",
+                    "audio": STANDARD.encode(&b),
+                });
+                out.push(Step::Send(Frame::Text(m.to_string().into())));
+            }
+            SttInput::Audio(_) => {}
+            SttInput::Finalize => {
+                if self.manual && self.uncommitted >= MIN_COMMIT_BYTES {
+                    self.uncommitted = 0;
+                    self.commits_pending += 1;
+                    let commit = r#"{"type":"input_audio_buffer.commit"}"#;
+                    out.push(Step::Send(Frame::Text(commit.into())));
                 }
-                _ = tokio::time::sleep_until(deadline), if !configured => {
-                    let _ = ev.send(fail(format!(
-                        "OpenAI Realtime did not confirm the session within {} s (request {request_id})",
-                        CONNECT_TIMEOUT.as_secs()
-                    ))).await;
-                    return;
+            }
+            SttInput::Close => out.push(Step::Close { drain: false }),
+        }
+    }
+    fn text(&mut self, text: &str, out: &mut Vec<Step>) {
+        let Ok(v) = serde_json::from_str::<Value>(text) else {
+            tracing::debug!("OpenAI Realtime sent a frame that is not JSON");
+            return;
+        };
+        match v.get("type").and_then(Value::as_str).unwrap_or("") {
+            "session.created" => out.push(Step::Send(Frame::Text(self.update.clone().into()))),
+            "session.updated" if !self.configured => {
+                self.configured = true;
+                tracing::debug!(request_id = %self.request_id, "OpenAI Realtime session configured");
+                out.push(Step::Ready);
+            }
+            "error" => {
+                let message = error_message(&v);
+                tracing::warn!(request_id = %self.request_id, error = %message, "OpenAI Realtime error");
+                let fatal = !self.configured;
+                out.push(Step::Event(SttEvent::Error { message, fatal }));
+                if fatal {
+                    out.push(Step::Close { drain: false });
                 }
-                msg = incoming.recv() => match msg {
-                    Some(WsIn::Text(t)) => {
-                        let Ok(v) = serde_json::from_str::<Value>(&t) else {
-                            tracing::debug!(call = %self.call_id, "OpenAI Realtime sent a frame that is not JSON");
-                            continue;
-                        };
-                        match v.get("type").and_then(Value::as_str).unwrap_or("") {
-                            "session.created" => {
-                                if let Err(e) = sender.text(&self.update).await {
-                                    let _ = ev.send(fail(format!("OpenAI Realtime send failed: {e}"))).await;
-                                    return;
-                                }
-                            }
-                            "session.updated" if !configured => {
-                                configured = true;
-                                tracing::debug!(call = %self.call_id, request_id = %request_id, "OpenAI Realtime session configured");
-                                if ev.send(SttEvent::Connected).await.is_err() {
-                                    return;
-                                }
-                            }
-                            "error" => {
-                                let message = error_message(&v);
-                                tracing::warn!(call = %self.call_id, request_id = %request_id, error = %message, "OpenAI Realtime error");
-                                if !configured {
-                                    let _ = ev.send(fail(message)).await;
-                                    let _ = sender.close(1000, "").await;
-                                    return;
-                                }
-                                if ev.send(SttEvent::Error { message, fatal: false }).await.is_err() {
-                                    return;
-                                }
-                            }
-                            _ => {
-                                let from_finalize = commits_pending > 0;
-                                if let Some(e) = map_event(&v, &mut partial, from_finalize) {
-                                    if matches!(e, SttEvent::Final { .. }) {
-                                        commits_pending = commits_pending.saturating_sub(1);
-                                    }
-                                    if ev.send(e).await.is_err() {
-                                        return;
-                                    }
-                                }
-                            }
-                        }
+            }
+            _ => {
+                let from_finalize = self.commits_pending > 0;
+                if let Some(e) = map_event(&v, &mut self.partial, from_finalize) {
+                    if matches!(e, SttEvent::Final { .. }) {
+                        self.commits_pending = self.commits_pending.saturating_sub(1);
                     }
-                    Some(WsIn::Binary(_)) => {}
-                    Some(WsIn::Close { code, reason }) => {
-                        let code = code.unwrap_or(1005);
-                        tracing::info!(call = %self.call_id, code, reason = %reason, request_id = %request_id, "OpenAI Realtime closed the session");
-                        let hint = reason.rsplit('.').next().map(error_hint).unwrap_or("");
-                        let _ = ev.send(fail(format!(
-                            "OpenAI Realtime closed the session: {code} {reason}: {hint} (request {request_id})"
-                        ))).await;
-                        return;
-                    }
-                    Some(WsIn::Failed(e)) => {
-                        let _ = ev.send(fail(format!(
-                            "OpenAI Realtime connection lost: {e} (request {request_id})"
-                        ))).await;
-                        return;
-                    }
-                    None => return,
+                    out.push(Step::Event(e));
                 }
             }
         }
+    }
+    fn close_message(&self, code: u16, reason: &str) -> String {
+        let hint = reason.rsplit('.').next().map(error_hint).unwrap_or("");
+        format!(
+            "OpenAI Realtime closed the session: {code} {reason}: {hint} (request {})",
+            self.request_id
+        )
+    }
+    fn lost_message(&self, error: &str) -> String {
+        format!(
+            "OpenAI Realtime connection lost: {error} (request {})",
+            self.request_id
+        )
+    }
+    fn unconfirmed_message(&self) -> String {
+        format!(
+            "OpenAI Realtime did not confirm the session within {} s (request {})",
+            stt_session::CONNECT_TIMEOUT.as_secs(),
+            self.request_id
+        )
+    }
+    fn log_id(&self) -> &str {
+        &self.request_id
     }
 }
 
@@ -387,9 +343,20 @@ pub fn map_event(
     }
 }
 
+impl super::kinds::SttKindImpl for OpenAiRealtimeStt {
+    fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
+        Self::new(cfg)
+    }
+    /// OpenAI's REST root is the Realtime base (`…/v1`) over HTTPS.
+    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        super::kinds::models_check(cfg.effective_base_url(), &cfg.api_key, client)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn cfg(extra: &str) -> SttConfig {
         toml::from_str(&format!("kind = \"openai_realtime\"\n{extra}")).expect("config")
@@ -485,5 +452,56 @@ mod tests {
             "OpenAI Realtime reported an error: invalid_request_error.invalid_api_key: \
              Incorrect API key provided: check [stt] api_key"
         );
+    }
+
+    #[test]
+    fn the_session_is_ready_on_its_update_and_commits_need_100_ms() {
+        let c = cfg("endpointing_ms = 0");
+        let mut w = Wire {
+            url: String::new(),
+            auth: String::new(),
+            update: session_update(&c).to_string(),
+            manual: true,
+            request_id: "r1".into(),
+            configured: false,
+            uncommitted: 0,
+            commits_pending: 0,
+            partial: HashMap::new(),
+        };
+        let mut out = Vec::new();
+        w.text(r#"{"type":"session.created"}"#, &mut out);
+        assert!(matches!(&out[..], [Step::Send(Frame::Text(t))] if t.contains("session.update")));
+        out.clear();
+        w.text(r#"{"type":"session.updated"}"#, &mut out);
+        w.text(r#"{"type":"session.updated"}"#, &mut out);
+        assert_eq!(out, vec![Step::Ready]);
+        out.clear();
+        w.input(SttInput::Audio(Bytes::from(vec![0xFFu8; 400])), &mut out);
+        w.input(SttInput::Finalize, &mut out);
+        assert_eq!(out.len(), 1, "under 100 ms: no commit");
+        w.input(SttInput::Audio(Bytes::from(vec![0xFFu8; 400])), &mut out);
+        w.input(SttInput::Finalize, &mut out);
+        assert_eq!(
+            out.last(),
+            Some(&Step::Send(Frame::Text(
+                r#"{"type":"input_audio_buffer.commit"}"#.into()
+            )))
+        );
+        out.clear();
+        w.text(
+            r#"{"type":"conversation.item.input_audio_transcription.completed","item_id":"i","transcript":"hi"}"#,
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![Step::Event(SttEvent::Final {
+                text: "hi".into(),
+                speech_final: true,
+                from_finalize: true
+            })]
+        );
+        out.clear();
+        w.input(SttInput::Close, &mut out);
+        assert_eq!(out, vec![Step::Close { drain: false }]);
     }
 }

@@ -468,6 +468,15 @@ async fn run(
     drop(worker);
 }
 
+impl super::kinds::SttKindImpl for OpenAiFileStt {
+    fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
+        Self::new(cfg)
+    }
+    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        super::kinds::models_check(cfg.effective_base_url(), &cfg.api_key, client)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@
 
 use crate::common::*;
 use patterd::app::metrics::Provider;
+use patterd::config::SttKind;
 use patterd::provider::fallback_stt::SttSwitchReason;
 use patterd_sim::assemblyai::{AssemblyAiFailure, FakeAssemblyAi, FakeAssemblyAiConfig};
 use patterd_sim::hermes::HermesReply;
@@ -150,8 +151,10 @@ async fn primary_stt_refusing_the_handshake_hands_the_call_to_the_backup() {
     );
     let m = &stack.server.app.metrics;
     assert_eq!(
-        m.stt_switches
-            .get((Provider::Assemblyai, SttSwitchReason::OpenFailed)),
+        m.stt_switches.get((
+            Provider::from(SttKind::Assemblyai),
+            SttSwitchReason::OpenFailed
+        )),
         1
     );
     let mut page = String::new();
@@ -198,12 +201,10 @@ async fn primary_stt_with_nothing_listening_hands_the_call_to_openai_realtime() 
         "{switches:?}"
     );
     assert_eq!(
-        stack
-            .server
-            .app
-            .metrics
-            .stt_switches
-            .get((Provider::Deepgram, SttSwitchReason::OpenFailed)),
+        stack.server.app.metrics.stt_switches.get((
+            Provider::from(SttKind::Deepgram),
+            SttSwitchReason::OpenFailed
+        )),
         1
     );
 }
@@ -268,12 +269,10 @@ async fn a_primary_dropping_mid_call_is_reopened_on_the_backup() {
     assert_eq!(rec.events_of("stt_reopen").count(), 1);
     assert_eq!(aai.record().connections.len(), 1, "the reopen skipped it");
     assert_eq!(
-        stack
-            .server
-            .app
-            .metrics
-            .stt_switches
-            .get((Provider::Assemblyai, SttSwitchReason::Dropped)),
+        stack.server.app.metrics.stt_switches.get((
+            Provider::from(SttKind::Assemblyai),
+            SttSwitchReason::Dropped
+        )),
         1
     );
 }

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::kinds::{LlmKind, SttKind, TtsKind};
 use crate::util::secret::Secret;
 
 /// `[llm.NAME]`: a brain an agent can use.
@@ -64,12 +65,11 @@ impl LlmConfig {
         if !self.base_url.trim().is_empty() {
             return &self.base_url;
         }
-        match (self.kind, self.preset) {
-            (_, Some(LlmPreset::Ollama)) => "http://127.0.0.1:11434/v1",
-            (_, Some(LlmPreset::Vllm)) => "http://127.0.0.1:8000/v1",
-            (_, Some(LlmPreset::LmStudio)) => "http://127.0.0.1:1234/v1",
-            (LlmKind::Openclaw, None) => "http://127.0.0.1:18789/v1",
-            _ => "http://127.0.0.1:8642/v1",
+        match self.preset {
+            Some(LlmPreset::Ollama) => "http://127.0.0.1:11434/v1",
+            Some(LlmPreset::Vllm) => "http://127.0.0.1:8000/v1",
+            Some(LlmPreset::LmStudio) => "http://127.0.0.1:1234/v1",
+            None => self.kind.default_base_url(),
         }
     }
 
@@ -79,11 +79,7 @@ impl LlmConfig {
         if !self.model.trim().is_empty() {
             return &self.model;
         }
-        match self.kind {
-            LlmKind::Hermes => "hermes-agent",
-            LlmKind::Openclaw => "openclaw:main",
-            LlmKind::OpenaiCompatible => "",
-        }
+        self.kind.default_model()
     }
 
     /// This table with its defaults filled in (what the client is built from).
@@ -95,10 +91,7 @@ impl LlmConfig {
     }
 
     pub fn effective_timeout_s(&self) -> u64 {
-        self.timeout_s.unwrap_or(match self.kind {
-            LlmKind::Hermes => 120,
-            _ => 60,
-        })
+        self.timeout_s.unwrap_or(self.kind.default_timeout_s())
     }
 }
 
@@ -107,14 +100,6 @@ fn default_first_token_timeout() -> u64 {
 }
 fn default_connect_timeout() -> u64 {
     10
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LlmKind {
-    Hermes,
-    OpenaiCompatible,
-    Openclaw,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,53 +167,6 @@ fn default_utterance_end() -> u32 {
 }
 pub(super) fn default_true() -> bool {
     true
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SttKind {
-    Deepgram,
-    /// Deepgram Flux (`/v2/listen`): the model ends turns (`EndOfTurn`), optionally early
-    /// (`EagerEndOfTurn`, a speculative brain request).
-    DeepgramFlux,
-    /// Per-utterance file transcription (`POST {base_url}/audio/transcriptions`): OpenAI,
-    /// speaches / faster-whisper, whisper.cpp's server.
-    OpenaiCompatible,
-    /// AssemblyAI Universal-Streaming v3 (`/v3/ws`): the model ends turns (`Turn` with
-    /// `end_of_turn`), steered by `eot_threshold` and `eot_timeout_ms`.
-    Assemblyai,
-    /// OpenAI Realtime transcription (`/v1/realtime?intent=transcription`): μ-law in, the
-    /// server's VAD (or our `Finalize` as a commit) segments, each item's final transcript.
-    OpenaiRealtime,
-}
-
-impl SttKind {
-    /// `base_url` when the table leaves it out.
-    pub fn default_base_url(self) -> &'static str {
-        match self {
-            SttKind::Deepgram | SttKind::DeepgramFlux => "wss://api.deepgram.com",
-            // speaches' default listen address (providers.md §8.1).
-            SttKind::OpenaiCompatible => "http://127.0.0.1:8000/v1",
-            SttKind::Assemblyai => "wss://streaming.assemblyai.com",
-            SttKind::OpenaiRealtime => "wss://api.openai.com/v1",
-        }
-    }
-
-    /// `model` when the table leaves it out (empty: the table must name one).
-    pub fn default_model(self) -> &'static str {
-        match self {
-            SttKind::Deepgram => "nova-3",
-            SttKind::DeepgramFlux => "flux-general-en",
-            SttKind::OpenaiCompatible => "",
-            SttKind::Assemblyai => "universal-streaming-english",
-            SttKind::OpenaiRealtime => "gpt-4o-transcribe",
-        }
-    }
-
-    /// Whether the service works without an `api_key` (self-hosted servers).
-    pub fn key_optional(self) -> bool {
-        matches!(self, SttKind::OpenaiCompatible)
-    }
 }
 
 impl SttConfig {
@@ -300,50 +238,6 @@ pub enum TtsTransport {
     Http,
     /// `…/multi-stream-input`: one socket per call, one context per sentence.
     Websocket,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum TtsKind {
-    #[default]
-    Elevenlabs,
-    /// OpenAI `POST /v1/audio/speech`, 24 kHz PCM resampled to 8 kHz.
-    Openai,
-    /// Kokoro-FastAPI / speaches `POST /v1/audio/speech` (self-hosted), resampled like `openai`.
-    OpenaiCompatible,
-    /// Cartesia Sonic over its WebSocket, μ-law 8 kHz.
-    Cartesia,
-}
-
-impl TtsKind {
-    pub fn default_voice(self) -> &'static str {
-        match self {
-            TtsKind::Elevenlabs => "EXAVITQu4vr4xnSDxMaL",
-            TtsKind::Openai => "alloy",
-            TtsKind::OpenaiCompatible => "af_heart",
-            TtsKind::Cartesia => "a0e99841-438c-4a64-b679-ae501e7d6091",
-        }
-    }
-    pub fn default_model(self) -> &'static str {
-        match self {
-            TtsKind::Elevenlabs => "eleven_flash_v2_5",
-            TtsKind::Openai => "gpt-4o-mini-tts",
-            TtsKind::OpenaiCompatible => "kokoro",
-            TtsKind::Cartesia => "sonic-3",
-        }
-    }
-    pub fn default_base_url(self) -> &'static str {
-        match self {
-            TtsKind::Elevenlabs => "https://api.elevenlabs.io",
-            TtsKind::Openai => "https://api.openai.com/v1",
-            TtsKind::OpenaiCompatible => "http://127.0.0.1:8880/v1",
-            TtsKind::Cartesia => "wss://api.cartesia.ai",
-        }
-    }
-    /// Whether the service needs an `api_key` (self-hosted servers usually do not).
-    pub fn needs_key(self) -> bool {
-        !matches!(self, TtsKind::OpenaiCompatible)
-    }
 }
 
 impl TtsConfig {

@@ -1,16 +1,16 @@
 //! Doctor's credential checks (`carrier-actions.md` §5): one read-only request per carrier
 //! account (through the carrier's [`NumberAdmin`](crate::carrier::admin::NumberAdmin)) and per
-//! speech provider — Deepgram `GET /v1/projects` (`Token`), ElevenLabs `GET /v1/user`
-//! (`xi-api-key`), OpenAI-style servers `GET {base}/models` (bearer), Cartesia `GET /voices`
-//! (`X-API-Key`). 401/403 is a rejection; a timeout, 5xx or network error only means the
-//! credentials could not be verified. Accounts without credentials are left to the config
-//! warnings.
+//! speech provider, the request its kind names (`provider::kinds`: Deepgram `GET
+//! /v1/projects`, ElevenLabs `GET /v1/user`, OpenAI-style servers `GET {base}/models`,
+//! Cartesia `GET /voices`, AssemblyAI's REST transcript list). 401/403 is a rejection; a
+//! timeout, 5xx or network error only means the credentials could not be verified. Accounts
+//! without credentials are left to the config warnings.
 
 use super::Finding;
 use crate::carrier::CarrierError;
 use crate::carrier::registry::BoxFuture;
 use crate::config::Config;
-use crate::config::schema::{SttKind, TtsKind};
+use crate::provider::kinds;
 
 pub fn checks(config: &Config, client: &reqwest::Client) -> Vec<BoxFuture<Vec<Finding>>> {
     let mut out: Vec<BoxFuture<Vec<Finding>>> = Vec::new();
@@ -39,66 +39,17 @@ pub fn checks(config: &Config, client: &reqwest::Client) -> Vec<BoxFuture<Vec<Fi
         if stt.api_key.is_empty() {
             continue;
         }
-        let base = http_base(stt.effective_base_url());
-        let req = match stt.kind {
-            SttKind::Deepgram | SttKind::DeepgramFlux => client
-                .get(format!("{base}/v1/projects"))
-                .header("Authorization", format!("Token {}", stt.api_key.expose())),
-            // OpenAI's REST root is the Realtime base (`…/v1`) over HTTPS.
-            SttKind::OpenaiCompatible | SttKind::OpenaiRealtime => client
-                .get(format!("{base}/models"))
-                .bearer_auth(stt.api_key.expose()),
-            // The streaming host has no key-check endpoint; AssemblyAI's REST API lists
-            // transcripts for a valid key (401 otherwise).
-            SttKind::Assemblyai => client
-                .get(assemblyai_rest_base(stt.effective_base_url()))
-                .header("Authorization", stt.api_key.expose()),
-        };
+        let req = kinds::stt_credential_check(stt, client);
         out.push(provider(format!("[stt.{name}]"), req));
     }
     for (name, tts) in &config.tts {
         if tts.api_key.is_empty() {
             continue;
         }
-        let base = http_base(&tts.base_url);
-        let req = match tts.kind {
-            TtsKind::Elevenlabs => client
-                .get(format!("{base}/v1/user"))
-                .header("xi-api-key", tts.api_key.expose()),
-            TtsKind::Openai | TtsKind::OpenaiCompatible => client
-                .get(format!("{base}/models"))
-                .bearer_auth(tts.api_key.expose()),
-            TtsKind::Cartesia => client
-                .get(format!("{base}/voices"))
-                .header("X-API-Key", tts.api_key.expose())
-                .header(
-                    "Cartesia-Version",
-                    crate::provider::cartesia::CARTESIA_VERSION,
-                ),
-        };
+        let req = kinds::tts_credential_check(tts, client);
         out.push(provider(format!("[tts.{name}]"), req));
     }
     out
-}
-
-/// A provider's REST root for a base URL that may be a WebSocket one.
-fn http_base(base: &str) -> String {
-    let base = base.trim_end_matches('/');
-    if let Some(rest) = base.strip_prefix("wss://") {
-        format!("https://{rest}")
-    } else if let Some(rest) = base.strip_prefix("ws://") {
-        format!("http://{rest}")
-    } else {
-        base.to_string()
-    }
-}
-
-/// AssemblyAI's REST key check for a streaming `base_url`: `wss://streaming.assemblyai.com`
-/// → `https://api.assemblyai.com/v2/transcript?limit=1` (EU: `streaming.eu.` → `api.eu.`); any
-/// other host (a fake, a proxy) is asked at the same path.
-fn assemblyai_rest_base(base: &str) -> String {
-    let base = http_base(base).replace("://streaming.", "://api.");
-    format!("{base}/v2/transcript?limit=1")
 }
 
 fn provider(service: String, req: reqwest::RequestBuilder) -> BoxFuture<Vec<Finding>> {
