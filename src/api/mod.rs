@@ -7,6 +7,7 @@
 //! overrides [`inbound`].
 
 pub mod auth;
+mod error;
 pub mod inbound;
 pub mod outbound;
 pub mod pages;
@@ -16,57 +17,11 @@ use std::sync::Arc;
 use hyper::Method;
 use serde_json::{Value, json};
 
+pub use error::{ApiError, ErrorCode};
+
 use crate::app::App;
 use crate::call::{ActionOutcome, CallAction, CallError};
-use crate::store::{CallFilter, StoreError, now_ms};
-
-/// A failed API operation.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ApiError {
-    pub status: u16,
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl ApiError {
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(400, "invalid_request", message)
-    }
-
-    pub fn not_found(call_id: &str) -> Self {
-        Self::new(
-            404,
-            "not_found",
-            format!(
-                "call `{}` not found; list calls with GET /v1/calls (get_calls)",
-                call_id.escape_default()
-            ),
-        )
-    }
-
-    /// The JSON error body: `{"error": {"code", "message"}}`.
-    pub fn body(&self) -> Value {
-        json!({"error": {"code": self.code, "message": self.message}})
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Busy => ApiError::new(503, "store_busy", e.to_string()),
-            e => ApiError::new(500, "store_error", e.to_string()),
-        }
-    }
-}
+use crate::store::{CallFilter, now_ms};
 
 /// Runs one API request. `path` is the path under `/v1` (e.g. `/calls/CA1/transcript`),
 /// `query` the raw query string; `body` the parsed JSON body for POST/PUT.
@@ -138,13 +93,13 @@ pub async fn dispatch(
         (_, ["calls"] | ["calls", _] | ["calls", _, _] | ["metrics"] | ["inbound"]) => {
             Err(ApiError::new(
                 405,
-                "method_not_allowed",
+                ErrorCode::MethodNotAllowed,
                 "method not allowed on this resource",
             ))
         }
         _ => Err(ApiError::new(
             404,
-            "unknown_route",
+            ErrorCode::UnknownRoute,
             "no such API route; see docs/api.md",
         )),
     }
@@ -258,7 +213,7 @@ pub async fn recording(app: &Arc<App>, id: &str) -> Result<Vec<u8>, ApiError> {
     let none = || {
         ApiError::new(
             404,
-            "no_recording",
+            ErrorCode::NoRecording,
             format!(
                 "call `{}` has no recording; only agents with `record = true` are recorded, \
                  and a recording is served once its call has ended",
@@ -272,7 +227,7 @@ pub async fn recording(app: &Arc<App>, id: &str) -> Result<Vec<u8>, ApiError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(none()),
         Err(e) => Err(ApiError::new(
             500,
-            "recording_unreadable",
+            ErrorCode::RecordingUnreadable,
             format!("the recording could not be read ({e}); check data_dir's permissions"),
         )),
     }
@@ -321,22 +276,28 @@ pub async fn act(app: &Arc<App>, id: &str, action: CallAction) -> Result<Value, 
         return match app.store.call(id).await? {
             Some(_) => Err(ApiError::new(
                 409,
-                "call_not_live",
+                ErrorCode::CallNotLive,
                 format!("call {id} has already ended"),
             )),
             None => Err(ApiError::not_found(id)),
         };
     };
     let outcome = handle.act(action).await.map_err(|e| match e {
-        CallError::Busy => ApiError::new(409, "call_busy", e.to_string()),
-        CallError::Ended => ApiError::new(409, "call_not_live", format!("call {id} has ended")),
+        CallError::Busy => ApiError::new(409, ErrorCode::CallBusy, e.to_string()),
+        CallError::Ended => {
+            ApiError::new(409, ErrorCode::CallNotLive, format!("call {id} has ended"))
+        }
     })?;
     match outcome {
         ActionOutcome::Done { detail } => {
             Ok(json!({"call_id": id, "action": kind, "outcome": "done", "message": detail}))
         }
-        ActionOutcome::Refused { reason } => Err(ApiError::new(422, "action_refused", reason)),
-        ActionOutcome::Failed { reason } => Err(ApiError::new(502, "action_failed", reason)),
+        ActionOutcome::Refused { reason } => {
+            Err(ApiError::new(422, ErrorCode::ActionRefused, reason))
+        }
+        ActionOutcome::Failed { reason } => {
+            Err(ApiError::new(502, ErrorCode::ActionFailed, reason))
+        }
     }
 }
 
@@ -354,7 +315,7 @@ async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
                 crate::app::outbound::cancel_unanswered(app, &h.carrier_account, id).await;
             }
             h.hang_up("ended through the API")
-                .map_err(|e| ApiError::new(409, "call_busy", e.to_string()))?;
+                .map_err(|e| ApiError::new(409, ErrorCode::CallBusy, e.to_string()))?;
             app.calls.wait_finished(id).await;
             app.store.tx.flush().await?;
             call_json(app, id).await
@@ -362,7 +323,7 @@ async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
         None => match app.store.call(id).await? {
             Some(_) => Err(ApiError::new(
                 409,
-                "call_not_live",
+                ErrorCode::CallNotLive,
                 format!("call {id} has already ended"),
             )),
             None => Err(ApiError::not_found(id)),
@@ -418,7 +379,7 @@ mod tests {
             let e = dispatch(&app, &Method::GET, "/calls", q, None)
                 .await
                 .expect_err(q);
-            assert_eq!((e.status, e.code), (400, "invalid_request"), "{q}");
+            assert_eq!((e.status, e.code.as_str()), (400, "invalid_request"), "{q}");
             assert!(e.message.contains("since must be"), "{}", e.message);
         }
     }
@@ -468,7 +429,7 @@ mod tests {
         let e = dispatch(&app, &Method::GET, "/calls/CAnope", "", None)
             .await
             .expect_err("unknown call");
-        assert_eq!((e.status, e.code), (404, "not_found"));
+        assert_eq!((e.status, e.code.as_str()), (404, "not_found"));
         let e = dispatch(
             &app,
             &Method::POST,
@@ -478,6 +439,6 @@ mod tests {
         )
         .await
         .expect_err("outbound is off");
-        assert_eq!((e.status, e.code), (403, "outbound_disabled"));
+        assert_eq!((e.status, e.code.as_str()), (403, "outbound_disabled"));
     }
 }

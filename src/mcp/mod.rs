@@ -26,7 +26,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
-use crate::api::ApiError;
+use crate::api::{ApiError, ErrorCode};
 use crate::app::App;
 
 /// A boxed, sendable future.
@@ -54,8 +54,8 @@ impl Backend for Local {
     ) -> BoxFut<Result<Value, ApiError>> {
         let app = self.0.upgrade();
         Box::pin(async move {
-            let app =
-                app.ok_or_else(|| ApiError::new(503, "stopping", "the daemon is stopping"))?;
+            let app = app
+                .ok_or_else(|| ApiError::new(503, ErrorCode::Stopping, "the daemon is stopping"))?;
             let (path, query) = path.split_once('?').unwrap_or((&path, ""));
             crate::api::dispatch(&app, &method, path, query, body)
                 .await
