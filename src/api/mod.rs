@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 pub use error::{ApiError, ErrorCode};
 
 use crate::app::App;
+use crate::call::action::ActionSpec;
 use crate::call::{ActionOutcome, CallAction, CallError};
 use crate::store::{CallFilter, now_ms};
 
@@ -78,7 +79,7 @@ pub async fn dispatch(
             ok(json!({"call_id": id, "metrics": m}))
         }
         (Method::POST, ["calls", id, "hangup"]) => ok(hang_up(app, id).await?),
-        (Method::POST, ["calls", id, verb @ ("transfer" | "dtmf" | "say")]) => {
+        (Method::POST, ["calls", id, verb]) if ActionSpec::by_verb(verb).is_some() => {
             let action = action_from_json(verb, body.unwrap_or(Value::Null))?;
             ok(act(app, id, action).await?)
         }
@@ -240,38 +241,36 @@ pub async fn transcript_json(app: &Arc<App>, id: &str) -> Result<Value, ApiError
     Ok(v)
 }
 
-/// The body of `POST /v1/calls/{id}/transfer | dtmf | say` as an action.
+/// The body of `POST /v1/calls/{id}/{verb}` (`transfer`, `dtmf`, `say`: the actions on the
+/// control surface, `call::action`) as an action.
 fn action_from_json(verb: &str, body: Value) -> Result<CallAction, ApiError> {
-    let (key, example) = match verb {
-        "transfer" => ("to", r#"{"to": "+14155551234"}"#),
-        "dtmf" => ("digits", r#"{"digits": "123#"}"#),
-        _ => ("text", r#"{"text": "One moment please."}"#),
+    let (spec, control) = ActionSpec::by_verb(verb).ok_or_else(|| {
+        ApiError::new(
+            404,
+            ErrorCode::UnknownRoute,
+            "no such API route; see docs/api.md",
+        )
+    })?;
+    let value = |key: &str| {
+        body.get(key)
+            .and_then(Value::as_str)
+            .filter(|v| !v.trim().is_empty())
+            .map(str::to_string)
     };
-    let value = body
-        .get(key)
-        .and_then(Value::as_str)
-        .filter(|v| !v.trim().is_empty())
-        .ok_or_else(|| {
-            ApiError::bad_request(format!("the body needs a string `{key}`, e.g. {example}"))
-        })?
-        .to_string();
-    Ok(match verb {
-        "transfer" => CallAction::Transfer { to: value },
-        "dtmf" => CallAction::SendDtmf { digits: value },
-        _ => CallAction::Say { text: value },
-    })
+    if let Some(missing) = spec.args.iter().find(|a| value(a.key).is_none()) {
+        return Err(ApiError::bad_request(format!(
+            "the body needs a string `{}`, e.g. {}",
+            missing.key, control.example
+        )));
+    }
+    Ok((spec.build)(&|key| value(key).unwrap_or_default()))
 }
 
 /// Carries out an agent action on a live call through its actor, so the agent's policies
 /// (transfer allow-list, DTMF digits) apply as they do to the brain's tools. Refused → 422
 /// `action_refused`, failed at the carrier → 502 `action_failed`.
 pub async fn act(app: &Arc<App>, id: &str, action: CallAction) -> Result<Value, ApiError> {
-    let kind = match &action {
-        CallAction::EndCall { .. } => "end_call",
-        CallAction::Transfer { .. } => "transfer",
-        CallAction::SendDtmf { .. } => "dtmf",
-        CallAction::Say { .. } => "say",
-    };
+    let kind = action.spec().rest_name();
     let Some(handle) = app.calls.get(id) else {
         return match app.store.call(id).await? {
             Some(_) => Err(ApiError::new(
