@@ -13,7 +13,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "server",
         &["mcp", "api", "app", "carrier", "config", "net", "util"],
     ),
-    ("mcp", &["api", "app", "config", "store", "net", "util"]),
+    // `mcp` makes its live-call tools from the action descriptors (`call::action`).
+    (
+        "mcp",
+        &["api", "app", "call", "config", "store", "net", "util"],
+    ),
     // `api` names the action contract of a live call (`call::action`) it hands to the actor.
     // Operator commands (doctor, wire): the config, the carriers' number administration
     // and the store's wiring records; never the daemon's live state.

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 
 use hyper::{HeaderMap, Method};
 
-use super::ApiError;
+use super::{ApiError, ErrorCode};
 use crate::config::ServerConfig;
 
 /// True for `localhost`, `127.0.0.1`, `[::1]` with or without a port.
@@ -94,7 +94,7 @@ pub fn check_bearer(server: &ServerConfig, headers: &HeaderMap) -> Result<(), Ap
         }
         _ => Err(ApiError::new(
             401,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "missing or wrong bearer token: send `Authorization: Bearer <server.api_token>`",
         )),
     }
@@ -133,7 +133,7 @@ fn check_local(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiError> {
         // The configuration refuses this at load; never fail open if it is built by hand.
         return Err(ApiError::new(
             401,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "server.api_token is not set and the API is reachable from elsewhere; set \
              server.api_token and send `Authorization: Bearer <server.api_token>`",
         ));
@@ -141,7 +141,7 @@ fn check_local(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiError> {
     if !req.peer.ip().is_loopback() {
         return Err(ApiError::new(
             403,
-            "forbidden_peer",
+            ErrorCode::ForbiddenPeer,
             "without server.api_token the API only answers connections from this machine; \
              set server.api_token to use it from elsewhere",
         ));
@@ -154,7 +154,7 @@ fn check_local(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiError> {
     {
         return Err(ApiError::new(
             403,
-            "proxied_request",
+            ErrorCode::ProxiedRequest,
             format!(
                 "without server.api_token the API refuses requests that came through a proxy \
                  (this one carries `{h}`); set server.api_token to use it through a proxy"
@@ -169,7 +169,7 @@ fn check_local(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiError> {
     if !is_loopback_host(host) {
         return Err(ApiError::new(
             403,
-            "forbidden_host",
+            ErrorCode::ForbiddenHost,
             "without server.api_token the API only answers requests addressed to a loopback \
              host (localhost, 127.0.0.1); set server.api_token to use it from elsewhere",
         ));
@@ -202,7 +202,7 @@ fn check_origin(server: &ServerConfig, headers: &HeaderMap) -> Result<(), ApiErr
     }
     Err(ApiError::new(
         403,
-        "forbidden_origin",
+        ErrorCode::ForbiddenOrigin,
         format!(
             "requests from web pages of another origin are refused; only {} may send an \
              Origin header (agents and scripts send none)",
@@ -226,7 +226,7 @@ pub fn check_content_type(method: &Method, headers: &HeaderMap) -> Result<(), Ap
     }
     Err(ApiError::new(
         415,
-        "unsupported_media_type",
+        ErrorCode::UnsupportedMediaType,
         "POST and PUT requests need `Content-Type: application/json` (send `{}` when there is \
          nothing to say)",
     ))

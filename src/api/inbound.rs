@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::ApiError;
+use super::{ApiError, ErrorCode};
 use crate::app::App;
 pub use crate::app::inbound::{InboundOverride, Overrides, SETTING_KEY, effective};
 use crate::store::Write;
@@ -39,7 +39,7 @@ pub async fn configure(app: &Arc<App>, body: Value) -> Result<Value, ApiError> {
             if app.config().number(&n).is_none() {
                 return Err(ApiError::new(
                     404,
-                    "unknown_number",
+                    ErrorCode::UnknownNumber,
                     format!(
                         "{n} is not one of this daemon's [[numbers]]; configured: {}",
                         configured_numbers(app)

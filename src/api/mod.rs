@@ -7,6 +7,7 @@
 //! overrides [`inbound`].
 
 pub mod auth;
+mod error;
 pub mod inbound;
 pub mod outbound;
 pub mod pages;
@@ -16,57 +17,12 @@ use std::sync::Arc;
 use hyper::Method;
 use serde_json::{Value, json};
 
+pub use error::{ApiError, ErrorCode};
+
 use crate::app::App;
+use crate::call::action::ActionSpec;
 use crate::call::{ActionOutcome, CallAction, CallError};
-use crate::store::{CallFilter, StoreError, now_ms};
-
-/// A failed API operation.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ApiError {
-    pub status: u16,
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl ApiError {
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(400, "invalid_request", message)
-    }
-
-    pub fn not_found(call_id: &str) -> Self {
-        Self::new(
-            404,
-            "not_found",
-            format!(
-                "call `{}` not found; list calls with GET /v1/calls (get_calls)",
-                call_id.escape_default()
-            ),
-        )
-    }
-
-    /// The JSON error body: `{"error": {"code", "message"}}`.
-    pub fn body(&self) -> Value {
-        json!({"error": {"code": self.code, "message": self.message}})
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Busy => ApiError::new(503, "store_busy", e.to_string()),
-            e => ApiError::new(500, "store_error", e.to_string()),
-        }
-    }
-}
+use crate::store::{CallFilter, now_ms};
 
 /// Runs one API request. `path` is the path under `/v1` (e.g. `/calls/CA1/transcript`),
 /// `query` the raw query string; `body` the parsed JSON body for POST/PUT.
@@ -123,7 +79,7 @@ pub async fn dispatch(
             ok(json!({"call_id": id, "metrics": m}))
         }
         (Method::POST, ["calls", id, "hangup"]) => ok(hang_up(app, id).await?),
-        (Method::POST, ["calls", id, verb @ ("transfer" | "dtmf" | "say")]) => {
+        (Method::POST, ["calls", id, verb]) if ActionSpec::by_verb(verb).is_some() => {
             let action = action_from_json(verb, body.unwrap_or(Value::Null))?;
             ok(act(app, id, action).await?)
         }
@@ -138,13 +94,13 @@ pub async fn dispatch(
         (_, ["calls"] | ["calls", _] | ["calls", _, _] | ["metrics"] | ["inbound"]) => {
             Err(ApiError::new(
                 405,
-                "method_not_allowed",
+                ErrorCode::MethodNotAllowed,
                 "method not allowed on this resource",
             ))
         }
         _ => Err(ApiError::new(
             404,
-            "unknown_route",
+            ErrorCode::UnknownRoute,
             "no such API route; see docs/api.md",
         )),
     }
@@ -258,7 +214,7 @@ pub async fn recording(app: &Arc<App>, id: &str) -> Result<Vec<u8>, ApiError> {
     let none = || {
         ApiError::new(
             404,
-            "no_recording",
+            ErrorCode::NoRecording,
             format!(
                 "call `{}` has no recording; only agents with `record = true` are recorded, \
                  and a recording is served once its call has ended",
@@ -272,7 +228,7 @@ pub async fn recording(app: &Arc<App>, id: &str) -> Result<Vec<u8>, ApiError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(none()),
         Err(e) => Err(ApiError::new(
             500,
-            "recording_unreadable",
+            ErrorCode::RecordingUnreadable,
             format!("the recording could not be read ({e}); check data_dir's permissions"),
         )),
     }
@@ -285,58 +241,62 @@ pub async fn transcript_json(app: &Arc<App>, id: &str) -> Result<Value, ApiError
     Ok(v)
 }
 
-/// The body of `POST /v1/calls/{id}/transfer | dtmf | say` as an action.
+/// The body of `POST /v1/calls/{id}/{verb}` (`transfer`, `dtmf`, `say`: the actions on the
+/// control surface, `call::action`) as an action.
 fn action_from_json(verb: &str, body: Value) -> Result<CallAction, ApiError> {
-    let (key, example) = match verb {
-        "transfer" => ("to", r#"{"to": "+14155551234"}"#),
-        "dtmf" => ("digits", r#"{"digits": "123#"}"#),
-        _ => ("text", r#"{"text": "One moment please."}"#),
+    let (spec, control) = ActionSpec::by_verb(verb).ok_or_else(|| {
+        ApiError::new(
+            404,
+            ErrorCode::UnknownRoute,
+            "no such API route; see docs/api.md",
+        )
+    })?;
+    let value = |key: &str| {
+        body.get(key)
+            .and_then(Value::as_str)
+            .filter(|v| !v.trim().is_empty())
+            .map(str::to_string)
     };
-    let value = body
-        .get(key)
-        .and_then(Value::as_str)
-        .filter(|v| !v.trim().is_empty())
-        .ok_or_else(|| {
-            ApiError::bad_request(format!("the body needs a string `{key}`, e.g. {example}"))
-        })?
-        .to_string();
-    Ok(match verb {
-        "transfer" => CallAction::Transfer { to: value },
-        "dtmf" => CallAction::SendDtmf { digits: value },
-        _ => CallAction::Say { text: value },
-    })
+    if let Some(missing) = spec.args.iter().find(|a| value(a.key).is_none()) {
+        return Err(ApiError::bad_request(format!(
+            "the body needs a string `{}`, e.g. {}",
+            missing.key, control.example
+        )));
+    }
+    Ok((spec.build)(&|key| value(key).unwrap_or_default()))
 }
 
 /// Carries out an agent action on a live call through its actor, so the agent's policies
 /// (transfer allow-list, DTMF digits) apply as they do to the brain's tools. Refused → 422
 /// `action_refused`, failed at the carrier → 502 `action_failed`.
 pub async fn act(app: &Arc<App>, id: &str, action: CallAction) -> Result<Value, ApiError> {
-    let kind = match &action {
-        CallAction::EndCall { .. } => "end_call",
-        CallAction::Transfer { .. } => "transfer",
-        CallAction::SendDtmf { .. } => "dtmf",
-        CallAction::Say { .. } => "say",
-    };
+    let kind = action.spec().rest_name();
     let Some(handle) = app.calls.get(id) else {
         return match app.store.call(id).await? {
             Some(_) => Err(ApiError::new(
                 409,
-                "call_not_live",
+                ErrorCode::CallNotLive,
                 format!("call {id} has already ended"),
             )),
             None => Err(ApiError::not_found(id)),
         };
     };
     let outcome = handle.act(action).await.map_err(|e| match e {
-        CallError::Busy => ApiError::new(409, "call_busy", e.to_string()),
-        CallError::Ended => ApiError::new(409, "call_not_live", format!("call {id} has ended")),
+        CallError::Busy => ApiError::new(409, ErrorCode::CallBusy, e.to_string()),
+        CallError::Ended => {
+            ApiError::new(409, ErrorCode::CallNotLive, format!("call {id} has ended"))
+        }
     })?;
     match outcome {
         ActionOutcome::Done { detail } => {
             Ok(json!({"call_id": id, "action": kind, "outcome": "done", "message": detail}))
         }
-        ActionOutcome::Refused { reason } => Err(ApiError::new(422, "action_refused", reason)),
-        ActionOutcome::Failed { reason } => Err(ApiError::new(502, "action_failed", reason)),
+        ActionOutcome::Refused { reason } => {
+            Err(ApiError::new(422, ErrorCode::ActionRefused, reason))
+        }
+        ActionOutcome::Failed { reason } => {
+            Err(ApiError::new(502, ErrorCode::ActionFailed, reason))
+        }
     }
 }
 
@@ -354,7 +314,7 @@ async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
                 crate::app::outbound::cancel_unanswered(app, &h.carrier_account, id).await;
             }
             h.hang_up("ended through the API")
-                .map_err(|e| ApiError::new(409, "call_busy", e.to_string()))?;
+                .map_err(|e| ApiError::new(409, ErrorCode::CallBusy, e.to_string()))?;
             app.calls.wait_finished(id).await;
             app.store.tx.flush().await?;
             call_json(app, id).await
@@ -362,7 +322,7 @@ async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
         None => match app.store.call(id).await? {
             Some(_) => Err(ApiError::new(
                 409,
-                "call_not_live",
+                ErrorCode::CallNotLive,
                 format!("call {id} has already ended"),
             )),
             None => Err(ApiError::not_found(id)),
@@ -418,7 +378,7 @@ mod tests {
             let e = dispatch(&app, &Method::GET, "/calls", q, None)
                 .await
                 .expect_err(q);
-            assert_eq!((e.status, e.code), (400, "invalid_request"), "{q}");
+            assert_eq!((e.status, e.code.as_str()), (400, "invalid_request"), "{q}");
             assert!(e.message.contains("since must be"), "{}", e.message);
         }
     }
@@ -468,7 +428,7 @@ mod tests {
         let e = dispatch(&app, &Method::GET, "/calls/CAnope", "", None)
             .await
             .expect_err("unknown call");
-        assert_eq!((e.status, e.code), (404, "not_found"));
+        assert_eq!((e.status, e.code.as_str()), (404, "not_found"));
         let e = dispatch(
             &app,
             &Method::POST,
@@ -478,6 +438,6 @@ mod tests {
         )
         .await
         .expect_err("outbound is off");
-        assert_eq!((e.status, e.code), (403, "outbound_disabled"));
+        assert_eq!((e.status, e.code.as_str()), (403, "outbound_disabled"));
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::ApiError;
+use super::{ApiError, ErrorCode};
 use crate::app::App;
 use crate::app::outbound::{self, ATTACH_MARGIN, CapError, NewOutbound, OutboundError};
 use crate::carrier::outbound::PlaceError;
@@ -62,7 +62,7 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
     let to = crate::util::phone::normalize_e164(&req.to).ok_or_else(|| {
         ApiError::new(
             400,
-            "invalid_number",
+            ErrorCode::InvalidNumber,
             format!(
                 "{:?} is not a valid phone number: write it in E.164 with the country code, \
                  e.g. +15551234567",
@@ -77,7 +77,7 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
                 .ok_or_else(|| {
                     ApiError::new(
                         400,
-                        "unknown_number",
+                        ErrorCode::UnknownNumber,
                         format!(
                             "from {from:?} is not one of this daemon's [[numbers]]; configured: {}",
                             super::inbound::configured_numbers(app)
@@ -87,7 +87,7 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
             if n.allowed_destinations.is_empty() {
                 return Err(ApiError::new(
                     403,
-                    "outbound_disabled",
+                    ErrorCode::OutboundDisabled,
                     format!(
                         "outbound calls from {} are disabled: add the destinations it may call \
                          (E.164 numbers or prefixes) to allowed_destinations in its [[numbers]] entry",
@@ -109,7 +109,7 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
             {
                 return Err(ApiError::new(
                     403,
-                    "outbound_disabled",
+                    ErrorCode::OutboundDisabled,
                     "outbound calls are disabled: no [[numbers]] entry has allowed_destinations; \
                      add the destinations (E.164 numbers or prefixes) a number may call",
                 ));
@@ -139,21 +139,23 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
     let providers = app.providers().for_agent(&agent).ok_or_else(|| {
         ApiError::new(
             503,
-            "agent_unavailable",
+            ErrorCode::AgentUnavailable,
             format!("the providers of agent {agent_name} are not available; run `patterd check`"),
         )
     })?;
     if app.is_draining() {
         return Err(ApiError::new(
             503,
-            "draining",
+            ErrorCode::Draining,
             "the daemon is shutting down and places no new calls; try again after it restarts",
         ));
     }
     // The caps, reserved atomically before the carrier is dialled (released if the dial fails).
     let reservation = outbound::reserve(app).await.map_err(|e| match e {
-        CapError::Concurrent { .. } => ApiError::new(429, "concurrent_limit", e.to_string()),
-        CapError::Daily { .. } => ApiError::new(429, "daily_limit", e.to_string()),
+        CapError::Concurrent { .. } => {
+            ApiError::new(429, ErrorCode::ConcurrentLimit, e.to_string())
+        }
+        CapError::Daily { .. } => ApiError::new(429, ErrorCode::DailyLimit, e.to_string()),
         CapError::Store(e) => ApiError::from(e),
     })?;
     let placed = outbound::place_reserved(
@@ -177,21 +179,27 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
             e @ (OutboundError::NoCarrier(_)
             | OutboundError::Place(PlaceError::Unconfigured { .. })),
         ) => {
-            return Err(ApiError::new(503, "carrier_unconfigured", e.to_string()));
+            return Err(ApiError::new(
+                503,
+                ErrorCode::CarrierUnconfigured,
+                e.to_string(),
+            ));
         }
         Err(OutboundError::Place(PlaceError::Carrier(e))) => {
             return Err(ApiError::new(
                 502,
-                "carrier_error",
+                ErrorCode::CarrierError,
                 format!("Failed to place call: {e}"),
             ));
         }
-        Err(e @ OutboundError::Full) => return Err(ApiError::new(503, "busy", e.to_string())),
+        Err(e @ OutboundError::Full) => {
+            return Err(ApiError::new(503, ErrorCode::Busy, e.to_string()));
+        }
         Err(e @ OutboundError::Duplicate) => {
-            return Err(ApiError::new(409, "duplicate", e.to_string()));
+            return Err(ApiError::new(409, ErrorCode::Duplicate, e.to_string()));
         }
         Err(e @ OutboundError::Abandoned) => {
-            return Err(ApiError::new(503, "abandoned", e.to_string()));
+            return Err(ApiError::new(503, ErrorCode::Abandoned, e.to_string()));
         }
     };
     if req.wait {
@@ -211,7 +219,7 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
 fn destination_refused(to: &str, from: &str) -> ApiError {
     ApiError::new(
         403,
-        "destination_not_allowed",
+        ErrorCode::DestinationNotAllowed,
         format!(
             "{to} is not an allowed destination for {from}: add it (or a prefix of it) to \
              allowed_destinations in the [[numbers]] entry of the number calling out"

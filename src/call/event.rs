@@ -8,264 +8,163 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 
-/// One kind of decision or observation on a call's timeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EventKind {
+/// The one list of event kinds: each line is a variant and its stored (and served) name, so
+/// `EventKind`, its serde names, [`EventKind::as_str`] and [`EventKind::ALL`] cannot disagree.
+/// A new kind is one line here.
+macro_rules! event_kinds {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
+        /// One kind of decision or observation on a call's timeline.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+        pub enum EventKind {
+            $($(#[$doc])* #[serde(rename = $name)] $variant,)*
+        }
+
+        impl EventKind {
+            /// Every kind, for documentation and exhaustive tests.
+            pub const ALL: [EventKind; [$(EventKind::$variant),*].len()] =
+                [$(EventKind::$variant),*];
+
+            /// The stored and served name (snake_case).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(EventKind::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+event_kinds! {
     /// The carrier's media stream started (detail: its stream id).
-    MediaStart,
+    MediaStart = "media_start",
     /// The caller pressed a key (detail: the key).
-    Dtmf,
+    Dtmf = "dtmf",
     /// The carrier said the stream stopped.
-    CarrierStop,
+    CarrierStop = "carrier_stop",
     /// The carrier played everything up to a mark (detail: the mark name).
-    MarkPlayed,
+    MarkPlayed = "mark_played",
     /// A mark that was withdrawn because its audio was cleared before it played.
-    MarkWithdrawn,
+    MarkWithdrawn = "mark_withdrawn",
     /// A mark whose audio the carrier dropped on `clear`.
-    MarkCleared,
+    MarkCleared = "mark_cleared",
     /// The speech-to-text session is open.
-    SttConnected,
+    SttConnected = "stt_connected",
     /// The speech-to-text session failed (detail: why).
-    SttError,
+    SttError = "stt_error",
     /// The speech-to-text session was reopened after a failure.
-    SttReopen,
+    SttReopen = "stt_reopen",
     /// Our voice activity detector heard the caller start speaking.
-    SpeechStart,
+    SpeechStart = "speech_start",
     /// Our voice activity detector heard the caller stop speaking.
-    SpeechEnd,
+    SpeechEnd = "speech_end",
     /// The agent was stopped by caller speech (carrier `clear`, pacer paused).
-    BargeInStop,
+    BargeInStop = "barge_in_stop",
     /// The barge-in was confirmed: the agent's turn is over.
-    BargeInCommit,
+    BargeInCommit = "barge_in_commit",
     /// The barge-in was not confirmed: the agent resumed from the last heard sentence.
-    BargeInResume,
+    BargeInResume = "barge_in_resume",
     /// `Finalize` was sent to the STT because our detector was sure the caller stopped.
-    FinalizeSent,
+    FinalizeSent = "finalize_sent",
     /// The caller's turn ended (detail: how we knew and the silence observed).
-    TurnEnd,
+    TurnEnd = "turn_end",
     /// A caller turn waits for the agent to finish (`barge_in = false`).
-    TurnHeld,
+    TurnHeld = "turn_held",
     /// A transcript that matched what the agent was saying was dropped as echo.
-    EchoIgnored,
+    EchoIgnored = "echo_ignored",
     /// The caller's audio carries an echo of the agent's: its path was found or lost
     /// (detail: `delay_ms=… gain_db=…`, or `lost`). Echoed audio does not stop the agent.
-    EchoPath,
+    EchoPath = "echo_path",
     /// A short acknowledgement over the agent ("mm-hmm") was dropped.
-    BackchannelIgnored,
+    BackchannelIgnored = "backchannel_ignored",
     /// A turn was sent to the brain (detail: the turn number).
-    LlmRequest,
+    LlmRequest = "llm_request",
     /// The brain finished its reply.
-    LlmDone,
+    LlmDone = "llm_done",
     /// A fallback chain switched provider (detail: `llm FROM -> TO: why`).
-    ProviderSwitch,
+    ProviderSwitch = "provider_switch",
     /// The speech-to-text's eager end of turn started the brain speculatively (detail: the
     /// text); its reply is held back until the turn really ends.
-    SpeculationStart,
+    SpeculationStart = "speculation_start",
     /// The speculative reply was cancelled (detail: `turn_resumed` or `text_changed`); none
     /// of it was spoken.
-    SpeculationCancelled,
+    SpeculationCancelled = "speculation_cancelled",
     /// The turn ended as speculated: the speculative reply is the answer.
-    SpeculationUsed,
+    SpeculationUsed = "speculation_used",
     /// The brain failed (detail: why); the caller hears `llm_error_message`.
-    LlmError,
+    LlmError = "llm_error",
     /// The brain reported tool progress (detail: the tool's label).
-    ToolProgress,
+    ToolProgress = "tool_progress",
     /// The in-call model called a tool (detail: JSON `turn`, `id`, `name`, `arguments`).
-    ToolCall,
+    ToolCall = "tool_call",
     /// A tool finished (detail: JSON `turn`, `id`, `name`, `ok`, `content` — what the model
     /// was told).
-    ToolResult,
+    ToolResult = "tool_result",
     /// The first frame of the reply after a tool result went out (detail: µs since the
     /// model's tool call arrived).
-    ToolReplyFirstFrame,
+    ToolReplyFirstFrame = "tool_reply_first_frame",
     /// A sentence of the agent's reply was heard by the caller (detail: the sentence).
-    Heard,
+    Heard = "heard",
     /// The agent's reply was cut short (detail: `clear` when audio had to be dropped).
-    Interrupted,
+    Interrupted = "interrupted",
     /// The filler was spoken while the brain was slow (detail: why).
-    Filler,
+    Filler = "filler",
     /// Text-to-speech failed (detail: why).
-    TtsError,
+    TtsError = "tts_error",
     /// A sentence's first audio byte arrived (detail: the `[tts.NAME]` and µs since its
     /// request): the "TTS request → first audio byte" stage.
-    TtsFirstByte,
+    TtsFirstByte = "tts_first_byte",
     /// The TTS chain gave a sentence to its next TTS (detail: `from -> to: why`).
-    TtsFallback,
+    TtsFallback = "tts_fallback",
     /// The first frame of the greeting went out (detail: µs since the stream started).
-    GreetingFirstFrame,
+    GreetingFirstFrame = "greeting_first_frame",
     /// The first frame of a reply went out (detail: µs since the caller's turn ended).
-    ReplyFirstFrame,
+    ReplyFirstFrame = "reply_first_frame",
     /// The first frame of a filler or apology went out before any reply (detail: µs).
-    FirstFrameOfTurn,
+    FirstFrameOfTurn = "first_frame_of_turn",
     /// The caller was silent; a nudge was spoken (detail: the nudge's number).
-    IdleNudge,
+    IdleNudge = "idle_nudge",
     /// The caller stayed silent; the goodbye was spoken.
-    IdleGoodbye,
+    IdleGoodbye = "idle_goodbye",
     /// The goodbye ended; the call is hung up.
-    IdleHangUp,
+    IdleHangUp = "idle_hang_up",
     /// The agent, an operator or the daemon hung the call up (detail: why).
-    HangUp,
+    HangUp = "hang_up",
     /// The call ended (detail: the [`EndReason`]).
-    CallEnd,
+    CallEnd = "call_end",
     /// The agent asked to end the call (detail: its reason); the current sentence finishes.
-    EndCall,
+    EndCall = "end_call",
     /// A transfer was allowed: the handoff line plays, then the carrier is asked (detail: the
     /// destination, masked).
-    TransferStart,
+    TransferStart = "transfer_start",
     /// The carrier accepted the transfer (detail: the destination, masked).
-    Transferred,
+    Transferred = "transferred",
     /// The carrier refused or failed the transfer (detail: why); the call goes on.
-    TransferFailed,
+    TransferFailed = "transfer_failed",
     /// The agent sent DTMF (detail: the digits and how: `command`, `in_band` or `failed`).
-    DtmfOut,
+    DtmfOut = "dtmf_out",
     /// An action was refused by policy before reaching the carrier (detail: action: why).
-    ActionRefused,
+    ActionRefused = "action_refused",
     // -- Stage latencies (issue 14, metrics and the timeline page): detail µs.
     /// The brain's first token of a turn arrived (detail: µs since the request).
-    LlmFirstToken,
+    LlmFirstToken = "llm_first_token",
     /// A synthesis' first audio arrived (detail: µs since the TTS request).
-    TtsFirstAudio,
+    TtsFirstAudio = "tts_first_audio",
     /// The STT chain moved the call to its next STT (detail: `reason: from -> to: why`, the
     /// reason `open_failed`, `open_timeout` or `dropped`).
-    SttSwitched,
+    SttSwitched = "stt_switched",
     /// The end-of-turn model judged a pause (detail: `complete p=0.912 pause=3 infer_us=27000`,
     /// `incomplete …`, `unavailable queue_full …`, `timeout pause=3`; ` ignored` when the
     /// answer came after the caller went on).
-    TurnModel,
+    TurnModel = "turn_model",
     /// Caller speech over the agent reached `barge_in_hold_ms`: no new agent audio is sent
     /// (no `clear`; the carrier plays on what it has) until the stop or the end of the burst.
-    BargeInHold,
+    BargeInHold = "barge_in_hold",
     /// The hold ended without a stop (detail: `burst_ended`, `backchannel`, `too_long` or
     /// `agent_done`, and `after_ms=`): the agent's audio is sent on, the caller heard no cut.
-    BargeInHoldReleased,
+    BargeInHoldReleased = "barge_in_hold_released",
 }
 
 impl EventKind {
-    /// Every kind, for documentation and exhaustive tests.
-    pub const ALL: [EventKind; 57] = [
-        EventKind::MediaStart,
-        EventKind::Dtmf,
-        EventKind::CarrierStop,
-        EventKind::MarkPlayed,
-        EventKind::MarkWithdrawn,
-        EventKind::MarkCleared,
-        EventKind::SttConnected,
-        EventKind::SttError,
-        EventKind::SttReopen,
-        EventKind::SpeechStart,
-        EventKind::SpeechEnd,
-        EventKind::BargeInStop,
-        EventKind::BargeInCommit,
-        EventKind::BargeInResume,
-        EventKind::FinalizeSent,
-        EventKind::TurnEnd,
-        EventKind::TurnHeld,
-        EventKind::EchoIgnored,
-        EventKind::EchoPath,
-        EventKind::BackchannelIgnored,
-        EventKind::LlmRequest,
-        EventKind::LlmDone,
-        EventKind::ProviderSwitch,
-        EventKind::SpeculationStart,
-        EventKind::SpeculationCancelled,
-        EventKind::SpeculationUsed,
-        EventKind::LlmError,
-        EventKind::ToolProgress,
-        EventKind::ToolCall,
-        EventKind::ToolResult,
-        EventKind::ToolReplyFirstFrame,
-        EventKind::Heard,
-        EventKind::Interrupted,
-        EventKind::Filler,
-        EventKind::TtsError,
-        EventKind::TtsFirstByte,
-        EventKind::TtsFallback,
-        EventKind::GreetingFirstFrame,
-        EventKind::ReplyFirstFrame,
-        EventKind::FirstFrameOfTurn,
-        EventKind::IdleNudge,
-        EventKind::IdleGoodbye,
-        EventKind::IdleHangUp,
-        EventKind::HangUp,
-        EventKind::CallEnd,
-        EventKind::EndCall,
-        EventKind::TransferStart,
-        EventKind::Transferred,
-        EventKind::TransferFailed,
-        EventKind::DtmfOut,
-        EventKind::ActionRefused,
-        EventKind::LlmFirstToken,
-        EventKind::TtsFirstAudio,
-        EventKind::SttSwitched,
-        EventKind::TurnModel,
-        EventKind::BargeInHold,
-        EventKind::BargeInHoldReleased,
-    ];
-
-    /// The stored and served name (snake_case).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::MediaStart => "media_start",
-            EventKind::Dtmf => "dtmf",
-            EventKind::CarrierStop => "carrier_stop",
-            EventKind::MarkPlayed => "mark_played",
-            EventKind::MarkWithdrawn => "mark_withdrawn",
-            EventKind::MarkCleared => "mark_cleared",
-            EventKind::SttConnected => "stt_connected",
-            EventKind::SttError => "stt_error",
-            EventKind::SttReopen => "stt_reopen",
-            EventKind::SpeechStart => "speech_start",
-            EventKind::SpeechEnd => "speech_end",
-            EventKind::BargeInStop => "barge_in_stop",
-            EventKind::BargeInCommit => "barge_in_commit",
-            EventKind::BargeInResume => "barge_in_resume",
-            EventKind::FinalizeSent => "finalize_sent",
-            EventKind::TurnEnd => "turn_end",
-            EventKind::TurnHeld => "turn_held",
-            EventKind::EchoIgnored => "echo_ignored",
-            EventKind::EchoPath => "echo_path",
-            EventKind::BackchannelIgnored => "backchannel_ignored",
-            EventKind::LlmRequest => "llm_request",
-            EventKind::LlmDone => "llm_done",
-            EventKind::ProviderSwitch => "provider_switch",
-            EventKind::SpeculationStart => "speculation_start",
-            EventKind::SpeculationCancelled => "speculation_cancelled",
-            EventKind::SpeculationUsed => "speculation_used",
-            EventKind::LlmError => "llm_error",
-            EventKind::ToolProgress => "tool_progress",
-            EventKind::ToolCall => "tool_call",
-            EventKind::ToolResult => "tool_result",
-            EventKind::ToolReplyFirstFrame => "tool_reply_first_frame",
-            EventKind::Heard => "heard",
-            EventKind::Interrupted => "interrupted",
-            EventKind::Filler => "filler",
-            EventKind::TtsError => "tts_error",
-            EventKind::TtsFirstByte => "tts_first_byte",
-            EventKind::TtsFallback => "tts_fallback",
-            EventKind::GreetingFirstFrame => "greeting_first_frame",
-            EventKind::ReplyFirstFrame => "reply_first_frame",
-            EventKind::FirstFrameOfTurn => "first_frame_of_turn",
-            EventKind::IdleNudge => "idle_nudge",
-            EventKind::IdleGoodbye => "idle_goodbye",
-            EventKind::IdleHangUp => "idle_hang_up",
-            EventKind::HangUp => "hang_up",
-            EventKind::CallEnd => "call_end",
-            EventKind::EndCall => "end_call",
-            EventKind::TransferStart => "transfer_start",
-            EventKind::Transferred => "transferred",
-            EventKind::TransferFailed => "transfer_failed",
-            EventKind::DtmfOut => "dtmf_out",
-            EventKind::ActionRefused => "action_refused",
-            EventKind::LlmFirstToken => "llm_first_token",
-            EventKind::TtsFirstAudio => "tts_first_audio",
-            EventKind::SttSwitched => "stt_switched",
-            EventKind::TurnModel => "turn_model",
-            EventKind::BargeInHold => "barge_in_hold",
-            EventKind::BargeInHoldReleased => "barge_in_hold_released",
-        }
-    }
-
     /// The kind stored under `name`, if any.
     pub fn parse(name: &str) -> Option<EventKind> {
         EventKind::ALL.into_iter().find(|k| k.as_str() == name)
@@ -384,6 +283,21 @@ mod tests {
             assert_eq!(back, k);
         }
         assert_eq!(EventKind::parse("no_such_event"), None);
+    }
+
+    /// Each stored name is its variant's name in snake_case (a typo in the list fails here).
+    #[test]
+    fn every_name_is_its_variant_in_snake_case() {
+        for k in EventKind::ALL {
+            let mut snake = String::new();
+            for (i, c) in format!("{k:?}").chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    snake.push('_');
+                }
+                snake.push(c.to_ascii_lowercase());
+            }
+            assert_eq!(k.as_str(), snake);
+        }
     }
 
     #[test]

@@ -26,8 +26,9 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
-use crate::api::ApiError;
+use crate::api::{ApiError, ErrorCode};
 use crate::app::App;
+use crate::call::action::{ActionSpec, Control};
 
 /// A boxed, sendable future.
 pub type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -54,8 +55,8 @@ impl Backend for Local {
     ) -> BoxFut<Result<Value, ApiError>> {
         let app = self.0.upgrade();
         Box::pin(async move {
-            let app =
-                app.ok_or_else(|| ApiError::new(503, "stopping", "the daemon is stopping"))?;
+            let app = app
+                .ok_or_else(|| ApiError::new(503, ErrorCode::Stopping, "the daemon is stopping"))?;
             let (path, query) = path.split_once('?').unwrap_or((&path, ""));
             crate::api::dispatch(&app, &method, path, query, body)
                 .await
@@ -86,8 +87,33 @@ fn tool(name: &'static str, description: &'static str, input: Value) -> Tool {
     Tool::new(name, description, schema(input))
 }
 
-/// The ten tools with their input schemas.
+/// The description of the call id the live-call actions take first.
+const LIVE_CALL_ID: &str = "The live call (from make_call or get_calls)";
+
+/// The MCP tool of an action on a live call, from its descriptor.
+fn action_tool(spec: &ActionSpec, control: &Control) -> Tool {
+    Tool::new(
+        spec.name,
+        control.description,
+        schema(spec.control_schema(&[("callId", LIVE_CALL_ID)])),
+    )
+}
+
+/// The ten tools with their input schemas: the live-call actions (`call::action`) after
+/// `end_call`.
 pub fn tools() -> Vec<Tool> {
+    let mut tools = own_tools();
+    let at = tools
+        .iter()
+        .position(|t| t.name == "end_call")
+        .map_or(0, |i| i + 1);
+    let actions = ActionSpec::controls().map(|(spec, control)| action_tool(spec, control));
+    tools.splice(at..at, actions);
+    tools
+}
+
+/// The tools that are not live-call actions.
+fn own_tools() -> Vec<Tool> {
     let s = |d: &str| json!({"type": "string", "description": d});
     let b = |d: &str| json!({"type": "boolean", "description": d});
     vec![
@@ -145,45 +171,6 @@ pub fn tools() -> Vec<Tool> {
                 "type": "object",
                 "properties": {"callId": s("The call id (from make_call or get_calls)")},
                 "required": ["callId"]
-            }),
-        ),
-        tool(
-            "transfer_call",
-            "Cold-transfer a live call to another phone number: the agent's handoff line is \
-             spoken, then the carrier connects the caller. Only numbers the agent's \
-             transfer_allowed list permits; a refusal says why.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "callId": s("The live call (from make_call or get_calls)"),
-                    "to": s("Number to transfer to, E.164 with country code, e.g. +15551234567")
-                },
-                "required": ["callId", "to"]
-            }),
-        ),
-        tool(
-            "send_dtmf",
-            "Press keys on a live call (e.g. to navigate a phone menu): digits 0-9, *, # and \
-             A-D, at most 32 at a time.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "callId": s("The live call (from make_call or get_calls)"),
-                    "digits": s("The keys to press, e.g. 1 or 123#")
-                },
-                "required": ["callId", "digits"]
-            }),
-        ),
-        tool(
-            "say",
-            "Speak a sentence on a live call, after what the agent is saying now.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "callId": s("The live call (from make_call or get_calls)"),
-                    "text": s("What to say")
-                },
-                "required": ["callId", "text"]
             }),
         ),
         tool(
@@ -271,6 +258,11 @@ impl PatterMcp {
     /// Runs a tool; `Err` is the text of an `isError` result.
     pub async fn run_tool(&self, name: &str, args: Map<String, Value>) -> Result<String, String> {
         let a = Args(args);
+        if let Some((spec, control)) = ActionSpec::by_name(name)
+            .and_then(|spec| spec.control.as_ref().map(|control| (spec, control)))
+        {
+            return self.run_action(spec, control, &a).await;
+        }
         let api = |e: ApiError| e.message;
         match name {
             "make_call" => {
@@ -340,23 +332,6 @@ impl PatterMcp {
                     format::duration_s(&v)
                 ))
             }
-            "transfer_call" | "send_dtmf" | "say" => {
-                let id = a.req("callId")?;
-                let (verb, key, what) = match name {
-                    "transfer_call" => ("transfer", "to", "Transfer"),
-                    "send_dtmf" => ("dtmf", "digits", "DTMF"),
-                    _ => ("say", "text", "Say"),
-                };
-                let value = a.req(key)?;
-                let v = self
-                    .post(format!("/calls/{}/{verb}", seg(&id)), json!({ key: value }))
-                    .await
-                    .map_err(|e| format!("{what} on call {id} not done: {}", e.message))?;
-                Ok(format!(
-                    "{what} on call {id}: {}",
-                    format::str_of(&v, "message")
-                ))
-            }
             "get_metrics" => {
                 let v = match a.str("callId")? {
                     Some(id) => self.get(format!("/calls/{}/metrics", seg(&id))).await,
@@ -388,12 +363,40 @@ impl PatterMcp {
                     .map_err(api)?;
                 Ok(format::inbound(&v))
             }
-            other => Err(format!(
-                "unknown tool `{other}`; the tools are make_call, call_third_party, get_calls, \
-                 get_transcript, end_call, transfer_call, send_dtmf, say, get_metrics, \
-                 configure_inbound"
-            )),
+            other => {
+                let names: Vec<String> = tools().into_iter().map(|t| t.name.into()).collect();
+                Err(format!(
+                    "unknown tool `{other}`; the tools are {}",
+                    names.join(", ")
+                ))
+            }
         }
+    }
+
+    /// An action on a live call through its REST route (`POST /v1/calls/{id}/{verb}`).
+    async fn run_action(
+        &self,
+        spec: &ActionSpec,
+        control: &Control,
+        a: &Args,
+    ) -> Result<String, String> {
+        let id = a.req("callId")?;
+        let mut body = Map::new();
+        for arg in spec.args {
+            body.insert(arg.key.into(), Value::String(a.req(arg.key)?));
+        }
+        let what = control.label;
+        let v = self
+            .post(
+                format!("/calls/{}/{}", seg(&id), control.verb),
+                Value::Object(body),
+            )
+            .await
+            .map_err(|e| format!("{what} on call {id} not done: {}", e.message))?;
+        Ok(format!(
+            "{what} on call {id}: {}",
+            format::str_of(&v, "message")
+        ))
     }
 
     async fn read(&self, uri: &str) -> Result<String, ErrorData> {
@@ -538,6 +541,19 @@ mod tests {
             }));
         app.store.tx.flush().await.expect("flush");
         (dir, app)
+    }
+
+    /// The live-call actions sit after `end_call`, and an unknown tool's answer lists all ten.
+    #[tokio::test]
+    async fn the_tool_list_keeps_its_order() {
+        let names: Vec<String> = tools().into_iter().map(|t| t.name.into()).collect();
+        let want = "make_call, call_third_party, get_calls, get_transcript, end_call, \
+                    transfer_call, send_dtmf, say, get_metrics, configure_inbound";
+        assert_eq!(names.join(", "), want);
+        let (_dir, app) = app_with_telnyx_call().await;
+        let mcp = PatterMcp::new(Arc::new(Local(Arc::downgrade(&app))));
+        let e = mcp.run_tool("nope", Map::new()).await.expect_err("unknown");
+        assert_eq!(e, format!("unknown tool `nope`; the tools are {want}"));
     }
 
     #[test]

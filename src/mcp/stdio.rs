@@ -11,7 +11,7 @@ use rmcp::ServiceExt;
 use serde_json::Value;
 
 use super::{Backend, BoxFut, PatterMcp};
-use crate::api::ApiError;
+use crate::api::{ApiError, ErrorCode};
 
 /// The daemon's REST API over HTTP.
 pub struct Remote {
@@ -60,7 +60,7 @@ impl Backend for Remote {
             let resp = req.send().await.map_err(|e| {
                 ApiError::new(
                     502,
-                    "daemon_unreachable",
+                    ErrorCode::DaemonUnreachable,
                     format!("cannot reach patterd at {base}: {e}; is the daemon running (and --url right)?"),
                 )
             })?;
@@ -74,8 +74,8 @@ impl Backend for Remote {
                 .unwrap_or("the daemon answered without an error message")
                 .to_string();
             let code = match v["error"]["code"].as_str() {
-                Some("not_found") => "not_found",
-                _ => "remote_error",
+                Some("not_found") => ErrorCode::NotFound,
+                _ => ErrorCode::RemoteError,
             };
             Err(ApiError::new(status, code, msg))
         })

@@ -11,7 +11,7 @@ use serde_json::Value;
 use tracing::info;
 
 use crate::api::auth::{Access, authorize, for_log};
-use crate::api::{self, ApiError};
+use crate::api::{self, ApiError, ErrorCode};
 use crate::app::App;
 use crate::net::http::{Body, BodyError, json as json_response, read_body, respond};
 use crate::server::pages;
@@ -49,7 +49,7 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
         }
     }
     if let Err(e) = authorize(&app.config().server, access) {
-        info!(%peer, path = %for_log(req.uri().path(), 64), code = e.code, "API request refused");
+        info!(%peer, path = %for_log(req.uri().path(), 64), code = e.code.as_str(), "API request refused");
         return error(&e);
     }
     if req.method() == hyper::Method::GET
@@ -84,7 +84,7 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
                 } else {
                     400
                 },
-                "bad_body",
+                ErrorCode::BadBody,
                 e.to_string(),
             ));
         }

@@ -1,34 +1,45 @@
-//! The built-in tools (`[agents.X] tools = [...]`): `end_call(reason)`, `transfer_call(to)` and
-//! `send_dtmf(digits)`. Each turns the model's call into a [`CallAction`] sent to the call's own
-//! actor with [`crate::call::CallHandle::act`] — the same path, and so the same policies
-//! (allow-lists, digit checks), as the MCP and REST actions — and tells the model the outcome.
+//! The built-in tools (`[agents.X] tools = [...]`): the call actions the in-call model may take
+//! (`end_call(reason)`, `transfer_call(to)`, `send_dtmf(digits)`), each made from its
+//! descriptor in `call::action` (name, description, argument schema). A tool turns the model's
+//! call into a [`crate::call::CallAction`] sent to the call's own actor with
+//! [`crate::call::CallHandle::act`] — the same path, and so the same policies (allow-lists,
+//! digit checks), as the MCP and REST actions — and tells the model the outcome.
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{CallCtx, Tool, ToolEnv, ToolSetupError};
-use crate::call::CallAction;
+use crate::call::action::ActionSpec;
 use crate::config::BuiltinTool;
 use crate::provider::{ToolFuture, ToolOutput, ToolSpec};
 
 /// The agent's built-ins, in the order configured.
 pub fn build(env: &ToolEnv) -> Result<Vec<Arc<dyn Tool>>, ToolSetupError> {
     let mut seen = Vec::new();
-    Ok(env
-        .agent
-        .tools
-        .iter()
-        .filter(|t| {
-            let new = !seen.contains(*t);
-            seen.push(**t);
-            new
-        })
-        .map(|t| Arc::new(Builtin(*t)) as Arc<dyn Tool>)
-        .collect())
+    let mut tools = Vec::new();
+    for t in &env.agent.tools {
+        if seen.contains(t) {
+            continue;
+        }
+        seen.push(*t);
+        tools.push(Arc::new(Builtin(in_call_action(*t).ok_or_else(|| {
+            ToolSetupError::Invalid {
+                agent: env.agent_name.to_string(),
+                tool: t.name().to_string(),
+                message: "no in-call action has this name".into(),
+            }
+        })?)) as Arc<dyn Tool>);
+    }
+    Ok(tools)
 }
 
-struct Builtin(BuiltinTool);
+/// The descriptor of the action a configured built-in names, if the model may take it.
+fn in_call_action(t: BuiltinTool) -> Option<&'static ActionSpec> {
+    ActionSpec::by_name(t.name()).filter(|s| s.in_call.is_some())
+}
+
+struct Builtin(&'static ActionSpec);
 
 fn string_arg(args: &Value, key: &str) -> String {
     args.get(key)
@@ -39,53 +50,15 @@ fn string_arg(args: &Value, key: &str) -> String {
 
 impl Tool for Builtin {
     fn spec(&self) -> ToolSpec {
-        let (description, parameters) = match self.0 {
-            BuiltinTool::EndCall => (
-                "End the phone call. The sentence being spoken finishes first, so say goodbye \
-                 before calling this.",
-                json!({
-                    "type": "object",
-                    "properties": {"reason": {"type": "string", "description": "Why the call ends."}},
-                    "required": ["reason"],
-                }),
-            ),
-            BuiltinTool::TransferCall => (
-                "Transfer the caller to another phone number (a cold transfer: you leave the \
-                 call). Only allowed numbers work; you are told if the number is refused.",
-                json!({
-                    "type": "object",
-                    "properties": {"to": {"type": "string", "description": "The number, E.164 such as +15551234567."}},
-                    "required": ["to"],
-                }),
-            ),
-            BuiltinTool::SendDtmf => (
-                "Press keys on the phone keypad (for menus and extensions).",
-                json!({
-                    "type": "object",
-                    "properties": {"digits": {"type": "string", "pattern": "^[0-9*#A-Da-d]{1,32}$", "description": "Keys to press: 0-9, *, #, A-D."}},
-                    "required": ["digits"],
-                }),
-            ),
-        };
         ToolSpec {
-            name: self.0.name().into(),
-            description: description.into(),
-            parameters,
+            name: self.0.name.into(),
+            description: self.0.in_call.unwrap_or_default().into(),
+            parameters: self.0.in_call_schema(),
         }
     }
 
     fn run(&self, ctx: Arc<CallCtx>, args: Value) -> ToolFuture {
-        let action = match self.0 {
-            BuiltinTool::EndCall => CallAction::EndCall {
-                reason: string_arg(&args, "reason"),
-            },
-            BuiltinTool::TransferCall => CallAction::Transfer {
-                to: string_arg(&args, "to"),
-            },
-            BuiltinTool::SendDtmf => CallAction::SendDtmf {
-                digits: string_arg(&args, "digits"),
-            },
-        };
+        let action = (self.0.build)(&|key| string_arg(&args, key));
         Box::pin(async move {
             let Some(handle) = ctx.calls.get(&ctx.call_id) else {
                 return ToolOutput::failed("The call has already ended.");
@@ -99,5 +72,19 @@ impl Tool for Builtin {
                 Err(e) => ToolOutput::failed(format!("The action could not be carried out: {e}.")),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every built-in the configuration accepts is an action the in-call model may take.
+    #[test]
+    fn every_configured_builtin_has_an_in_call_action() {
+        for t in BuiltinTool::ALL {
+            let spec = in_call_action(t).unwrap_or_else(|| panic!("{}", t.name()));
+            assert_eq!(spec.name, t.name());
+        }
     }
 }
