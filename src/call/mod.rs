@@ -8,6 +8,7 @@
 
 pub mod action;
 pub mod actor;
+pub mod driver;
 pub mod echo;
 pub mod eot;
 pub mod event;

@@ -1,7 +1,8 @@
 //! Conversation scenarios through the Twilio simulator with real (espeak-ng) speech from
 //! tests/fixtures/speech: interruptions, backchannels, coughs and clicks, the agent's own voice
-//! echoed back at -20 dB, a long pause mid-sentence and an idle caller. Each test asserts
-//! behaviour; `conversation_figures` also prints the figures of docs/conversation.md
+//! echoed back at -20 dB and an idle caller. (The timing of backchannels, an unfinished
+//! phrase's pause, interruptions, fillers and turns without barge-in is tested on the paused
+//! clock with the call in memory: `src/call/driver/tests.rs`.) Each test asserts behaviour; `conversation_figures` also prints the figures of docs/conversation.md
 //! (`cargo test --release --test calls -- --nocapture conversation_figures`).
 
 use std::time::Duration;
@@ -343,40 +344,6 @@ async fn conversation_figures() {
 }
 
 #[tokio::test]
-async fn backchannel_over_the_agent_stops_it_briefly_then_it_resumes() {
-    let out = scenario(Kind::Backchannel, "mm_hmm", "mm-hmm").await;
-    assert!(!out.committed);
-    assert!(out.resumed_and_finished);
-}
-
-#[tokio::test]
-async fn a_pause_after_an_unfinished_phrase_is_one_turn() {
-    let stack = stack(
-        &["I need to", "move it to the afternoon."],
-        "idle_nudge_after_s = 0",
-    )
-    .await;
-    stack.hermes.push(HermesReply::text("Done."));
-    let (sid, sim) = stack.call().await;
-    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
-        .await
-        .expect("greeting");
-    sim.push_audio(&clip("need_to"));
-    sim.push_silence(1200);
-    sim.push_audio(&clip("move_it"));
-    let h = stack
-        .hermes
-        .wait_until("the turn", |r| !r.requests.is_empty())
-        .await;
-    let (_, content) = h.requests[0].messages().last().cloned().expect("message");
-    assert_eq!(content, "I need to move it to the afternoon.");
-    sim.hang_up().await;
-    let record = stack.finished(&sid).await;
-    assert_eq!(record.events_of("llm_request").count(), 1);
-    assert!(record.events_of("speech_start").count() >= 2);
-}
-
-#[tokio::test]
 async fn an_idle_caller_is_nudged_then_told_goodbye_and_hung_up_on() {
     let stack = Stack::start(Opts {
         agent_extra: "idle_nudge_after_s = 1\nidle_max_nudges = 2\n\
@@ -414,41 +381,6 @@ fn nth_event(r: &CallRecord, kind: &str, n: usize) -> Option<usize> {
         .filter(|(_, e)| e.kind == kind)
         .nth(n)
         .map(|(i, _)| i)
-}
-
-#[tokio::test]
-async fn without_barge_in_the_callers_turn_waits_for_the_agent_to_finish() {
-    let stack = stack(&TUESDAY, "barge_in = false\nidle_nudge_after_s = 0").await;
-    let (sid, sim) = into_reply(&stack).await;
-    let (h, r) = says_tuesday(&stack, &sid, &sim, "the held turn reaches the brain").await;
-    let (role, content) = h.requests[1].messages().last().cloned().expect("message");
-    assert_eq!(role, "user");
-    // Nothing was cut, so there is nothing to tell the brain about.
-    assert_eq!(content, "no, I meant Tuesday");
-    let entry = agent_reply(&r).expect("reply entry");
-    assert!(!entry.interrupted, "{entry:?}");
-    assert_eq!(entry.heard_text, reply(), "the whole reply was heard");
-    assert_eq!(r.events_of("barge_in_stop").count(), 0);
-    assert_eq!(r.events_of("interrupted").count(), 0);
-    // Order: the turn was held, the reply's last sentence came back, then the brain was asked.
-    let held = nth_event(&r, "turn_held", 0).expect("turn_held");
-    let second = nth_event(&r, "llm_request", 1).expect("second llm_request");
-    let marks_before = r.events[..second]
-        .iter()
-        .filter(|e| e.kind == "mark_played")
-        .count();
-    assert!(held < second);
-    // The greeting's mark and one per reply sentence.
-    assert!(marks_before >= 5, "{:#?}", r.events);
-    let s = sim.state();
-    assert!(
-        s.clears.is_empty(),
-        "no clear without barge-in: {:?}",
-        s.clears
-    );
-    assert!(s.protocol_errors.is_empty(), "{:?}", s.protocol_errors);
-    sim.hang_up().await;
-    let _ = stack.finished(&sid).await;
 }
 
 #[tokio::test]

@@ -1,0 +1,481 @@
+//! An in-memory call: the real call actor with its carrier leg, speech-to-text, brain and
+//! text-to-speech as channels in this process, on tokio's clock. Under
+//! `#[tokio::test(start_paused = true)]` a whole conversation — greeting, caller turns,
+//! barge-in, fillers, idle nudges, hang-up — runs in virtual time: deterministic, fast, and
+//! independent of machine load. The socket tests keep the wire protocols honest; this keeps
+//! the timing honest.
+//!
+//! The [`MemoryLeg`] plays the carrier: it sends the caller's audio as a carrier does (one
+//! 20 ms frame every 20 ms, silence when the caller says nothing), plays the agent's audio in
+//! real time from a queue, echoes each mark when the audio before it has played, flushes the
+//! queue on `clear` (echoing the marks it drops, as Twilio does), and records what the caller
+//! heard and when ([`LegState`]). The providers are `provider::memory`'s.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::registry::InsertError;
+use super::{CallHandle, CallRecord, CallRegistry, CallSetup, MediaAttach, actor};
+use crate::carrier::{
+    ActionResult, CarrierKind, FRAME_BYTES, FRAME_MS, MediaCommand, MediaEvent, StreamStart,
+};
+use crate::config::AgentConfig;
+use crate::provider::AgentProviders;
+use crate::util::TaskGuard;
+
+/// μ-law silence.
+const SILENCE: u8 = 0xFF;
+/// Capacity of the leg's channels (the media pump's are of the same order).
+const QUEUE: usize = 512;
+
+/// What the caller heard and did, in ms from the moment media attached.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LegState {
+    /// Each stretch of agent audio the caller heard without a break: (start, end) in ms.
+    pub agent_audio: Vec<(u64, u64)>,
+    /// Agent audio played, in bytes (8 per ms).
+    pub agent_bytes: usize,
+    /// Marks echoed to the call: (when, name).
+    pub marks: Vec<(u64, String)>,
+    /// When each `clear` arrived.
+    pub clears: Vec<u64>,
+    /// When each of the caller's clips began to play into the call.
+    pub caller_clips: Vec<u64>,
+    /// When the caller's queued audio had all been sent (the line went quiet).
+    pub caller_done: Option<u64>,
+    /// When the call hung up the leg.
+    pub hung_up: Option<u64>,
+    /// Transfers asked of the carrier: (when, destination).
+    pub transfers: Vec<(u64, String)>,
+    /// DTMF the call sent through the carrier's command.
+    pub dtmf_sent: Vec<String>,
+}
+
+impl LegState {
+    /// True while agent audio reached the caller at `t_ms`.
+    pub fn agent_audible_at(&self, t_ms: u64) -> bool {
+        self.agent_audio
+            .iter()
+            .any(|(s, e)| (*s..*e).contains(&t_ms))
+    }
+
+    /// The first moment at or after `t_ms` when no agent audio was playing.
+    pub fn agent_quiet_after(&self, t_ms: u64) -> Option<u64> {
+        if !self.agent_audible_at(t_ms) {
+            return Some(t_ms);
+        }
+        self.agent_audio
+            .iter()
+            .find(|(s, e)| (*s..*e).contains(&t_ms))
+            .map(|(_, e)| *e)
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<LegState>,
+    changed: Notify,
+}
+
+impl Shared {
+    /// Changes the state and wakes its waiters.
+    fn with<R>(&self, f: impl FnOnce(&mut LegState) -> R) -> R {
+        let r = f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
+        self.changed.notify_waiters();
+        r
+    }
+
+    fn read(&self) -> LegState {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// What the caller does next on the line.
+enum CallerCmd {
+    Audio(Vec<u8>),
+    Dtmf(char),
+    HangUp,
+}
+
+/// The carrier's side of an in-memory call.
+pub struct MemoryLeg {
+    shared: Arc<Shared>,
+    started: Instant,
+    caller: mpsc::Sender<CallerCmd>,
+    _task: TaskGuard,
+}
+
+impl MemoryLeg {
+    /// A leg and the media half the call's actor attaches to.
+    fn new(call_id: &str) -> (Self, MediaAttach) {
+        let (events_tx, events) = mpsc::channel(QUEUE);
+        let (commands, commands_rx) = mpsc::channel(QUEUE);
+        let (caller, caller_rx) = mpsc::channel(64);
+        let shared = Arc::new(Shared::default());
+        let started = Instant::now();
+        let line = Line {
+            shared: shared.clone(),
+            started,
+            to_call: events_tx,
+            playback: VecDeque::new(),
+            caller_audio: VecDeque::new(),
+            playing_since: None,
+        };
+        let task = tokio::spawn(line.run(commands_rx, caller_rx));
+        let attach = MediaAttach {
+            start: StreamStart {
+                call_id: call_id.to_string(),
+                stream_id: "MZmemory".into(),
+                custom_parameters: Default::default(),
+            },
+            events,
+            commands,
+            ingress: None,
+        };
+        let leg = Self {
+            shared,
+            started,
+            caller,
+            _task: TaskGuard::new(task),
+        };
+        (leg, attach)
+    }
+
+    /// The caller says `ulaw` (μ-law 8 kHz), after what was queued before.
+    pub fn say(&self, ulaw: &[u8]) {
+        let _ = self.caller.try_send(CallerCmd::Audio(ulaw.to_vec()));
+    }
+
+    /// The caller is silent for `ms` (after what was queued before).
+    pub fn silence(&self, ms: u64) {
+        self.say(&vec![SILENCE; ms as usize * 8]);
+    }
+
+    /// The caller presses `digit` (after what was queued before).
+    pub fn dtmf(&self, digit: char) {
+        let _ = self.caller.try_send(CallerCmd::Dtmf(digit));
+    }
+
+    /// The caller hangs up (after what was queued before).
+    pub fn hang_up(&self) {
+        let _ = self.caller.try_send(CallerCmd::HangUp);
+    }
+
+    /// What the caller heard and did so far.
+    pub fn state(&self) -> LegState {
+        self.shared.read()
+    }
+
+    /// Waits until `pred` holds of the leg's state (at most `limit` of virtual time).
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        limit: Duration,
+        pred: impl Fn(&LegState) -> bool,
+    ) -> LegState {
+        let wait = async {
+            loop {
+                let changed = self.shared.changed.notified();
+                let s = self.state();
+                if pred(&s) {
+                    return s;
+                }
+                changed.await;
+            }
+        };
+        match tokio::time::timeout(limit, wait).await {
+            Ok(s) => s,
+            Err(_) => panic!("timed out waiting for {what}: {:#?}", self.state()),
+        }
+    }
+
+    /// Ms since media attached (the time base of [`LegState`]).
+    pub fn now_ms(&self) -> u64 {
+        Instant::now()
+            .saturating_duration_since(self.started)
+            .as_millis() as u64
+    }
+}
+
+/// Something the agent's audio queue holds.
+enum Queued {
+    Audio(Bytes),
+    Mark(String),
+}
+
+/// The leg's task: the line between the caller and the call.
+struct Line {
+    shared: Arc<Shared>,
+    started: Instant,
+    to_call: mpsc::Sender<super::ingress::Inbound>,
+    playback: VecDeque<Queued>,
+    caller_audio: VecDeque<u8>,
+    /// When the current stretch of agent audio began to play.
+    playing_since: Option<u64>,
+}
+
+impl Line {
+    fn ms(&self) -> u64 {
+        Instant::now()
+            .saturating_duration_since(self.started)
+            .as_millis() as u64
+    }
+
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<MediaCommand>,
+        mut caller: mpsc::Receiver<CallerCmd>,
+    ) {
+        let mut tick = tokio::time::interval(Duration::from_millis(FRAME_MS));
+        tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
+        let mut pending: VecDeque<CallerCmd> = VecDeque::new();
+        loop {
+            tokio::select! {
+                biased;
+                cmd = commands.recv() => match cmd {
+                    Some(cmd) => self.command(cmd),
+                    None => break,
+                },
+                Some(cmd) = caller.recv() => pending.push_back(cmd),
+                _ = tick.tick() => {
+                    if !self.caller_step(&mut pending).await {
+                        break;
+                    }
+                    self.play_frame();
+                }
+            }
+        }
+        self.stop_playing();
+    }
+
+    /// The caller's next 20 ms: queued audio (or silence), then any key press or hang-up that
+    /// waited for it. False when the caller hung up or the call is gone.
+    async fn caller_step(&mut self, pending: &mut VecDeque<CallerCmd>) -> bool {
+        while self.caller_audio.is_empty() {
+            match pending.pop_front() {
+                Some(CallerCmd::Audio(a)) => {
+                    let at = self.ms();
+                    self.shared.with(|s| {
+                        s.caller_clips.push(at);
+                        s.caller_done = None;
+                    });
+                    self.caller_audio.extend(a);
+                }
+                Some(CallerCmd::Dtmf(d)) => {
+                    if self.send(MediaEvent::Dtmf(d)).await.is_err() {
+                        return false;
+                    }
+                }
+                Some(CallerCmd::HangUp) => {
+                    let _ = self.send(MediaEvent::Stop).await;
+                    return false;
+                }
+                None => break,
+            }
+        }
+        let frame: Vec<u8> = if self.caller_audio.is_empty() {
+            vec![SILENCE; FRAME_BYTES]
+        } else {
+            let n = self.caller_audio.len().min(FRAME_BYTES);
+            let mut f: Vec<u8> = self.caller_audio.drain(..n).collect();
+            f.resize(FRAME_BYTES, SILENCE);
+            if self.caller_audio.is_empty() {
+                let at = self.ms() + FRAME_MS;
+                self.shared.with(|s| s.caller_done = Some(at));
+            }
+            f
+        };
+        self.send(MediaEvent::Audio(Bytes::from(frame)))
+            .await
+            .is_ok()
+    }
+
+    async fn send(&self, ev: MediaEvent) -> Result<(), ()> {
+        self.to_call.send(ev.into()).await.map_err(|_| ())
+    }
+
+    fn command(&mut self, cmd: MediaCommand) {
+        let at = self.ms();
+        match cmd {
+            MediaCommand::Audio(a) => self.playback.push_back(Queued::Audio(a)),
+            MediaCommand::Mark(name) => {
+                self.playback.push_back(Queued::Mark(name));
+                self.echo_marks();
+            }
+            MediaCommand::Clear => {
+                self.stop_playing();
+                let dropped: Vec<String> = self
+                    .playback
+                    .drain(..)
+                    .filter_map(|q| match q {
+                        Queued::Mark(m) => Some(m),
+                        Queued::Audio(_) => None,
+                    })
+                    .collect();
+                self.shared.with(|s| s.clears.push(at));
+                for m in dropped {
+                    self.echo(m);
+                }
+            }
+            MediaCommand::HangUp => self.shared.with(|s| s.hung_up = Some(at)),
+            MediaCommand::Transfer { id, request } => {
+                self.shared.with(|s| s.transfers.push((at, request.to)));
+                self.done(id, ActionResult::Done);
+            }
+            MediaCommand::SendDtmf { id, digits } => {
+                self.shared.with(|s| s.dtmf_sent.push(digits));
+                self.done(id, ActionResult::Done);
+            }
+        }
+    }
+
+    fn done(&self, id: u64, result: ActionResult) {
+        let _ = self
+            .to_call
+            .try_send(MediaEvent::ActionDone { id, result }.into());
+    }
+
+    /// Plays one frame of agent audio, if any is queued.
+    fn play_frame(&mut self) {
+        let mut left = FRAME_BYTES;
+        while left > 0 {
+            let Some(Queued::Audio(a)) = self.playback.front_mut() else {
+                break;
+            };
+            let n = a.len().min(left);
+            let _ = a.split_to(n);
+            left -= n;
+            if a.is_empty() {
+                self.playback.pop_front();
+            }
+        }
+        let played = FRAME_BYTES - left;
+        let at = self.ms();
+        if played > 0 {
+            if self.playing_since.is_none() {
+                self.playing_since = Some(at);
+            }
+            self.shared.with(|s| s.agent_bytes += played);
+        } else {
+            self.stop_playing();
+        }
+        self.echo_marks();
+    }
+
+    /// Ends the current stretch of agent audio (the caller hears it stop now).
+    fn stop_playing(&mut self) {
+        if let Some(since) = self.playing_since.take() {
+            let at = self.ms();
+            self.shared
+                .with(|s| s.agent_audio.push((since, at.max(since))));
+        }
+    }
+
+    /// Echoes the marks whose audio has all played.
+    fn echo_marks(&mut self) {
+        while let Some(Queued::Mark(_)) = self.playback.front() {
+            if let Some(Queued::Mark(m)) = self.playback.pop_front() {
+                self.echo(m);
+            }
+        }
+    }
+
+    fn echo(&self, name: String) {
+        let at = self.ms();
+        self.shared.with(|s| s.marks.push((at, name.clone())));
+        let _ = self.to_call.try_send(MediaEvent::MarkPlayed(name).into());
+    }
+}
+
+/// A call in memory: its actor, its handle and the carrier's leg.
+pub struct MemoryCall {
+    pub handle: CallHandle,
+    pub leg: MemoryLeg,
+    pub registry: Arc<CallRegistry>,
+    call_id: String,
+}
+
+impl MemoryCall {
+    /// Starts a call to `agent` on `providers` and answers it at once.
+    pub fn start(agent: Arc<AgentConfig>, providers: AgentProviders) -> Result<Self, InsertError> {
+        let call_id = "CAmemory".to_string();
+        let setup = CallSetup {
+            call_id: call_id.clone(),
+            carrier: CarrierKind::Twilio,
+            carrier_account: "memory".into(),
+            from: "+15550001111".into(),
+            to: "+15550002222".into(),
+            outbound: false,
+            agent_name: "agent".into(),
+            agent,
+            providers,
+            attach_timeout: Duration::from_secs(10),
+            media_timeout: Duration::from_secs(30),
+            log: None,
+            tools: None,
+            recording: None,
+            turn_model: None,
+        };
+        let registry = Arc::new(CallRegistry::new());
+        let handle = actor::start(setup, registry.clone(), 1)?;
+        let (leg, attach) = MemoryLeg::new(&call_id);
+        handle.attach(attach).map_err(|_| InsertError::Full)?;
+        Ok(Self {
+            handle,
+            leg,
+            registry,
+            call_id,
+        })
+    }
+
+    /// The call's record so far (or its final one).
+    pub async fn record(&self) -> CallRecord {
+        match self.handle.snapshot().await {
+            Ok(r) => r,
+            Err(_) => self.finished().await,
+        }
+    }
+
+    /// Waits until the call's record satisfies `pred` (at most `limit` of virtual time).
+    pub async fn wait_record(
+        &self,
+        what: &str,
+        limit: Duration,
+        pred: impl Fn(&CallRecord) -> bool,
+    ) -> CallRecord {
+        let wait = async {
+            let mut changes = self.handle.changes();
+            loop {
+                match self.handle.snapshot().await {
+                    Ok(r) if pred(&r) => return r,
+                    Ok(_) => {}
+                    Err(_) => return self.finished().await,
+                }
+                if changes.changed().await.is_err() {
+                    return self.finished().await;
+                }
+            }
+        };
+        let r = tokio::time::timeout(limit, wait)
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+        assert!(pred(&r), "the call ended before {what}: {r:#?}");
+        r
+    }
+
+    /// Waits for the call to end; its final record.
+    pub async fn finished(&self) -> CallRecord {
+        match self.registry.wait_finished(&self.call_id).await {
+            Some(r) => r,
+            None => panic!("call {} left no record", self.call_id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
