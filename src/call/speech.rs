@@ -1,15 +1,15 @@
-//! The agent's mouth: a queue of utterances (greeting, reply sentences, fillers) each with its
-//! id, text, buffered μ-law audio and word timings, and the pacer that feeds the carrier 20 ms frames no more
-//! than [`LEAD`] ahead of real time, with a mark after each utterance so the actor knows exactly
-//! what the caller has heard. Barge-in can [`Speech::pause`] it: audio at the carrier whose mark
-//! has not come back is taken back (each utterance keeps its sent-but-unconfirmed bytes) and
+//! The agent's mouth: a queue of utterances (greeting, reply sentences, fillers) each with its id,
+//! text, buffered μ-law audio and word timings, and the pacer that feeds the carrier 20 ms frames
+//! no more than [`LEAD`] ahead of real time, with a mark after each utterance so the actor knows
+//! exactly what the caller has heard. Barge-in can [`Speech::pause`] it: audio at the carrier whose
+//! mark has not come back is taken back (each utterance keeps its sent-but-unconfirmed bytes) and
 //! re-sent from the start of the first unheard utterance on [`Speech::resume`]. Pure state, no
-//! provider streams: the conversation policy ([`super::policy`]) queues, pauses, resumes and
-//! clears it and asks for the synthesis it wants ([`Speech::take_synthesis`]) and cancels what
-//! it dropped ([`Speech::take_cancelled`]); the actor owns the TTS streams, hands their events
-//! back ([`Speech::on_tts`], through the policy), pumps it and sends what it returns. Each utterance keeps
-//! the word timings its TTS gave ([`TtsEvent::Words`]) and [`Speech::played_at`] says how much
-//! of each unconfirmed utterance had played at a moment, for word-precise heard history
+//! provider streams: the conversation policy ([`super::policy`]) queues, pauses, resumes and clears
+//! it and asks for the synthesis it wants ([`Speech::take_synthesis`]) and cancels what it dropped
+//! ([`Speech::take_cancelled`]); the actor owns the TTS streams, hands their events back
+//! ([`Speech::on_tts`], through the policy), pumps it and sends what it returns. Each utterance
+//! keeps the word timings its TTS gave ([`TtsEvent::Words`]) and [`Speech::played_at`] says how
+//! much of each unconfirmed utterance had played at a moment, for word-precise heard history
 //! ([`super::heard`]).
 
 use std::collections::VecDeque;

@@ -84,3 +84,43 @@ impl Synthesis {
         matches!(ev, Some(TtsEvent::Audio(_))).then_some(at)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::TaskGuard;
+    use tokio::sync::mpsc;
+
+    /// A finished or cancelled synthesis' stream is dropped, so its task is aborted.
+    #[tokio::test]
+    async fn cancelling_drops_the_stream_and_aborts_its_task() {
+        let (tx, events) = mpsc::channel(4);
+        let task = tokio::spawn(std::future::pending::<()>());
+        let abort = task.abort_handle();
+        let stream = TtsStream {
+            events,
+            guard: TaskGuard::new(task),
+        };
+        let mut s = Synthesis::default();
+        s.start(7, stream, Instant::now());
+        tx.try_send(TtsEvent::Done).expect("queued");
+        assert_eq!(s.next().await, (7, Some(TtsEvent::Done)));
+        assert!(s.streams.is_empty(), "a finished stream is dropped");
+        tokio::task::yield_now().await;
+        assert!(abort.is_finished(), "and its task with it");
+        let (_tx, events) = mpsc::channel(4);
+        let task = tokio::spawn(std::future::pending::<()>());
+        let abort2 = task.abort_handle();
+        s.start(
+            8,
+            TtsStream {
+                events,
+                guard: TaskGuard::new(task),
+            },
+            Instant::now(),
+        );
+        s.cancel(&[8]);
+        tokio::task::yield_now().await;
+        assert!(abort2.is_finished(), "cancelled: its task is aborted");
+    }
+}

@@ -1,6 +1,6 @@
-//! The policy's vocabulary: the [`Input`]s the actor hands [`Policy::handle`](super::Policy::handle)
-//! and the [`Action`]s it takes back from [`Policy::poll_action`](super::Policy::poll_action)
-//! (see the driving rule in [`super`]).
+//! The policy's vocabulary: the [`Input`]s the actor hands
+//! [`Policy::handle`](super::Policy::handle) and the [`Action`]s it takes back from
+//! [`Policy::poll_action`](super::Policy::poll_action) (see the driving rule in [`super`]).
 
 use super::super::action::{ActionOutcome, CallAction};
 use super::super::event::{EndReason, EventKind};

@@ -155,3 +155,30 @@ async fn filler_goes_before_unstarted_replies() {
     let wants: Vec<_> = s.wants_tts().into_iter().map(|(_, t)| t).collect();
     assert_eq!(wants, vec!["wait".to_string(), "reply".to_string()]);
 }
+
+/// Utterances dropped while their synthesis runs are reported for cancelling, once; finished
+/// or never-asked-for ones are not.
+#[test]
+fn dropped_utterances_with_synthesis_running_are_reported_for_cancelling() {
+    let mut s = Speech::new();
+    let done = push_synth(&mut s, UttKind::Say, "done", 0, &[160], true);
+    let running = s.push(UttKind::Reply { turn: 1 }, "running".into(), 1);
+    let later = s.push(UttKind::Reply { turn: 1 }, "later".into(), 2);
+    let asked: Vec<u64> = s.take_synthesis().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(asked, vec![running, later]);
+    assert!(s.take_synthesis().is_empty(), "asked for once");
+    let unasked = s.push(UttKind::Filler { turn: 1 }, "filler".into(), 3);
+    s.keep_current();
+    assert_eq!(s.take_cancelled(), vec![running, later]);
+    assert!(s.take_cancelled().is_empty());
+    assert!(s.queued().any(|u| u.id == done));
+    assert!(!s.queued().any(|u| u.id == unasked));
+    let id = s.push(UttKind::Filler { turn: 2 }, "wait".into(), 4);
+    assert_eq!(s.take_synthesis().len(), 1);
+    s.drop_unstarted(|k| matches!(k, UttKind::Filler { .. }));
+    assert_eq!(s.take_cancelled(), vec![id]);
+    let id = s.push(UttKind::Say, "more".into(), 5);
+    s.take_synthesis();
+    let _ = s.clear(Instant::now());
+    assert_eq!(s.take_cancelled(), vec![id]);
+}
