@@ -96,7 +96,7 @@ fn caller_ingress(c: &mut Criterion) {
         c.bench_function(&format!("caller_ingress_frame_{label}"), |b| {
             b.iter(|| {
                 if let Ok(Some(MediaEvent::Audio(a))) = codec.decode(black_box(wire))
-                    && let Some(note) = stage.frame(a)
+                    && let Some(note) = stage.frame(a, tokio::time::Instant::now())
                 {
                     let _ = note_tx.try_send(Inbound::Caller(note));
                 }

@@ -279,10 +279,12 @@ pub async fn serve(
                         }
                         // Caller audio goes through the stage; the actor hears its notes.
                         let msg = match (ev, ingress.as_mut()) {
-                            (MediaEvent::Audio(frame), Some(stage)) => match stage.frame(frame) {
-                                Some(note) => Inbound::Caller(note),
-                                None => continue,
-                            },
+                            (MediaEvent::Audio(frame), Some(stage)) => {
+                                match stage.frame(frame, tokio::time::Instant::now()) {
+                                    Some(note) => Inbound::Caller(note),
+                                    None => continue,
+                                }
+                            }
                             (ev, _) => Inbound::Media(ev),
                         };
                         if ev_tx.send(msg).await.is_err() || stop {

@@ -13,6 +13,18 @@
 //! The [`SttFeed`] is the one writer of a call's STT input: the actor swaps its sender when it
 //! opens or reopens the session, and sends `Finalize` / `Close` through it, which first
 //! flushes the batch, so audio and control stay in order.
+//!
+//! The stage runs on the media pump's task, the actor on its own: what the two share is one
+//! handle, [`CallerShared`], which the actor owns and clones into the stage it builds when
+//! media attaches ([`CallerShared::stage`]). It holds exactly four pieces, each written by one
+//! side and read by the other, none of them waited on: the [`SttFeed`] (the stage writes
+//! audio, the actor swaps the session and sends control; one mutex, held for a `try_send`),
+//! the [`BargeWatch`] (written by the actor on every wake, read by the stage on every frame),
+//! the [`EchoReference`] (written by the actor's pacer with the levels of the agent audio it
+//! sends, read by the stage's echo check) and the end-of-turn model's [`CallerRing`] (written
+//! by the stage with every frame, snapshotted by the actor when the policy asks the model). The
+//! stage is handed each frame's arrival time ([`CallerIngress::frame`]); it never reads the
+//! clock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -258,8 +270,8 @@ impl EchoCheck {
     /// Checks this caller frame, arriving now, against the agent audio played before it.
     /// Returns whether the frame could hold an echo (a path is known and what was played
     /// at its delay would be heard) and whether the frame is explained by the echo.
-    fn check(&mut self, frame: &[u8], floor_db: f32) -> (bool, bool) {
-        let captured = self.clock.capture(Instant::now());
+    fn check(&mut self, frame: &[u8], floor_db: f32, now: Instant) -> (bool, bool) {
+        let captured = self.clock.capture(now);
         let level = ulaw_db(frame);
         // A frame at the background level has nothing to explain (and cannot start a run).
         if !EchoEstimator::heard(level, floor_db)
@@ -269,6 +281,34 @@ impl EchoCheck {
         }
         let explained = self.estimate.push(level, floor_db, &self.played);
         (self.estimate.could_echo(floor_db, &self.played), explained)
+    }
+}
+
+/// Everything a call's actor shares with its caller-audio stage (see the module docs): the
+/// actor holds this one handle and clones it into the stage it builds.
+#[derive(Clone)]
+pub struct CallerShared {
+    /// The call's one writer to its STT session.
+    pub stt: SttFeed,
+    /// Whether barge-in could act on caller speech now.
+    pub barge: BargeWatch,
+    /// The levels of the agent audio sent (agents with `barge_in_echo_check` only).
+    pub echo: Option<EchoReference>,
+    /// The caller's last 8 s for the end-of-turn model (agents with `turn_model` only).
+    pub ring: Option<Arc<Mutex<CallerRing>>>,
+}
+
+impl CallerShared {
+    /// The caller-audio stage on this shared state, with detector `vad` (see
+    /// [`CallerIngress::new`] for `stt_tail_ms`).
+    pub fn stage(&self, vad: Vad, stt_tail_ms: u64) -> CallerIngress {
+        let stage = CallerIngress::new(vad, self.stt.clone(), stt_tail_ms)
+            .with_ring(self.ring.clone())
+            .with_barge_watch(self.barge.clone());
+        match &self.echo {
+            Some(echo) => stage.with_echo_reference(echo.clone()),
+            None => stage,
+        }
     }
 }
 
@@ -369,8 +409,9 @@ impl CallerIngress {
         self
     }
 
-    /// Takes in one caller frame (μ-law); returns a note when the actor must hear now.
-    pub fn frame(&mut self, frame: Bytes) -> Option<CallerNote> {
+    /// Takes in one caller frame (μ-law) that arrived at `now`; returns a note when the actor
+    /// must hear now.
+    pub fn frame(&mut self, frame: Bytes, now: Instant) -> Option<CallerNote> {
         if let Some(ring) = &self.ring {
             ring.lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -386,7 +427,7 @@ impl CallerIngress {
         let floor = self.vad.floor_db();
         let (echoing, echoed) = match &mut self.echo {
             Some(e) => {
-                let (echoing, echoed) = e.check(&frame, floor);
+                let (echoing, echoed) = e.check(&frame, floor, now);
                 if e.path.map(|p| p.delay_ms) != e.estimate.path().map(|p| p.delay_ms) {
                     if e.path.is_none() {
                         // Locked on during a held run: what was heard of it was the echo.
@@ -541,7 +582,7 @@ mod tests {
         for _ in 0..50 {
             let f = silence();
             sent.extend_from_slice(&f);
-            notes.extend(ing.frame(f));
+            notes.extend(ing.frame(f, Instant::now()));
         }
         assert_eq!(notes.len(), 10, "{notes:?}");
         assert!(notes.iter().all(|n| n.frames == QUIET_NOTE_FRAMES));
@@ -573,13 +614,13 @@ mod tests {
         for _ in 0..4 {
             let f = silence();
             sent.extend_from_slice(&f);
-            assert!(ing.frame(f).is_none());
+            assert!(ing.frame(f, Instant::now()).is_none());
         }
         let mut notes = Vec::new();
         for n in 0..40 {
             let f = tone_frame(n);
             sent.extend_from_slice(&f);
-            notes.extend(ing.frame(f));
+            notes.extend(ing.frame(f, Instant::now()));
         }
         let start = notes
             .iter()
@@ -607,7 +648,7 @@ mod tests {
         for _ in 0..100 {
             let f = silence();
             sent.extend_from_slice(&f);
-            after.extend(ing.frame(f));
+            after.extend(ing.frame(f, Instant::now()));
         }
         let end = after
             .iter()
@@ -672,8 +713,8 @@ mod tests {
     #[test]
     fn finalize_flushes_first_and_a_new_session_takes_over() {
         let (mut ing, mut rx, feed) = ingress(0);
-        ing.frame(silence());
-        ing.frame(silence());
+        ing.frame(silence(), Instant::now());
+        ing.frame(silence(), Instant::now());
         assert!(drain(&mut rx).is_empty());
         assert!(feed.send(SttInput::Finalize));
         let inputs = drain(&mut rx);
@@ -684,13 +725,13 @@ mod tests {
         let (tx2, mut rx2) = mpsc::channel(16);
         feed.set_input(Some(tx2));
         for _ in 0..3 {
-            ing.frame(silence());
+            ing.frame(silence(), Instant::now());
         }
         assert!(drain(&mut rx).is_empty());
         assert_eq!(drain(&mut rx2).len(), 1);
         feed.set_input(None);
         for _ in 0..3 {
-            ing.frame(silence());
+            ing.frame(silence(), Instant::now());
         }
         assert_eq!(feed.totals(), (2 * 20 + 3 * 20, 0));
     }
@@ -703,7 +744,7 @@ mod tests {
         feed.set_input(Some(tx));
         let mut ing = CallerIngress::new(Vad::new(VadConfig::default()), feed.clone(), 0);
         for _ in 0..6 {
-            ing.frame(silence());
+            ing.frame(silence(), Instant::now());
         }
         // Two writes of 3 frames: the first queued, the second refused.
         assert_eq!(feed.totals(), (60, 3));
@@ -718,11 +759,11 @@ mod tests {
         barge.set(false);
         let mut ing = ing.with_barge_watch(barge.clone());
         for _ in 0..4 {
-            ing.frame(silence());
+            ing.frame(silence(), Instant::now());
         }
         let mut notes = Vec::new();
         for n in 0..28 {
-            notes.extend(ing.frame(tone_frame(n)));
+            notes.extend(ing.frame(tone_frame(n), Instant::now()));
         }
         let start = notes
             .iter()
@@ -735,7 +776,7 @@ mod tests {
         barge.set(true);
         for n in 28..33 {
             let note = ing
-                .frame(tone_frame(n))
+                .frame(tone_frame(n), Instant::now())
                 .expect("a note per frame once armed");
             assert!(note.speech_run_ms > 0);
         }
@@ -747,7 +788,9 @@ mod tests {
         let (ing, _rx, _feed) = ingress(0);
         let mut ing = ing.every_frame();
         for _ in 0..7 {
-            let n = ing.frame(silence()).expect("a note per frame");
+            let n = ing
+                .frame(silence(), Instant::now())
+                .expect("a note per frame");
             assert_eq!(n.frames, 1);
         }
     }

@@ -2,20 +2,45 @@
 //! turn-taking state (the explicit agent [`Phase`], the [`Endpointer`], barge-in, held turns,
 //! fillers, idle nudges and the goodbye) and what the conversation remembers (transcript,
 //! chat history, the note for a brain that keeps its own history). The actor feeds it
-//! [`Input`]s (caller speech from our detector, speech-to-text results, brain events, playback
-//! marks, timers, DTMF, `say`) with the time they happened, and carries out the [`Action`]s it
-//! returns (carrier `clear`, `Finalize`, start or cancel the brain, synthesise, events,
-//! persistence, hang up). The agent's mouth ([`Speech`], itself pure state) is lent to every
-//! step so the policy can queue, pause, resume and clear it and see what is playing. Nothing
-//! here does I/O, reads the clock, holds a channel or spawns a task.
+//! [`Input`]s (caller speech from our detector, speech-to-text results, brain events, synthesis
+//! events, playback marks, timers, DTMF, `say`) with the time they happened, and carries out
+//! the [`Action`]s it queues (carrier `clear`, `Finalize`, start or cancel the brain, start or
+//! cancel synthesis, events, persistence, hang up). The agent's mouth ([`Speech`], itself pure
+//! state: utterance ids, text, audio and timings, no provider streams) is lent to every step so
+//! the policy can queue, pause, resume and clear it and see what is playing. Nothing here does
+//! I/O, reads the clock, holds a channel or spawns a task.
+//!
+//! # The driving rule
+//!
+//! There is one way in and one way out, and the actor follows it for every event:
+//!
+//! 1. [`Policy::handle`]`(input, now, &mut mouth)` with whatever happened and the time;
+//! 2. then [`Policy::poll_action`] until it returns `None`, carrying out each action in order;
+//! 3. before waiting again, [`Policy::deadline`] says when to send [`Input::Timer`].
+//!
+//! Nothing else changes the policy's state: no side doors, no "settle" input, no queue of
+//! inputs kept outside it. What a step leaves for later is the policy's own business: at the
+//! end of every `handle` it takes a held turn whose time has come and ends a goodbye that has
+//! played, and when something outside a step (the pacer sending the last of an utterance) makes
+//! one due, [`Policy::deadline`] returns a time already passed, so the next [`Input::Timer`]
+//! does it.
+//!
+//! Carrying out an action sometimes yields an input at once: the pacer pumped by
+//! [`Action::Speak`] reports the utterances that started ([`Input::Started`]), the end-of-turn
+//! model refuses a question ([`Action::AskTurnModel`] answered by [`Input::TurnModel`]), a
+//! carrier action cannot be queued ([`Input::ActionDone`] with a failure). The actor hands that
+//! input to `handle` right away, before polling on; the actions it queues come before those
+//! still pending (depth first), so they run as if carried out inside the action that caused
+//! them. The result of carrying out an action is thus always one more `handle` call in the same
+//! loop, never a queue.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::action::{ActionOutcome, CallAction};
-use super::event::{EndReason, EventKind};
+use super::event::EventKind;
 use super::heard;
 use super::speech::{Speech, UttKind};
 use super::transcript::{Speaker, TranscriptEntry};
@@ -30,6 +55,7 @@ mod acts;
 mod barge;
 mod eot;
 mod hold;
+mod io;
 mod speaking;
 mod speculate;
 #[cfg(test)]
@@ -37,6 +63,7 @@ mod tests;
 
 pub use acts::TRANSFER_WAIT;
 pub use eot::TurnModelTiming;
+pub use io::{Action, Input};
 
 /// Longest wait for the idle goodbye to play before hanging up anyway.
 pub const GOODBYE_GRACE: Duration = Duration::from_secs(15);
@@ -63,106 +90,6 @@ pub enum Phase {
     },
     /// The idle goodbye is playing; the call is hung up when it is done or at `until`.
     Goodbye { until: Instant },
-}
-
-/// Something that happened on the call, as the policy needs to know it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Input {
-    /// The call was created: queue the greeting (synthesised while the phone rings).
-    Start,
-    /// The carrier's media stream started: the call is answered.
-    Answered,
-    /// Our detector heard the caller start or stop speaking; `audio_ms` is the audio time it
-    /// has judged so far (the event's audio times become wall times by their lag behind it).
-    Vad { event: VadEvent, audio_ms: u64 },
-    /// A caller audio frame went through the detector (after its speech events);
-    /// `speech_run_ms` is the voiced audio in the current run (0 when not speaking),
-    /// `span_ms` the audio time since the run's onset (voiced and gaps), `pitched_ms` how
-    /// much of it carried a pitch (`audio::pitch`; 0 for a cough), `echo_ms` how much of it
-    /// the agent's own echo explains (`audio::echo`).
-    CallerAudio {
-        speech_run_ms: u64,
-        span_ms: u64,
-        pitched_ms: u64,
-        echo_ms: u64,
-    },
-    /// A speech-to-text interim transcript.
-    Interim(String),
-    /// A speech-to-text final transcript.
-    Final {
-        text: String,
-        speech_final: bool,
-        from_finalize: bool,
-    },
-    /// The speech-to-text's `UtteranceEnd`.
-    UtteranceEnd,
-    /// The speech-to-text thinks the turn probably ended with this text: start the brain
-    /// speculatively, holding its reply back.
-    EagerEndOfTurn(String),
-    /// The caller went on: cancel the speculation.
-    TurnResumed,
-    /// The speech-to-text's own turn model ended the turn with this text.
-    EndOfTurn(String),
-    /// An event of the brain's reply stream (a stream that ends early arrives as an error).
-    Llm(LlmEvent),
-    /// The carrier played everything up to this mark.
-    Mark(String),
-    /// Utterances whose first audio frame just went out (the pacer's `started`).
-    Started(Vec<(u64, UttKind)>),
-    /// The caller pressed a key.
-    Dtmf(char),
-    /// Speak this text (a handle's `say`).
-    Say(String),
-    /// An agent action (tool, MCP, REST) numbered `id`; answered by [`Action::Reply`].
-    Act { id: u64, action: CallAction },
-    /// The carrier's answer to [`Action::Transfer`] / [`Action::SendDtmf`] number `id`.
-    ActionDone { id: u64, result: ActionResult },
-    /// The carrier ended the media stream (the actor ends the call; a transfer in flight
-    /// takes it as the carrier carrying the transfer out).
-    StreamStopped,
-    /// A time returned by [`Policy::deadline`] has come.
-    Timer,
-    /// Something else changed (synthesis, pacing, any event): release a held turn whose
-    /// time has come, end the goodbye. Sent after every event the actor handles.
-    Settle,
-    /// The end-of-turn model's answer about a pause ([`Action::AskTurnModel`]).
-    TurnModel(crate::call::eot::TurnModelAnswer),
-}
-
-/// What the actor must do, in order.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Action {
-    /// Tell the carrier to drop the audio it has queued.
-    Clear,
-    /// An utterance was queued on the mouth: start synthesis for what wants it and pump.
-    Speak { kind: UttKind, text: String },
-    /// The mouth was resumed after a barge-in: pump.
-    Resume,
-    /// Ask the speech-to-text to finalize the current utterance now.
-    Finalize,
-    /// Start the brain on this history (replacing any reply stream in flight).
-    StartBrain { history: Vec<ChatMessage> },
-    /// Drop the brain's reply stream (cancelling it if it is still running).
-    CancelBrain,
-    /// Record an event on the call's timeline.
-    Event(EventKind, String),
-    /// Persist transcript entry `i` (see [`Policy::transcript`]).
-    Persist(usize),
-    /// The first audio of the reply to a caller turn went out this many µs after the turn ended.
-    ReplyLatency(u64),
-    /// Hang up and end the call for this reason.
-    HangUp(EndReason),
-    /// End the call for this reason without hanging up (the carrier carries the caller on,
-    /// e.g. after a transfer).
-    End(EndReason),
-    /// Tell whoever asked for action `id` what came of it.
-    Reply { id: u64, outcome: ActionOutcome },
-    /// Ask the carrier to cold-transfer the call to `to` (E.164, allowed).
-    Transfer { id: u64, to: String },
-    /// Ask the carrier to send these (checked) DTMF digits.
-    SendDtmf { id: u64, digits: String },
-    /// Have the end-of-turn model judge pause number `pause` on the caller's last 8 s.
-    AskTurnModel { pause: u64 },
 }
 
 /// The reply to one caller turn.
@@ -234,6 +161,9 @@ pub struct Policy {
     greeting_sent: bool,
     /// What the goodbye phase ends in (none: the idle goodbye's hang-up).
     closing: Option<acts::Closing>,
+    /// The policy ended the call ([`Action::HangUp`] or [`Action::End`]): nothing is settled
+    /// after it.
+    ended: bool,
     /// A DTMF action waiting for the carrier.
     dtmf_pending: Option<(u64, String)>,
     /// The speech-to-text ends turns itself ([`Input::EndOfTurn`]): our endpointer only
@@ -249,7 +179,12 @@ pub struct Policy {
     /// ("wait," before a pause and "stop"): they count with the next words and start the next
     /// turn; a resume forgets them.
     barge_words: String,
+    /// The actions of the input being handled, in order.
     out: Vec<Action>,
+    /// Actions queued for the actor ([`Policy::poll_action`]).
+    pending: VecDeque<Action>,
+    /// The time of the last input handled.
+    last_now: Instant,
 }
 
 /// A speculative brain request: the text it was started on and the reply events held back
@@ -293,6 +228,7 @@ impl Policy {
             heard_cut: None,
             greeting_sent: false,
             closing: None,
+            ended: false,
             dtmf_pending: None,
             stt_turns: false,
             speculation: None,
@@ -300,17 +236,13 @@ impl Policy {
             burst: hold::Burst::default(),
             barge_words: String::new(),
             out: Vec::new(),
+            pending: VecDeque::new(),
+            last_now: now,
         }
     }
 
     /// The speech-to-text decides the end of turns itself (see
     /// [`crate::provider::SttProvider::ends_turns`]).
-    /// The speech-to-text changed mid-call (a fallback chain switched): whether the new one
-    /// ends turns itself.
-    pub fn set_stt_turns(&mut self, yes: bool) {
-        self.stt_turns = yes;
-    }
-
     pub fn with_stt_turns(mut self, yes: bool) -> Self {
         self.stt_turns = yes;
         self
@@ -341,9 +273,35 @@ impl Policy {
         self.turns
     }
 
-    /// Applies one input at `now`; returns what the actor must do, in order.
-    pub fn handle(&mut self, input: Input, now: Instant, mouth: &mut Speech) -> Vec<Action> {
+    /// Applies one input at `now` and queues what the actor must do, in order, before any
+    /// actions still pending (see the driving rule in the module docs); take them with
+    /// [`Policy::poll_action`].
+    pub fn handle(&mut self, input: Input, now: Instant, mouth: &mut Speech) {
+        self.last_now = now;
         self.refresh(mouth);
+        self.apply(input, now, mouth);
+        self.refresh(mouth);
+        self.note_end();
+        if !self.ended {
+            self.settle(now, mouth);
+            self.refresh(mouth);
+            self.note_end();
+        }
+        let cancelled = mouth.take_cancelled();
+        if !cancelled.is_empty() {
+            self.out.push(Action::CancelSynthesis(cancelled));
+        }
+        for action in self.out.drain(..).rev() {
+            self.pending.push_front(action);
+        }
+    }
+
+    /// The next action to carry out; `None` when there is none until the next input.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.pending.pop_front()
+    }
+
+    fn apply(&mut self, input: Input, now: Instant, mouth: &mut Speech) {
         match input {
             Input::Start => {
                 let greeting = self.agent.first_message.trim().to_string();
@@ -352,35 +310,7 @@ impl Policy {
                 }
             }
             Input::Answered => self.answered = Some(now),
-            Input::Vad { event, audio_ms } => {
-                let at = |t: u64| {
-                    let lag = Duration::from_millis(audio_ms.saturating_sub(t));
-                    now.checked_sub(lag).unwrap_or(now)
-                };
-                self.last_activity = now;
-                match event {
-                    VadEvent::SpeechStart { onset_ms } => {
-                        self.caller_speaking = true;
-                        self.endpointer.on_speech_start(at(onset_ms));
-                        self.gate.on_speech_start();
-                        self.eot_at = None;
-                        self.event(EventKind::SpeechStart, format!("audio_ms={onset_ms}"));
-                    }
-                    VadEvent::SpeechEnd {
-                        onset_ms,
-                        last_voiced_ms,
-                    } => {
-                        self.caller_speaking = false;
-                        self.endpointer.on_speech_end(at(last_voiced_ms));
-                        let length_ms = last_voiced_ms.saturating_sub(onset_ms);
-                        self.event(
-                            EventKind::SpeechEnd,
-                            format!("audio_ms={last_voiced_ms} length_ms={length_ms}"),
-                        );
-                        self.check_end_of_turn(now, mouth);
-                    }
-                }
-            }
+            Input::Vad { event, audio_ms } => self.on_vad(event, audio_ms, now, mouth),
             Input::CallerAudio {
                 speech_run_ms,
                 span_ms,
@@ -463,15 +393,47 @@ impl Policy {
                 }
             }
             Input::Timer => self.on_timer(now, mouth),
-            Input::Settle => self.settle(now, mouth),
+            Input::Synthesis { id, event } => self.on_synthesis(id, event, mouth),
+            Input::SttChanged { ends_turns } => self.stt_turns = ends_turns,
             Input::TurnModel(answer) => self.on_turn_model(answer, now, mouth),
         }
-        self.refresh(mouth);
-        std::mem::take(&mut self.out)
+    }
+
+    /// Our detector heard the caller start or stop speaking (`audio_ms`: the audio time it has
+    /// judged, so the event's audio times become wall times by their lag behind it).
+    fn on_vad(&mut self, event: VadEvent, audio_ms: u64, now: Instant, mouth: &mut Speech) {
+        let at = |t: u64| {
+            let lag = Duration::from_millis(audio_ms.saturating_sub(t));
+            now.checked_sub(lag).unwrap_or(now)
+        };
+        self.last_activity = now;
+        match event {
+            VadEvent::SpeechStart { onset_ms } => {
+                self.caller_speaking = true;
+                self.endpointer.on_speech_start(at(onset_ms));
+                self.gate.on_speech_start();
+                self.eot_at = None;
+                self.event(EventKind::SpeechStart, format!("audio_ms={onset_ms}"));
+            }
+            VadEvent::SpeechEnd {
+                onset_ms,
+                last_voiced_ms,
+            } => {
+                self.caller_speaking = false;
+                self.endpointer.on_speech_end(at(last_voiced_ms));
+                let length_ms = last_voiced_ms.saturating_sub(onset_ms);
+                self.event(
+                    EventKind::SpeechEnd,
+                    format!("audio_ms={last_voiced_ms} length_ms={length_ms}"),
+                );
+                self.check_end_of_turn(now, mouth);
+            }
+        }
     }
 
     /// The earliest time the policy wants an [`Input::Timer`]: the filler, the end of turn,
-    /// the barge-in decision, the idle nudge or the end of the goodbye.
+    /// the barge-in decision, the idle nudge or the end of the goodbye; the last input's time
+    /// when a held turn or the goodbye's end became due outside a step.
     pub fn deadline(&self, mouth: &Speech) -> Option<Instant> {
         let phase_at = match self.phase {
             Phase::BargeIn { deadline, .. } => Some(deadline),
@@ -479,6 +441,7 @@ impl Policy {
             _ => None,
         };
         [
+            self.settle_due(mouth).then_some(self.last_now),
             self.filler_deadline(mouth),
             self.eot_at,
             phase_at,
@@ -601,7 +564,28 @@ impl Policy {
         // The goodbye's own deadline is checked by `settle`.
     }
 
-    /// A held turn whose time has come is taken; the goodbye ends when it has played.
+    /// Notes that the actions so far end the call.
+    fn note_end(&mut self) {
+        self.ended |= self
+            .out
+            .iter()
+            .any(|a| matches!(a, Action::HangUp(_) | Action::End(_)));
+    }
+
+    /// [`Policy::settle`] would act now.
+    fn settle_due(&self, mouth: &Speech) -> bool {
+        if self.ended {
+            return false;
+        }
+        let turn = self.held_turn.is_some() && !self.brain && !mouth.is_speaking();
+        let goodbye = matches!(self.phase, Phase::Goodbye { .. })
+            && self.transfer_requested().is_none()
+            && !mouth.is_speaking();
+        turn || goodbye
+    }
+
+    /// A held turn whose time has come is taken; the goodbye ends when it has played (at the
+    /// end of every step).
     fn settle(&mut self, now: Instant, mouth: &mut Speech) {
         if self.held_turn.is_some()
             && !self.brain

@@ -1,18 +1,18 @@
-//! The agent's mouth: a queue of utterances (greeting, reply sentences, fillers) each with its
-//! TTS stream and buffered μ-law audio, and the pacer that feeds the carrier 20 ms frames no more
-//! than [`LEAD`] ahead of real time, with a mark after each utterance so the actor knows exactly
-//! what the caller has heard. Barge-in can [`Speech::pause`] it: audio at the carrier whose mark
-//! has not come back is taken back (each utterance keeps its sent-but-unconfirmed bytes) and
-//! re-sent from the start of the first unheard utterance on [`Speech::resume`]. Pure state: the
-//! conversation policy ([`super::policy`]) queues, pauses, resumes and clears it; the actor
-//! starts the synthesis it asks for, pumps it and sends what it returns. Each utterance keeps
-//! the word timings its TTS gave ([`TtsEvent::Words`]) and [`Speech::played_at`] says how much
-//! of each unconfirmed utterance had played at a moment, for word-precise heard history
+//! The agent's mouth: a queue of utterances (greeting, reply sentences, fillers) each with its id,
+//! text, buffered μ-law audio and word timings, and the pacer that feeds the carrier 20 ms frames
+//! no more than [`LEAD`] ahead of real time, with a mark after each utterance so the actor knows
+//! exactly what the caller has heard. Barge-in can [`Speech::pause`] it: audio at the carrier whose
+//! mark has not come back is taken back (each utterance keeps its sent-but-unconfirmed bytes) and
+//! re-sent from the start of the first unheard utterance on [`Speech::resume`]. Pure state, no
+//! provider streams: the conversation policy ([`super::policy`]) queues, pauses, resumes and clears
+//! it and asks for the synthesis it wants ([`Speech::take_synthesis`]) and cancels what it dropped
+//! ([`Speech::take_cancelled`]); the actor owns the TTS streams, hands their events back
+//! ([`Speech::on_tts`], through the policy), pumps it and sends what it returns. Each utterance
+//! keeps the word timings its TTS gave ([`TtsEvent::Words`]) and [`Speech::played_at`] says how
+//! much of each unconfirmed utterance had played at a moment, for word-precise heard history
 //! ([`super::heard`]).
 
 use std::collections::VecDeque;
-use std::future::poll_fn;
-use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::echo::EchoReference;
 use super::heard::Played;
 use crate::carrier::{FRAME_BYTES, FRAME_MS, MediaCommand};
-use crate::provider::{TtsEvent, TtsStream, WordTiming};
+use crate::provider::{TtsEvent, WordTiming};
 
 /// How far ahead of real time the pacer may queue audio at the carrier.
 pub const LEAD: Duration = Duration::from_millis(1000);
@@ -82,7 +82,7 @@ pub struct Utterance {
     pub text: String,
     /// Index of the transcript entry this utterance belongs to.
     pub entry: usize,
-    tts: Option<TtsStream>,
+    /// Its synthesis was asked for ([`Speech::take_synthesis`]) or it needs none.
     started: bool,
     buf: BytesMut,
     synth_done: bool,
@@ -155,6 +155,8 @@ pub struct Speech {
     /// Where the levels of the frames sent are written for echo detection (see
     /// [`super::echo`]).
     echo: Option<EchoReference>,
+    /// Utterances dropped while their synthesis was running: the actor cancels those.
+    cancelled: Vec<u64>,
 }
 
 /// Marks whose delay is remembered; the smallest is taken as the carrier's lag, so one echo
@@ -179,6 +181,7 @@ impl Speech {
             epoch: 0,
             lags: VecDeque::with_capacity(LAG_MARKS),
             echo: None,
+            cancelled: Vec::new(),
         }
     }
 
@@ -188,15 +191,9 @@ impl Speech {
         self
     }
 
-    /// Queues `text` with its TTS stream (or `None` to start the synthesis later, see
-    /// [`Speech::wants_tts`]). Returns the utterance id.
-    pub fn push(
-        &mut self,
-        kind: UttKind,
-        text: String,
-        entry: usize,
-        tts: Option<TtsStream>,
-    ) -> u64 {
+    /// Queues `text`, its synthesis to be asked for (see [`Speech::take_synthesis`]). Returns
+    /// the utterance id.
+    pub fn push(&mut self, kind: UttKind, text: String, entry: usize) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.queue.push_back(Utterance {
@@ -204,8 +201,7 @@ impl Speech {
             kind,
             text,
             entry,
-            started: tts.is_some(),
-            tts,
+            started: false,
             buf: BytesMut::new(),
             synth_done: false,
             failed: false,
@@ -218,7 +214,7 @@ impl Speech {
 
     /// Queues ready-made μ-law audio (no synthesis), e.g. DTMF tones. Returns the utterance id.
     pub fn push_audio(&mut self, kind: UttKind, text: String, entry: usize, audio: &[u8]) -> u64 {
-        let id = self.push(kind, text, entry, None);
+        let id = self.push(kind, text, entry);
         if let Some(u) = self.queue.back_mut() {
             u.started = true;
             u.synth_done = true;
@@ -233,22 +229,30 @@ impl Speech {
     /// the carrier is told to `clear`.
     pub fn keep_current(&mut self) {
         if self.awaiting_mark.is_empty() {
-            self.queue.truncate(1);
+            self.drop_queued(1);
         } else {
             self.awaiting_mark.truncate(1);
-            self.queue.clear();
+            self.drop_queued(0);
         }
     }
 
+    /// Drops the queue after its first `keep` utterances, noting the synthesis to cancel.
+    fn drop_queued(&mut self, keep: usize) {
+        for u in self.queue.iter().skip(keep) {
+            note_cancel(&mut self.cancelled, u);
+        }
+        self.queue.truncate(keep);
+    }
+
+    /// Utterances dropped since the last call whose synthesis was still running: the caller
+    /// cancels their streams.
+    pub fn take_cancelled(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.cancelled)
+    }
+
     /// Like [`Speech::push`] but before everything that has not started playing yet.
-    pub fn push_front_unstarted(
-        &mut self,
-        kind: UttKind,
-        text: String,
-        entry: usize,
-        tts: Option<TtsStream>,
-    ) -> u64 {
-        let id = self.push(kind, text, entry, tts);
+    pub fn push_front_unstarted(&mut self, kind: UttKind, text: String, entry: usize) -> u64 {
+        let id = self.push(kind, text, entry);
         if let Some(u) = self.queue.pop_back() {
             let pos = self
                 .queue
@@ -260,8 +264,8 @@ impl Speech {
         id
     }
 
-    /// Texts of queued utterances whose synthesis should start now (bounded concurrency); the
-    /// caller starts each and hands the stream back with [`Speech::set_tts`].
+    /// Texts of queued utterances whose synthesis should start now (bounded concurrency),
+    /// without asking for them (see [`Speech::take_synthesis`]).
     pub fn wants_tts(&self) -> Vec<(u64, String)> {
         let in_flight = self
             .queue
@@ -276,26 +280,16 @@ impl Speech {
             .collect()
     }
 
-    pub fn set_tts(&mut self, id: u64, tts: TtsStream) {
-        if let Some(u) = self.queue.iter_mut().find(|u| u.id == id) {
-            u.tts = Some(tts);
-            u.started = true;
-        }
-    }
-
-    /// The next event from any in-flight synthesis. Pending forever when none is in flight.
-    pub async fn next_tts(&mut self) -> (u64, Option<TtsEvent>) {
-        poll_fn(|cx| {
-            for u in self.queue.iter_mut() {
-                if let Some(tts) = u.tts.as_mut()
-                    && let Poll::Ready(ev) = tts.events.poll_recv(cx)
-                {
-                    return Poll::Ready((u.id, ev));
-                }
+    /// [`Speech::wants_tts`], noted as asked for: the caller starts each synthesis and hands
+    /// its events to [`Speech::on_tts`].
+    pub fn take_synthesis(&mut self) -> Vec<(u64, String)> {
+        let wanted = self.wants_tts();
+        for (id, _) in &wanted {
+            if let Some(u) = self.queue.iter_mut().find(|u| u.id == *id) {
+                u.started = true;
             }
-            Poll::Pending
-        })
-        .await
+        }
+        wanted
     }
 
     /// Applies a synthesis event. Returns what the call's timeline should note: a failed
@@ -313,13 +307,11 @@ impl Speech {
             }
             Some(TtsEvent::Done) => {
                 u.synth_done = true;
-                u.tts = None;
                 None
             }
             Some(TtsEvent::Error(e) | TtsEvent::Unavailable(e)) => {
                 u.synth_done = true;
                 u.failed = true;
-                u.tts = None;
                 Some(TtsNote::Failed(u.kind, e))
             }
             Some(TtsEvent::FirstByte { provider, after }) => {
@@ -332,7 +324,6 @@ impl Speech {
                 // The stream ended without Done: treat what we have as all there is.
                 u.synth_done = true;
                 u.failed = u.buf.is_empty() && u.sent_bytes == 0;
-                u.tts = None;
                 if u.failed {
                     Some(TtsNote::Failed(
                         u.kind,
@@ -513,6 +504,9 @@ impl Speech {
             || self.queue.iter().any(|u| u.sent_bytes > 0)
             || self.play_until.is_some_and(|t| t > now);
         let dropped: Vec<Utterance> = self.queue.drain(..).collect();
+        for u in &dropped {
+            note_cancel(&mut self.cancelled, u);
+        }
         let unheard: Vec<Sent> = self.awaiting_mark.drain(..).collect();
         self.play_until = None;
         if let Some(echo) = &self.echo {
@@ -552,7 +546,6 @@ impl Speech {
                 kind: s.kind,
                 text: s.text,
                 entry: s.entry,
-                tts: None,
                 started: true,
                 buf: BytesMut::from(&s.audio[..]),
                 synth_done: true,
@@ -624,7 +617,14 @@ impl Speech {
 
     /// Drops queued utterances matching `pred` that have not started playing.
     pub fn drop_unstarted(&mut self, pred: impl Fn(UttKind) -> bool) {
-        self.queue.retain(|u| u.sent_bytes > 0 || !pred(u.kind));
+        let cancelled = &mut self.cancelled;
+        self.queue.retain(|u| {
+            let keep = u.sent_bytes > 0 || !pred(u.kind);
+            if !keep {
+                note_cancel(cancelled, u);
+            }
+            keep
+        });
     }
 
     /// True while anything is queued, being sent, or not yet confirmed played.
@@ -640,6 +640,13 @@ impl Speech {
 
     pub fn queued(&self) -> impl Iterator<Item = &Utterance> {
         self.queue.iter()
+    }
+}
+
+/// Notes `u`'s synthesis for cancelling when it was asked for and has not finished.
+fn note_cancel(cancelled: &mut Vec<u64>, u: &Utterance) {
+    if u.started && !u.synth_done {
+        cancelled.push(u.id);
     }
 }
 

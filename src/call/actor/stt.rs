@@ -1,7 +1,8 @@
 //! The call actor's speech-to-text side: the session's events turned into policy inputs, a
 //! fallback chain's switch on the timeline, and the one reopen of a session that died
-//! mid-call (the caller-audio stage's [`SttFeed`](crate::call::ingress::SttFeed) follows the
-//! session the actor sets).
+//! mid-call (the caller-audio stage's [`SttFeed`](crate::call::ingress::SttFeed), in the
+//! shared [`CallerShared`](crate::call::ingress::CallerShared), follows the session the actor
+//! sets).
 
 use super::*;
 
@@ -50,7 +51,7 @@ impl Actor {
                 reason,
                 message,
                 ends_turns,
-            } => self.stt_switched(&from, &to, reason, &message, ends_turns),
+            } => return self.stt_switched(&from, &to, reason, &message, ends_turns),
         }
         None
     }
@@ -64,13 +65,13 @@ impl Actor {
         reason: crate::provider::fallback_stt::SttSwitchReason,
         message: &str,
         ends_turns: bool,
-    ) {
+    ) -> Option<EndReason> {
         warn!(%from, %to, %reason, %message, "speech-to-text switched");
         self.event(
             EventKind::SttSwitched,
             format!("{reason}: {from} -> {to}: {message}"),
         );
-        self.policy.set_stt_turns(ends_turns);
+        self.step(Input::SttChanged { ends_turns })
     }
 
     /// A speech-to-text session that dies mid-call is reopened once; after that the caller is
@@ -87,7 +88,8 @@ impl Actor {
 
     /// The STT session from now on; the caller-audio stage writes to it too.
     pub(super) fn set_stt(&mut self, stt: Option<SttStream>) {
-        self.stt_feed
+        self.caller
+            .stt
             .set_input(stt.as_ref().map(|s| s.input.clone()));
         self.stt = stt;
     }

@@ -334,10 +334,7 @@ impl Policy {
                     entry,
                     &dtmf::ulaw_tones(&digits),
                 );
-                self.out.push(Action::Speak {
-                    kind: UttKind::Dtmf,
-                    text: label,
-                });
+                self.speak(UttKind::Dtmf, label, mouth);
                 self.reply(
                     id,
                     ActionOutcome::Done {

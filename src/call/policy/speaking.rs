@@ -9,10 +9,10 @@ use tokio::time::Instant;
 
 use super::{Action, GOODBYE_GRACE, Phase, Policy};
 use crate::call::event::EventKind;
-use crate::call::speech::{Speech, UttKind};
+use crate::call::speech::{Speech, TtsNote, UttKind};
 use crate::call::transcript::{Speaker, TranscriptEntry};
 use crate::provider::chunker::speakable;
-use crate::provider::{ChatMessage, LlmEvent, Role};
+use crate::provider::{ChatMessage, LlmEvent, Role, TtsEvent};
 
 impl Policy {
     pub(super) fn filler_deadline(&self, mouth: &Speech) -> Option<Instant> {
@@ -204,14 +204,14 @@ impl Policy {
             }
         };
         let kind = UttKind::Reply { turn: turn_id };
-        let utt = mouth.push(kind, text.clone(), entry, None);
+        let utt = mouth.push(kind, text.clone(), entry);
         if let Some(t) = self.turn.as_mut()
             && t.tools.result_in
         {
             t.tools.result_in = false;
             t.tools.reply_utt = Some(utt);
         }
-        self.out.push(Action::Speak { kind, text });
+        self.speak(kind, text, mouth);
     }
 
     /// Starts a transcript entry for something the agent is about to say (nothing heard yet);
@@ -237,11 +237,11 @@ impl Policy {
         }
         let entry = self.agent_entry(&text, now);
         if matches!(kind, UttKind::Filler { .. }) {
-            mouth.push_front_unstarted(kind, text.clone(), entry, None);
+            mouth.push_front_unstarted(kind, text.clone(), entry);
         } else {
-            mouth.push(kind, text.clone(), entry, None);
+            mouth.push(kind, text.clone(), entry);
         }
-        self.out.push(Action::Speak { kind, text });
+        self.speak(kind, text, mouth);
     }
 
     /// Speaks the long-turn filler once per turn, if no reply audio has gone out yet.
@@ -304,5 +304,36 @@ impl Policy {
                 _ => {}
             }
         }
+    }
+
+    /// A synthesis event: into the mouth, its note on the timeline, and the next synthesis
+    /// the mouth wants asked for.
+    pub(super) fn on_synthesis(&mut self, id: u64, event: Option<TtsEvent>, mouth: &mut Speech) {
+        match mouth.on_tts(id, event) {
+            Some(TtsNote::Failed(_, err)) => self.event(EventKind::TtsError, err),
+            Some(TtsNote::FirstByte { provider, after }) => self.event(
+                EventKind::TtsFirstByte,
+                format!("{provider} {}", after.as_micros()),
+            ),
+            Some(TtsNote::Switched { from, to, reason }) => {
+                self.event(EventKind::TtsFallback, format!("{from} -> {to}: {reason}"))
+            }
+            None => {}
+        }
+        self.synthesize(mouth);
+    }
+
+    /// Asks for the synthesis the mouth wants now (bounded concurrency).
+    fn synthesize(&mut self, mouth: &mut Speech) {
+        for (id, text) in mouth.take_synthesis() {
+            self.out.push(Action::Synthesize { id, text });
+        }
+    }
+
+    /// Queues [`Action::Speak`] for an utterance just queued on the mouth, after asking for
+    /// the synthesis it wants.
+    pub(super) fn speak(&mut self, kind: UttKind, text: String, mouth: &mut Speech) {
+        self.synthesize(mouth);
+        self.out.push(Action::Speak { kind, text });
     }
 }

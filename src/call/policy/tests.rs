@@ -2,11 +2,13 @@
 //! policy and the mouth are handed the time, so nothing here sleeps or reads the clock). A small
 //! harness plays the actor's part: it lends the policy a real [`Speech`], "synthesises" one second of audio per
 //! utterance, pumps the pacer, plays marks back when their audio has played at a simulated
-//! carrier, fires the policy's timers and sends `Settle` after every input, as the actor does.
+//! carrier and fires the policy's timers, following the driving rule as the actor does.
 
 use std::collections::HashSet;
 
 use super::*;
+use crate::call::action::{ActionOutcome, CallAction};
+use crate::call::event::EndReason;
 use crate::carrier::{ActionResult, FRAME_MS, MediaCommand};
 use crate::provider::TtsEvent;
 use crate::security::mask_number;
@@ -29,6 +31,8 @@ struct Call {
     policy: Policy,
     mouth: Speech,
     synthesised: HashSet<u64>,
+    /// Synthesis asked for and not yet given its audio (`Action::Synthesize`).
+    requested: Vec<(u64, String)>,
     answered: bool,
     /// Every action the policy returned, in order.
     log: Vec<Action>,
@@ -66,6 +70,7 @@ impl Call {
             policy: Policy::new(agent(extra), 0, false, now),
             mouth: Speech::new(),
             synthesised: HashSet::new(),
+            requested: Vec::new(),
             answered: false,
             log: Vec::new(),
             marks: Vec::new(),
@@ -82,17 +87,18 @@ impl Call {
         self.pump();
     }
 
-    /// Feeds one input, carries out the actions like the actor, then settles.
+    /// Feeds one input and carries out the actions like the actor.
     fn step(&mut self, input: Input) {
         self.handle(input);
-        self.handle(Input::Settle);
     }
 
+    /// The driving rule: `handle`, then every action polled and carried out in order.
     fn handle(&mut self, input: Input) {
-        let actions = self.policy.handle(input, self.now, &mut self.mouth);
-        for a in &actions {
+        self.policy.handle(input, self.now, &mut self.mouth);
+        while let Some(a) = self.policy.poll_action() {
             self.log.push(a.clone());
-            match a {
+            match &a {
+                Action::Synthesize { id, text } => self.requested.push((*id, text.clone())),
                 Action::Speak { .. } => {
                     self.synthesise();
                     self.pump();
@@ -108,16 +114,18 @@ impl Call {
         }
     }
 
-    /// Every queued utterance gets its second of audio at once.
+    /// Every synthesis asked for gets its second of audio at once.
     fn synthesise(&mut self) {
         if self.tts_stalled {
             return;
         }
-        for (id, _) in self.mouth.wants_tts() {
+        for (id, _) in std::mem::take(&mut self.requested) {
             if self.synthesised.insert(id) {
                 let audio = Bytes::from(vec![0x55u8; UTTERANCE_BYTES]);
-                self.mouth.on_tts(id, Some(TtsEvent::Audio(audio)));
-                self.mouth.on_tts(id, Some(TtsEvent::Done));
+                let event = Some(TtsEvent::Audio(audio));
+                self.handle(Input::Synthesis { id, event });
+                let event = Some(TtsEvent::Done);
+                self.handle(Input::Synthesis { id, event });
             }
         }
     }

@@ -1,33 +1,28 @@
 //! Unit tests of the utterance queue and the mouth: queueing, marks, pause, resume, clear.
 
 use super::*;
-use crate::util::TaskGuard;
-use tokio::sync::mpsc;
 
-fn stream(audio: &[usize], done: bool) -> TtsStream {
-    let (tx, rx) = mpsc::channel(16);
+/// Queues `text` and plays the actor's part for its synthesis at once: the stream is asked for
+/// and its chunks of `audio` (then `Done`, when `done`) come back.
+fn push_synth(
+    s: &mut Speech,
+    kind: UttKind,
+    text: &str,
+    entry: usize,
+    audio: &[usize],
+    done: bool,
+) -> u64 {
+    let id = s.push(kind, text.into(), entry);
+    if let Some(u) = s.queue.iter_mut().find(|u| u.id == id) {
+        u.started = true;
+    }
     for n in audio {
-        tx.try_send(TtsEvent::Audio(Bytes::from(vec![0x55u8; *n])))
-            .unwrap();
+        s.on_tts(id, Some(TtsEvent::Audio(Bytes::from(vec![0x55u8; *n]))));
     }
     if done {
-        tx.try_send(TtsEvent::Done).unwrap();
+        s.on_tts(id, Some(TtsEvent::Done));
     }
-    TtsStream {
-        events: rx,
-        guard: TaskGuard::empty(),
-    }
-}
-
-async fn drain(s: &mut Speech) {
-    while s
-        .queue
-        .iter()
-        .any(|u| u.tts.as_ref().is_some_and(|t| !t.events.is_empty()))
-    {
-        let (id, ev) = s.next_tts().await;
-        s.on_tts(id, ev);
-    }
+    id
 }
 
 /// A `Speech` with one `Say` queued for each `(text, audio chunk sizes, synthesis done)`,
@@ -35,14 +30,8 @@ async fn drain(s: &mut Speech) {
 async fn says(utts: &[(&str, &[usize], bool)]) -> Speech {
     let mut s = Speech::new();
     for (entry, (text, audio, done)) in utts.iter().enumerate() {
-        s.push(
-            UttKind::Say,
-            (*text).into(),
-            entry,
-            Some(stream(audio, *done)),
-        );
+        push_synth(&mut s, UttKind::Say, text, entry, audio, *done);
     }
-    drain(&mut s).await;
     s
 }
 
@@ -57,14 +46,8 @@ fn audio_frames(p: &Pumped) -> usize {
 async fn pacer_stays_one_second_ahead_and_marks_each_utterance() {
     let mut s = Speech::new();
     // 3 s of audio in one utterance, then a short one.
-    s.push(
-        UttKind::Greeting,
-        "a".into(),
-        0,
-        Some(stream(&[24_000], true)),
-    );
-    s.push(UttKind::Say, "b".into(), 1, Some(stream(&[100], true)));
-    drain(&mut s).await;
+    push_synth(&mut s, UttKind::Greeting, "a", 0, &[24_000], true);
+    push_synth(&mut s, UttKind::Say, "b", 1, &[100], true);
     let t0 = Instant::now();
     let first = s.pump(t0);
     // 1 s of lead = 50 frames, no more.
@@ -165,10 +148,37 @@ async fn pause_keeps_unconfirmed_audio_and_resume_resends_it() {
 #[tokio::test]
 async fn filler_goes_before_unstarted_replies() {
     let mut s = Speech::new();
-    s.push(UttKind::Reply { turn: 1 }, "reply".into(), 0, None);
-    s.push_front_unstarted(UttKind::Filler { turn: 1 }, "wait".into(), 1, None);
+    s.push(UttKind::Reply { turn: 1 }, "reply".into(), 0);
+    s.push_front_unstarted(UttKind::Filler { turn: 1 }, "wait".into(), 1);
     let order: Vec<_> = s.queued().map(|u| u.text.clone()).collect();
     assert_eq!(order, vec!["wait".to_string(), "reply".to_string()]);
     let wants: Vec<_> = s.wants_tts().into_iter().map(|(_, t)| t).collect();
     assert_eq!(wants, vec!["wait".to_string(), "reply".to_string()]);
+}
+
+/// Utterances dropped while their synthesis runs are reported for cancelling, once; finished
+/// or never-asked-for ones are not.
+#[test]
+fn dropped_utterances_with_synthesis_running_are_reported_for_cancelling() {
+    let mut s = Speech::new();
+    let done = push_synth(&mut s, UttKind::Say, "done", 0, &[160], true);
+    let running = s.push(UttKind::Reply { turn: 1 }, "running".into(), 1);
+    let later = s.push(UttKind::Reply { turn: 1 }, "later".into(), 2);
+    let asked: Vec<u64> = s.take_synthesis().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(asked, vec![running, later]);
+    assert!(s.take_synthesis().is_empty(), "asked for once");
+    let unasked = s.push(UttKind::Filler { turn: 1 }, "filler".into(), 3);
+    s.keep_current();
+    assert_eq!(s.take_cancelled(), vec![running, later]);
+    assert!(s.take_cancelled().is_empty());
+    assert!(s.queued().any(|u| u.id == done));
+    assert!(!s.queued().any(|u| u.id == unasked));
+    let id = s.push(UttKind::Filler { turn: 2 }, "wait".into(), 4);
+    assert_eq!(s.take_synthesis().len(), 1);
+    s.drop_unstarted(|k| matches!(k, UttKind::Filler { .. }));
+    assert_eq!(s.take_cancelled(), vec![id]);
+    let id = s.push(UttKind::Say, "more".into(), 5);
+    s.take_synthesis();
+    let _ = s.clear(Instant::now());
+    assert_eq!(s.take_cancelled(), vec![id]);
 }

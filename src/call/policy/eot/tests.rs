@@ -52,9 +52,9 @@ impl Call {
     }
 
     fn step(&mut self, input: Input) {
-        for i in [input, Input::Settle] {
-            let out = self.policy.handle(i, self.now, &mut self.mouth);
-            self.log.extend(out);
+        self.policy.handle(input, self.now, &mut self.mouth);
+        while let Some(a) = self.policy.poll_action() {
+            self.log.push(a);
         }
     }
 

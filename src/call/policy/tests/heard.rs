@@ -18,7 +18,7 @@ fn replying_aligned() -> (Call, Instant) {
     c.tts_stalled = true;
     c.step(Input::Llm(LlmEvent::Delta(REPLY.into())));
     c.step(Input::Llm(LlmEvent::Done));
-    for (id, text) in c.mouth.wants_tts() {
+    for (id, text) in std::mem::take(&mut c.requested) {
         assert!(c.synthesised.insert(id));
         let audio = Bytes::from(vec![0x55u8; UTTERANCE_BYTES]);
         c.mouth.on_tts(id, Some(TtsEvent::Audio(audio)));

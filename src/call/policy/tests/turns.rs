@@ -12,6 +12,7 @@ fn call(extra: &str) -> Call {
     c.policy = Policy::new(agent(extra), 300, false, c.now);
     c.mouth = Speech::new();
     c.synthesised.clear();
+    c.requested.clear();
     c.step(Input::Start);
     c.answer();
     c.run(1500);

@@ -1,0 +1,146 @@
+//! The call actor's side of the driving rule (see [`crate::call::policy`]): one input into
+//! [`Policy::handle`], then every action from [`Policy::poll_action`] carried out in order.
+//! Carrying out an action may yield an input at once (the pacer's `Started`, a refused
+//! turn-model question, a carrier action that could not be queued): [`Actor::execute`] returns
+//! it and the loop hands it to `handle` before polling on, so its actions come first. Also
+//! here: the call's link to the shared end-of-turn model worker.
+
+use super::*;
+
+/// A call's side of the shared end-of-turn model worker: the caller's last 8 s (shared with
+/// the caller-audio stage) and the channel its answers come back on.
+pub(super) struct TurnModelLink {
+    worker: TurnModelWorker,
+    pub(super) ring: Arc<std::sync::Mutex<CallerRing>>,
+    reply: mpsc::Sender<TurnModelAnswer>,
+    pub(super) answers: mpsc::Receiver<TurnModelAnswer>,
+}
+
+impl TurnModelLink {
+    pub(super) fn new(worker: TurnModelWorker) -> Self {
+        let (reply, answers) = mpsc::channel(4);
+        Self {
+            worker,
+            ring: Arc::new(std::sync::Mutex::new(CallerRing::new())),
+            reply,
+            answers,
+        }
+    }
+
+    /// Queues a judgement of the caller's last 8 s; `Err` is the answer when it cannot be.
+    fn ask(&self, pause: u64) -> Result<(), TurnModelAnswer> {
+        let snapshot = self
+            .ring
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .snapshot();
+        self.worker.submit(pause, snapshot, &self.reply)
+    }
+}
+
+impl Actor {
+    /// Feeds the policy one input and carries out what it decides (the driving rule). Returns
+    /// a reason to end the call when the policy hung up.
+    pub(super) fn step(&mut self, input: Input) -> Option<EndReason> {
+        let mut end = None;
+        self.policy.handle(input, Instant::now(), &mut self.speech);
+        while let Some(action) = self.policy.poll_action() {
+            if let Some(input) = self.execute(action, &mut end) {
+                // The action's result, handled at once: its actions come next.
+                self.policy.handle(input, Instant::now(), &mut self.speech);
+            }
+        }
+        end
+    }
+
+    /// Carries out one action; returns the input it yielded at once, if any. Sets `end` when
+    /// the call ends.
+    fn execute(&mut self, action: Action, end: &mut Option<EndReason>) -> Option<Input> {
+        match action {
+            Action::Clear => self.send(MediaCommand::Clear),
+            Action::Speak { .. } | Action::Resume => return self.pump(),
+            Action::Synthesize { id, text } => {
+                self.usage.tts_characters += text.chars().count() as u64;
+                let stream = self.setup.providers.tts.synthesize(&text);
+                self.tts.start(id, stream, Instant::now());
+            }
+            Action::CancelSynthesis(ids) => self.tts.cancel(&ids),
+            Action::Finalize => {
+                self.caller.stt.send(SttInput::Finalize);
+            }
+            Action::StartBrain { history } => self.start_brain(history),
+            Action::CancelBrain => {
+                self.end_brain_turn();
+                self.llm = None;
+            }
+            Action::Event(kind, detail) => self.event(kind, detail),
+            Action::Persist(i) => self.persist(i),
+            Action::ReplyLatency(us) => {
+                if let Some(store) = &self.setup.log {
+                    store.reply_latency(&self.setup.call_id, us);
+                }
+            }
+            Action::HangUp(reason) => {
+                self.send(MediaCommand::HangUp);
+                *end = Some(reason);
+            }
+            Action::End(reason) => *end = Some(reason),
+            Action::Reply { id, outcome } => {
+                if let Some(reply) = self.replies.remove(&id) {
+                    let _ = reply.send(outcome);
+                }
+            }
+            Action::Transfer { id, to } => {
+                info!(to = %mask_number(&to), "asking the carrier to transfer the call");
+                let request = TransferRequest {
+                    to,
+                    caller_id: self.our_number().to_string(),
+                    public_url: String::new(),
+                };
+                return self.carrier_action(id, MediaCommand::Transfer { id, request });
+            }
+            Action::SendDtmf { id, digits } => {
+                return self.carrier_action(id, MediaCommand::SendDtmf { id, digits });
+            }
+            Action::AskTurnModel { pause } => return self.ask_turn_model(pause),
+        }
+        None
+    }
+
+    fn start_brain(&mut self, history: Vec<crate::provider::ChatMessage>) {
+        self.end_brain_turn();
+        self.llm_requested = Some(Instant::now());
+        self.llm = Some(self.setup.providers.llm.stream(ChatTurn {
+            call_id: self.setup.call_id.clone(),
+            caller: Some(self.setup.remote_party().to_string()),
+            system_prompt: self.setup.system_prompt(),
+            history,
+            tools: self.setup.tools.clone(),
+        }));
+    }
+
+    /// Queues a question to the end-of-turn model; the refusal when it cannot be asked.
+    fn ask_turn_model(&mut self, pause: u64) -> Option<Input> {
+        let refused = match &self.turn_model {
+            Some(link) => link.ask(pause).err(),
+            None => Some(TurnModelAnswer {
+                pause,
+                verdict: Verdict::Unavailable(Unavailable::Stopped),
+                micros: 0,
+            }),
+        };
+        refused.map(Input::TurnModel)
+    }
+
+    /// Hands an action to the media pump; a command that cannot be queued fails at once.
+    fn carrier_action(&mut self, id: u64, cmd: MediaCommand) -> Option<Input> {
+        let queued = self
+            .media_tx
+            .as_ref()
+            .is_some_and(|tx| tx.try_send(cmd).is_ok());
+        (!queued).then(|| Input::ActionDone {
+            id,
+            result: ActionResult::Failed("the call's media stream is not available".into()),
+        })
+    }
+}
