@@ -17,6 +17,7 @@ use super::{ApiError, ErrorCode};
 use crate::app::App;
 use crate::app::outbound::{self, ATTACH_MARGIN, CapError, NewOutbound, OutboundError};
 use crate::carrier::outbound::PlaceError;
+use crate::config::{AgentConfig, Config, NumberConfig};
 
 /// An originate request (`POST /v1/calls`).
 #[derive(Debug, Clone, Deserialize)]
@@ -71,52 +72,118 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
         )
     })?;
     let number = match &req.from {
-        Some(from) => {
-            let n = crate::util::phone::normalize_e164(from)
-                .and_then(|f| config.number(&f))
-                .ok_or_else(|| {
-                    ApiError::new(
-                        400,
-                        ErrorCode::UnknownNumber,
-                        format!(
-                            "from {from:?} is not one of this daemon's [[numbers]]; configured: {}",
-                            super::inbound::configured_numbers(app)
-                        ),
-                    )
-                })?;
-            if n.allowed_destinations.is_empty() {
-                return Err(ApiError::new(
-                    403,
-                    ErrorCode::OutboundDisabled,
-                    format!(
-                        "outbound calls from {} are disabled: add the destinations it may call \
-                         (E.164 numbers or prefixes) to allowed_destinations in its [[numbers]] entry",
-                        n.number
-                    ),
-                ));
-            }
-            if !n.allows_destination(&to) {
-                return Err(destination_refused(&to, &n.number));
-            }
-            n
-        }
-        None => match config.numbers.iter().find(|n| n.allows_destination(&to)) {
-            Some(n) => n,
-            None if config
-                .numbers
-                .iter()
-                .all(|n| n.allowed_destinations.is_empty()) =>
-            {
-                return Err(ApiError::new(
-                    403,
-                    ErrorCode::OutboundDisabled,
-                    "outbound calls are disabled: no [[numbers]] entry has allowed_destinations; \
-                     add the destinations (E.164 numbers or prefixes) a number may call",
-                ));
-            }
-            None => return Err(destination_refused(&to, "any configured number")),
-        },
+        Some(from) => named_from_number(app, config, from, &to)?,
+        None => default_from_number(config, &to)?,
     };
+    let (agent_name, agent) = call_agent(config, &req, number)?;
+    let providers = app.providers().for_agent(&agent).ok_or_else(|| {
+        ApiError::new(
+            503,
+            ErrorCode::AgentUnavailable,
+            format!("the providers of agent {agent_name} are not available; run `patterd check`"),
+        )
+    })?;
+    if app.is_draining() {
+        return Err(ApiError::new(
+            503,
+            ErrorCode::Draining,
+            "the daemon is shutting down and places no new calls; try again after it restarts",
+        ));
+    }
+    // The caps, reserved atomically before the carrier is dialled (released if the dial fails).
+    let reservation = outbound::reserve(app).await.map_err(cap_error)?;
+    let placed = outbound::place_reserved(
+        app,
+        NewOutbound {
+            account: number.carrier.clone(),
+            from: number.number.clone(),
+            to: to.clone(),
+            agent_name: agent_name.clone(),
+            agent: agent.clone(),
+            providers,
+            machine_detection: req.machine_detection,
+            voicemail_message: req.voicemail_message.clone(),
+        },
+        reservation,
+    )
+    .await;
+    let sid = placed.map_err(place_error)?;
+    if req.wait {
+        let limit = Duration::from_secs(agent.max_duration_s)
+            + Duration::from_secs(u64::from(config.outbound.ring_timeout_s))
+            + ATTACH_MARGIN;
+        let _ = tokio::time::timeout(limit, app.calls.wait_finished(&sid)).await;
+        app.store.tx.flush().await?;
+        return super::transcript_json(app, &sid).await;
+    }
+    app.store.tx.flush().await?;
+    let mut v = super::call_json(app, &sid).await?;
+    v["message"] = json!("call placed; poll GET /v1/calls/{id} or get_transcript for the result");
+    Ok(v)
+}
+
+/// The request's `from`: one of our numbers, with outbound enabled and `to` allowed.
+fn named_from_number<'c>(
+    app: &App,
+    config: &'c Config,
+    from: &str,
+    to: &str,
+) -> Result<&'c NumberConfig, ApiError> {
+    let n = crate::util::phone::normalize_e164(from)
+        .and_then(|f| config.number(&f))
+        .ok_or_else(|| {
+            ApiError::new(
+                400,
+                ErrorCode::UnknownNumber,
+                format!(
+                    "from {from:?} is not one of this daemon's [[numbers]]; configured: {}",
+                    super::inbound::configured_numbers(app)
+                ),
+            )
+        })?;
+    if n.allowed_destinations.is_empty() {
+        return Err(ApiError::new(
+            403,
+            ErrorCode::OutboundDisabled,
+            format!(
+                "outbound calls from {} are disabled: add the destinations it may call \
+                 (E.164 numbers or prefixes) to allowed_destinations in its [[numbers]] entry",
+                n.number
+            ),
+        ));
+    }
+    if !n.allows_destination(to) {
+        return Err(destination_refused(to, &n.number));
+    }
+    Ok(n)
+}
+
+/// No `from` given: the first number whose `allowed_destinations` admit `to`.
+fn default_from_number<'c>(config: &'c Config, to: &str) -> Result<&'c NumberConfig, ApiError> {
+    match config.numbers.iter().find(|n| n.allows_destination(to)) {
+        Some(n) => Ok(n),
+        None if config
+            .numbers
+            .iter()
+            .all(|n| n.allowed_destinations.is_empty()) =>
+        {
+            Err(ApiError::new(
+                403,
+                ErrorCode::OutboundDisabled,
+                "outbound calls are disabled: no [[numbers]] entry has allowed_destinations; \
+                 add the destinations (E.164 numbers or prefixes) a number may call",
+            ))
+        }
+        None => Err(destination_refused(to, "any configured number")),
+    }
+}
+
+/// The agent's name and its config with the request's prompt, first message and voice applied.
+fn call_agent(
+    config: &Config,
+    req: &Originate,
+    number: &NumberConfig,
+) -> Result<(String, AgentConfig), ApiError> {
     let agent_name = req.agent.clone().unwrap_or_else(|| number.agent.clone());
     let base_agent = config.agent(&agent_name).ok_or_else(|| {
         ApiError::bad_request(format!(
@@ -136,84 +203,34 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
     {
         agent.tts = v.as_str().into();
     }
-    let providers = app.providers().for_agent(&agent).ok_or_else(|| {
-        ApiError::new(
-            503,
-            ErrorCode::AgentUnavailable,
-            format!("the providers of agent {agent_name} are not available; run `patterd check`"),
-        )
-    })?;
-    if app.is_draining() {
-        return Err(ApiError::new(
-            503,
-            ErrorCode::Draining,
-            "the daemon is shutting down and places no new calls; try again after it restarts",
-        ));
-    }
-    // The caps, reserved atomically before the carrier is dialled (released if the dial fails).
-    let reservation = outbound::reserve(app).await.map_err(|e| match e {
+    Ok((agent_name, agent))
+}
+
+fn cap_error(e: CapError) -> ApiError {
+    match e {
         CapError::Concurrent { .. } => {
             ApiError::new(429, ErrorCode::ConcurrentLimit, e.to_string())
         }
         CapError::Daily { .. } => ApiError::new(429, ErrorCode::DailyLimit, e.to_string()),
         CapError::Store(e) => ApiError::from(e),
-    })?;
-    let placed = outbound::place_reserved(
-        app,
-        NewOutbound {
-            account: number.carrier.clone(),
-            from: number.number.clone(),
-            to: to.clone(),
-            agent_name: agent_name.clone(),
-            agent: agent.clone(),
-            providers,
-            machine_detection: req.machine_detection,
-            voicemail_message: req.voicemail_message.clone(),
-        },
-        reservation,
-    )
-    .await;
-    let sid = match placed {
-        Ok(id) => id,
-        Err(
-            e @ (OutboundError::NoCarrier(_)
-            | OutboundError::Place(PlaceError::Unconfigured { .. })),
-        ) => {
-            return Err(ApiError::new(
-                503,
-                ErrorCode::CarrierUnconfigured,
-                e.to_string(),
-            ));
-        }
-        Err(OutboundError::Place(PlaceError::Carrier(e))) => {
-            return Err(ApiError::new(
-                502,
-                ErrorCode::CarrierError,
-                format!("Failed to place call: {e}"),
-            ));
-        }
-        Err(e @ OutboundError::Full) => {
-            return Err(ApiError::new(503, ErrorCode::Busy, e.to_string()));
-        }
-        Err(e @ OutboundError::Duplicate) => {
-            return Err(ApiError::new(409, ErrorCode::Duplicate, e.to_string()));
-        }
-        Err(e @ OutboundError::Abandoned) => {
-            return Err(ApiError::new(503, ErrorCode::Abandoned, e.to_string()));
-        }
-    };
-    if req.wait {
-        let limit = Duration::from_secs(agent.max_duration_s)
-            + Duration::from_secs(u64::from(config.outbound.ring_timeout_s))
-            + ATTACH_MARGIN;
-        let _ = tokio::time::timeout(limit, app.calls.wait_finished(&sid)).await;
-        app.store.tx.flush().await?;
-        return super::transcript_json(app, &sid).await;
     }
-    app.store.tx.flush().await?;
-    let mut v = super::call_json(app, &sid).await?;
-    v["message"] = json!("call placed; poll GET /v1/calls/{id} or get_transcript for the result");
-    Ok(v)
+}
+
+fn place_error(e: OutboundError) -> ApiError {
+    match e {
+        e @ (OutboundError::NoCarrier(_)
+        | OutboundError::Place(PlaceError::Unconfigured { .. })) => {
+            ApiError::new(503, ErrorCode::CarrierUnconfigured, e.to_string())
+        }
+        OutboundError::Place(PlaceError::Carrier(e)) => ApiError::new(
+            502,
+            ErrorCode::CarrierError,
+            format!("Failed to place call: {e}"),
+        ),
+        e @ OutboundError::Full => ApiError::new(503, ErrorCode::Busy, e.to_string()),
+        e @ OutboundError::Duplicate => ApiError::new(409, ErrorCode::Duplicate, e.to_string()),
+        e @ OutboundError::Abandoned => ApiError::new(503, ErrorCode::Abandoned, e.to_string()),
+    }
 }
 
 fn destination_refused(to: &str, from: &str) -> ApiError {
