@@ -106,6 +106,14 @@ fn reported(message: String, status: Option<u16>) -> TtsError {
     }
 }
 
+/// What a text frame asks of [`run`]'s loop.
+enum Step {
+    /// Keep reading.
+    More,
+    /// Close the socket, then end with this.
+    Close(Result<(), TtsError>),
+}
+
 async fn run(
     url: &str,
     key: &str,
@@ -114,21 +122,9 @@ async fn run(
     tx: &mpsc::Sender<TtsEvent>,
 ) -> Result<(), TtsError> {
     let headers = [("X-API-Key", key), ("Cartesia-Version", CARTESIA_VERSION)];
-    let (ws, _) = match ws_client::connect(url, &headers, CONNECT_TIMEOUT).await {
-        Ok(x) => x,
-        Err(e) => {
-            return Err(match e.status() {
-                Some(s) if s != 429 && s < 500 => reported(
-                    format!("the socket was refused with HTTP {s} (check [tts] api_key)"),
-                    Some(s),
-                ),
-                _ => TtsError::Connect {
-                    vendor: VENDOR,
-                    message: e.to_string(),
-                },
-            });
-        }
-    };
+    let (ws, _) = ws_client::connect(url, &headers, CONNECT_TIMEOUT)
+        .await
+        .map_err(connect_error)?;
     let (mut incoming, sender, _reader) = ws_pump::split(ws);
     if let Err(e) = sender.text(request).await {
         return Err(TtsError::Connect {
@@ -154,67 +150,9 @@ async fn run(
         })?;
         match msg {
             Some(WsIn::Text(t)) => {
-                let Ok(v) = serde_json::from_str::<Value>(&t) else {
-                    return Err(reported("a frame that is not JSON".into(), None));
-                };
-                if v.get("context_id").and_then(Value::as_str) != Some(ctx)
-                    && v.get("type").and_then(Value::as_str) != Some("error")
-                {
-                    continue;
-                }
-                match v.get("type").and_then(Value::as_str).unwrap_or("") {
-                    "chunk" => {
-                        let data = v.get("data").and_then(Value::as_str).unwrap_or("");
-                        let audio = STANDARD.decode(data).map_err(|_| {
-                            reported("a chunk whose data is not base64".into(), None)
-                        })?;
-                        received += audio.len();
-                        if received > MAX_AUDIO_BYTES {
-                            return Err(TtsError::TooMuchAudio {
-                                vendor: VENDOR,
-                                limit: MAX_AUDIO_BYTES,
-                            });
-                        }
-                        if !audio.is_empty() {
-                            tx.send(TtsEvent::Audio(audio.into()))
-                                .await
-                                .map_err(|_| TtsError::Abandoned)?;
-                        }
-                    }
-                    "done" => {
-                        let _ = sender.close(1000, "").await;
-                        return Ok(());
-                    }
-                    "error" => {
-                        let status = v
-                            .get("status_code")
-                            .and_then(Value::as_u64)
-                            .and_then(|s| u16::try_from(s).ok());
-                        let field = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("");
-                        let _ = sender.close(1000, "").await;
-                        return Err(reported(
-                            format!(
-                                "{} ({}): {}",
-                                field("title"),
-                                field("error_code"),
-                                field("message")
-                            ),
-                            status,
-                        ));
-                    }
-                    "timestamps" => {
-                        let words = v
-                            .get("word_timestamps")
-                            .and_then(alignment::cartesia_words)
-                            .unwrap_or_default();
-                        if !words.is_empty() {
-                            tx.send(TtsEvent::Words(words))
-                                .await
-                                .map_err(|_| TtsError::Abandoned)?;
-                        }
-                    }
-                    // flush_done, phoneme_timestamps: nothing to play.
-                    _ => {}
+                if let Step::Close(result) = on_text(&t, ctx, tx, &mut received).await? {
+                    let _ = sender.close(1000, "").await;
+                    return result;
                 }
             }
             Some(WsIn::Binary(_)) => {
@@ -242,6 +180,89 @@ async fn run(
             }
         }
     }
+}
+
+/// A refused handshake below 500 (but 429) is the key's fault; anything else is the network's.
+fn connect_error(e: ws_client::WsConnectError) -> TtsError {
+    match e.status() {
+        Some(s) if s != 429 && s < 500 => reported(
+            format!("the socket was refused with HTTP {s} (check [tts] api_key)"),
+            Some(s),
+        ),
+        _ => TtsError::Connect {
+            vendor: VENDOR,
+            message: e.to_string(),
+        },
+    }
+}
+
+/// One JSON frame: frames of other contexts are skipped (errors are not), chunks and word
+/// timestamps go to `tx`, `done` and `error` end the sentence.
+async fn on_text(
+    t: &str,
+    ctx: &str,
+    tx: &mpsc::Sender<TtsEvent>,
+    received: &mut usize,
+) -> Result<Step, TtsError> {
+    let Ok(v) = serde_json::from_str::<Value>(t) else {
+        return Err(reported("a frame that is not JSON".into(), None));
+    };
+    if v.get("context_id").and_then(Value::as_str) != Some(ctx)
+        && v.get("type").and_then(Value::as_str) != Some("error")
+    {
+        return Ok(Step::More);
+    }
+    match v.get("type").and_then(Value::as_str).unwrap_or("") {
+        "chunk" => {
+            let data = v.get("data").and_then(Value::as_str).unwrap_or("");
+            let audio = STANDARD
+                .decode(data)
+                .map_err(|_| reported("a chunk whose data is not base64".into(), None))?;
+            *received += audio.len();
+            if *received > MAX_AUDIO_BYTES {
+                return Err(TtsError::TooMuchAudio {
+                    vendor: VENDOR,
+                    limit: MAX_AUDIO_BYTES,
+                });
+            }
+            if !audio.is_empty() {
+                tx.send(TtsEvent::Audio(audio.into()))
+                    .await
+                    .map_err(|_| TtsError::Abandoned)?;
+            }
+        }
+        "done" => return Ok(Step::Close(Ok(()))),
+        "error" => {
+            let status = v
+                .get("status_code")
+                .and_then(Value::as_u64)
+                .and_then(|s| u16::try_from(s).ok());
+            let field = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("");
+            return Ok(Step::Close(Err(reported(
+                format!(
+                    "{} ({}): {}",
+                    field("title"),
+                    field("error_code"),
+                    field("message")
+                ),
+                status,
+            ))));
+        }
+        "timestamps" => {
+            let words = v
+                .get("word_timestamps")
+                .and_then(alignment::cartesia_words)
+                .unwrap_or_default();
+            if !words.is_empty() {
+                tx.send(TtsEvent::Words(words))
+                    .await
+                    .map_err(|_| TtsError::Abandoned)?;
+            }
+        }
+        // flush_done, phoneme_timestamps: nothing to play.
+        _ => {}
+    }
+    Ok(Step::More)
 }
 
 impl super::kinds::TtsKindImpl for CartesiaTts {
