@@ -280,17 +280,24 @@ fn unknown_key(obj: &Map<String, Value>, allowed: &[&str], path: &str) -> Result
     }
 }
 
+/// A refused `session.update`: (code, message, param).
+type Refusal = (String, String, String);
+
+fn unknown(p: String) -> Refusal {
+    (
+        "unknown_parameter".to_string(),
+        format!("Unknown parameter: '{p}'."),
+        p,
+    )
+}
+
+fn bad(p: &str, m: &str) -> Refusal {
+    ("invalid_value".to_string(), m.to_string(), p.to_string())
+}
+
 /// Validates a `session.update`'s `session` (GA transcription shape); the error is
 /// (code, message, param).
-fn check_session(session: &Value) -> Result<Input, (String, String, String)> {
-    let unknown = |p: String| {
-        (
-            "unknown_parameter".to_string(),
-            format!("Unknown parameter: '{p}'."),
-            p,
-        )
-    };
-    let bad = |p: &str, m: &str| ("invalid_value".to_string(), m.to_string(), p.to_string());
+fn check_session(session: &Value) -> Result<Input, Refusal> {
     let Some(s) = session.as_object() else {
         return Err((
             "missing_required_parameter".into(),
@@ -333,166 +340,17 @@ fn check_session(session: &Value) -> Result<Input, (String, String, String)> {
         "session.audio.input",
     )
     .map_err(unknown)?;
-    let mut pcmu = false;
-    if let Some(f) = input.get("format") {
-        let fo = f.as_object().ok_or_else(|| {
-            bad(
-                "session.audio.input.format",
-                "format must be an object with a type",
-            )
-        })?;
-        unknown_key(fo, &["type", "rate"], "session.audio.input.format").map_err(unknown)?;
-        match (
-            fo.get("type").and_then(Value::as_str),
-            fo.get("rate").and_then(Value::as_u64),
-        ) {
-            (Some("audio/pcm"), Some(24000)) => {}
-            (Some("audio/pcm"), _) => {
-                return Err(bad(
-                    "session.audio.input.format.rate",
-                    "audio/pcm takes rate 24000",
-                ));
-            }
-            (Some("audio/pcmu" | "audio/pcma"), None) => pcmu = fo["type"] == "audio/pcmu",
-            (Some("audio/pcmu" | "audio/pcma"), Some(_)) => {
-                return Err(unknown("session.audio.input.format.rate".into()));
-            }
-            _ => {
-                return Err(bad(
-                    "session.audio.input.format.type",
-                    "Invalid value: supported values are 'audio/pcm', 'audio/pcmu' and 'audio/pcma'.",
-                ));
-            }
-        }
-    }
+    let pcmu = match input.get("format") {
+        Some(f) => check_format(f)?,
+        None => false,
+    };
     if let Some(t) = input.get("transcription").filter(|t| !t.is_null()) {
-        let to = t.as_object().ok_or_else(|| {
-            bad(
-                "session.audio.input.transcription",
-                "transcription must be an object",
-            )
-        })?;
-        unknown_key(
-            to,
-            &[
-                "model",
-                "language",
-                "prompt",
-                "languages",
-                "keywords",
-                "delay",
-            ],
-            "session.audio.input.transcription",
-        )
-        .map_err(unknown)?;
-        match to.get("model").and_then(Value::as_str) {
-            Some(m) if MODELS.contains(&m) => {}
-            _ => {
-                return Err(bad(
-                    "session.audio.input.transcription.model",
-                    "Invalid transcription model.",
-                ));
-            }
-        }
-        if let Some(l) = to.get("language") {
-            let ok = l
-                .as_str()
-                .is_some_and(|l| l.len() == 2 && l.chars().all(|c| c.is_ascii_lowercase()));
-            if !ok {
-                return Err(bad(
-                    "session.audio.input.transcription.language",
-                    "language must be an ISO-639-1 code such as 'en'",
-                ));
-            }
-        }
-        if to.get("prompt").is_some_and(|p| !p.is_string()) {
-            return Err(bad(
-                "session.audio.input.transcription.prompt",
-                "prompt must be a string",
-            ));
-        }
+        check_transcription(t)?;
     }
-    let mut silence_ms = Some(500);
-    if let Some(td) = input.get("turn_detection") {
-        const P: &str = "session.audio.input.turn_detection";
-        if td.is_null() {
-            silence_ms = None;
-        } else {
-            let o = td
-                .as_object()
-                .ok_or_else(|| bad(P, "turn_detection must be an object or null"))?;
-            match o.get("type").and_then(Value::as_str) {
-                Some("server_vad") => {
-                    unknown_key(
-                        o,
-                        &[
-                            "type",
-                            "threshold",
-                            "prefix_padding_ms",
-                            "silence_duration_ms",
-                            "idle_timeout_ms",
-                            "create_response",
-                            "interrupt_response",
-                        ],
-                        P,
-                    )
-                    .map_err(unknown)?;
-                    if o.get("threshold")
-                        .is_some_and(|t| !t.as_f64().is_some_and(|t| (0.0..=1.0).contains(&t)))
-                    {
-                        return Err(bad(
-                            &format!("{P}.threshold"),
-                            "threshold must be between 0 and 1",
-                        ));
-                    }
-                    for k in ["prefix_padding_ms", "silence_duration_ms"] {
-                        if o.get(k).is_some_and(|v| v.as_u64().is_none()) {
-                            return Err(bad(&format!("{P}.{k}"), "must be a non-negative integer"));
-                        }
-                    }
-                    if o.get("idle_timeout_ms")
-                        .is_some_and(|v| !v.as_u64().is_some_and(|v| (5000..=30000).contains(&v)))
-                    {
-                        return Err(bad(
-                            &format!("{P}.idle_timeout_ms"),
-                            "idle_timeout_ms must be between 5000 and 30000",
-                        ));
-                    }
-                    silence_ms = Some(
-                        o.get("silence_duration_ms")
-                            .and_then(Value::as_u64)
-                            .unwrap_or(500),
-                    );
-                }
-                Some("semantic_vad") => {
-                    unknown_key(
-                        o,
-                        &["type", "eagerness", "create_response", "interrupt_response"],
-                        P,
-                    )
-                    .map_err(unknown)?;
-                    let e = o.get("eagerness").and_then(Value::as_str).unwrap_or("auto");
-                    silence_ms = Some(match e {
-                        "high" => 300,
-                        "medium" | "auto" => 600,
-                        "low" => 1000,
-                        _ => {
-                            return Err(bad(
-                                &format!("{P}.eagerness"),
-                                "eagerness must be low, medium, high or auto",
-                            ));
-                        }
-                    });
-                }
-                _ => {
-                    return Err(bad(
-                        &format!("{P}.type"),
-                        "turn_detection.type must be server_vad or semantic_vad",
-                    ));
-                }
-            }
-        }
-    }
+    let silence_ms = match input.get("turn_detection") {
+        Some(td) => check_turn_detection(td)?,
+        None => Some(500),
+    };
     if let Some(n) = input.get("noise_reduction").filter(|n| !n.is_null()) {
         let ok = n.as_object().is_some_and(|o| {
             o.len() == 1
@@ -511,6 +369,166 @@ fn check_session(session: &Value) -> Result<Input, (String, String, String)> {
     Ok(Input { pcmu, silence_ms })
 }
 
+/// `session.audio.input.format`; whether it is `audio/pcmu`.
+fn check_format(f: &Value) -> Result<bool, Refusal> {
+    let fo = f.as_object().ok_or_else(|| {
+        bad(
+            "session.audio.input.format",
+            "format must be an object with a type",
+        )
+    })?;
+    unknown_key(fo, &["type", "rate"], "session.audio.input.format").map_err(unknown)?;
+    match (
+        fo.get("type").and_then(Value::as_str),
+        fo.get("rate").and_then(Value::as_u64),
+    ) {
+        (Some("audio/pcm"), Some(24000)) => Ok(false),
+        (Some("audio/pcm"), _) => Err(bad(
+            "session.audio.input.format.rate",
+            "audio/pcm takes rate 24000",
+        )),
+        (Some("audio/pcmu" | "audio/pcma"), None) => Ok(fo["type"] == "audio/pcmu"),
+        (Some("audio/pcmu" | "audio/pcma"), Some(_)) => {
+            Err(unknown("session.audio.input.format.rate".into()))
+        }
+        _ => Err(bad(
+            "session.audio.input.format.type",
+            "Invalid value: supported values are 'audio/pcm', 'audio/pcmu' and 'audio/pcma'.",
+        )),
+    }
+}
+
+/// `session.audio.input.transcription` (not null).
+fn check_transcription(t: &Value) -> Result<(), Refusal> {
+    let to = t.as_object().ok_or_else(|| {
+        bad(
+            "session.audio.input.transcription",
+            "transcription must be an object",
+        )
+    })?;
+    unknown_key(
+        to,
+        &[
+            "model",
+            "language",
+            "prompt",
+            "languages",
+            "keywords",
+            "delay",
+        ],
+        "session.audio.input.transcription",
+    )
+    .map_err(unknown)?;
+    match to.get("model").and_then(Value::as_str) {
+        Some(m) if MODELS.contains(&m) => {}
+        _ => {
+            return Err(bad(
+                "session.audio.input.transcription.model",
+                "Invalid transcription model.",
+            ));
+        }
+    }
+    if let Some(l) = to.get("language") {
+        let ok = l
+            .as_str()
+            .is_some_and(|l| l.len() == 2 && l.chars().all(|c| c.is_ascii_lowercase()));
+        if !ok {
+            return Err(bad(
+                "session.audio.input.transcription.language",
+                "language must be an ISO-639-1 code such as 'en'",
+            ));
+        }
+    }
+    if to.get("prompt").is_some_and(|p| !p.is_string()) {
+        return Err(bad(
+            "session.audio.input.transcription.prompt",
+            "prompt must be a string",
+        ));
+    }
+    Ok(())
+}
+
+const TURN_DETECTION: &str = "session.audio.input.turn_detection";
+
+/// `session.audio.input.turn_detection`; the silence that ends a turn (`None`: null, no VAD).
+fn check_turn_detection(td: &Value) -> Result<Option<u64>, Refusal> {
+    const P: &str = TURN_DETECTION;
+    if td.is_null() {
+        return Ok(None);
+    }
+    let o = td
+        .as_object()
+        .ok_or_else(|| bad(P, "turn_detection must be an object or null"))?;
+    match o.get("type").and_then(Value::as_str) {
+        Some("server_vad") => check_server_vad(o).map(Some),
+        Some("semantic_vad") => {
+            unknown_key(
+                o,
+                &["type", "eagerness", "create_response", "interrupt_response"],
+                P,
+            )
+            .map_err(unknown)?;
+            let e = o.get("eagerness").and_then(Value::as_str).unwrap_or("auto");
+            match e {
+                "high" => Ok(Some(300)),
+                "medium" | "auto" => Ok(Some(600)),
+                "low" => Ok(Some(1000)),
+                _ => Err(bad(
+                    &format!("{P}.eagerness"),
+                    "eagerness must be low, medium, high or auto",
+                )),
+            }
+        }
+        _ => Err(bad(
+            &format!("{P}.type"),
+            "turn_detection.type must be server_vad or semantic_vad",
+        )),
+    }
+}
+
+/// A `server_vad` turn detection; its `silence_duration_ms` (default 500).
+fn check_server_vad(o: &Map<String, Value>) -> Result<u64, Refusal> {
+    const P: &str = TURN_DETECTION;
+    unknown_key(
+        o,
+        &[
+            "type",
+            "threshold",
+            "prefix_padding_ms",
+            "silence_duration_ms",
+            "idle_timeout_ms",
+            "create_response",
+            "interrupt_response",
+        ],
+        P,
+    )
+    .map_err(unknown)?;
+    if o.get("threshold")
+        .is_some_and(|t| !t.as_f64().is_some_and(|t| (0.0..=1.0).contains(&t)))
+    {
+        return Err(bad(
+            &format!("{P}.threshold"),
+            "threshold must be between 0 and 1",
+        ));
+    }
+    for k in ["prefix_padding_ms", "silence_duration_ms"] {
+        if o.get(k).is_some_and(|v| v.as_u64().is_none()) {
+            return Err(bad(&format!("{P}.{k}"), "must be a non-negative integer"));
+        }
+    }
+    if o.get("idle_timeout_ms")
+        .is_some_and(|v| !v.as_u64().is_some_and(|v| (5000..=30000).contains(&v)))
+    {
+        return Err(bad(
+            &format!("{P}.idle_timeout_ms"),
+            "idle_timeout_ms must be between 5000 and 30000",
+        ));
+    }
+    Ok(o.get("silence_duration_ms")
+        .and_then(Value::as_u64)
+        .unwrap_or(500))
+}
+
 /// One utterance being heard.
 #[derive(Default)]
 struct Utterance {
@@ -520,26 +538,293 @@ struct Utterance {
     speech: bool,
 }
 
-/// Sends `committed`, a `delta` per word and `completed` for `item` (`$words` may be empty).
-/// Evaluates to false when the socket is gone.
-macro_rules! transcribe {
-    ($send:ident, $item:expr, $previous:expr, $words:expr) => {{
-        let item: &str = &$item;
-        let words: String = $words;
-        let mut ok = $send!(json!({"type": "input_audio_buffer.committed",
-            "item_id": item, "previous_item_id": $previous}));
+/// How a connection ended: (code, reason, whether the client closed it).
+type Ended = (u16, String, bool);
+
+/// The socket went away while the fake was sending.
+fn gone() -> Ended {
+    (1006, String::new(), true)
+}
+
+type Sender =
+    ws_pump::WsSender<tokio::io::WriteHalf<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>>;
+
+/// One connection's sending side, its ids and its record.
+struct Conn {
+    s: Arc<Shared>,
+    idx: usize,
+    /// Shared by event and item ids.
+    seq: u64,
+    tx: Sender,
+    /// Transcribed when the queue of utterances is empty.
+    default_words: String,
+}
+
+/// What the connection has heard since it was opened.
+#[derive(Default)]
+struct Heard {
+    input: Option<Input>,
+    audio_ms: u64,
+    buffered_ms: u64,
+    buffered_speech: bool,
+    previous_item: Option<String>,
+    utt: Utterance,
+}
+
+impl Heard {
+    /// An utterance was transcribed: the buffer starts again.
+    fn committed(&mut self, item: String) {
+        self.previous_item = Some(item);
+        self.utt = Utterance::default();
+        self.buffered_ms = 0;
+        self.buffered_speech = false;
+    }
+}
+
+impl Conn {
+    fn rec(&self, f: impl FnOnce(&mut RealtimeConnection)) {
+        self.s.record.modify(|r| f(&mut r.connections[self.idx]));
+    }
+
+    fn next_id(&mut self, prefix: &str) -> String {
+        self.seq += 1;
+        format!("{prefix}_fake{}_{}", self.idx, self.seq)
+    }
+
+    fn next_words(&self) -> String {
+        self.s
+            .utterances
+            .lock()
+            .ok()
+            .and_then(|mut q| q.pop_front())
+            .unwrap_or_else(|| self.default_words.clone())
+    }
+
+    /// Sends `v` with a fresh `event_id` and records it; false when the socket is gone.
+    async fn send(&mut self, mut v: Value) -> bool {
+        v["event_id"] = json!(self.next_id("event"));
+        let ok = self.tx.text(&v.to_string()).await.is_ok();
+        let at = Instant::now();
+        self.rec(|c| c.sent.push((at, v)));
+        ok
+    }
+
+    async fn send_invalid(&mut self, code: &str, message: &str, param: &str, eid: &Value) {
+        self.send(json!({"type": "error", "error": invalid(code, message, param, eid)}))
+            .await;
+    }
+
+    /// Sends `committed`, a `delta` per word and `completed` for `item` (`words` may be
+    /// empty). False when the socket is gone.
+    async fn transcribe(&mut self, item: &str, previous: &Option<String>, words: String) -> bool {
+        let mut ok = self
+            .send(json!({"type": "input_audio_buffer.committed",
+                "item_id": item, "previous_item_id": previous}))
+            .await;
         let mut first = true;
         for w in words.split_whitespace() {
-            let delta = if first { w.to_string() } else { format!(" {w}") };
+            let delta = if first {
+                w.to_string()
+            } else {
+                format!(" {w}")
+            };
             first = false;
-            ok &= $send!(json!({"type": "conversation.item.input_audio_transcription.delta",
-                "item_id": item, "content_index": 0, "delta": delta}));
+            ok &= self
+                .send(
+                    json!({"type": "conversation.item.input_audio_transcription.delta",
+                    "item_id": item, "content_index": 0, "delta": delta}),
+                )
+                .await;
         }
-        ok &= $send!(json!({"type": "conversation.item.input_audio_transcription.completed",
-            "item_id": item, "content_index": 0, "transcript": words,
-            "usage": {"type": "duration", "seconds": 1}}));
+        ok &= self
+            .send(
+                json!({"type": "conversation.item.input_audio_transcription.completed",
+                "item_id": item, "content_index": 0, "transcript": words,
+                "usage": {"type": "duration", "seconds": 1}}),
+            )
+            .await;
         ok
-    }};
+    }
+
+    /// One text frame; `Some` ends the connection.
+    async fn on_text(&mut self, t: &str, heard: &mut Heard, session_id: &str) -> Option<Ended> {
+        let Ok(v) = serde_json::from_str::<Value>(t) else {
+            self.send_invalid(
+                "invalid_json",
+                "We could not parse the JSON body of your request.",
+                "",
+                &Value::Null,
+            )
+            .await;
+            return None;
+        };
+        let eid = v.get("event_id").cloned().unwrap_or(Value::Null);
+        match v.get("type").and_then(Value::as_str).unwrap_or("") {
+            "session.update" => {
+                let sess = v.get("session").cloned().unwrap_or(Value::Null);
+                self.rec(|c| c.session_updates.push(sess.clone()));
+                match check_session(&sess) {
+                    Ok(i) => {
+                        heard.input = Some(i);
+                        let mut echoed = sess;
+                        echoed["id"] = json!(session_id);
+                        self.send(json!({"type": "session.updated", "session": echoed}))
+                            .await;
+                    }
+                    Err((code, message, param)) => {
+                        self.send_invalid(&code, &message, &param, &eid).await;
+                    }
+                }
+            }
+            "input_audio_buffer.append" => return self.on_append(&v, &eid, heard).await,
+            "input_audio_buffer.commit" => return self.on_commit(&eid, heard).await,
+            "input_audio_buffer.clear" => {
+                heard.buffered_ms = 0;
+                heard.buffered_speech = false;
+                heard.utt = Utterance::default();
+                self.send(json!({"type": "input_audio_buffer.cleared"}))
+                    .await;
+            }
+            other => {
+                let msg = if other == "transcription_session.update" {
+                    "Invalid value: 'transcription_session.update'. This is a beta event; use 'session.update' with session.type 'transcription'.".to_string()
+                } else {
+                    format!(
+                        "Invalid value: '{other}'. Supported values are: 'session.update', 'input_audio_buffer.append', 'input_audio_buffer.commit' and 'input_audio_buffer.clear'."
+                    )
+                };
+                self.send_invalid("invalid_value", &msg, "type", &eid).await;
+            }
+        }
+        None
+    }
+
+    /// `input_audio_buffer.append`: recorded, failed on purpose if so configured, and μ-law
+    /// audio heard for server VAD.
+    async fn on_append(&mut self, v: &Value, eid: &Value, heard: &mut Heard) -> Option<Ended> {
+        let bytes = v
+            .get("audio")
+            .and_then(Value::as_str)
+            .and_then(|a| STANDARD.decode(a).ok())
+            .filter(|b| !b.is_empty());
+        let Some(bytes) = bytes else {
+            self.send_invalid(
+                "invalid_value",
+                "Invalid 'audio'. Expected base64-encoded audio bytes.",
+                "audio",
+                eid,
+            )
+            .await;
+            return None;
+        };
+        let mut total = 0;
+        let configured = heard.input.is_some();
+        self.rec(|c| {
+            c.appends += 1;
+            c.audio_bytes += bytes.len();
+            total = c.audio_bytes;
+            if !configured {
+                c.appends_before_update += 1;
+            }
+        });
+        if let Some(RealtimeFailure::ErrorAfterAudioBytes(n)) =
+            self.s.cfg.lock().ok().and_then(|c| c.failure.clone())
+            && total >= n
+        {
+            let why = "The fake failed on purpose.";
+            self.send(json!({"type": "error", "error": {
+                "type": "server_error", "code": "server_error", "message": why,
+                "param": null, "event_id": null}}))
+                .await;
+            let _ = self.tx.close(1011, "server_error").await;
+            return Some((1011, "server_error".into(), false));
+        }
+        // Only μ-law is decoded; other formats count as silence.
+        let cur = heard.input.clone().filter(|i| i.pcmu)?;
+        self.hear_mulaw(&bytes, cur.silence_ms, heard).await
+    }
+
+    /// Server VAD over μ-law audio in 20 ms blocks: `speech_started` on the first loud block,
+    /// `speech_stopped` and the transcript after `silence` ms of quiet (`None`: no VAD).
+    async fn hear_mulaw(
+        &mut self,
+        bytes: &[u8],
+        silence: Option<u64>,
+        heard: &mut Heard,
+    ) -> Option<Ended> {
+        for block in bytes.chunks(160) {
+            let ms = block.len() as u64 / 8;
+            heard.audio_ms += ms;
+            heard.buffered_ms += ms;
+            let loud = mulaw_level(block) >= SPEECH_LEVEL;
+            heard.buffered_speech |= loud;
+            let Some(silence) = silence else {
+                continue;
+            };
+            if loud {
+                if heard.utt.item.is_none() {
+                    let item = self.next_id("item");
+                    heard.utt = Utterance {
+                        item: Some(item.clone()),
+                        start_ms: heard.audio_ms - ms,
+                        ..Default::default()
+                    };
+                    if !self
+                        .send(json!({"type": "input_audio_buffer.speech_started",
+                            "audio_start_ms": heard.utt.start_ms, "item_id": item}))
+                        .await
+                    {
+                        return Some(gone());
+                    }
+                }
+                heard.utt.speech = true;
+                heard.utt.silence_ms = 0;
+            } else if let Some(item) = heard.utt.item.clone() {
+                heard.utt.silence_ms += ms;
+                if heard.utt.silence_ms >= silence {
+                    let ok = self
+                        .send(json!({"type": "input_audio_buffer.speech_stopped",
+                            "audio_end_ms": heard.audio_ms, "item_id": item}))
+                        .await;
+                    let words = self.next_words();
+                    if !ok || !self.transcribe(&item, &heard.previous_item, words).await {
+                        return Some(gone());
+                    }
+                    heard.committed(item);
+                }
+            }
+        }
+        None
+    }
+
+    /// `input_audio_buffer.commit`: at least 100 ms of audio, transcribed (empty if silent).
+    async fn on_commit(&mut self, eid: &Value, heard: &mut Heard) -> Option<Ended> {
+        self.rec(|c| c.commits += 1);
+        if heard.buffered_ms < 100 {
+            let message = format!(
+                "Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, but buffer only has {}.00ms of audio.",
+                heard.buffered_ms
+            );
+            self.send_invalid("input_audio_buffer_commit_empty", &message, "", eid)
+                .await;
+            return None;
+        }
+        let item = heard
+            .utt
+            .item
+            .take()
+            .unwrap_or_else(|| self.next_id("item"));
+        let words = if heard.buffered_speech {
+            self.next_words()
+        } else {
+            String::new()
+        };
+        if !self.transcribe(&item, &heard.previous_item, words).await {
+            return Some(gone());
+        }
+        heard.committed(item);
+        None
+    }
 }
 
 async fn session(
@@ -550,218 +835,60 @@ async fn session(
     ws: fastwebsockets::WebSocket<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>,
 ) {
     let (mut rx, tx, _reader) = ws_pump::split(ws);
-    let rec = |f: &mut dyn FnMut(&mut RealtimeConnection)| {
-        s.record.modify(|r| f(&mut r.connections[idx]))
+    let mut conn = Conn {
+        s,
+        idx,
+        seq: 0,
+        tx,
+        default_words: cfg.default_words,
     };
-    let mut seq = 0u64;
-    let mut next_id = |prefix: &str| {
-        seq += 1;
-        format!("{prefix}_fake{idx}_{seq}")
-    };
-    macro_rules! send {
-        ($v:expr) => {{
-            let mut v: Value = $v;
-            v["event_id"] = json!(next_id("event"));
-            let ok = tx.text(&v.to_string()).await.is_ok();
-            let at = Instant::now();
-            rec(&mut |c| c.sent.push((at, v.clone())));
-            ok
-        }};
-    }
     if let Some((code, message)) = refusal {
-        send!(json!({"type": "error", "error": {
+        conn.send(json!({"type": "error", "error": {
             "type": "invalid_request_error", "code": code, "message": message,
-            "param": null, "event_id": null}}));
+            "param": null, "event_id": null}}))
+            .await;
         let reason = format!("invalid_request_error.{code}");
-        let _ = tx.close(3000, &reason).await;
-        rec(&mut |c| c.closed = Some((3000, reason.clone(), false)));
+        let _ = conn.tx.close(3000, &reason).await;
+        conn.rec(|c| c.closed = Some((3000, reason, false)));
         return;
     }
-    let next_words = || {
-        s.utterances
-            .lock()
-            .ok()
-            .and_then(|mut q| q.pop_front())
-            .unwrap_or_else(|| cfg.default_words.clone())
-    };
     let session_id = format!("sess_fake{idx}");
-    if !send!(json!({"type": "session.created", "session": {
-        "type": "transcription", "id": session_id, "object": "realtime.transcription_session",
-        "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
-            "transcription": null, "noise_reduction": null,
-            "turn_detection": {"type": "server_vad", "threshold": 0.5,
-                "prefix_padding_ms": 300, "silence_duration_ms": 500}}}}}))
+    if !conn
+        .send(json!({"type": "session.created", "session": {
+            "type": "transcription", "id": session_id, "object": "realtime.transcription_session",
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
+                "transcription": null, "noise_reduction": null,
+                "turn_detection": {"type": "server_vad", "threshold": 0.5,
+                    "prefix_padding_ms": 300, "silence_duration_ms": 500}}}}}))
+        .await
     {
         return;
     }
-    let mut input: Option<Input> = None;
-    let mut audio_ms = 0u64;
-    let mut buffered_ms = 0u64;
-    let mut buffered_speech = false;
-    let mut previous_item: Option<String> = None;
-    let mut utt = Utterance::default();
-    let ended: (u16, String, bool) = 'outer: loop {
+    let mut heard = Heard::default();
+    let ended: Ended = loop {
         let Some(msg) = rx.recv().await else {
-            break (1006, String::new(), true);
+            break gone();
         };
         let t = match msg {
             WsIn::Text(t) => t,
             WsIn::Binary(_) => {
-                rec(&mut |c| c.binary_frames += 1);
-                send!(json!({"type": "error", "error": invalid(
-                    "invalid_value", "Binary frames are not supported; send JSON events.",
-                    "", &Value::Null)}));
+                conn.rec(|c| c.binary_frames += 1);
+                conn.send_invalid(
+                    "invalid_value",
+                    "Binary frames are not supported; send JSON events.",
+                    "",
+                    &Value::Null,
+                )
+                .await;
                 continue;
             }
             WsIn::Close { code, reason } => break (code.unwrap_or(1005), reason, true),
-            WsIn::Failed(_) => break (1006, String::new(), true),
+            WsIn::Failed(_) => break gone(),
         };
-        rec(&mut |c| c.received.push(t.clone()));
-        let Ok(v) = serde_json::from_str::<Value>(&t) else {
-            send!(json!({"type": "error", "error": invalid(
-                "invalid_json", "We could not parse the JSON body of your request.", "", &Value::Null)}));
-            continue;
-        };
-        let eid = v.get("event_id").cloned().unwrap_or(Value::Null);
-        match v.get("type").and_then(Value::as_str).unwrap_or("") {
-            "session.update" => {
-                let sess = v.get("session").cloned().unwrap_or(Value::Null);
-                rec(&mut |c| c.session_updates.push(sess.clone()));
-                match check_session(&sess) {
-                    Ok(i) => {
-                        input = Some(i);
-                        let mut echoed = sess.clone();
-                        echoed["id"] = json!(session_id);
-                        send!(json!({"type": "session.updated", "session": echoed}));
-                    }
-                    Err((code, message, param)) => {
-                        send!(
-                            json!({"type": "error", "error": invalid(&code, &message, &param, &eid)})
-                        );
-                    }
-                }
-            }
-            "input_audio_buffer.append" => {
-                let bytes = v
-                    .get("audio")
-                    .and_then(Value::as_str)
-                    .and_then(|a| STANDARD.decode(a).ok())
-                    .filter(|b| !b.is_empty());
-                let Some(bytes) = bytes else {
-                    send!(json!({"type": "error", "error": invalid(
-                        "invalid_value", "Invalid 'audio'. Expected base64-encoded audio bytes.",
-                        "audio", &eid)}));
-                    continue;
-                };
-                let mut total = 0;
-                let configured = input.is_some();
-                rec(&mut |c| {
-                    c.appends += 1;
-                    c.audio_bytes += bytes.len();
-                    total = c.audio_bytes;
-                    if !configured {
-                        c.appends_before_update += 1;
-                    }
-                });
-                if let Some(RealtimeFailure::ErrorAfterAudioBytes(n)) =
-                    s.cfg.lock().ok().and_then(|c| c.failure.clone())
-                    && total >= n
-                {
-                    let why = "The fake failed on purpose.";
-                    send!(json!({"type": "error", "error": {
-                        "type": "server_error", "code": "server_error", "message": why,
-                        "param": null, "event_id": null}}));
-                    let _ = tx.close(1011, "server_error").await;
-                    break (1011, "server_error".into(), false);
-                }
-                // Only μ-law is decoded; other formats count as silence.
-                let Some(cur) = input.clone().filter(|i| i.pcmu) else {
-                    continue;
-                };
-                for block in bytes.chunks(160) {
-                    let ms = block.len() as u64 / 8;
-                    audio_ms += ms;
-                    buffered_ms += ms;
-                    let loud = mulaw_level(block) >= SPEECH_LEVEL;
-                    buffered_speech |= loud;
-                    let Some(silence) = cur.silence_ms else {
-                        continue;
-                    };
-                    if loud {
-                        if utt.item.is_none() {
-                            let item = next_id("item");
-                            utt = Utterance {
-                                item: Some(item.clone()),
-                                start_ms: audio_ms - ms,
-                                ..Default::default()
-                            };
-                            if !send!(json!({"type": "input_audio_buffer.speech_started",
-                                "audio_start_ms": utt.start_ms, "item_id": item}))
-                            {
-                                break 'outer (1006, String::new(), true);
-                            }
-                        }
-                        utt.speech = true;
-                        utt.silence_ms = 0;
-                    } else if let Some(item) = utt.item.clone() {
-                        utt.silence_ms += ms;
-                        if utt.silence_ms >= silence {
-                            let ok = send!(json!({"type": "input_audio_buffer.speech_stopped",
-                                "audio_end_ms": audio_ms, "item_id": item}));
-                            let words = next_words();
-                            if !ok || !transcribe!(send, item, previous_item, words) {
-                                break 'outer (1006, String::new(), true);
-                            }
-                            previous_item = Some(item);
-                            utt = Utterance::default();
-                            buffered_ms = 0;
-                            buffered_speech = false;
-                        }
-                    }
-                }
-            }
-            "input_audio_buffer.commit" => {
-                rec(&mut |c| c.commits += 1);
-                if buffered_ms < 100 {
-                    send!(json!({"type": "error", "error": invalid(
-                        "input_audio_buffer_commit_empty",
-                        &format!("Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, but buffer only has {buffered_ms}.00ms of audio."),
-                        "", &eid)}));
-                    continue;
-                }
-                let item = utt.item.take().unwrap_or_else(|| next_id("item"));
-                let words = if buffered_speech {
-                    next_words()
-                } else {
-                    String::new()
-                };
-                if !transcribe!(send, item, previous_item, words) {
-                    break (1006, String::new(), true);
-                }
-                previous_item = Some(item);
-                utt = Utterance::default();
-                buffered_ms = 0;
-                buffered_speech = false;
-            }
-            "input_audio_buffer.clear" => {
-                buffered_ms = 0;
-                buffered_speech = false;
-                utt = Utterance::default();
-                send!(json!({"type": "input_audio_buffer.cleared"}));
-            }
-            other => {
-                let msg = if other == "transcription_session.update" {
-                    "Invalid value: 'transcription_session.update'. This is a beta event; use 'session.update' with session.type 'transcription'.".to_string()
-                } else {
-                    format!(
-                        "Invalid value: '{other}'. Supported values are: 'session.update', 'input_audio_buffer.append', 'input_audio_buffer.commit' and 'input_audio_buffer.clear'."
-                    )
-                };
-                send!(
-                    json!({"type": "error", "error": invalid("invalid_value", &msg, "type", &eid)})
-                );
-            }
+        conn.rec(|c| c.received.push(t.clone()));
+        if let Some(end) = conn.on_text(&t, &mut heard, &session_id).await {
+            break end;
         }
     };
-    rec(&mut |c| c.closed = Some(ended.clone()));
+    conn.rec(|c| c.closed = Some(ended));
 }
