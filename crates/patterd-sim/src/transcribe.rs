@@ -197,21 +197,40 @@ async fn handle(shared: std::sync::Arc<Shared>, req: Request<Incoming>) -> hyper
     resp
 }
 
-async fn answer(
-    shared: &Shared,
-    req: Request<Incoming>,
-    rec: &mut TranscriptionRequest,
-) -> (hyper::Response<Body>, u16) {
+/// A response and its status (for the record).
+type Answer = (hyper::Response<Body>, u16);
+
+async fn answer(shared: &Shared, req: Request<Incoming>, rec: &mut TranscriptionRequest) -> Answer {
     let cfg = match shared.cfg.lock() {
         Ok(c) => c.clone(),
         Err(_) => return (invalid("fake poisoned", None), 500),
     };
+    let checked = async {
+        let boundary = check_request(&cfg, &req)?;
+        let file = read_form(req, &boundary, rec).await?;
+        let format = check_upload(&file, rec)?;
+        Ok::<Answer, Box<Answer>>(reply(shared, &cfg, &format, rec).await)
+    };
+    match checked.await {
+        Ok(a) => a,
+        Err(a) => *a,
+    }
+}
+
+/// The path, method, key and content type; the multipart boundary.
+fn check_request(
+    cfg: &FakeTranscriptionsConfig,
+    req: &Request<Incoming>,
+) -> Result<String, Box<Answer>> {
     if req.uri().path() != "/v1/audio/transcriptions" {
         let msg = format!("Invalid URL ({} {})", req.method(), req.uri().path());
-        return (error(404, &msg, "invalid_request_error", None, None), 404);
+        return Err(Box::new((
+            error(404, &msg, "invalid_request_error", None, None),
+            404,
+        )));
     }
     if req.method() != hyper::Method::POST {
-        return (
+        return Err(Box::new((
             error(
                 405,
                 "Method not allowed",
@@ -220,11 +239,11 @@ async fn answer(
                 None,
             ),
             405,
-        );
+        )));
     }
-    if !cfg.api_key.is_empty() && !http::authorized(&req, &format!("Bearer {}", cfg.api_key)) {
+    if !cfg.api_key.is_empty() && !http::authorized(req, &format!("Bearer {}", cfg.api_key)) {
         let msg = "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.";
-        return (
+        return Err(Box::new((
             error(
                 401,
                 msg,
@@ -233,7 +252,7 @@ async fn answer(
                 Some("invalid_api_key"),
             ),
             401,
-        );
+        )));
     }
     let ctype = req
         .headers()
@@ -241,19 +260,27 @@ async fn answer(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let Some(boundary) = boundary_of(&ctype) else {
-        return (
+    boundary_of(&ctype).ok_or_else(|| {
+        Box::new((
             invalid(
                 "Invalid Content-Type header: expected multipart/form-data with a boundary",
                 None,
             ),
             400,
-        );
-    };
+        ))
+    })
+}
+
+/// Reads the multipart form into `rec` (file name, other fields); the file, with a model.
+async fn read_form(
+    req: Request<Incoming>,
+    boundary: &str,
+    rec: &mut TranscriptionRequest,
+) -> Result<Vec<u8>, Box<Answer>> {
     let body = match http::read_body(req, MAX_BODY).await {
         Ok(b) => b,
         Err(_) => {
-            return (
+            return Err(Box::new((
                 error(
                     413,
                     "Maximum content size limit (26214400) exceeded",
@@ -262,16 +289,16 @@ async fn answer(
                     None,
                 ),
                 413,
-            );
+            )));
         }
     };
-    let parts = match parse_multipart(&body, &boundary) {
+    let parts = match parse_multipart(&body, boundary) {
         Ok(p) => p,
         Err(e) => {
-            return (
+            return Err(Box::new((
                 invalid(&format!("Could not parse multipart form: {e}"), None),
                 400,
-            );
+            )));
         }
     };
     let mut file = None;
@@ -285,34 +312,39 @@ async fn answer(
         }
     }
     let Some(file) = file else {
-        return (
+        return Err(Box::new((
             invalid("you must provide a file parameter", Some("file")),
             400,
-        );
+        )));
     };
     if rec.field("model").is_none_or(str::is_empty) {
-        return (
+        return Err(Box::new((
             invalid("you must provide a model parameter", Some("model")),
             400,
-        );
+        )));
     }
+    Ok(file)
+}
+
+/// The file's extension, the response format and the WAV itself (into `rec`); the format.
+fn check_upload(file: &[u8], rec: &mut TranscriptionRequest) -> Result<String, Box<Answer>> {
     let ext_ok = rec
         .filename
         .as_deref()
         .and_then(|f| f.rsplit_once('.'))
         .is_some_and(|(_, e)| EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()));
     if !ext_ok {
-        return (
+        return Err(Box::new((
             invalid(
                 &format!("Invalid file format. Supported formats: {EXTENSIONS:?}"),
                 Some("file"),
             ),
             400,
-        );
+        )));
     }
     let format = rec.field("response_format").unwrap_or("json").to_string();
     if !["json", "text", "verbose_json", "srt", "vtt"].contains(&format.as_str()) {
-        return (
+        return Err(Box::new((
             invalid(
                 &format!(
                     "'{format}' is not one of ['json', 'text', 'srt', 'verbose_json', 'vtt'] - 'response_format'"
@@ -320,23 +352,34 @@ async fn answer(
                 Some("response_format"),
             ),
             400,
-        );
+        )));
     }
-    match parse_wav(&file) {
+    match parse_wav(file) {
         Ok((wav, samples)) => {
             rec.wav = Some(wav);
             rec.samples = samples;
         }
         Err(e) => {
-            return (
+            return Err(Box::new((
                 invalid(
                     &format!("Audio file could not be decoded or its format is not supported: {e}"),
                     Some("file"),
                 ),
                 400,
-            );
+            )));
         }
     }
+    Ok(format)
+}
+
+/// A well-formed request: the forced failure if one is queued, else the next transcript in
+/// `format`.
+async fn reply(
+    shared: &Shared,
+    cfg: &FakeTranscriptionsConfig,
+    format: &str,
+    rec: &mut TranscriptionRequest,
+) -> Answer {
     let forced = {
         let mut c = match shared.cfg.lock() {
             Ok(c) => c,
@@ -367,7 +410,7 @@ async fn answer(
     };
     rec.text = Some(text.clone());
     let seconds = rec.wav.map_or(0.0, |w| w.audio_ms() as f64 / 1000.0);
-    let resp = match format.as_str() {
+    let resp = match format {
         "text" => http::full(200, "text/plain; charset=utf-8", format!("{text}\n")),
         "json" => http::json(
             200,
