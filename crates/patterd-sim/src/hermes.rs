@@ -269,61 +269,10 @@ fn error_body(message: &str, kind: &str, code: &str) -> Value {
 
 async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body> {
     let path = req.uri().path().to_string();
-    if req.method() == hyper::Method::GET && (path == "/health" || path == "/v1/health") {
-        s.record.modify(|r| r.health_checks += 1);
-        return http::json(
-            200,
-            &json!({"status": "ok", "platform": "hermes-agent", "version": "0.19.0"}),
-        );
+    if let Some(resp) = gate(&s, &req, &path) {
+        return resp;
     }
-    // An empty key is a Hermes without API_SERVER_KEY: every request is let in, but the
-    // session headers are refused with 403 (hermes.md §1.6).
-    let keyless = s.api_key.is_empty();
-    let authorized = keyless
-        || req
-            .headers()
-            .get("authorization")
-            .is_some_and(|v| v.as_bytes() == format!("Bearer {}", s.api_key).as_bytes());
-    if !authorized {
-        s.record.modify(|r| r.unauthorized += 1);
-        return http::json(
-            401,
-            &error_body(
-                "Invalid API key",
-                "invalid_request_error",
-                "invalid_api_key",
-            ),
-        );
-    }
-    if keyless
-        && (req.headers().contains_key("x-hermes-session-id")
-            || req.headers().contains_key("x-hermes-session-key"))
-    {
-        return http::json(
-            403,
-            &error_body(
-                "Session headers require an API key to be configured",
-                "invalid_request_error",
-                "forbidden",
-            ),
-        );
-    }
-    if req.method() == hyper::Method::GET && path == "/v1/models" {
-        return http::json(
-            200,
-            &json!({"object": "list", "data": [{
-                "id": "hermes-agent", "object": "model", "created": 1_760_000_000,
-                "owned_by": "hermes",
-            }]}),
-        );
-    }
-    if req.method() != hyper::Method::POST || path != "/v1/chat/completions" {
-        return http::json(
-            404,
-            &error_body("Not found", "invalid_request_error", "not_found"),
-        );
-    }
-    let mut rq = HermesRequest {
+    let rq = HermesRequest {
         headers: http::header_pairs(&req),
         ..Default::default()
     };
@@ -342,26 +291,110 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
             );
         }
     };
+    let (rq, reply) = match parse_request(&s, rq, &body) {
+        Ok(x) => x,
+        Err(resp) => return *resp,
+    };
+    let (rq, steps) = match reply_steps(&s, rq, reply) {
+        Ok(x) => x,
+        Err(resp) => return *resp,
+    };
+    stream_reply(&s, rq, steps, session_id.as_deref(), session_key.as_deref())
+}
+
+/// Everything answered before a completion's body is read: health, the key, session
+/// headers without a key, the model list and unknown routes. `None`: a completion request.
+fn gate(s: &Shared, req: &Request<Incoming>, path: &str) -> Option<hyper::Response<Body>> {
+    if req.method() == hyper::Method::GET && (path == "/health" || path == "/v1/health") {
+        s.record.modify(|r| r.health_checks += 1);
+        return Some(http::json(
+            200,
+            &json!({"status": "ok", "platform": "hermes-agent", "version": "0.19.0"}),
+        ));
+    }
+    // An empty key is a Hermes without API_SERVER_KEY: every request is let in, but the
+    // session headers are refused with 403 (hermes.md §1.6).
+    let keyless = s.api_key.is_empty();
+    let authorized = keyless
+        || req
+            .headers()
+            .get("authorization")
+            .is_some_and(|v| v.as_bytes() == format!("Bearer {}", s.api_key).as_bytes());
+    if !authorized {
+        s.record.modify(|r| r.unauthorized += 1);
+        return Some(http::json(
+            401,
+            &error_body(
+                "Invalid API key",
+                "invalid_request_error",
+                "invalid_api_key",
+            ),
+        ));
+    }
+    if keyless
+        && (req.headers().contains_key("x-hermes-session-id")
+            || req.headers().contains_key("x-hermes-session-key"))
+    {
+        return Some(http::json(
+            403,
+            &error_body(
+                "Session headers require an API key to be configured",
+                "invalid_request_error",
+                "forbidden",
+            ),
+        ));
+    }
+    if req.method() == hyper::Method::GET && path == "/v1/models" {
+        return Some(http::json(
+            200,
+            &json!({"object": "list", "data": [{
+                "id": "hermes-agent", "object": "model", "created": 1_760_000_000,
+                "owned_by": "hermes",
+            }]}),
+        ));
+    }
+    if req.method() != hyper::Method::POST || path != "/v1/chat/completions" {
+        return Some(http::json(
+            404,
+            &error_body("Not found", "invalid_request_error", "not_found"),
+        ));
+    }
+    None
+}
+
+/// The completion request's JSON, messages and tool messages checked (a refusal is
+/// recorded with status 400); the queued reply, or an echo of the last message.
+fn parse_request(
+    s: &Shared,
+    mut rq: HermesRequest,
+    body: &[u8],
+) -> Result<(HermesRequest, HermesReply), Box<hyper::Response<Body>>> {
     // A request read but refused (400): recorded as such, answered with the error.
     let refuse = |mut rq: HermesRequest, message: &str, code: &str| {
         rq.status = 400;
         s.record.modify(|r| r.requests.push(rq));
         http::json(400, &error_body(message, "invalid_request_error", code))
     };
-    rq.body = match serde_json::from_slice::<Value>(&body) {
+    rq.body = match serde_json::from_slice::<Value>(body) {
         Ok(v) => v,
-        Err(_) => return refuse(rq, "Invalid JSON in request body", "invalid_json"),
+        Err(_) => {
+            return Err(Box::new(refuse(
+                rq,
+                "Invalid JSON in request body",
+                "invalid_json",
+            )));
+        }
     };
     let messages = rq.messages();
     if messages.is_empty() {
-        return refuse(
+        return Err(Box::new(refuse(
             rq,
             "Missing or invalid 'messages' field",
             "invalid_messages",
-        );
+        )));
     }
     if let Some(problem) = tool_message_problem(&rq.body) {
-        return refuse(rq, &problem, "invalid_tool_message");
+        return Err(Box::new(refuse(rq, &problem, "invalid_tool_message")));
     }
     let reply = s
         .queue
@@ -372,12 +405,22 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
             let last = messages.last().map(|m| m.1.clone()).unwrap_or_default();
             HermesReply::text(&format!("You said: {last}"))
         });
+    Ok((rq, reply))
+}
+
+/// The steps to stream; an HTTP-error reply, or a stream to a request that did not ask to
+/// stream, is answered (and recorded) here.
+fn reply_steps(
+    s: &Shared,
+    mut rq: HermesRequest,
+    reply: HermesReply,
+) -> Result<(HermesRequest, Vec<HermesStep>), Box<hyper::Response<Body>>> {
     let stream = matches!(rq.body.get("stream"), Some(Value::Bool(true)))
         || matches!(
             rq.body.get("stream").and_then(Value::as_str),
             Some("true" | "1" | "yes" | "on")
         );
-    let steps = match reply {
+    match reply {
         HermesReply::Http { status, message } => {
             rq.status = status;
             rq.completed = true;
@@ -393,22 +436,32 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
                     hyper::header::HeaderValue::from_static("2"),
                 );
             }
-            return resp;
+            Err(Box::new(resp))
         }
         HermesReply::Stream(_) if !stream => {
             rq.status = 400;
             s.record.modify(|r| r.requests.push(rq));
-            return http::json(
+            Err(Box::new(http::json(
                 400,
                 &error_body(
                     "this fake only streams",
                     "invalid_request_error",
                     "stream_required",
                 ),
-            );
+            )))
         }
-        HermesReply::Stream(steps) => steps,
-    };
+        HermesReply::Stream(steps) => Ok((rq, steps)),
+    }
+}
+
+/// Records the request (200) and streams `steps` from a task; the session headers are echoed.
+fn stream_reply(
+    s: &Arc<Shared>,
+    mut rq: HermesRequest,
+    steps: Vec<HermesStep>,
+    session_id: Option<&str>,
+    session_key: Option<&str>,
+) -> hyper::Response<Body> {
     rq.status = 200;
     let mut idx = 0;
     s.record.modify(|r| {
@@ -420,14 +473,14 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         ("cache-control", "no-cache"),
         ("x-accel-buffering", "no"),
     ];
-    if let Some(id) = &session_id {
+    if let Some(id) = session_id {
         headers.push(("x-hermes-session-id", id));
     }
-    if let Some(k) = &session_key {
+    if let Some(k) = session_key {
         headers.push(("x-hermes-session-key", k));
     }
     let (resp, tx) = http::streaming(200, &headers);
-    let model = rq_model(&s, idx);
+    let model = rq_model(s, idx);
     let include_usage = {
         let mut asked = false;
         s.record.modify(|r| {
