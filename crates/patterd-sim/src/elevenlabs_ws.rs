@@ -104,6 +104,32 @@ struct Ctx {
 
 type Ws = fastwebsockets::WebSocket<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>;
 
+/// A refusal: the fake sends `{message, error, code}`, then closes with `code`.
+struct Fail {
+    error: &'static str,
+    message: String,
+    code: u16,
+}
+
+fn refused(error: &'static str, message: impl Into<String>, code: u16) -> Fail {
+    Fail {
+        error,
+        message: message.into(),
+        code,
+    }
+}
+
+async fn fail(s: &Shared, tx: &Sender, f: Fail) {
+    s.record
+        .modify(|r| r.ws_errors.push((f.error.to_string(), f.code)));
+    let frame = json!({"message": f.message, "error": f.error, "code": f.code});
+    let _ = tx.text(&frame.to_string()).await;
+    let _ = tx.close(f.code, &f.message).await;
+}
+
+type Sender =
+    ws_pump::WsSender<tokio::io::WriteHalf<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>>;
+
 async fn session(
     s: Arc<Shared>,
     cfg: FakeElevenLabsConfig,
@@ -112,22 +138,8 @@ async fn session(
     ws: Ws,
 ) {
     let (mut rx, tx, _reader) = ws_pump::split(ws);
-    let fail = |error: &str, message: &str, code: u16| {
-        let (tx, s, error, message) = (
-            tx.clone(),
-            s.clone(),
-            error.to_string(),
-            message.to_string(),
-        );
-        async move {
-            s.record.modify(|r| r.ws_errors.push((error.clone(), code)));
-            let f = json!({"message": message, "error": error, "code": code});
-            let _ = tx.text(&f.to_string()).await;
-            let _ = tx.close(code, &message).await;
-        }
-    };
     if let Some(why) = bad_query(&query) {
-        return fail("invalid_request", &why, 1008).await;
+        return fail(&s, &tx, refused("invalid_request", why, 1008)).await;
     }
     let inactivity = query
         .iter()
@@ -136,15 +148,21 @@ async fn session(
         .unwrap_or(20);
     let mut authed = match header_key {
         Some(k) if k == cfg.api_key && cfg.fail_status != Some(401) => true,
-        Some(_) => return fail("invalid_api_key", "Invalid API key", 1008).await,
+        Some(_) => return fail(&s, &tx, refused("invalid_api_key", "Invalid API key", 1008)).await,
         None => false,
     };
     let (out_tx, mut out_rx) = mpsc::channel::<String>(64);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
-    let mut ctxs: HashMap<String, Ctx> = HashMap::new();
-    let mut closing = false;
+    let mut contexts = Contexts {
+        s: s.clone(),
+        cfg,
+        open: HashMap::new(),
+        closing: false,
+        out: out_tx,
+        done: done_tx,
+    };
     loop {
-        if closing && ctxs.is_empty() {
+        if contexts.closing && contexts.open.is_empty() {
             let _ = tx.close(1000, "").await;
             return;
         }
@@ -156,7 +174,7 @@ async fn session(
                 continue;
             }
             Some(ctx) = done_rx.recv() => {
-                ctxs.remove(&ctx);
+                contexts.open.remove(&ctx);
                 continue;
             }
             m = tokio::time::timeout(Duration::from_secs(inactivity), rx.recv()) => m,
@@ -164,112 +182,154 @@ async fn session(
         let text = match msg {
             Err(_) => {
                 let m = format!("Input timeout exceeded: no message within {inactivity} s");
-                return fail("input_timeout_exceeded", &m, 1008).await;
+                return fail(&s, &tx, refused("input_timeout_exceeded", m, 1008)).await;
             }
             Ok(Some(WsIn::Text(t))) => t,
             Ok(Some(WsIn::Binary(_))) => {
-                return fail("invalid_message", "binary frames are not accepted", 1008).await;
+                let f = refused("invalid_message", "binary frames are not accepted", 1008);
+                return fail(&s, &tx, f).await;
             }
             Ok(_) => return,
         };
-        let Ok(v) = serde_json::from_str::<Value>(&text) else {
-            return fail("invalid_message", "the message is not JSON", 1008).await;
+        if let Err(f) = contexts.on_text(&text, &mut authed) {
+            return fail(&s, &tx, f).await;
+        }
+    }
+}
+
+/// One socket's contexts and the channels their generators answer on.
+struct Contexts {
+    s: Arc<Shared>,
+    cfg: FakeElevenLabsConfig,
+    open: HashMap<String, Ctx>,
+    /// `close_socket` was sent: the socket closes once every context is done.
+    closing: bool,
+    out: mpsc::Sender<String>,
+    done: mpsc::UnboundedSender<String>,
+}
+
+impl Contexts {
+    /// One text frame: authentication (if the header had no key), the forced failure, then
+    /// `close_socket` or a context's message.
+    fn on_text(&mut self, text: &str, authed: &mut bool) -> Result<(), Fail> {
+        let Ok(v) = serde_json::from_str::<Value>(text) else {
+            return Err(refused("invalid_message", "the message is not JSON", 1008));
         };
-        if !authed {
+        let cfg = &self.cfg;
+        if !*authed {
             let k = v.get("xi_api_key").and_then(Value::as_str);
             let b = v.get("authorization").and_then(Value::as_str);
             let ok = cfg.fail_status != Some(401)
                 && (k == Some(cfg.api_key.as_str())
                     || b == Some(format!("Bearer {}", cfg.api_key).as_str()));
             if !ok {
-                return fail("invalid_api_key", "Invalid API key", 1008).await;
+                return Err(refused("invalid_api_key", "Invalid API key", 1008));
             }
-            authed = true;
+            *authed = true;
         }
-        if let Some(code) = cfg.fail_status.filter(|c| *c != 401) {
-            let _ = code;
-            return fail("internal_error", "An internal error occurred", 1011).await;
+        if cfg.fail_status.is_some_and(|c| c != 401) {
+            return Err(refused(
+                "internal_error",
+                "An internal error occurred",
+                1011,
+            ));
         }
         if v.get("close_socket").and_then(Value::as_bool) == Some(true) {
-            s.record.modify(|r| r.ws_close_socket += 1);
-            for c in ctxs.values_mut().filter(|c| !c.closed) {
+            self.s.record.modify(|r| r.ws_close_socket += 1);
+            for c in self.open.values_mut().filter(|c| !c.closed) {
                 c.closed = true;
                 let _ = c.jobs.send(Job::Close);
             }
-            closing = true;
-            continue;
+            self.closing = true;
+            return Ok(());
         }
         let Some(ctx) = v
             .get("context_id")
             .and_then(Value::as_str)
             .map(str::to_string)
         else {
-            return fail("invalid_message", "context_id is required", 1008).await;
+            return Err(refused("invalid_message", "context_id is required", 1008));
         };
-        let text = v.get("text").and_then(Value::as_str);
-        let is_init = !ctxs.contains_key(&ctx);
-        if is_init {
-            if text != Some(" ") {
-                let m = format!("context {ctx} must be initialised with text \" \" first");
-                return fail("invalid_message_order", &m, 1008).await;
-            }
-            if let Some(sched) = v.pointer("/generation_config/chunk_length_schedule") {
-                let ok = sched.as_array().is_some_and(|a| {
-                    a.iter()
-                        .all(|x| x.as_u64().is_some_and(|n| (50..=500).contains(&n)))
-                });
-                if !ok {
-                    let m = "chunk_length_schedule values must be 50-500";
-                    return fail("invalid_request", m, 1008).await;
-                }
-            }
-            if ctxs.len() >= MAX_CONTEXTS {
-                let m = "Maximum simultaneous contexts per WebSocket connection exceeded (5)";
-                return fail("max_active_conversations", m, 1008).await;
-            }
-            let mut idx = 0;
-            s.record.modify(|r| {
-                idx = r.ws_contexts.len();
-                r.ws_contexts.push(WsContext {
-                    context_id: ctx.clone(),
-                    init: v.clone(),
-                    ..Default::default()
-                });
-            });
-            let (jobs, jobs_rx) = mpsc::unbounded_channel();
-            s.tasks.spawn(speak(
-                s.clone(),
-                cfg.clone(),
-                ctx.clone(),
-                idx,
-                jobs_rx,
-                out_tx.clone(),
-                done_tx.clone(),
-            ));
-            ctxs.insert(
-                ctx,
-                Ctx {
-                    jobs,
-                    closed: false,
-                    idx,
-                },
-            );
-            continue;
+        if self.open.contains_key(&ctx) {
+            self.on_context(&ctx, &v)
+        } else {
+            self.init(ctx, &v)
         }
+    }
+
+    /// A context's first message: text `" "`, a valid chunk schedule, at most
+    /// [`MAX_CONTEXTS`]; starts its generator.
+    fn init(&mut self, ctx: String, v: &Value) -> Result<(), Fail> {
+        if v.get("text").and_then(Value::as_str) != Some(" ") {
+            let m = format!("context {ctx} must be initialised with text \" \" first");
+            return Err(refused("invalid_message_order", m, 1008));
+        }
+        if let Some(sched) = v.pointer("/generation_config/chunk_length_schedule") {
+            let ok = sched.as_array().is_some_and(|a| {
+                a.iter()
+                    .all(|x| x.as_u64().is_some_and(|n| (50..=500).contains(&n)))
+            });
+            if !ok {
+                let m = "chunk_length_schedule values must be 50-500";
+                return Err(refused("invalid_request", m, 1008));
+            }
+        }
+        if self.open.len() >= MAX_CONTEXTS {
+            let m = "Maximum simultaneous contexts per WebSocket connection exceeded (5)";
+            return Err(refused("max_active_conversations", m, 1008));
+        }
+        let mut idx = 0;
+        self.s.record.modify(|r| {
+            idx = r.ws_contexts.len();
+            r.ws_contexts.push(WsContext {
+                context_id: ctx.clone(),
+                init: v.clone(),
+                ..Default::default()
+            });
+        });
+        let (jobs, jobs_rx) = mpsc::unbounded_channel();
+        self.s.tasks.spawn(speak(
+            self.s.clone(),
+            self.cfg.clone(),
+            ctx.clone(),
+            idx,
+            jobs_rx,
+            self.out.clone(),
+            self.done.clone(),
+        ));
+        self.open.insert(
+            ctx,
+            Ctx {
+                jobs,
+                closed: false,
+                idx,
+            },
+        );
+        Ok(())
+    }
+
+    /// A later message of an open context: text, `flush`, `close_context`.
+    fn on_context(&mut self, ctx: &str, v: &Value) -> Result<(), Fail> {
         if v.get("voice_settings").is_some() || v.get("generation_config").is_some() {
             let m = "voice_settings and generation_config are only accepted in a context's init";
-            return fail("invalid_message", m, 1008).await;
+            return Err(refused("invalid_message", m, 1008));
         }
-        let Some(c) = ctxs.get_mut(&ctx) else {
-            continue;
+        let Some(c) = self.open.get_mut(ctx) else {
+            return Ok(());
         };
         if c.closed {
             let m = format!("context {ctx} is closed");
-            return fail("invalid_message_order", &m, 1008).await;
+            return Err(refused("invalid_message_order", m, 1008));
         }
         let idx = c.idx;
-        if let Some(t) = text.filter(|t| !t.is_empty()) {
-            s.record.modify(|r| r.ws_contexts[idx].text.push_str(t));
+        if let Some(t) = v
+            .get("text")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
+            self.s
+                .record
+                .modify(|r| r.ws_contexts[idx].text.push_str(t));
             let _ = c.jobs.send(Job::Speak(t.to_string()));
         }
         let flush = v.get("flush").and_then(Value::as_bool) == Some(true);
@@ -279,9 +339,10 @@ async fn session(
         }
         if close {
             c.closed = true;
-            s.record.modify(|r| r.ws_contexts[idx].closed = true);
+            self.s.record.modify(|r| r.ws_contexts[idx].closed = true);
             let _ = c.jobs.send(Job::Close);
         }
+        Ok(())
     }
 }
 
