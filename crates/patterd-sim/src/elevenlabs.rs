@@ -256,7 +256,61 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         .into();
     r.voice_id = voice.clone().unwrap_or_default();
 
-    let (status, err) = if !is_post || voice.is_none() {
+    let (status, err) = verdict(&cfg, &r, is_post && voice.is_some(), key_ok);
+    r.status = status;
+    let mut idx = 0;
+    s.record.modify(|rec| {
+        idx = rec.requests.len();
+        rec.requests.push(r.clone());
+    });
+    if let Some(e) = err {
+        return http::json(status, &e);
+    }
+
+    let audio = match cfg.voice.as_deref().filter(|v| !v.is_empty()) {
+        Some(voice) => {
+            let n = audio_ms(&cfg, &r.text) as usize * 8;
+            voice.iter().copied().cycle().take(n).collect()
+        }
+        None => mulaw_tone(audio_ms(&cfg, &r.text)),
+    };
+    let ctype = if with_timestamps {
+        "application/json"
+    } else {
+        "audio/basic"
+    };
+    let (resp, tx) = http::streaming(200, &[("content-type", ctype)]);
+    let total_ms = audio_ms(&cfg, &r.text);
+    let chars = crate::alignment::char_times(&r.text, total_ms);
+    if cfg
+        .stall_text_containing
+        .as_deref()
+        .is_some_and(|t| r.text.contains(t))
+    {
+        // Hold the body open without a byte until the client gives up.
+        s.tasks.spawn(async move { tx.closed().await });
+        return resp;
+    }
+    s.tasks.spawn(send_audio(
+        s.clone(),
+        cfg,
+        audio,
+        chars,
+        with_timestamps,
+        idx,
+        tx,
+    ));
+    resp
+}
+
+/// The status of a speech request and its error body (`None`: 200, speak).
+fn verdict(
+    cfg: &FakeElevenLabsConfig,
+    r: &TtsRequest,
+    route_ok: bool,
+    key_ok: bool,
+) -> (u16, Option<Value>) {
+    if !route_ok {
         (404, Some(detail("not_found", "Not Found")))
     } else if !key_ok {
         (401, Some(detail("invalid_api_key", "Invalid API key")))
@@ -295,80 +349,55 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         )
     } else {
         (200, None)
-    };
-    r.status = status;
-    let mut idx = 0;
-    s.record.modify(|rec| {
-        idx = rec.requests.len();
-        rec.requests.push(r.clone());
-    });
-    if let Some(e) = err {
-        return http::json(status, &e);
     }
+}
 
-    let audio = match cfg.voice.as_deref().filter(|v| !v.is_empty()) {
-        Some(voice) => {
-            let n = audio_ms(&cfg, &r.text) as usize * 8;
-            voice.iter().copied().cycle().take(n).collect()
-        }
-        None => mulaw_tone(audio_ms(&cfg, &r.text)),
-    };
-    let ctype = if with_timestamps {
-        "application/json"
-    } else {
-        "audio/basic"
-    };
-    let (resp, tx) = http::streaming(200, &[("content-type", ctype)]);
-    let total_ms = audio_ms(&cfg, &r.text);
-    let chars = crate::alignment::char_times(&r.text, total_ms);
-    if cfg
-        .stall_text_containing
-        .as_deref()
-        .is_some_and(|t| r.text.contains(t))
-    {
-        // Hold the body open without a byte until the client gives up.
-        s.tasks.spawn(async move { tx.closed().await });
-        return resp;
-    }
-    let s2 = s.clone();
-    s.tasks.spawn(async move {
-        let chunk = (cfg.chunk_ms.max(1) as usize) * 8;
-        let mut first = true;
-        let mut sent = 0;
-        for (k, piece) in audio.chunks(chunk).enumerate() {
-            let pause = if first {
-                cfg.first_chunk_delay
-            } else {
-                cfg.chunk_interval
-            };
-            first = false;
-            tokio::select! {
-                _ = crate::pause(pause) => {}
-                _ = tx.closed() => break,
-            }
-            let body = if with_timestamps {
-                let from = (k * chunk / 8) as u32;
-                let to = from + (piece.len() / 8) as u32;
-                let last = (k + 1) * chunk >= audio.len();
-                Bytes::from(timestamps_line(piece, &chars, from, to, last))
-            } else {
-                Bytes::copy_from_slice(piece)
-            };
-            if tx.send(body).await.is_err() {
-                break;
-            }
-            sent += piece.len();
-            s2.record
-                .modify(|rec| rec.requests[idx].bytes_sent += piece.len());
-        }
-        let done = sent == audio.len();
-        if done {
-            s2.record.modify(|rec| rec.requests[idx].completed = true);
+/// Sends `audio` in `chunk_ms` pieces, paced as configured (as `with-timestamps` lines when
+/// asked), and records what was sent and whether the client stayed to the end.
+async fn send_audio(
+    s: Arc<Shared>,
+    cfg: FakeElevenLabsConfig,
+    audio: Vec<u8>,
+    chars: Vec<crate::alignment::Timed>,
+    with_timestamps: bool,
+    idx: usize,
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+) {
+    let chunk = (cfg.chunk_ms.max(1) as usize) * 8;
+    let mut first = true;
+    let mut sent = 0;
+    for (k, piece) in audio.chunks(chunk).enumerate() {
+        let pause = if first {
+            cfg.first_chunk_delay
         } else {
-            s2.record.modify(|rec| rec.requests[idx].cancelled = true);
+            cfg.chunk_interval
+        };
+        first = false;
+        tokio::select! {
+            _ = crate::pause(pause) => {}
+            _ = tx.closed() => break,
         }
-    });
-    resp
+        let body = if with_timestamps {
+            let from = (k * chunk / 8) as u32;
+            let to = from + (piece.len() / 8) as u32;
+            let last = (k + 1) * chunk >= audio.len();
+            Bytes::from(timestamps_line(piece, &chars, from, to, last))
+        } else {
+            Bytes::copy_from_slice(piece)
+        };
+        if tx.send(body).await.is_err() {
+            break;
+        }
+        sent += piece.len();
+        s.record
+            .modify(|rec| rec.requests[idx].bytes_sent += piece.len());
+    }
+    let done = sent == audio.len();
+    if done {
+        s.record.modify(|rec| rec.requests[idx].completed = true);
+    } else {
+        s.record.modify(|rec| rec.requests[idx].cancelled = true);
+    }
 }
 
 /// One `with-timestamps` line: the chunk's audio and the characters starting within
