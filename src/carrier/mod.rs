@@ -126,6 +126,7 @@ carriers! {
     telnyx => Telnyx,
     plivo => Plivo,
     web => Web,
+    vonage => Vonage,
 }
 
 impl CarrierConfig {
