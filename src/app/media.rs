@@ -240,7 +240,6 @@ pub async fn serve(
     // The encoder is a copy of the codec as it stands after `start` (it knows the stream id);
     // the original moves into the reader.
     let mut encoder = codec.clone_box();
-    let kind = encoder.encodes();
     // A client that shows the call's progress (the browser phone) gets it on this socket.
     // (The channel only then: its first block would be 2.5 KiB of every call.)
     let (progress, mut progress_rx) = if encoder.wants_progress() {
@@ -412,7 +411,7 @@ pub async fn serve(
                     Some(cmd) => {
                         if encoder.encode_into(&cmd, &mut out) {
                             let payload = Payload::Borrowed(&out);
-                            let frame = match kind {
+                            let frame = match encoder.encodes_command(&cmd) {
                                 MessageKind::Text => Frame::text(payload),
                                 MessageKind::Binary => Frame::binary(payload),
                             };

@@ -126,6 +126,7 @@ carriers! {
     telnyx => Telnyx,
     plivo => Plivo,
     web => Web,
+    vonage => Vonage,
 }
 
 impl CarrierConfig {
@@ -383,6 +384,11 @@ pub trait MediaCodec: Send {
     /// The kind of message [`Self::encode_into`] writes.
     fn encodes(&self) -> MessageKind {
         MessageKind::Text
+    }
+    /// The kind of message [`Self::encode_into`] writes for `cmd`: [`Self::encodes`] unless
+    /// the socket mixes kinds (Vonage: binary audio, text control messages).
+    fn encodes_command(&self, _cmd: &MediaCommand) -> MessageKind {
+        self.encodes()
     }
     /// Encodes one command as a text message; `None` for commands that are not messages
     /// (hang-up goes through the carrier's REST API). Binary codecs leave it `None` and

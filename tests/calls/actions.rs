@@ -15,6 +15,7 @@ macro_rules! carrier_tests {
         mod twilio { $( #[tokio::test] async fn $name() { super::$name(super::Carrier::Twilio).await } )* }
         mod telnyx { $( #[tokio::test] async fn $name() { super::$name(super::Carrier::Telnyx).await } )* }
         mod plivo { $( #[tokio::test] async fn $name() { super::$name(super::Carrier::Plivo).await } )* }
+        mod vonage { $( #[tokio::test] async fn $name() { super::$name(super::Carrier::Vonage).await } )* }
     };
 }
 
@@ -57,6 +58,25 @@ async fn transfer_to_an_allowed_number(c: Carrier) {
         },
     );
     match c {
+        Carrier::Vonage => {
+            let path = format!("/v1/calls/{call_id}");
+            let rec = stack
+                .vonage_rest
+                .wait_until("transfer", |r| r.requests.iter().any(|q| q.path == path))
+                .await;
+            let r = rec
+                .requests
+                .iter()
+                .find(|q| q.path == path)
+                .expect("transfer");
+            assert_eq!((r.method.as_str(), r.status), ("PUT", 204), "{r:?}");
+            assert_eq!(r.body["action"], "transfer");
+            let ncco = &r.body["destination"]["ncco"][0];
+            assert_eq!(ncco["action"], "connect");
+            assert_eq!(ncco["from"], "15550004000");
+            assert_eq!(ncco["timeout"], 30);
+            assert_eq!(ncco["endpoint"][0]["number"], "14155550100");
+        }
         Carrier::Twilio => {
             let reqs = stack.rest.wait_for_requests(1, WAIT).await.expect("update");
             let r = &reqs[0];
@@ -227,6 +247,18 @@ async fn dtmf_reaches_the_far_end(c: Carrier) {
     .expect("outcome");
     assert!(outcome.is_done(), "{c:?}: {outcome:?}");
     match c {
+        Carrier::Vonage => {
+            let path = format!("/v1/calls/{call_id}/dtmf");
+            let rec = stack.vonage_rest.record();
+            let r = rec
+                .requests
+                .iter()
+                .find(|q| q.path == path)
+                .expect("DTMF request");
+            assert_eq!((r.method.as_str(), r.status), ("PUT", 200));
+            assert_eq!(r.body["digits"], "12#");
+            assert_eq!(sim.state().dtmf_heard, "", "not also in-band");
+        }
         Carrier::Twilio => {
             // No REST command exists while streaming: the tones are in the media.
             sim.wait_for("the digits heard in-band", WAIT, |s| s.dtmf_heard == "12#")

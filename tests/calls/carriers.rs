@@ -15,12 +15,14 @@ use patterd_sim::plivo::PlivoAnswer;
 use patterd_sim::stream::{ClosedBy, Dialect, SimCall, SimCallConfig, TimelineEvent};
 use patterd_sim::twilio::WebhookResponse;
 use patterd_sim::twilio::xml::parse_twiml;
+use patterd_sim::vonage::{SimVonage, VonageAnswer};
 
 macro_rules! carrier_tests {
     ($($name:ident),* $(,)?) => {
         mod twilio { $( #[tokio::test] async fn $name() { super::$name(super::Carrier::Twilio).await } )* }
         mod telnyx { $( #[tokio::test] async fn $name() { super::$name(super::Carrier::Telnyx).await } )* }
         mod plivo { $( #[tokio::test] async fn $name() { super::$name(super::Carrier::Plivo).await } )* }
+        mod vonage { $( #[tokio::test] async fn $name() { super::$name(super::Carrier::Vonage).await } )* }
     };
 }
 
@@ -534,6 +536,7 @@ async fn forged_signatures_get_403_and_nothing_else(c: Carrier) {
                     .unwrap(),
             ));
         }
+        Carrier::Vonage => vonage_forgeries(&stack, &mut refused).await,
     }
     for (what, r) in &refused {
         assert_eq!((r.status, r.body.as_str()), (403, ""), "{c:?} {what}");
@@ -545,6 +548,7 @@ async fn forged_signatures_get_403_and_nothing_else(c: Carrier) {
     assert!(stack.hermes.record().requests.is_empty());
     assert!(stack.telnyx_rest.record().commands.is_empty());
     assert!(stack.plivo_rest.record().requests.is_empty());
+    assert!(stack.vonage_rest.record().requests.is_empty());
     // A correctly signed one goes through.
     let (_, r) = stack.ring_via(c, CALLER, c.number()).await;
     assert_eq!(r.status, 200, "{c:?}: {r:?}");
@@ -560,6 +564,7 @@ async fn media_socket_with_bad_token_is_closed_before_any_provider(c: Carrier) {
         Carrier::Twilio => "CA22222222222222222222222222222222",
         Carrier::Telnyx => "v3:bad-token-call",
         Carrier::Plivo => "5b9a3a5e-0000-4000-8000-000000002222",
+        Carrier::Vonage => "63f61863-0000-4000-8000-000000002222",
     };
     let cases = vec![
         ("missing", None),
@@ -674,6 +679,12 @@ async fn routing_rejects_with_the_carriers_own_refusal(c: Carrier) {
                 let a = parse_twiml(&r.body).expect("twiml");
                 format!("reject:{}", a.reject.expect("reject"))
             }
+            Carrier::Vonage => {
+                // Vonage has no busy or reject answer: an empty NCCO ends the call.
+                let a = VonageAnswer::parse(&r.body).expect("ncco");
+                assert!(a.websocket_uri.is_none());
+                format!("hangup:{}", a.actions.join(","))
+            }
             Carrier::Plivo => {
                 let a = PlivoAnswer::parse(&r.body).expect("xml");
                 assert!(a.stream_url.is_none());
@@ -704,6 +715,7 @@ async fn routing_rejects_with_the_carriers_own_refusal(c: Carrier) {
             (Carrier::Plivo, "unknown") => "hangup:".into(),
             (Carrier::Plivo, "caller") => "hangup:rejected".into(),
             (Carrier::Plivo, _) => "hangup:busy".into(),
+            (Carrier::Vonage, _) => "hangup:".into(),
             (Carrier::Telnyx, "busy") => "reject:USER_BUSY".into(),
             (Carrier::Telnyx, _) => "reject:CALL_REJECTED".into(),
         }
@@ -761,4 +773,74 @@ async fn malformed_frames_do_not_end_the_call(c: Carrier) {
     stack.finished(&call_id).await;
     let bad = stack.metric(|m| &m.media_frames_bad);
     assert_eq!(bad, expected_bad, "{c:?}");
+}
+
+/// Vonage webhooks that must be refused: no token, a token signed with another secret, a
+/// body changed under its `payload_hash`, a stale `iat`, a replayed `jti`, and a forged event.
+async fn vonage_forgeries(stack: &Stack, refused: &mut Vec<(&'static str, WebhookResponse)>) {
+    use patterd_sim::vonage::{sign_webhook, webhook_claims};
+    let body = SimVonage::answer_body(
+        "63f61863-0000-4000-8000-00000000f0f0",
+        CALLER,
+        VONAGE_NUMBER,
+    )
+    .to_string();
+    let post = |raw: String, auth: Option<String>| async move {
+        stack
+            .vonage
+            .post_with("/vonage/answer", &raw, auth.as_deref())
+            .await
+            .unwrap()
+    };
+    let bearer = |secret: &str, claims: &serde_json::Value| {
+        format!("Bearer {}", sign_webhook(secret, claims))
+    };
+    refused.push(("missing", post(body.clone(), None).await));
+    refused.push((
+        "forged",
+        post(body.clone(), Some("Bearer not.a.jwt".into())).await,
+    ));
+    let claims = webhook_claims(body.as_bytes());
+    refused.push((
+        "wrong key",
+        post(body.clone(), Some(bearer("wrong", &claims))).await,
+    ));
+    let tampered = body.replace(&CALLER[1..], "15550009999");
+    refused.push((
+        "tampered",
+        post(tampered, Some(bearer(VONAGE_SIGNATURE_SECRET, &claims))).await,
+    ));
+    let mut stale = claims.clone();
+    stale["iat"] = serde_json::json!(stale["iat"].as_u64().unwrap_or(0) - 3600);
+    refused.push((
+        "stale",
+        post(body.clone(), Some(bearer(VONAGE_SIGNATURE_SECRET, &stale))).await,
+    ));
+    // A good event webhook once; the same token again is a replay.
+    let event =
+        serde_json::json!({"uuid": "63f61863-0000-4000-8000-00000000f0f1", "status": "ringing"})
+            .to_string();
+    let token = bearer(VONAGE_SIGNATURE_SECRET, &webhook_claims(event.as_bytes()));
+    let first = stack
+        .vonage
+        .post_with("/vonage/event", &event, Some(&token))
+        .await
+        .unwrap();
+    assert_eq!(first.status, 204, "{first:?}");
+    refused.push((
+        "replayed",
+        stack
+            .vonage
+            .post_with("/vonage/event", &event, Some(&token))
+            .await
+            .unwrap(),
+    ));
+    refused.push((
+        "event forged",
+        stack
+            .vonage
+            .post_with("/vonage/event", &event, None)
+            .await
+            .unwrap(),
+    ));
 }

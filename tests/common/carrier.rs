@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use patterd_sim::plivo::PlivoAnswer;
 use patterd_sim::stream::{Dialect, SimCall, SimCallConfig};
 use patterd_sim::twilio::WebhookResponse;
+use patterd_sim::vonage::VonageAnswer;
 
 use super::*;
 
@@ -16,10 +17,16 @@ pub enum Carrier {
     Twilio,
     Telnyx,
     Plivo,
+    Vonage,
 }
 
 /// Every carrier, in the order the matrix runs them.
-pub const ALL: [Carrier; 3] = [Carrier::Twilio, Carrier::Telnyx, Carrier::Plivo];
+pub const ALL: [Carrier; 4] = [
+    Carrier::Twilio,
+    Carrier::Telnyx,
+    Carrier::Plivo,
+    Carrier::Vonage,
+];
 
 impl Carrier {
     pub fn number(self) -> &'static str {
@@ -27,6 +34,7 @@ impl Carrier {
             Carrier::Twilio => OUR_NUMBER,
             Carrier::Telnyx => TELNYX_NUMBER,
             Carrier::Plivo => PLIVO_NUMBER,
+            Carrier::Vonage => VONAGE_NUMBER,
         }
     }
 
@@ -35,6 +43,7 @@ impl Carrier {
             Carrier::Twilio => Dialect::Twilio,
             Carrier::Telnyx => Dialect::Telnyx,
             Carrier::Plivo => Dialect::PlivoMulaw,
+            Carrier::Vonage => Dialect::Vonage,
         }
     }
 
@@ -48,6 +57,10 @@ impl Carrier {
                 format!("wss://voice.example.test/plivo/media/{call_id}?t={t}")
             }
             (Carrier::Plivo, None) => format!("wss://voice.example.test/plivo/media/{call_id}"),
+            (Carrier::Vonage, Some(t)) => {
+                format!("wss://voice.example.test/vonage/media/{call_id}?t={t}")
+            }
+            (Carrier::Vonage, None) => format!("wss://voice.example.test/vonage/media/{call_id}"),
         }
     }
 }
@@ -87,6 +100,17 @@ impl Carriers for Stack {
                     .expect("plivo stream opens");
                 (uuid, sim)
             }
+            Carrier::Vonage => {
+                let (uuid, r) = self.ring_via(c, CALLER, VONAGE_NUMBER).await;
+                assert_eq!(r.status, 200, "{r:?}");
+                let answer = VonageAnswer::parse(&r.body).expect("vonage ncco");
+                let sim = self
+                    .vonage
+                    .open_stream(&answer, &self.ws_base(), &uuid)
+                    .await
+                    .expect("vonage stream opens");
+                (uuid, sim)
+            }
         }
     }
 
@@ -95,6 +119,7 @@ impl Carriers for Stack {
             Carrier::Twilio => self.twilio.incoming_call("/twilio/voice", from, to).await,
             Carrier::Telnyx => self.telnyx.incoming_call(from, to).await,
             Carrier::Plivo => self.plivo.incoming_call(from, to).await,
+            Carrier::Vonage => self.vonage.incoming_call(from, to).await,
         }
         .expect("webhook request")
     }
@@ -104,6 +129,7 @@ impl Carriers for Stack {
             Carrier::Twilio => self.rest.hung_up(),
             Carrier::Telnyx => self.telnyx_rest.hung_up(),
             Carrier::Plivo => self.plivo_rest.hung_up(),
+            Carrier::Vonage => self.vonage_rest.hung_up(),
         }
     }
 
@@ -122,6 +148,11 @@ impl Carriers for Stack {
             }
             Carrier::Plivo => {
                 self.plivo_rest
+                    .wait_until("REST hang-up", |r| hung_up(r.hung_up()))
+                    .await;
+            }
+            Carrier::Vonage => {
+                self.vonage_rest
                     .wait_until("REST hang-up", |r| hung_up(r.hung_up()))
                     .await;
             }

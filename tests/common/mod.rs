@@ -25,6 +25,7 @@ use patterd_sim::twilio::call::{SimCall, SimCallConfig};
 use patterd_sim::twilio::rest::FakeTwilioRest;
 use patterd_sim::twilio::xml::{TwimlAnswer, parse_twiml};
 use patterd_sim::twilio::{SimTwilio, WebhookResponse};
+use patterd_sim::vonage::{FakeVonageRest, SimVonage};
 
 pub const ACCOUNT_SID: &str = "AC00000000000000000000000000000001";
 pub const AUTH_TOKEN: &str = "twilio-test-auth-token";
@@ -32,6 +33,11 @@ pub const PUBLIC_URL: &str = "https://voice.example.test";
 pub const OUR_NUMBER: &str = "+15550001234";
 pub const TELNYX_NUMBER: &str = "+15550002000";
 pub const PLIVO_NUMBER: &str = "+15550003000";
+pub const VONAGE_NUMBER: &str = "+15550004000";
+pub const VONAGE_APPLICATION_ID: &str = "aaaaaaaa-bbbb-cccc-dddd-0123456789ab";
+pub const VONAGE_SIGNATURE_SECRET: &str = "vonage-test-signature-secret";
+/// The Vonage application's test key (a throwaway RSA key, PKCS#8 PEM).
+pub const VONAGE_PRIVATE_KEY: &str = include_str!("../../src/carrier/vonage/test_key.pem");
 pub const TELNYX_API_KEY: &str = "KEY0123456789ABCDEF_fake";
 /// The Ed25519 seed of the vectors (`telnyx_ed25519.json`) and its public key.
 pub const TELNYX_SEED_HEX: &str =
@@ -138,10 +144,12 @@ pub struct Stack {
     pub rest: FakeTwilioRest,
     pub telnyx_rest: FakeTelnyxRest,
     pub plivo_rest: FakePlivoRest,
+    pub vonage_rest: FakeVonageRest,
     pub server: patterd::server::Running,
     pub twilio: SimTwilio,
     pub telnyx: SimTelnyx,
     pub plivo: SimPlivo,
+    pub vonage: SimVonage,
     pub base: String,
     /// `server.data_dir` (holds patterd.db).
     pub data: tempfile::TempDir,
@@ -162,6 +170,30 @@ fn toml_list(v: &[String]) -> String {
         .map(|c| format!("\"{c}\""))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `[carriers.vonage]` and its number, for [`config_text`]'s `extra_numbers`.
+pub fn vonage_carrier(opts: &Opts, vonage_rest: &str) -> String {
+    let callers = toml_list(&opts.allowed_callers);
+    let destinations = toml_list(&opts.allowed_destinations);
+    format!(
+        r#"
+[carriers.vonage]
+kind = "vonage"
+application_id = "{VONAGE_APPLICATION_ID}"
+signature_secret = "{VONAGE_SIGNATURE_SECRET}"
+private_key = """
+{VONAGE_PRIVATE_KEY}"""
+api_base_url = "{vonage_rest}"
+
+[[numbers]]
+number = "{VONAGE_NUMBER}"
+carrier = "vonage"
+agent = "front-desk"
+allowed_callers = [{callers}]
+allowed_destinations = [{destinations}]
+"#
+    )
 }
 
 /// `[carriers.telnyx]`, `[carriers.plivo]` and one number each, for [`config_text`]'s
@@ -360,6 +392,9 @@ impl Stack {
         let plivo_rest = FakePlivoRest::start(PLIVO_AUTH_ID, PLIVO_AUTH_TOKEN)
             .await
             .expect("fake plivo rest");
+        let vonage_rest = FakeVonageRest::start(VONAGE_APPLICATION_ID, VONAGE_PRIVATE_KEY)
+            .await
+            .expect("fake vonage rest");
         let hermes_url = opts
             .llm_base_url
             .clone()
@@ -371,7 +406,11 @@ impl Stack {
             &el.base_url(),
             &hermes_url,
             &rest.base_url,
-            &other_carriers(&opts, &telnyx_rest.base_url, &plivo_rest.base_url),
+            &format!(
+                "{}{}",
+                other_carriers(&opts, &telnyx_rest.base_url, &plivo_rest.base_url),
+                vonage_carrier(&opts, &vonage_rest.base_url)
+            ),
         );
         let data = tempfile::tempdir().expect("data dir");
         let data_path = data.path().display().to_string();
@@ -388,6 +427,7 @@ impl Stack {
         let twilio = SimTwilio::new(&base, PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN);
         let telnyx = SimTelnyx::new(&base, PUBLIC_URL, telnyx_seed());
         let plivo = SimPlivo::new(&base, PUBLIC_URL, PLIVO_AUTH_TOKEN);
+        let vonage = SimVonage::new(&base, VONAGE_SIGNATURE_SECRET);
         Stack {
             dg,
             el,
@@ -395,10 +435,12 @@ impl Stack {
             rest,
             telnyx_rest,
             plivo_rest,
+            vonage_rest,
             server,
             twilio,
             telnyx,
             plivo,
+            vonage,
             base,
             data,
             api_token,

@@ -23,6 +23,7 @@ fn carrier_requests(stack: &Stack) -> usize {
         + stack.telnyx_rest.record().commands.len()
         + stack.telnyx_rest.record().refused.len()
         + stack.plivo_rest.record().requests.len()
+        + stack.vonage_rest.record().requests.len()
 }
 
 /// Waits for the `n`th (1-based) placed call at `carrier` and returns our call id for it.
@@ -39,6 +40,10 @@ async fn placed(stack: &Stack, carrier: Carrier, n: usize) -> String {
             .request_uuid
             .clone()
             .expect("request_uuid"),
+        Carrier::Vonage => stack.vonage_rest.wait_for_created(n).await[n - 1]
+            .uuid
+            .clone()
+            .expect("uuid"),
     }
 }
 
@@ -81,6 +86,22 @@ async fn answer(stack: &Stack, carrier: Carrier, n: usize) -> (String, SimCall) 
             assert!(a.bidirectional, "{}", r.body);
             let sim = stack
                 .plivo
+                .open_stream(&a, &stack.ws_base(), &uuid)
+                .await
+                .expect("stream opens");
+            (uuid, sim)
+        }
+        Carrier::Vonage => {
+            let c = stack.vonage_rest.created()[n - 1].clone();
+            let (uuid, r) = stack
+                .vonage
+                .answer_outbound(&c)
+                .await
+                .expect("answer webhook");
+            assert_eq!(r.status, 200, "{r:?}");
+            let a = patterd_sim::vonage::VonageAnswer::parse(&r.body).expect("NCCO");
+            let sim = stack
+                .vonage
                 .open_stream(&a, &stack.ws_base(), &uuid)
                 .await
                 .expect("stream opens");
@@ -131,6 +152,19 @@ async fn unanswered(stack: &Stack, carrier: Carrier, n: usize, outcome: &str) {
                 .hangup_outbound(&c, None, cause, 0)
                 .await
                 .expect("hangup callback");
+            assert_eq!(r.status, 204);
+        }
+        Carrier::Vonage => {
+            let uuid = stack.vonage_rest.created()[n - 1]
+                .uuid
+                .clone()
+                .expect("uuid");
+            let status = if outcome == "busy" { "busy" } else { "timeout" };
+            let r = stack
+                .vonage
+                .event(&uuid, status)
+                .await
+                .expect("event webhook");
             assert_eq!(r.status, 204);
         }
     }
@@ -195,6 +229,18 @@ async fn originate_talk_and_hang_up_on_every_carrier() {
                 );
                 assert_eq!(c.body["ring_timeout"], 20);
                 assert!(c.body.get("machine_detection").is_none());
+            }
+            Carrier::Vonage => {
+                let c = &stack.vonage_rest.created()[0];
+                assert_eq!(c.path, "/v1/calls");
+                assert_eq!(c.body["to"][0]["number"], "15557654321");
+                assert_eq!(c.body["from"]["number"], "15550004000");
+                assert_eq!(
+                    c.body["answer_url"][0],
+                    format!("{PUBLIC_URL}/vonage/answer")
+                );
+                assert_eq!(c.body["event_url"][0], format!("{PUBLIC_URL}/vonage/event"));
+                assert_eq!(c.body["ringing_timer"], 20);
             }
         }
 
@@ -382,6 +428,7 @@ async fn a_carrier_refusing_the_call_is_a_carrier_error() {
     stack.rest.fail_with(Some(500));
     stack.telnyx_rest.fail_dial_with(Some(500));
     stack.plivo_rest.fail_create_with(Some(500));
+    stack.vonage_rest.fail_create_with(Some(500));
     for carrier in ALL {
         let (s, v) = Api::authed(&stack)
             .post("/v1/calls", json!({"to": CALLEE, "from": carrier.number()}))

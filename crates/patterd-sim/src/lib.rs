@@ -27,6 +27,7 @@ pub mod tone;
 pub mod tool_endpoint;
 pub mod transcribe;
 pub mod twilio;
+pub mod vonage;
 pub mod words;
 pub mod ws;
 pub mod ws_conn;

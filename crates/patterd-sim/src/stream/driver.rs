@@ -158,6 +158,25 @@ impl Driver {
         let at = self.ms();
         let seq = self.next_seq();
         let msg = match self.dialect {
+            Dialect::Vonage => {
+                // Binary L16 16 kHz: each 8 kHz sample twice.
+                let pcm: Vec<u8> = frame
+                    .iter()
+                    .flat_map(|&u| {
+                        let b = patterd::audio::g711::ulaw_to_linear(u).to_le_bytes();
+                        [b[0], b[1], b[0], b[1]]
+                    })
+                    .collect();
+                if self
+                    .wr
+                    .write_frame(Frame::binary(Payload::Owned(pcm)))
+                    .await
+                    .is_err()
+                {
+                    return false;
+                }
+                Value::Null
+            }
             Dialect::Twilio => json!({
                 "event": "media",
                 "sequenceNumber": seq,
@@ -202,7 +221,9 @@ impl Driver {
                 })
             }
         };
-        if self.reorder && self.held_frame.is_none() && self.chunk % 10 == 5 {
+        if msg.is_null() {
+            // Already sent (binary).
+        } else if self.reorder && self.held_frame.is_none() && self.chunk % 10 == 5 {
             // Hold this frame back; it goes out after the next one.
             self.held_frame = Some(msg);
         } else {
@@ -293,6 +314,7 @@ impl Driver {
                 "streamId": self.stream_sid,
                 "name": name,
             }),
+            Dialect::Vonage => json!({"event": "websocket:notify", "payload": {"mark": name}}),
         };
         if !self.send(msg).await {
             return false;
@@ -354,6 +376,9 @@ impl Driver {
                         "streamId": self.stream_sid,
                         "dtmf": {"track": "inbound", "digit": digit.to_string(), "timestamp": self.ms().to_string()},
                     }),
+                    Dialect::Vonage => {
+                        json!({"event": "websocket:dtmf", "digit": digit.to_string(), "duration": 250})
+                    }
                 };
                 let ok = self.send(msg).await;
                 let at = self.ms();
@@ -385,8 +410,8 @@ impl Driver {
                         "stream_id": self.stream_sid,
                         "stop": {"user_id": self.account_sid, "call_control_id": self.call_sid},
                     })),
-                    // Plivo ends a stream by closing the socket.
-                    Dialect::PlivoMulaw | Dialect::PlivoL16 => None,
+                    // Plivo and Vonage end a stream by closing the socket.
+                    Dialect::PlivoMulaw | Dialect::PlivoL16 | Dialect::Vonage => None,
                 };
                 if let Some(stop) = stop {
                     let _ = self.send(stop).await;
@@ -408,9 +433,14 @@ impl Driver {
     async fn on_incoming(&mut self, msg: Incoming) -> bool {
         match msg {
             Incoming::Text(text) => self.on_text(&text).await,
-            Incoming::Binary(n) => {
+            Incoming::Binary(b) if self.dialect == Dialect::Vonage => {
+                self.on_vonage_audio(&b);
+                true
+            }
+            Incoming::Binary(b) => {
                 self.protocol_error(format!(
-                    "binary frame of {n} bytes (Twilio expects JSON text)"
+                    "binary frame of {} bytes (this dialect expects JSON text)",
+                    b.len()
                 ));
                 true
             }
@@ -458,6 +488,7 @@ impl Driver {
             Dialect::Twilio => self.on_twilio_frame(event, &v, &short).await,
             Dialect::Telnyx => self.on_telnyx_frame(event, &v, &short).await,
             Dialect::PlivoMulaw | Dialect::PlivoL16 => self.on_plivo_frame(event, &v, &short).await,
+            Dialect::Vonage => self.on_vonage_frame(&v, &short).await,
         }
     }
 
@@ -636,6 +667,37 @@ impl Driver {
         }
     }
 
+    /// Vonage agent audio: binary L16 16 kHz, whole 20 ms frames; played as μ-law 8 kHz.
+    fn on_vonage_audio(&mut self, pcm: &[u8]) {
+        if !pcm.len().is_multiple_of(4) || pcm.len() > 64 * 1024 {
+            self.protocol_error(format!("binary L16 16 kHz message of {} bytes", pcm.len()));
+            return;
+        }
+        let ulaw: Vec<u8> = pcm
+            .chunks_exact(4)
+            .map(|b| patterd::audio::g711::linear_to_ulaw(i16::from_le_bytes([b[0], b[1]])))
+            .collect();
+        self.on_agent_audio(&ulaw);
+    }
+
+    /// Vonage control messages: `{"action":"notify","payload":{…}}` and `{"action":"clear"}`.
+    async fn on_vonage_frame(&mut self, v: &Value, short: &str) -> bool {
+        match v.get("action").and_then(Value::as_str).unwrap_or("") {
+            "notify" => match v.pointer("/payload/mark").and_then(Value::as_str) {
+                Some(name) => self.on_mark(name.to_string()).await,
+                None => {
+                    self.protocol_error(format!("notify without payload.mark: {short}"));
+                    true
+                }
+            },
+            "clear" => self.on_clear().await,
+            other => {
+                self.protocol_error(format!("unknown or missing action `{other}`: {short}"));
+                true
+            }
+        }
+    }
+
     fn on_agent_audio(&mut self, audio: &[u8]) {
         let at = self.ms();
         let heard = self.dtmf.push_ulaw(audio);
@@ -719,6 +781,11 @@ impl Driver {
             s.played_bytes = enqueued;
             s.playback_queued_bytes = 0;
         });
+        if self.dialect == Dialect::Vonage {
+            // Cleared notifies are not acknowledged; the clear itself is.
+            self.pending_marks.clear();
+            return self.send(json!({"event": "websocket:cleared"})).await;
+        }
         if self.dialect.is_plivo() {
             // Cleared checkpoints are never acknowledged; the clear itself is.
             self.pending_marks.clear();

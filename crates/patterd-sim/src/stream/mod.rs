@@ -48,6 +48,10 @@ pub enum Dialect {
     PlivoMulaw,
     /// Plivo, streaming little-endian L16 8 kHz.
     PlivoL16,
+    /// Vonage's media WebSocket: a `websocket:connected` text message, then binary L16 16 kHz
+    /// both ways; control as text (`notify` → `websocket:notify`, `clear` →
+    /// `websocket:cleared`).
+    Vonage,
 }
 
 impl Dialect {
@@ -60,6 +64,7 @@ impl Dialect {
         match self {
             Dialect::Twilio | Dialect::Telnyx => "clear",
             Dialect::PlivoMulaw | Dialect::PlivoL16 => "clearAudio",
+            Dialect::Vonage => "clear",
         }
     }
 }
@@ -295,7 +300,7 @@ enum Cmd {
 
 enum Incoming {
     Text(String),
-    Binary(usize),
+    Binary(Vec<u8>),
     /// A frame fastwebsockets must send in reply (pong, close echo).
     Obligated(OpCode, Vec<u8>),
     Close(Option<u16>, String),
@@ -370,6 +375,7 @@ impl SimCall {
                     patterd::carrier::plivo::SUBPROTOCOL,
                 ),
             ],
+            Dialect::Vonage => vec![("User-Agent", "Vonage-Websocket/1.0")],
         };
         if let Some(sig) = &sig {
             headers.push(("X-Twilio-Signature", sig));
@@ -446,6 +452,15 @@ impl SimCall {
                 },
                 "extra_headers": serde_json::to_string(custom_parameters).unwrap_or_default(),
             })],
+            Dialect::Vonage => {
+                let mut first = serde_json::Map::new();
+                for (k, v) in custom_parameters {
+                    first.insert(k.clone(), json!(v));
+                }
+                first.insert("event".into(), json!("websocket:connected"));
+                first.insert("content-type".into(), json!("audio/l16;rate=16000"));
+                vec![Value::Object(first)]
+            }
         };
         for frame in opening {
             write_text(&mut wr, frame.to_string())
@@ -467,7 +482,7 @@ impl SimCall {
             Some(match f {
                 WsFrame::Obligated(op, payload) => Incoming::Obligated(op, payload),
                 WsFrame::Text(t) => Incoming::Text(String::from_utf8_lossy(t).into_owned()),
-                WsFrame::Binary(b) => Incoming::Binary(b.len()),
+                WsFrame::Binary(b) => Incoming::Binary(b.to_vec()),
                 WsFrame::Close(code, reason) => Incoming::Close(code, reason),
                 WsFrame::Error(e) => Incoming::Error(e),
             })
