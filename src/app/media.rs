@@ -30,8 +30,7 @@ use crate::call::MediaAttach;
 use crate::call::ingress::Inbound;
 use crate::carrier::port::{MediaSocket, TokenSource};
 use crate::carrier::{
-    ActionResult, CodecError, DtmfDelivery, MediaCodec, MediaCommand, MediaEvent, MessageKind,
-    SharedCodec, StreamStart,
+    CodecError, Leg, MediaCodec, MediaCommand, MediaEvent, MessageKind, SharedCodec, StreamStart,
 };
 use crate::net::http::{Body, text};
 use crate::security::token::TokenError;
@@ -54,9 +53,6 @@ const MAX_BAD_TOTAL: u32 = 500;
 /// Twilio JSON) fits; the 1 s lead at the start of a reply goes in four writes. Every live call
 /// holds one (it was 16 KiB: issue 16's memory per call).
 const WRITE_BUFFER: usize = 4 * 1024;
-
-/// Why a carrier action could not even be asked for.
-const NO_ACCOUNT: &str = "the call's carrier account is not configured for REST requests";
 
 /// WebSocket close codes we use.
 const CLOSE_NORMAL: u16 = 1000;
@@ -216,13 +212,15 @@ pub async fn serve(
         return;
     };
 
-    let account = handle.carrier_account.to_string();
-    let control = carrier.has_account(&account).then_some(carrier);
+    let leg = Leg::new(
+        carrier,
+        &handle.carrier_account,
+        &leg_id,
+        &app.server.public_url,
+    );
 
     // 3. Attach to the actor and pump.
     let (ev_tx, ev_rx) = mpsc::channel::<Inbound>(64);
-    // The answers to carrier actions (transfer, DTMF) go to the actor on the same channel.
-    let action_tx = ev_tx.clone();
     let (cmd_tx, mut cmd_rx) = mpsc::channel::<MediaCommand>(512);
     // The actor hands back the call's caller-audio stage, run here on every frame.
     let (ingress_tx, ingress_rx) = tokio::sync::oneshot::channel();
@@ -230,6 +228,7 @@ pub async fn serve(
         start: StreamStart { ..start },
         events: ev_rx,
         commands: cmd_tx,
+        leg: leg.clone(),
         ingress: Some(ingress_tx),
     };
     if handle.attach(attach).is_err() {
@@ -325,89 +324,16 @@ pub async fn serve(
         let mut out = Vec::with_capacity(1024);
         // Frames written to the buffer and not yet flushed to the socket.
         let mut unflushed = false;
-        let mut hung_up = false;
         let mut refused = false;
-        // Set once the carrier accepted a transfer: the leg now belongs to the carrier's
-        // transfer, so the end of this stream must not hang it up.
-        let transferred = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let hang_up_leg = |why: &'static str| {
-            if let Some(c) = &control {
-                let hang_up = c.hang_up(&account, &leg_id);
-                // The REST call must not hold up closing the socket.
-                tokio::spawn(
-                    async move {
-                        if let Err(e) = hang_up.await {
-                            warn!(error = %e, why, "carrier hang-up request failed");
-                        }
-                    }
-                    .in_current_span(),
-                );
-            }
-        };
         loop {
             tokio::select! {
                 cmd = cmd_rx.recv() => match cmd {
                     None => {
-                        // The actor dropped our command channel while the call is still live:
-                        // it refused this stream (the call has another one). That is not the
-                        // call ending, and its leg must not be hung up.
-                        refused = app.calls.get(&call_id).is_some();
+                        // The actor dropped our command channel: the call ended (its leg was
+                        // hung up), or, while the call is still live, the actor refused this
+                        // stream (the call has another one) and its leg must not be hung up.
+                        refused = !leg.is_hung_up() && app.calls.get(&call_id).is_some();
                         break;
-                    }
-                    Some(MediaCommand::HangUp) => {
-                        hung_up = true;
-                        hang_up_leg("the call ended");
-                        break;
-                    }
-                    Some(MediaCommand::Transfer { id, mut request }) => {
-                        request.public_url = app.server.public_url.clone();
-                        let request_fut = control
-                            .as_ref()
-                            .map(|c| c.transfer(&account, &leg_id, &request));
-                        let done = transferred.clone();
-                        let tx = action_tx.clone();
-                        tokio::spawn(
-                            async move {
-                                let result = match request_fut {
-                                    None => ActionResult::Failed(NO_ACCOUNT.into()),
-                                    Some(f) => match f.await {
-                                        Ok(()) => {
-                                            done.store(true, std::sync::atomic::Ordering::Release);
-                                            ActionResult::Done
-                                        }
-                                        Err(e) => {
-                                            warn!(error = %e, "carrier transfer request failed");
-                                            ActionResult::Failed(e.to_string())
-                                        }
-                                    },
-                                };
-                                let _ = tx.send(MediaEvent::ActionDone { id, result }.into()).await;
-                            }
-                            .in_current_span(),
-                        );
-                    }
-                    Some(MediaCommand::SendDtmf { id, digits }) => {
-                        let request_fut = control
-                            .as_ref()
-                            .map(|c| c.send_dtmf(&account, &leg_id, &digits));
-                        let tx = action_tx.clone();
-                        tokio::spawn(
-                            async move {
-                                let result = match request_fut {
-                                    None => ActionResult::Failed(NO_ACCOUNT.into()),
-                                    Some(f) => match f.await {
-                                        Ok(DtmfDelivery::Sent) => ActionResult::Done,
-                                        Ok(DtmfDelivery::InBand) => ActionResult::InBand,
-                                        Err(e) => {
-                                            warn!(error = %e, "carrier DTMF request failed");
-                                            ActionResult::Failed(e.to_string())
-                                        }
-                                    },
-                                };
-                                let _ = tx.send(MediaEvent::ActionDone { id, result }.into()).await;
-                            }
-                            .in_current_span(),
-                        );
                     }
                     Some(cmd) => {
                         if encoder.encode_into(&cmd, &mut out) {
@@ -449,6 +375,7 @@ pub async fn serve(
                 unflushed = false;
             }
         }
+        let hung_up = leg.is_hung_up();
         if !write.is_closed() {
             let _ = write
                 .write_frame(Frame::close(CLOSE_NORMAL, if hung_up { b"call ended" } else { b"" }))
@@ -456,13 +383,13 @@ pub async fn serve(
         }
         let _ = write.flush().await;
         reader.abort();
-        if transferred.load(std::sync::atomic::Ordering::Acquire) {
+        if leg.is_transferred() {
             info!("the call was transferred; its leg is the carrier's now");
         } else if refused {
             warn!("the call's actor refused this media stream; the call goes on");
         } else if !hung_up && !caller_ended.load(std::sync::atomic::Ordering::Acquire) {
             warn!("media stream ended without a stop from the carrier; hanging up the call leg");
-            hang_up_leg("the media stream dropped");
+            leg.hang_up("the media stream dropped");
         }
         info!("media socket closed");
     }
