@@ -1,7 +1,7 @@
 //! The call actor's side of the driving rule (see [`crate::call::policy`]): one input into
 //! [`Policy::handle`], then every action from [`Policy::poll_action`] carried out in order.
 //! Carrying out an action may yield an input at once (the pacer's `Started`, a refused
-//! turn-model question, a carrier action that could not be queued): [`Actor::execute`] returns
+//! turn-model question, a carrier action asked before media attached): [`Actor::execute`] returns
 //! it and the loop hands it to `handle` before polling on, so its actions come first. Also
 //! here: the call's link to the shared end-of-turn model worker.
 
