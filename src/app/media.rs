@@ -22,7 +22,7 @@ use fastwebsockets::{
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, info, warn};
 
 use super::App;
 use super::metrics::Metrics;
@@ -30,11 +30,16 @@ use crate::call::MediaAttach;
 use crate::call::ingress::Inbound;
 use crate::carrier::port::{MediaSocket, TokenSource};
 use crate::carrier::{
-    ActionResult, CodecError, DtmfDelivery, MediaCodec, MediaCommand, MediaEvent, MessageKind,
-    SharedCodec, StreamStart,
+    CodecError, Leg, MediaCodec, MediaCommand, MediaEvent, SharedCodec, StreamStart,
 };
 use crate::net::http::{Body, text};
 use crate::security::token::TokenError;
+use connection::{
+    MediaConnection, ReadHalfState, WriteHalfState, authenticate, await_start, read_loop,
+    write_loop,
+};
+
+mod connection;
 
 pub type ServerSocket = WebSocket<TokioIo<Upgraded>>;
 
@@ -54,9 +59,6 @@ const MAX_BAD_TOTAL: u32 = 500;
 /// Twilio JSON) fits; the 1 s lead at the start of a reply goes in four writes. Every live call
 /// holds one (it was 16 KiB: issue 16's memory per call).
 const WRITE_BUFFER: usize = 4 * 1024;
-
-/// Why a carrier action could not even be asked for.
-const NO_ACCOUNT: &str = "the call's carrier account is not configured for REST requests";
 
 /// WebSocket close codes we use.
 const CLOSE_NORMAL: u16 = 1000;
@@ -129,339 +131,92 @@ pub fn accept(
     hyper::Response::from_parts(parts, Body::default())
 }
 
-/// Runs one media socket to its end.
+/// Runs one media socket to its end: wait for `start`, authenticate, attach to the call's
+/// actor, then the read loop (in its own task) and the write loop until either ends.
 pub async fn serve(
     app: Arc<App>,
-    mut ws: ServerSocket,
+    ws: ServerSocket,
     carrier: Arc<dyn crate::carrier::Carrier>,
     mut codec: Box<dyn SharedCodec>,
     token: TokenSource,
 ) {
-    ws.set_auto_close(true);
-    ws.set_auto_pong(true);
-    ws.set_max_message_size(MAX_WIRE_FRAME);
-    // Writes go to a buffer that is flushed once the actor's burst of commands is written
-    // (one syscall for a pacer top-up of several frames and its mark).
-    let (read, mut write) = ws.split(|s| {
-        let (r, w) = tokio::io::split(s);
-        (r, tokio::io::BufWriter::with_capacity(WRITE_BUFFER, w))
-    });
-    let mut read = CappedReader::new(read, MAX_FRAME);
-    let (obligated_tx, mut obligated_rx) = mpsc::channel::<Frame<'static>>(8);
-    let mut bad = BadFrames::default();
-
-    // 1. Wait for `start`.
-    let start = tokio::time::timeout(START_TIMEOUT, async {
-        loop {
-            let frame = read.read_message_owing(&obligated_tx).await;
-            match frame {
-                Err(_) => return None,
-                Ok(f) => match decode(codec.as_mut(), f) {
-                    Decoded::Event(MediaEvent::Start(s)) => return Some(s),
-                    Decoded::Event(MediaEvent::Stop) | Decoded::Closed => return None,
-                    Decoded::Event(_) | Decoded::Nothing => {}
-                    Decoded::Bad(e) => {
-                        Metrics::inc(&app.metrics.media_frames_bad);
-                        if bad.record(&e) {
-                            return None;
-                        }
-                    }
-                },
-            }
-        }
-    })
-    .await
-    .ok()
-    .flatten();
-    // Any control frame the reader owed (pong, close echo) goes out now.
-    while let Ok(f) = obligated_rx.try_recv() {
-        let _ = write.write_frame(f).await;
-    }
-    let _ = write.flush().await;
-    let Some(start) = start else {
+    let mut conn = MediaConnection::new(ws);
+    let Some(start) = await_start(&mut conn, &app, codec.as_mut()).await else {
         Metrics::inc(&app.metrics.media_rejected);
         app.log_limited("media socket closed before a valid start frame");
-        close_policy(&mut write, b"expected start").await;
+        close_policy(&mut conn.write, b"expected start").await;
         return;
     };
-
-    // 2. The token must be valid for this call, and the call must be ours, before anything
-    //    else happens.
-    let token_value = match &token {
-        TokenSource::Url(t) => t.clone(),
-        TokenSource::StartParameter => start.custom_parameters.get("token").cloned(),
-    };
-    // The carrier's id for the leg (REST hang-ups use it) and ours (the actor's key): the
-    // carrier says when they differ (Plivo calls we placed are ours by request_uuid).
-    let leg_id = start.call_id.clone();
-    let call_id = carrier
-        .call_id_for_leg(&app.outbound, &leg_id)
-        .unwrap_or_else(|| leg_id.clone());
-    let span = info_span!(
-        "call",
-        call_id = %crate::security::truncate_for_log(&call_id, crate::security::LOG_FIELD_MAX)
-    );
-    if let Err(e) = app.tokens.redeem(&call_id, token_value.as_deref()) {
-        Metrics::inc(&app.metrics.media_rejected);
-        if let Some(suppressed) = app.peer_warnings.allow() {
-            warn!(parent: &span, error = %e, suppressed, "media socket refused");
+    let call = match authenticate(&app, carrier.as_ref(), &token, &start) {
+        Ok(call) => call,
+        Err(reason) => {
+            Metrics::inc(&app.metrics.media_rejected);
+            close_policy(&mut conn.write, reason).await;
+            return;
         }
-        close_policy(&mut write, b"invalid media token").await;
-        return;
-    }
-    let Some(handle) = app.calls.get(&call_id) else {
-        Metrics::inc(&app.metrics.media_rejected);
-        warn!(parent: &span, "media socket for a call that is not live");
-        close_policy(&mut write, b"unknown call").await;
-        return;
     };
+    let leg = Leg::new(
+        carrier,
+        &call.handle.carrier_account,
+        &call.leg_id,
+        &app.server.public_url,
+    );
 
-    let account = handle.carrier_account.to_string();
-    let control = carrier.has_account(&account).then_some(carrier);
-
-    // 3. Attach to the actor and pump.
     let (ev_tx, ev_rx) = mpsc::channel::<Inbound>(64);
-    // The answers to carrier actions (transfer, DTMF) go to the actor on the same channel.
-    let action_tx = ev_tx.clone();
-    let (cmd_tx, mut cmd_rx) = mpsc::channel::<MediaCommand>(512);
+    let (cmd_tx, cmd_rx) = mpsc::channel::<MediaCommand>(512);
     // The actor hands back the call's caller-audio stage, run here on every frame.
     let (ingress_tx, ingress_rx) = tokio::sync::oneshot::channel();
     let attach = MediaAttach {
         start: StreamStart { ..start },
         events: ev_rx,
         commands: cmd_tx,
+        leg: leg.clone(),
         ingress: Some(ingress_tx),
     };
-    if handle.attach(attach).is_err() {
-        close_policy(&mut write, b"call ended").await;
+    if call.handle.attach(attach).is_err() {
+        close_policy(&mut conn.write, b"call ended").await;
         return;
     }
 
     // The encoder is a copy of the codec as it stands after `start` (it knows the stream id);
     // the original moves into the reader.
-    let mut encoder = codec.clone_box();
-    // A client that shows the call's progress (the browser phone) gets it on this socket.
-    // (The channel only then: its first block would be 2.5 KiB of every call.)
-    let (progress, mut progress_rx) = if encoder.wants_progress() {
-        let (tx, rx) = mpsc::channel(super::progress::QUEUE);
-        let watch = tokio::spawn(super::progress::watch(handle.clone(), tx));
-        (Some(crate::util::TaskGuard::new(watch)), Some(rx))
-    } else {
-        (None, None)
-    };
-    let reader_app = app.clone();
+    let encoder = codec.clone_box();
     // Set when the carrier said the stream is over (`stop`, or a clean close for carriers that
     // end streams that way). A stream that ends any other way may leave the carrier's call leg
     // up (and billing), so it is hung up through the carrier's REST API.
     let caller_ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let reader_saw_stop = caller_ended.clone();
+    let MediaConnection {
+        read,
+        write,
+        owed_tx,
+        owed_rx,
+        bad,
+    } = conn;
+    let reader = ReadHalfState {
+        read,
+        owed_tx,
+        bad,
+        saw_stop: caller_ended.clone(),
+    };
     let reader = tokio::spawn(
-        async move {
-            // Without it (the actor refused this stream) events go on raw, and fail.
-            let mut ingress = ingress_rx.await.ok();
-            loop {
-                let frame = read.read_message_owing(&obligated_tx).await;
-                let frame = match frame {
-                    Ok(f) => f,
-                    Err(WebSocketError::ConnectionClosed) => return,
-                    Err(e) => {
-                        warn!(error = %e, "media socket read failed");
-                        return;
-                    }
-                };
-                match decode(codec.as_mut(), frame) {
-                    Decoded::Event(ev) => {
-                        bad.ok();
-                        let stop = ev == MediaEvent::Stop;
-                        if stop {
-                            reader_saw_stop.store(true, std::sync::atomic::Ordering::Release);
-                        }
-                        // Caller audio goes through the stage; the actor hears its notes.
-                        let msg = match (ev, ingress.as_mut()) {
-                            (MediaEvent::Audio(frame), Some(stage)) => {
-                                match stage.frame(frame, tokio::time::Instant::now()) {
-                                    Some(note) => Inbound::Caller(note),
-                                    None => continue,
-                                }
-                            }
-                            (ev, _) => Inbound::Media(ev),
-                        };
-                        if ev_tx.send(msg).await.is_err() || stop {
-                            return;
-                        }
-                    }
-                    Decoded::Nothing => bad.ok(),
-                    Decoded::Closed => {
-                        // Carriers that end streams by closing the socket (Plivo): that close
-                        // is the caller hanging up.
-                        if codec.stop_on_close() {
-                            reader_saw_stop.store(true, std::sync::atomic::Ordering::Release);
-                            let _ = ev_tx.send(MediaEvent::Stop.into()).await;
-                        }
-                        return;
-                    }
-                    Decoded::Bad(e) => {
-                        Metrics::inc(&reader_app.metrics.media_frames_bad);
-                        if bad.record(&e) {
-                            warn!(
-                                bad_total = bad.total,
-                                "too many malformed media frames; ending this call"
-                            );
-                            let _ = obligated_tx
-                                .send(Frame::close(CLOSE_POLICY, b"malformed frames"))
-                                .await;
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-        .instrument(span.clone()),
+        read_loop(app.clone(), reader, codec, ingress_rx, ev_tx).instrument(call.span.clone()),
     );
-
+    let writer = WriteHalfState {
+        write,
+        owed_rx,
+        cmd_rx,
+    };
+    let span = call.span.clone();
     async move {
-        // The outgoing frame being built (reused: no allocation per frame).
-        let mut out = Vec::with_capacity(1024);
-        // Frames written to the buffer and not yet flushed to the socket.
-        let mut unflushed = false;
-        let mut hung_up = false;
-        let mut refused = false;
-        // Set once the carrier accepted a transfer: the leg now belongs to the carrier's
-        // transfer, so the end of this stream must not hang it up.
-        let transferred = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let hang_up_leg = |why: &'static str| {
-            if let Some(c) = &control {
-                let hang_up = c.hang_up(&account, &leg_id);
-                // The REST call must not hold up closing the socket.
-                tokio::spawn(
-                    async move {
-                        if let Err(e) = hang_up.await {
-                            warn!(error = %e, why, "carrier hang-up request failed");
-                        }
-                    }
-                    .in_current_span(),
-                );
-            }
-        };
-        loop {
-            tokio::select! {
-                cmd = cmd_rx.recv() => match cmd {
-                    None => {
-                        // The actor dropped our command channel while the call is still live:
-                        // it refused this stream (the call has another one). That is not the
-                        // call ending, and its leg must not be hung up.
-                        refused = app.calls.get(&call_id).is_some();
-                        break;
-                    }
-                    Some(MediaCommand::HangUp) => {
-                        hung_up = true;
-                        hang_up_leg("the call ended");
-                        break;
-                    }
-                    Some(MediaCommand::Transfer { id, mut request }) => {
-                        request.public_url = app.server.public_url.clone();
-                        let request_fut = control
-                            .as_ref()
-                            .map(|c| c.transfer(&account, &leg_id, &request));
-                        let done = transferred.clone();
-                        let tx = action_tx.clone();
-                        tokio::spawn(
-                            async move {
-                                let result = match request_fut {
-                                    None => ActionResult::Failed(NO_ACCOUNT.into()),
-                                    Some(f) => match f.await {
-                                        Ok(()) => {
-                                            done.store(true, std::sync::atomic::Ordering::Release);
-                                            ActionResult::Done
-                                        }
-                                        Err(e) => {
-                                            warn!(error = %e, "carrier transfer request failed");
-                                            ActionResult::Failed(e.to_string())
-                                        }
-                                    },
-                                };
-                                let _ = tx.send(MediaEvent::ActionDone { id, result }.into()).await;
-                            }
-                            .in_current_span(),
-                        );
-                    }
-                    Some(MediaCommand::SendDtmf { id, digits }) => {
-                        let request_fut = control
-                            .as_ref()
-                            .map(|c| c.send_dtmf(&account, &leg_id, &digits));
-                        let tx = action_tx.clone();
-                        tokio::spawn(
-                            async move {
-                                let result = match request_fut {
-                                    None => ActionResult::Failed(NO_ACCOUNT.into()),
-                                    Some(f) => match f.await {
-                                        Ok(DtmfDelivery::Sent) => ActionResult::Done,
-                                        Ok(DtmfDelivery::InBand) => ActionResult::InBand,
-                                        Err(e) => {
-                                            warn!(error = %e, "carrier DTMF request failed");
-                                            ActionResult::Failed(e.to_string())
-                                        }
-                                    },
-                                };
-                                let _ = tx.send(MediaEvent::ActionDone { id, result }.into()).await;
-                            }
-                            .in_current_span(),
-                        );
-                    }
-                    Some(cmd) => {
-                        if encoder.encode_into(&cmd, &mut out) {
-                            let payload = Payload::Borrowed(&out);
-                            let frame = match encoder.encodes_command(&cmd) {
-                                MessageKind::Text => Frame::text(payload),
-                                MessageKind::Binary => Frame::binary(payload),
-                            };
-                            if write.write_frame(frame).await.is_err() {
-                                break;
-                            }
-                            unflushed = true;
-                        }
-                    }
-                },
-                Some(p) = async { progress_rx.as_mut()?.recv().await }, if progress.is_some() => {
-                    if let Some(text) = encoder.encode_progress(&p) {
-                        if write.write_frame(Frame::text(Payload::Owned(text.into_bytes()))).await.is_err() {
-                            break;
-                        }
-                        unflushed = true;
-                    }
-                }
-                f = obligated_rx.recv() => match f {
-                    Some(f) => {
-                        let close = f.opcode == OpCode::Close;
-                        let _ = write.write_frame(f).await;
-                        unflushed = true;
-                        if close { break; }
-                    }
-                    None => break,
-                },
-            }
-            // The rest of a burst is already queued: write it before flushing.
-            if unflushed && cmd_rx.is_empty() {
-                if write.flush().await.is_err() {
-                    break;
-                }
-                unflushed = false;
-            }
-        }
-        if !write.is_closed() {
-            let _ = write
-                .write_frame(Frame::close(CLOSE_NORMAL, if hung_up { b"call ended" } else { b"" }))
-                .await;
-        }
-        let _ = write.flush().await;
+        let refused = write_loop(&app, writer, encoder, &call, &leg).await;
         reader.abort();
-        if transferred.load(std::sync::atomic::Ordering::Acquire) {
+        if leg.is_transferred() {
             info!("the call was transferred; its leg is the carrier's now");
         } else if refused {
             warn!("the call's actor refused this media stream; the call goes on");
-        } else if !hung_up && !caller_ended.load(std::sync::atomic::Ordering::Acquire) {
+        } else if !leg.is_hung_up() && !caller_ended.load(std::sync::atomic::Ordering::Acquire) {
             warn!("media stream ended without a stop from the carrier; hanging up the call leg");
-            hang_up_leg("the media stream dropped");
+            leg.hang_up("the media stream dropped");
         }
         info!("media socket closed");
     }
@@ -755,6 +510,7 @@ mod tests {
 #[cfg(test)]
 mod binary_tests {
     use super::*;
+    use crate::carrier::MessageKind;
     use bytes::Bytes;
 
     /// A codec whose socket carries raw audio as binary messages and JSON as text.

@@ -16,7 +16,7 @@ use super::App;
 use crate::call::{CallRecord, EventKind, MediaAttach};
 use crate::carrier::port::{Direct, Refusal};
 use crate::carrier::{
-    ActionResult, CarrierKind, FRAME_BYTES, FRAME_MS, MediaCommand, MediaEvent, StreamStart,
+    CarrierKind, FRAME_BYTES, FRAME_MS, Leg, MediaCommand, MediaEvent, StreamStart,
 };
 use crate::provider::TtsEvent;
 
@@ -130,6 +130,7 @@ pub async fn run(
             start: start.clone(),
             events: ev_rx,
             commands: cmd_tx,
+            leg: Leg::unreachable("patterd try has no carrier"),
             ingress: None,
         })
         .map_err(|_| TrialError::Ended)?;
@@ -180,11 +181,7 @@ pub async fn run(
                     let _ = ev_tx.send(MediaEvent::MarkPlayed(m).into()).await;
                 }
                 Some(MediaCommand::Clear) => {}
-                Some(MediaCommand::Transfer { id, .. } | MediaCommand::SendDtmf { id, .. }) => {
-                    let result = ActionResult::Failed("patterd try has no carrier".into());
-                    let _ = ev_tx.send(MediaEvent::ActionDone { id, result }.into()).await;
-                }
-                Some(MediaCommand::HangUp) | None => break,
+                None => break,
             },
             r = changes.changed() => {
                 if r.is_err() {

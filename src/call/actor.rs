@@ -36,7 +36,8 @@ use super::speech::{Pumped, Speech};
 use super::transcript::{CallEvent, CallRecord};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
 use crate::audio::vad::{Vad, VadConfig, VadEngine};
-use crate::carrier::{ActionResult, MediaCommand, MediaEvent, TransferRequest};
+use crate::carrier::registry::BoxFuture;
+use crate::carrier::{ActionResult, Leg, MediaCommand, MediaEvent};
 use crate::config::VadEngineName;
 use crate::provider::{
     ChatTurn, LlmEvent, LlmStream, SttContext, SttEvent, SttInput, SttStream, TokenUsage, TtsEvent,
@@ -71,6 +72,9 @@ pub fn start(
     Ok(handle)
 }
 
+/// A leg request's id and what the carrier made of it.
+type LegDone = (u64, ActionResult);
+
 struct Actor {
     setup: CallSetup,
     rx: mpsc::Receiver<CallMsg>,
@@ -81,6 +85,10 @@ struct Actor {
     answered: Option<Instant>,
     last_media: Instant,
     media_tx: Option<mpsc::Sender<MediaCommand>>,
+    /// The call's leg at its carrier, from the moment media attached.
+    leg: Option<Leg>,
+    /// What the carrier made of the leg's transfer and DTMF requests (sent by their tasks).
+    leg_done: (mpsc::Sender<LegDone>, mpsc::Receiver<LegDone>),
     media_rx: Option<mpsc::Receiver<Inbound>>,
     stt: Option<SttStream>,
     stt_reopened: bool,
@@ -187,6 +195,8 @@ impl Actor {
             answered: None,
             last_media: now,
             media_tx: None,
+            leg: None,
+            leg_done: mpsc::channel(8),
             media_rx: None,
             stt: None,
             stt_reopened: false,
@@ -301,12 +311,15 @@ impl Actor {
                 (id, ev) = self.tts.next() => self.on_tts(id, ev),
                 _ = sleep_opt(pace_at) => self.pump_step(),
                 _ = sleep_opt(talk_at) => self.step(Input::Timer),
+                Some((id, result)) = self.leg_done.1.recv() => {
+                    self.step(Input::ActionDone { id, result })
+                }
                 Some(answer) = recv_opt(self.turn_model.as_mut().map(|t| &mut t.answers)) => {
                     self.step(Input::TurnModel(answer))
                 }
                 (r, hang_up) = deadline => {
                     if hang_up {
-                        self.send(MediaCommand::HangUp);
+                        self.hang_up_leg();
                     }
                     break r;
                 }

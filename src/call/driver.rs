@@ -21,8 +21,11 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::registry::InsertError;
 use super::{CallHandle, CallRecord, CallRegistry, CallSetup, MediaAttach, actor};
+use crate::carrier::outbound::{Outbound, PlaceCall, PlaceError};
+use crate::carrier::registry::{BoxFuture, Route};
 use crate::carrier::{
-    ActionResult, CarrierKind, FRAME_BYTES, FRAME_MS, MediaCommand, MediaEvent, StreamStart,
+    Carrier, CarrierError, CarrierKind, DtmfDelivery, FRAME_BYTES, FRAME_MS, Leg, MediaCommand,
+    MediaEvent, StreamStart, TransferRequest,
 };
 use crate::config::AgentConfig;
 use crate::provider::AgentProviders;
@@ -102,6 +105,79 @@ enum CallerCmd {
     HangUp,
 }
 
+/// The carrier's REST side of an in-memory call: records hang-up, transfers and DTMF.
+struct MemoryCarrier {
+    shared: Arc<Shared>,
+    started: Instant,
+}
+
+impl MemoryCarrier {
+    fn ms(&self) -> u64 {
+        Instant::now()
+            .saturating_duration_since(self.started)
+            .as_millis() as u64
+    }
+}
+
+impl Carrier for MemoryCarrier {
+    fn kind(&self) -> CarrierKind {
+        CarrierKind::Web
+    }
+    fn is_configured(&self) -> bool {
+        true
+    }
+    fn has_account(&self, _account: &str) -> bool {
+        true
+    }
+    fn required_keys(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+    fn routes(self: Arc<Self>) -> Vec<Route> {
+        Vec::new()
+    }
+    fn hang_up(&self, _account: &str, _leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
+        let at = self.ms();
+        self.shared.with(|s| s.hung_up = Some(at));
+        Box::pin(std::future::ready(Ok(())))
+    }
+    fn place_call(&self, account: &str, _call: PlaceCall) -> BoxFuture<Result<String, PlaceError>> {
+        let account = account.to_string();
+        Box::pin(std::future::ready(Err(PlaceError::Unconfigured {
+            account,
+            what: "nothing: an in-memory leg places no calls",
+        })))
+    }
+    fn cancel(
+        &self,
+        _account: &str,
+        _call_id: &str,
+        _outbound: &Outbound,
+    ) -> BoxFuture<Result<(), CarrierError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+    fn transfer(
+        &self,
+        _account: &str,
+        _leg_id: &str,
+        request: &TransferRequest,
+    ) -> BoxFuture<Result<(), CarrierError>> {
+        let at = self.ms();
+        let to = request.to.clone();
+        self.shared.with(|s| s.transfers.push((at, to)));
+        Box::pin(std::future::ready(Ok(())))
+    }
+    fn send_dtmf(
+        &self,
+        _account: &str,
+        _leg_id: &str,
+        digits: &str,
+    ) -> BoxFuture<Result<DtmfDelivery, CarrierError>> {
+        let digits = digits.to_string();
+        self.shared.with(|s| s.dtmf_sent.push(digits));
+        Box::pin(std::future::ready(Ok(DtmfDelivery::Sent)))
+    }
+}
+
 /// The carrier's side of an in-memory call.
 pub struct MemoryLeg {
     shared: Arc<Shared>,
@@ -135,6 +211,15 @@ impl MemoryLeg {
             },
             events,
             commands,
+            leg: Leg::new(
+                Arc::new(MemoryCarrier {
+                    shared: shared.clone(),
+                    started,
+                }),
+                "memory",
+                call_id,
+                "",
+            ),
             ingress: None,
         };
         let leg = Self {
@@ -322,22 +407,7 @@ impl Line {
                     self.echo(m);
                 }
             }
-            MediaCommand::HangUp => self.shared.with(|s| s.hung_up = Some(at)),
-            MediaCommand::Transfer { id, request } => {
-                self.shared.with(|s| s.transfers.push((at, request.to)));
-                self.done(id, ActionResult::Done);
-            }
-            MediaCommand::SendDtmf { id, digits } => {
-                self.shared.with(|s| s.dtmf_sent.push(digits));
-                self.done(id, ActionResult::Done);
-            }
         }
-    }
-
-    fn done(&self, id: u64, result: ActionResult) {
-        let _ = self
-            .to_call
-            .try_send(MediaEvent::ActionDone { id, result }.into());
     }
 
     /// Plays one frame of agent audio, if any is queued.

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::carrier::{CarrierKind, MediaCommand, StreamStart};
+use crate::carrier::{CarrierKind, Leg, MediaCommand, StreamStart};
 use crate::config::AgentConfig;
 use crate::provider::AgentProviders;
 
@@ -143,8 +143,11 @@ pub struct MediaAttach {
     pub start: StreamStart,
     /// Carrier events for the actor, and the notes of the caller-audio stage.
     pub events: mpsc::Receiver<ingress::Inbound>,
-    /// Commands for the carrier (audio, marks, clear, hang-up).
+    /// Commands for the media stream (audio, marks, clear); the actor closes the stream by
+    /// dropping it.
     pub commands: mpsc::Sender<MediaCommand>,
+    /// The call's leg at its carrier: hang-up, transfer and DTMF go through it.
+    pub leg: Leg,
     /// Where the actor hands the call's caller-audio stage ([`ingress::CallerIngress`]) to
     /// the reader of the media socket, which runs it on every frame; `None`: the actor runs
     /// it on the raw `Audio` events itself.

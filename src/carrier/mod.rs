@@ -13,6 +13,7 @@
 
 pub mod account;
 pub mod admin;
+pub mod leg;
 pub mod outbound;
 pub mod port;
 pub mod registry;
@@ -21,6 +22,7 @@ pub mod routes;
 pub mod wire;
 
 pub use account::AccountConfig;
+pub use leg::Leg;
 pub use registry::{Carrier, Registry};
 pub use routes::{public_request_url, public_ws_url};
 
@@ -185,15 +187,9 @@ pub enum MediaEvent {
     MarkPlayed(String),
     /// The stream ended (caller hung up or the carrier stopped it).
     Stop,
-    /// What the carrier made of a [`MediaCommand::Transfer`] or [`MediaCommand::SendDtmf`]
-    /// (reported by the media pump, which made the request).
-    ActionDone {
-        id: u64,
-        result: ActionResult,
-    },
 }
 
-/// The carrier's answer to an action the media pump carried out for the actor.
+/// The carrier's answer to a REST command the call actor ran on its [`Leg`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ActionResult {
     /// The carrier accepted it.
@@ -213,7 +209,7 @@ pub struct TransferRequest {
     /// The caller id shown to `to` (our number on this call).
     pub caller_id: String,
     /// `server.public_url`, for carriers that fetch the transfer's document from us (Plivo);
-    /// filled in by the media pump.
+    /// filled in by the [`Leg`].
     pub public_url: String,
 }
 
@@ -226,7 +222,8 @@ pub enum DtmfDelivery {
     InBand,
 }
 
-/// Something the call actor wants the carrier to do.
+/// Something the call actor sends on the media stream (a leg's REST commands go through its
+/// [`Leg`] instead).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MediaCommand {
     /// Agent audio: μ-law 8 kHz, normally one 20 ms frame.
@@ -235,14 +232,6 @@ pub enum MediaCommand {
     Mark(String),
     /// Drop all queued agent audio at once (barge-in).
     Clear,
-    /// End the call (REST hang-up, then close the media socket).
-    HangUp,
-    /// Cold-transfer the call through the carrier's REST API; the answer comes back as
-    /// [`MediaEvent::ActionDone`] with this `id`.
-    Transfer { id: u64, request: TransferRequest },
-    /// Send DTMF digits with the carrier's own command (or learn that they must go in-band);
-    /// the answer comes back as [`MediaEvent::ActionDone`] with this `id`.
-    SendDtmf { id: u64, digits: String },
 }
 
 /// A frame the codec refused, with why. Counted and logged by the media socket; never fatal on
@@ -390,8 +379,8 @@ pub trait MediaCodec: Send {
     fn encodes_command(&self, _cmd: &MediaCommand) -> MessageKind {
         self.encodes()
     }
-    /// Encodes one command as a text message; `None` for commands that are not messages
-    /// (hang-up goes through the carrier's REST API). Binary codecs leave it `None` and
+    /// Encodes one command as a text message; `None` for commands this protocol has no
+    /// message for. Binary codecs leave it `None` and
     /// implement [`Self::encode_into`].
     fn encode(&mut self, _cmd: &MediaCommand) -> Option<String> {
         None

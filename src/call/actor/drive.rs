@@ -1,7 +1,7 @@
 //! The call actor's side of the driving rule (see [`crate::call::policy`]): one input into
 //! [`Policy::handle`], then every action from [`Policy::poll_action`] carried out in order.
 //! Carrying out an action may yield an input at once (the pacer's `Started`, a refused
-//! turn-model question, a carrier action that could not be queued): [`Actor::execute`] returns
+//! turn-model question, a carrier action asked before media attached): [`Actor::execute`] returns
 //! it and the loop hands it to `handle` before polling on, so its actions come first. Also
 //! here: the call's link to the shared end-of-turn model worker.
 
@@ -81,7 +81,7 @@ impl Actor {
                 }
             }
             Action::HangUp(reason) => {
-                self.send(MediaCommand::HangUp);
+                self.hang_up_leg();
                 *end = Some(reason);
             }
             Action::End(reason) => *end = Some(reason),
@@ -92,15 +92,11 @@ impl Actor {
             }
             Action::Transfer { id, to } => {
                 info!(to = %mask_number(&to), "asking the carrier to transfer the call");
-                let request = TransferRequest {
-                    to,
-                    caller_id: self.our_number().to_string(),
-                    public_url: String::new(),
-                };
-                return self.carrier_action(id, MediaCommand::Transfer { id, request });
+                let caller_id = self.our_number().to_string();
+                return self.carrier_action(id, |leg| leg.transfer(to, caller_id));
             }
             Action::SendDtmf { id, digits } => {
-                return self.carrier_action(id, MediaCommand::SendDtmf { id, digits });
+                return self.carrier_action(id, |leg| leg.send_dtmf(&digits));
             }
             Action::AskTurnModel { pause } => return self.ask_turn_model(pause),
         }
@@ -132,15 +128,35 @@ impl Actor {
         refused.map(Input::TurnModel)
     }
 
-    /// Hands an action to the media pump; a command that cannot be queued fails at once.
-    fn carrier_action(&mut self, id: u64, cmd: MediaCommand) -> Option<Input> {
-        let queued = self
-            .media_tx
-            .as_ref()
-            .is_some_and(|tx| tx.try_send(cmd).is_ok());
-        (!queued).then(|| Input::ActionDone {
-            id,
-            result: ActionResult::Failed("the call's media stream is not available".into()),
-        })
+    /// Runs a REST command on the call's leg in a task of its own; its answer comes back as
+    /// [`Input::ActionDone`]. Without a leg (media never attached) it fails at once.
+    fn carrier_action(
+        &mut self,
+        id: u64,
+        request: impl FnOnce(&Leg) -> BoxFuture<ActionResult>,
+    ) -> Option<Input> {
+        let Some(leg) = &self.leg else {
+            return Some(Input::ActionDone {
+                id,
+                result: ActionResult::Failed("the call's media stream is not available".into()),
+            });
+        };
+        let answer = request(leg);
+        let done = self.leg_done.0.clone();
+        tokio::spawn(
+            async move {
+                let _ = done.send((id, answer.await)).await;
+            }
+            .in_current_span(),
+        );
+        None
+    }
+
+    /// Hangs up the call's leg at its carrier (if media attached); the media socket closes
+    /// when the actor drops its command channel.
+    pub(super) fn hang_up_leg(&self) {
+        if let Some(leg) = &self.leg {
+            leg.hang_up("the call ended");
+        }
     }
 }

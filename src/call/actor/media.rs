@@ -11,7 +11,7 @@ impl Actor {
             CallMsg::Attach(m) => return self.attach(m),
             CallMsg::HangUp { reason } => {
                 self.event(EventKind::HangUp, reason.as_str());
-                self.send(MediaCommand::HangUp);
+                self.hang_up_leg();
                 return Some(EndReason::HungUp(reason));
             }
             CallMsg::Say(text) => return self.step(Input::Say(text)),
@@ -44,6 +44,7 @@ impl Actor {
         self.last_media = now;
         self.media_tx = Some(m.commands);
         self.media_rx = Some(m.events);
+        self.leg = Some(m.leg);
         self.recorder = self.setup.recording.clone().map(Recorder::start);
         // The caller-audio stage goes to the media pump; kept here when nobody asked for it.
         if let Some(vad) = self.vad.take() {
@@ -76,7 +77,6 @@ impl Actor {
                 self.on_caller(note)
             }
             MediaEvent::Dtmf(d) => self.step(Input::Dtmf(d)),
-            MediaEvent::ActionDone { id, result } => self.step(Input::ActionDone { id, result }),
             MediaEvent::MarkPlayed(name) => self.step(Input::Mark(name)),
             MediaEvent::Stop => {
                 self.event(EventKind::CarrierStop, "");

@@ -279,9 +279,6 @@ impl MediaCodec for TelnyxCodec {
                 out.extend_from_slice(b"}}");
             }
             MediaCommand::Clear => out.extend_from_slice(br#"{"event":"clear"}"#),
-            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
-                return false;
-            }
         }
         true
     }
@@ -371,7 +368,6 @@ mod tests {
             c.encode(&MediaCommand::Mark("m1".into())).as_deref(),
             Some(r#"{"event":"mark","mark":{"name":"m1"}}"#)
         );
-        assert_eq!(c.encode(&MediaCommand::HangUp), None);
         assert!(
             c.decode(r#"{"event":"error","payload":{"code":100003}}"#)
                 .is_ok()
@@ -403,7 +399,6 @@ mod fast_path_tests {
             }),
             MediaCommand::Mark(name) => json!({"event": "mark", "mark": {"name": name}}),
             MediaCommand::Clear => json!({"event": "clear"}),
-            _ => return None,
         };
         Some(v.to_string())
     }
@@ -422,11 +417,6 @@ mod fast_path_tests {
             MediaCommand::Mark("q\"u\\o/te\n\u{1}é😀".into()),
             MediaCommand::Mark(String::new()),
             MediaCommand::Clear,
-            MediaCommand::HangUp,
-            MediaCommand::SendDtmf {
-                id: 1,
-                digits: "1".into(),
-            },
         ];
         for cmd in &cmds {
             let want = json_encode(cmd);

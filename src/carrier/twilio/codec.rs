@@ -115,8 +115,7 @@ impl MediaCodec for TwilioCodec {
         }
     }
 
-    /// Encodes a command. Returns `None` for [`MediaCommand::HangUp`] (a REST call) and for any
-    /// command before `start` was decoded (there is no `streamSid` to address yet).
+    /// Encodes a command. Returns `None` for any command before `start` was decoded (there is no `streamSid` to address yet).
     fn encode(&mut self, cmd: &MediaCommand) -> Option<String> {
         encode_via_buffer(self, cmd)
     }
@@ -139,9 +138,6 @@ impl MediaCodec for TwilioCodec {
                 out.extend_from_slice(br#"},"streamSid":"#);
             }
             MediaCommand::Clear => out.extend_from_slice(br#"{"event":"clear","streamSid":"#),
-            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
-                return false;
-            }
         }
         push_json_str(out, sid);
         out.push(b'}');
@@ -180,7 +176,6 @@ mod tests {
             c.encode(&MediaCommand::Clear).as_deref(),
             Some(r#"{"event":"clear","streamSid":"MZ1"}"#)
         );
-        assert_eq!(c.encode(&MediaCommand::HangUp), None);
     }
 
     #[test]

@@ -69,11 +69,6 @@ impl MediaCodec for WebCodec {
             MediaCommand::Audio(a) => json!({"event": "media", "payload": STANDARD.encode(a)}),
             MediaCommand::Mark(name) => json!({"event": "mark", "name": name}),
             MediaCommand::Clear => json!({"event": "clear"}),
-            // Hang-up closes the socket; a browser cannot be transferred or dial digits (the
-            // pump asks the carrier, which says it is unsupported).
-            MediaCommand::HangUp | MediaCommand::Transfer { .. } | MediaCommand::SendDtmf { .. } => {
-                return None;
-            }
         };
         Some(v.to_string())
     }
@@ -169,7 +164,6 @@ mod tests {
             c.encode(&MediaCommand::Clear).as_deref(),
             Some(r#"{"event":"clear"}"#)
         );
-        assert_eq!(c.encode(&MediaCommand::HangUp), None);
         let p = c
             .encode_progress(&CallProgress::Transcript {
                 index: 0,
