@@ -59,33 +59,49 @@ pub struct Trial {
 /// Quiet after the agent's reply that ends the call.
 const QUIET: Duration = Duration::from_millis(1500);
 
-/// Runs one trial call to `agent` (or the first agent), giving up after `limit`.
-pub async fn run(
-    app: &Arc<App>,
-    agent: Option<&str>,
-    caller: CallerAudio,
-    limit: Duration,
-) -> Result<Trial, TrialError> {
-    let name = match agent {
-        Some(a) => a.to_string(),
+/// Hands the call its stand-in media stream (no carrier: actions on the leg fail).
+fn attach(
+    handle: &crate::call::CallHandle,
+    call_id: &str,
+    events: mpsc::Receiver<crate::call::ingress::Inbound>,
+    commands: mpsc::Sender<MediaCommand>,
+) -> Result<(), TrialError> {
+    let start = StreamStart {
+        call_id: call_id.to_string(),
+        stream_id: call_id.to_string(),
+        custom_parameters: Default::default(),
+    };
+    handle
+        .attach(MediaAttach {
+            start,
+            events,
+            commands,
+            leg: Leg::unreachable("patterd try has no carrier"),
+            ingress: None,
+        })
+        .map_err(|_| TrialError::Ended)
+}
+
+/// The agent named, or the first one configured.
+fn agent_name(app: &App, agent: Option<&str>) -> Result<String, TrialError> {
+    match agent {
+        Some(a) => Ok(a.to_string()),
         None => app
             .config()
             .agents
             .keys()
             .next()
             .cloned()
-            .ok_or(TrialError::NoAgent)?,
-    };
-    let all = app.config();
-    let config = all
-        .agents
-        .get(&name)
-        .ok_or_else(|| TrialError::UnknownAgent(name.clone()))?;
-    let providers = app
-        .providers()
-        .for_agent(config)
-        .ok_or(TrialError::Unavailable)?;
-    let speech = match caller {
+            .ok_or(TrialError::NoAgent),
+    }
+}
+
+/// The caller's audio: as given, or the agent's own TTS speaking the caller's text.
+async fn caller_speech(
+    providers: &crate::provider::AgentProviders,
+    caller: CallerAudio,
+) -> Result<Vec<u8>, TrialError> {
+    Ok(match caller {
         CallerAudio::Ulaw(a) => a,
         CallerAudio::Say(text) => {
             let mut s = providers.tts.synthesize(&text);
@@ -104,7 +120,27 @@ pub async fn run(
             }
             audio
         }
-    };
+    })
+}
+
+/// Runs one trial call to `agent` (or the first agent), giving up after `limit`.
+pub async fn run(
+    app: &Arc<App>,
+    agent: Option<&str>,
+    caller: CallerAudio,
+    limit: Duration,
+) -> Result<Trial, TrialError> {
+    let name = agent_name(app, agent)?;
+    let all = app.config();
+    let config = all
+        .agents
+        .get(&name)
+        .ok_or_else(|| TrialError::UnknownAgent(name.clone()))?;
+    let providers = app
+        .providers()
+        .for_agent(config)
+        .ok_or(TrialError::Unavailable)?;
+    let speech = caller_speech(&providers, caller).await?;
     let call_id = crate::security::link::PhoneLinks::new_call_id().replacen("web-", "try-", 1);
     super::admission::admit_direct(
         app,
@@ -120,20 +156,12 @@ pub async fn run(
     let handle = app.calls.get(&call_id).ok_or(TrialError::Ended)?;
     let (ev_tx, ev_rx) = mpsc::channel(64);
     let (cmd_tx, mut cmd_rx) = mpsc::channel(512);
+    attach(&handle, &call_id, ev_rx, cmd_tx)?;
     let start = StreamStart {
         call_id: call_id.clone(),
         stream_id: call_id.clone(),
         custom_parameters: Default::default(),
     };
-    handle
-        .attach(MediaAttach {
-            start: start.clone(),
-            events: ev_rx,
-            commands: cmd_tx,
-            leg: Leg::unreachable("patterd try has no carrier"),
-            ingress: None,
-        })
-        .map_err(|_| TrialError::Ended)?;
     let _ = ev_tx.send(MediaEvent::Start(start).into()).await;
 
     let greeting = !config.first_message.trim().is_empty();

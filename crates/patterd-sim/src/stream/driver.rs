@@ -5,6 +5,8 @@
 
 use super::*;
 
+mod vonage;
+
 pub(super) async fn write_text(
     wr: &mut WsWrite,
     text: String,
@@ -662,37 +664,6 @@ impl Driver {
             }
             _ => {
                 self.protocol_error(format!("unknown or missing event `{event}`: {short}"));
-                true
-            }
-        }
-    }
-
-    /// Vonage agent audio: binary L16 16 kHz, whole 20 ms frames; played as μ-law 8 kHz.
-    fn on_vonage_audio(&mut self, pcm: &[u8]) {
-        if !pcm.len().is_multiple_of(4) || pcm.len() > 64 * 1024 {
-            self.protocol_error(format!("binary L16 16 kHz message of {} bytes", pcm.len()));
-            return;
-        }
-        let ulaw: Vec<u8> = pcm
-            .chunks_exact(4)
-            .map(|b| patterd::audio::g711::linear_to_ulaw(i16::from_le_bytes([b[0], b[1]])))
-            .collect();
-        self.on_agent_audio(&ulaw);
-    }
-
-    /// Vonage control messages: `{"action":"notify","payload":{…}}` and `{"action":"clear"}`.
-    async fn on_vonage_frame(&mut self, v: &Value, short: &str) -> bool {
-        match v.get("action").and_then(Value::as_str).unwrap_or("") {
-            "notify" => match v.pointer("/payload/mark").and_then(Value::as_str) {
-                Some(name) => self.on_mark(name.to_string()).await,
-                None => {
-                    self.protocol_error(format!("notify without payload.mark: {short}"));
-                    true
-                }
-            },
-            "clear" => self.on_clear().await,
-            other => {
-                self.protocol_error(format!("unknown or missing action `{other}`: {short}"));
                 true
             }
         }
