@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::call::{
-    CallEvent, CallLog, CallSetup, Dropped, EndReason, EventKind, TranscriptEntry, Usage,
+    CallEvent, CallLog, CallSetup, Dropped, EndReason, EventDetail, EventKind, TranscriptEntry,
+    Usage,
 };
 use crate::carrier::CarrierKind;
 use crate::config::Config;
-use crate::provider::fallback_stt::SttSwitchReason;
 use crate::store::{CallCost, StoreTx, Write};
 
 use super::metrics::{BargeIn, FrameDrop, Metrics, Outcome, Provider, ProviderErrorKind, Stage};
@@ -140,10 +140,10 @@ impl CallObserver {
     /// The reply's first frame went out `reply_us` after the turn ended: patterd's own share
     /// is that less the brain's first token and the first synthesis after it (the
     /// `patterd_own` stage; turns without both are not counted).
-    fn observe_own(&self, reply_us: &str) {
+    fn observe_own(&self, reply_us: Option<u64>) {
         let brain = self.brain_us.swap(NONE, Ordering::Relaxed);
         let tts = self.tts_us.swap(NONE, Ordering::Relaxed);
-        if let Ok(reply) = reply_us.parse::<u64>()
+        if let Some(reply) = reply_us
             && brain != NONE
             && tts != NONE
         {
@@ -154,8 +154,8 @@ impl CallObserver {
         }
     }
 
-    fn remember_us(slot: &AtomicU64, detail: &str) {
-        if let Ok(us) = detail.parse::<u64>() {
+    fn remember_us(slot: &AtomicU64, us: Option<u64>) {
+        if let Some(us) = us {
             slot.store(us, Ordering::Relaxed);
         }
     }
@@ -169,25 +169,21 @@ impl CallObserver {
         }
     }
 
-    fn observe_detail_us(&self, e: &CallEvent, stage: Stage) {
-        if let Ok(us) = e.detail.parse::<u64>() {
+    fn observe_us(&self, us: Option<u64>, stage: Stage) {
+        if let Some(us) = us {
             self.metrics
                 .stage_seconds
                 .observe(stage, Duration::from_micros(us));
         }
     }
 
-    /// An `stt_switched` event (`reason: from -> to: why`) counted by the kind left and why.
-    fn stt_switched(&self, detail: &str) {
-        let Some((reason, rest)) = detail.split_once(": ") else {
+    /// An `stt_switched` event counted by the kind left and why.
+    fn stt_switched(&self, detail: &EventDetail) {
+        let EventDetail::SttSwitched { reason, from, .. } = detail else {
             return;
         };
-        let Some(reason) = SttSwitchReason::parse(reason) else {
-            return;
-        };
-        let from = rest.split_once(" -> ").map_or(rest, |(f, _)| f);
         if let Some((_, kind)) = self.stt_kinds.iter().find(|(n, _)| n == from) {
-            self.metrics.stt_switches.inc((*kind, reason));
+            self.metrics.stt_switches.inc((*kind, *reason));
         }
     }
 
@@ -198,8 +194,9 @@ impl CallObserver {
     }
 
     /// The metrics one timeline event feeds.
-    fn derive(&self, e: &CallEvent) {
+    fn derive(&self, e: &CallEvent, detail: &EventDetail) {
         let m = &self.metrics;
+        let us = detail.micros();
         match e.kind {
             EventKind::TurnEnd => self.turn_end_ms.store(e.t_ms, Ordering::Relaxed),
             EventKind::LlmRequest => {
@@ -209,22 +206,22 @@ impl CallObserver {
                 self.observe_since(&self.turn_end_ms, e.t_ms, Stage::SttFinalToBrainRequest);
             }
             EventKind::LlmFirstToken => {
-                self.observe_detail_us(e, Stage::BrainFirstToken);
-                Self::remember_us(&self.brain_us, &e.detail);
+                self.observe_us(us, Stage::BrainFirstToken);
+                Self::remember_us(&self.brain_us, us);
                 self.tts_us.store(NONE, Ordering::Relaxed);
             }
             EventKind::TtsFirstAudio => {
-                self.observe_detail_us(e, Stage::TtsFirstAudio);
+                self.observe_us(us, Stage::TtsFirstAudio);
                 // The first synthesis after the brain's first token (a filler's came before).
                 if self.brain_us.load(Ordering::Relaxed) != NONE
                     && self.tts_us.load(Ordering::Relaxed) == NONE
                 {
-                    Self::remember_us(&self.tts_us, &e.detail);
+                    Self::remember_us(&self.tts_us, us);
                 }
             }
             EventKind::ReplyFirstFrame => {
-                self.observe_detail_us(e, Stage::TurnEndToReplyFirstFrame);
-                self.observe_own(&e.detail);
+                self.observe_us(us, Stage::TurnEndToReplyFirstFrame);
+                self.observe_own(us);
             }
             EventKind::SpeechStart => self.speech_start_ms.store(e.t_ms, Ordering::Relaxed),
             EventKind::BargeInStop => {
@@ -235,7 +232,7 @@ impl CallObserver {
             EventKind::EchoIgnored => m.barge_ins.inc(BargeIn::Echo),
             EventKind::SttError => self.provider_error(self.stt, ProviderErrorKind::SttSession),
             EventKind::SttReopen => self.provider_error(self.stt, ProviderErrorKind::SttReopen),
-            EventKind::SttSwitched => self.stt_switched(&e.detail),
+            EventKind::SttSwitched => self.stt_switched(detail),
             EventKind::LlmError => self.provider_error(self.llm, ProviderErrorKind::LlmTurn),
             EventKind::TtsError => self.provider_error(self.tts, ProviderErrorKind::TtsSynthesis),
             _ => {}
@@ -244,8 +241,8 @@ impl CallObserver {
 }
 
 impl CallLog for CallObserver {
-    fn event(&self, call_id: &str, event: &CallEvent) {
-        self.derive(event);
+    fn event(&self, call_id: &str, event: &CallEvent, typed: &EventDetail) {
+        self.derive(event, typed);
         self.store.event(call_id, event);
     }
     fn turn(&self, call_id: &str, seq: usize, entry: &TranscriptEntry) {

@@ -23,7 +23,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::ActionOutcome;
 use super::echo::EchoReference;
 use super::eot::{CallerRing, TurnModelAnswer, TurnModelWorker, Unavailable, Verdict};
-use super::event::{EndReason, EventKind};
+use super::event::{EndReason, EventDetail, EventKind};
 use super::ingress::{
     BargeWatch, CallerIngress, CallerNote, CallerShared, Inbound, STT_ENDPOINT_MARGIN_MS,
     STT_UNBATCHED_TAIL_MS, SttFeed,
@@ -234,15 +234,16 @@ impl Actor {
         }
     }
 
-    fn event(&mut self, kind: EventKind, detail: impl Into<String>) {
-        let detail = detail.into();
+    fn event(&mut self, kind: EventKind, detail: impl Into<EventDetail>) {
+        let typed = detail.into();
+        let detail = typed.to_text();
         debug!(event = kind.as_str(), %detail, "call event");
         let t_ms = Instant::now()
             .saturating_duration_since(self.created)
             .as_millis() as u64;
         self.events.push(CallEvent { t_ms, kind, detail });
         if let (Some(store), Some(e)) = (&self.setup.log, self.events.last()) {
-            store.event(&self.setup.call_id, e);
+            store.event(&self.setup.call_id, e, &typed);
         }
         let n = self.events.len() as u64;
         self.changes.send_replace(n);
@@ -367,7 +368,10 @@ impl Actor {
         }
         if let (LlmEvent::Delta(_), Some(at)) = (&ev, self.llm_requested) {
             self.llm_requested = None;
-            self.event(EventKind::LlmFirstToken, micros_since(at).to_string());
+            self.event(
+                EventKind::LlmFirstToken,
+                EventDetail::Micros(micros_since(at)),
+            );
         }
         self.step(Input::Llm(ev))
     }
@@ -376,7 +380,10 @@ impl Actor {
     /// policy, then the pacer.
     fn on_tts(&mut self, id: u64, ev: Option<TtsEvent>) -> Option<EndReason> {
         if let Some(at) = self.tts.first_audio(id, &ev) {
-            self.event(EventKind::TtsFirstAudio, micros_since(at).to_string());
+            self.event(
+                EventKind::TtsFirstAudio,
+                EventDetail::Micros(micros_since(at)),
+            );
         }
         if let Some(TtsEvent::Error(err) | TtsEvent::Unavailable(err)) = &ev {
             warn!(error = %err, "speech synthesis failed");

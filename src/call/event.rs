@@ -1,5 +1,6 @@
 //! The typed contract of a call's timeline: every kind of event the actor records
-//! ([`EventKind`]) and every way a call can end ([`EndReason`]). The store, the REST API and the
+//! ([`EventKind`]), what an event says where something reads it ([`EventDetail`]) and every
+//! way a call can end ([`EndReason`]). The store, the REST API and the
 //! MCP server see these types, never free-form strings; their serialised forms (snake_case
 //! event names, the human-readable end reasons) are what the store and the API have always
 //! carried, so stored rows and served JSON did not change when they became types.
@@ -7,6 +8,8 @@
 use std::fmt;
 
 use serde::{Serialize, Serializer};
+
+use crate::provider::fallback_stt::SttSwitchReason;
 
 /// The one list of event kinds: each line is a variant and its stored (and served) name, so
 /// `EventKind`, its serde names, [`EventKind::as_str`] and [`EventKind::ALL`] cannot disagree.
@@ -189,6 +192,83 @@ impl PartialEq<&str> for EventKind {
     }
 }
 
+/// What an event says: typed where something reads it (the metrics), free text otherwise.
+/// Its [`Display`](fmt::Display) is the text the timeline stores and serves
+/// ([`CallEvent::detail`](super::transcript::CallEvent::detail)), so readers take the typed
+/// payload and never parse the text back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventDetail {
+    /// Free text (often empty).
+    Text(String),
+    /// A stage latency in µs (`llm_first_token`, `tts_first_audio`, the first-frame kinds);
+    /// stored as the decimal number.
+    Micros(u64),
+    /// The STT chain moved the call on (`stt_switched`); stored as `reason: from -> to: why`.
+    SttSwitched {
+        reason: SttSwitchReason,
+        /// The `[stt.NAME]` left.
+        from: String,
+        /// The `[stt.NAME]` now serving.
+        to: String,
+        /// Why `from` was left.
+        message: String,
+    },
+}
+
+impl EventDetail {
+    /// The stored and served text.
+    pub fn to_text(&self) -> String {
+        self.to_string()
+    }
+
+    /// The latency, for a [`EventDetail::Micros`].
+    pub fn micros(&self) -> Option<u64> {
+        match self {
+            EventDetail::Micros(us) => Some(*us),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for EventDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EventDetail::Text(t) => f.write_str(t),
+            EventDetail::Micros(us) => write!(f, "{us}"),
+            EventDetail::SttSwitched {
+                reason,
+                from,
+                to,
+                message,
+            } => write!(f, "{reason}: {from} -> {to}: {message}"),
+        }
+    }
+}
+
+impl From<String> for EventDetail {
+    fn from(t: String) -> Self {
+        EventDetail::Text(t)
+    }
+}
+
+impl From<&str> for EventDetail {
+    fn from(t: &str) -> Self {
+        EventDetail::Text(t.to_string())
+    }
+}
+
+impl From<std::borrow::Cow<'_, str>> for EventDetail {
+    fn from(t: std::borrow::Cow<'_, str>) -> Self {
+        EventDetail::Text(t.into_owned())
+    }
+}
+
+impl From<&String> for EventDetail {
+    fn from(t: &String) -> Self {
+        EventDetail::Text(t.clone())
+    }
+}
+
 /// Why a call ended. Displayed (and stored, and served) as a short sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndReason {
@@ -298,6 +378,25 @@ mod tests {
             }
             assert_eq!(k.as_str(), snake);
         }
+    }
+
+    #[test]
+    fn typed_details_keep_their_stored_text() {
+        assert_eq!(EventDetail::Micros(2_000_000).to_text(), "2000000");
+        assert_eq!(EventDetail::from("slow").to_text(), "slow");
+        assert_eq!(EventDetail::from("").to_text(), "");
+        let switched = EventDetail::SttSwitched {
+            reason: SttSwitchReason::OpenTimeout,
+            from: "a".into(),
+            to: "b".into(),
+            message: "no answer in 200 ms".into(),
+        };
+        assert_eq!(
+            switched.to_text(),
+            "open_timeout: a -> b: no answer in 200 ms"
+        );
+        assert_eq!(switched.micros(), None);
+        assert_eq!(EventDetail::Micros(7).micros(), Some(7));
     }
 
     #[test]

@@ -5,14 +5,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::event::EndReason;
+use super::event::{EndReason, EventDetail};
 use super::transcript::{CallEvent, TranscriptEntry};
 
 /// Where a call's record is persisted while the call goes. Every method must return at once
 /// (queue and go); a sink that cannot keep up drops what it may and counts it.
 pub trait CallLog: Send + Sync {
-    /// One event of the call's timeline.
-    fn event(&self, call_id: &str, event: &CallEvent);
+    /// One event of the call's timeline: `event` as stored (its `detail` is `typed`'s text)
+    /// and `typed`, the payload for readers that want numbers, not text.
+    fn event(&self, call_id: &str, event: &CallEvent, typed: &EventDetail);
     /// Transcript entry `seq`, inserted or updated (a turn is durable once it ends).
     fn turn(&self, call_id: &str, seq: usize, entry: &TranscriptEntry);
     /// The carrier's media stream started now.

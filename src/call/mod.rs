@@ -32,7 +32,7 @@ use crate::config::AgentConfig;
 use crate::provider::AgentProviders;
 
 pub use action::{ActionOutcome, CallAction};
-pub use event::{EndReason, EventKind};
+pub use event::{EndReason, EventDetail, EventKind};
 pub use log::{CallLog, Dropped, Usage};
 pub use registry::CallRegistry;
 pub use transcript::{CallEvent, CallRecord, Speaker, TranscriptEntry};

@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::event::EventKind;
+use super::event::{EventDetail, EventKind};
 use super::heard;
 use super::speech::{Speech, UttKind};
 use super::transcript::{Speaker, TranscriptEntry};
@@ -466,7 +466,7 @@ impl Policy {
         };
     }
 
-    fn event(&mut self, kind: EventKind, detail: impl Into<String>) {
+    fn event(&mut self, kind: EventKind, detail: impl Into<EventDetail>) {
         self.out.push(Action::Event(kind, detail.into()));
     }
 

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
-use crate::call::{CallEvent, CallLog, EndReason, TranscriptEntry};
+use crate::call::{CallEvent, CallLog, EndReason, EventDetail, TranscriptEntry};
 pub use model::{CallFilter, CallRow, EventRow, Metrics, TurnRow};
 use queue::{Pushed, WriteQueue};
 use writer::writer_loop;
@@ -220,7 +220,7 @@ impl Write {
 
 /// The store is where calls log themselves ([`CallLog`]); each method queues and returns.
 impl CallLog for StoreTx {
-    fn event(&self, call_id: &str, event: &CallEvent) {
+    fn event(&self, call_id: &str, event: &CallEvent, _typed: &EventDetail) {
         StoreTx::event(self, call_id, event);
     }
     fn turn(&self, call_id: &str, seq: usize, entry: &TranscriptEntry) {

@@ -69,7 +69,12 @@ impl Actor {
         warn!(%from, %to, %reason, %message, "speech-to-text switched");
         self.event(
             EventKind::SttSwitched,
-            format!("{reason}: {from} -> {to}: {message}"),
+            EventDetail::SttSwitched {
+                reason,
+                from: from.to_string(),
+                to: to.to_string(),
+                message: message.to_string(),
+            },
         );
         self.step(Input::SttChanged { ends_turns })
     }

@@ -3,7 +3,7 @@
 //! [`Policy::poll_action`](super::Policy::poll_action) (see the driving rule in [`super`]).
 
 use super::super::action::{ActionOutcome, CallAction};
-use super::super::event::{EndReason, EventKind};
+use super::super::event::{EndReason, EventDetail, EventKind};
 use super::super::speech::UttKind;
 use crate::audio::vad::VadEvent;
 use crate::carrier::ActionResult;
@@ -97,7 +97,7 @@ pub enum Action {
     /// Drop the brain's reply stream (cancelling it if it is still running).
     CancelBrain,
     /// Record an event on the call's timeline.
-    Event(EventKind, String),
+    Event(EventKind, EventDetail),
     /// Persist transcript entry `i` (see [`Policy::transcript`](super::Policy::transcript)).
     Persist(usize),
     /// The first audio of the reply to a caller turn went out this many µs after the turn ended.

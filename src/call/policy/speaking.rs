@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Action, GOODBYE_GRACE, Phase, Policy};
-use crate::call::event::EventKind;
+use crate::call::event::{EventDetail, EventKind};
 use crate::call::speech::{Speech, TtsNote, UttKind};
 use crate::call::transcript::{Speaker, TranscriptEntry};
 use crate::provider::chunker::speakable;
@@ -272,7 +272,10 @@ impl Policy {
                     .tools
                     .called_at
                     .map_or(0, |c| now.saturating_duration_since(c).as_micros());
-                self.event(EventKind::ToolReplyFirstFrame, us.to_string());
+                self.event(
+                    EventKind::ToolReplyFirstFrame,
+                    EventDetail::Micros(us as u64),
+                );
             }
         }
         for (_, kind) in started {
@@ -283,7 +286,10 @@ impl Policy {
                         .answered
                         .map(|a| now.saturating_duration_since(a).as_micros())
                         .unwrap_or(0);
-                    self.event(EventKind::GreetingFirstFrame, us.to_string());
+                    self.event(
+                        EventKind::GreetingFirstFrame,
+                        EventDetail::Micros(us as u64),
+                    );
                 }
                 UttKind::Reply { turn } | UttKind::Filler { turn } | UttKind::Error { turn } => {
                     let is_reply = matches!(kind, UttKind::Reply { .. });
@@ -297,7 +303,7 @@ impl Policy {
                         } else {
                             EventKind::FirstFrameOfTurn
                         };
-                        self.event(kind, us.to_string());
+                        self.event(kind, EventDetail::Micros(us as u64));
                         self.out.push(Action::ReplyLatency(us as u64));
                     }
                 }

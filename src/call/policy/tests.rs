@@ -306,7 +306,7 @@ impl Call {
         self.log
             .iter()
             .filter_map(|a| match a {
-                Action::Event(k, d) => Some((*k, d.clone())),
+                Action::Event(k, d) => Some((*k, d.to_text())),
                 _ => None,
             })
             .collect()

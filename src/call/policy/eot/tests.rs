@@ -113,7 +113,7 @@ impl Call {
         self.log
             .iter()
             .filter_map(|a| match a {
-                Action::Event(k, d) if *k == kind => Some(d.clone()),
+                Action::Event(k, d) if *k == kind => Some(d.to_text()),
                 _ => None,
             })
             .collect()
