@@ -1,4 +1,4 @@
-//! Heap allocations per 20 ms frame on the media hot path (issue 16), counted by a counting
+//! Heap allocations per 20 ms frame on the media hot path, counted by a counting
 //! global allocator, for each carrier's media codec (Twilio, Telnyx, Plivo μ-law and Plivo
 //! L16 8 kHz): a `media` frame read off a WebSocket (masked, as the carrier sends it) → decoded
 //! → the voice detector → the STT input channel → written to the STT's WebSocket; and the pacer

@@ -1,4 +1,4 @@
-//! Micro-benchmarks of the per-frame hot path (issue 7): parse a Twilio `media` frame, decode
+//! Micro-benchmarks of the per-frame hot path: parse a Twilio `media` frame, decode
 //! its μ-law, measure its energy (a cheap level as a baseline; patterd's voice detector,
 //! `audio::vad`, is not measured here), forward it to the STT input channel; encode an outgoing
 //! agent frame; the SSE parser on a Hermes stream; the sentence chunker on a streamed reply;
@@ -107,7 +107,7 @@ fn caller_ingress(c: &mut Criterion) {
     }
 }
 
-/// The echo check's cost (issue 18): the level of a frame the pacer sends written to the
+/// The echo check's cost: the level of a frame the pacer sends written to the
 /// call's reference, then, for a caller frame, the levels played 0–800 ms before read back
 /// and the estimate updated (what the caller-audio stage does per frame while the agent was
 /// heard in the last 800 ms; the agent's voice and its echo at -6 dB, so the path is locked).
@@ -156,7 +156,7 @@ fn echo_check(c: &mut Criterion) {
     });
 }
 
-/// The per-frame path as issue 16 left it: the detector, a whole inbound frame, the reused
+/// The per-frame path: the detector, a whole inbound frame, the reused
 /// outgoing buffer and the pacer.
 fn hot_path_round2(c: &mut Criterion) {
     use patterd::audio::vad::{Vad, VadConfig};
@@ -332,7 +332,7 @@ fn vad_audio(kind: &str) -> Vec<u8> {
 }
 
 /// The per-call voice detector (`audio::vad`) per 20 ms packet, with and without the energy
-/// gate that skips scoring frames too quiet to be speech (issue 16). Criterion reports the time
+/// gate that skips scoring frames too quiet to be speech. Criterion reports the time
 /// for the whole clip set; divide by the packet count printed.
 fn vad(c: &mut Criterion) {
     use patterd::audio::vad::{Vad, VadConfig};

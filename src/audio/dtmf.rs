@@ -1,6 +1,6 @@
 //! DTMF out: the digits an agent may send (`0-9 * # A-D`, at most [`MAX_DIGITS`]) and their
-//! in-band tones as 8 kHz μ-law (ITU-T Q.23 frequency pairs), generated to the recipe of
-//! `carrier-actions.md` §2.4: per digit 100 ms of tone then 100 ms of silence, the low group at
+//! in-band tones as 8 kHz μ-law (ITU-T Q.23 frequency pairs), generated as carriers play
+//! them: per digit 100 ms of tone then 100 ms of silence, the low group at
 //! −10 dBm0 and the high group at −8 dBm0 (2 dB twist), phase continuous within a tone. Pure
 //! functions; the call actor queues the result on its mouth like speech.
 

@@ -99,7 +99,7 @@ struct Actor {
     stt_tail_ms: u64,
     /// The caller-audio stage when no media pump took it (`patterd try` sends raw frames).
     ingress: Option<CallerIngress>,
-    /// Times the select loop woke (logged at the end: issue 16's wake-up count).
+    /// Times the select loop woke (logged at the end).
     wakes: u64,
     llm: Option<LlmStream>,
     /// The agent's mouth: lent to the policy on every step, pumped here.

@@ -1,4 +1,4 @@
-//! Caller audio's way in without a hop through the call actor (issue 16). The media pump owns
+//! Caller audio's way in without a hop through the call actor. The media pump owns
 //! a call's [`CallerIngress`] and runs it inline on every inbound frame: it feeds the Smart
 //! Turn ring and the recording, runs the voice detector and writes the audio to the STT
 //! through the call's shared [`SttFeed`] ([`SttPace`]: 60 ms writes in silence, the first voiced
@@ -80,7 +80,7 @@ impl SttPace {
 
 /// Bytes the STT batch buffer reserves at a time (batches are carved out of it, and it is
 /// reused once the STT writer dropped them): four 60 ms batches, small because every live
-/// call holds one (it was 16 KiB: issue 16's memory per call).
+/// call holds one.
 const STT_POOL_BYTES: usize = 2 * 1024;
 /// In silence without detector events the actor hears of caller audio once per this many
 /// frames (100 ms): its media timeout only needs to know that audio still flows.

@@ -669,6 +669,6 @@ fn on_tick(at: Instant) -> Instant {
 #[cfg(test)]
 mod tests;
 
-/// The pacer's batching (issue 16): top-ups of [`TOP_UP`] on the shared [`TICK`] grid.
+/// The pacer's batching: top-ups of [`TOP_UP`] on the shared [`TICK`] grid.
 #[cfg(test)]
 mod pacing_tests;

@@ -170,7 +170,7 @@ pub trait Carrier: Send + Sync + 'static {
         None
     }
 
-    /// Cold-transfers a live, streaming call leg (docs: carrier-actions §1). Unsupported
+    /// Cold-transfers a live, streaming call leg. Unsupported
     /// unless the carrier implements it.
     fn transfer(
         &self,

@@ -117,8 +117,7 @@ pub fn unknown_event(other: &str) -> CodecError {
 
 /// Bytes a [`FramePool`] reserves at a time: a dozen 20 ms μ-law frames, so decoding
 /// allocates at most once per ≈ 240 ms of audio (and not at all while the frames cut earlier
-/// are released in time, the usual case). Small because every live call holds one (it was
-/// 16 KiB: issue 16's memory per call).
+/// are released in time, the usual case). Small because every live call holds one.
 const POOL_BYTES: usize = 2 * 1024;
 
 /// Decoded caller audio is carved out of one shared block instead of a fresh allocation per

@@ -1,5 +1,5 @@
 //! Text the MCP tools and resources return, built from the REST API's JSON. The layouts follow
-//! patter-mcp (hermes.md §4.2) so prompts written for it keep working: `Call to … completed.`,
+//! patter-mcp so prompts written for it keep working: `Call to … completed.`,
 //! `Call ID:`, `Outcome:`, `Status:`, `Duration: Ns`, `Transcript:` with `[role] text` lines.
 
 use serde_json::Value;

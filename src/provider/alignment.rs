@@ -3,7 +3,7 @@
 //! conversion of ElevenLabs' per-character alignment (HTTP `…/stream/with-timestamps`:
 //! `characters`, `character_start_times_seconds`, `character_end_times_seconds`, times from the
 //! start of the request's audio; WebSocket: `chars`, `charStartTimesMs`, `charDurationsMs`,
-//! times from the start of the frame's audio chunk, providers.md §3) into words, split on
+//! times from the start of the frame's audio chunk) into words, split on
 //! whitespace. Timing is in milliseconds of the utterance's audio, which resampling or the
 //! output format does not change. Pure functions over parsed JSON; no I/O.
 
@@ -147,7 +147,7 @@ pub fn ws_words(frame: &Value, offset_ms: u32, words: &mut CharWords) -> Vec<Wor
 }
 
 /// Cartesia's `word_timestamps` (`words`, `start`, `end` in seconds from the start of the
-/// context's audio, providers.md §5) as word timings; `None` when the arrays are missing or
+/// context's audio) as word timings; `None` when the arrays are missing or
 /// of different lengths.
 pub fn cartesia_words(ts: &Value) -> Option<Vec<WordTiming>> {
     let words = chars(ts, "words")?;

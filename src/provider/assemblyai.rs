@@ -1,4 +1,4 @@
-//! AssemblyAI Universal-Streaming v3 speech-to-text (`/v3/ws`, providers.md §6), kind
+//! AssemblyAI Universal-Streaming v3 speech-to-text (`/v3/ws`), kind
 //! `assemblyai`. One WebSocket per call, authenticated by the raw key in `Authorization`;
 //! caller μ-law 8 kHz goes up unchanged (`encoding=pcm_mulaw&sample_rate=8000`) as binary
 //! frames, batched from 20 ms carrier frames into 100 ms chunks (AssemblyAI refuses chunks

@@ -1,4 +1,4 @@
-//! Cartesia Sonic text-to-speech over its WebSocket (providers.md §5): each sentence is one
+//! Cartesia Sonic text-to-speech over its WebSocket: each sentence is one
 //! generation context (`context_id`, `continue: false`, `max_buffer_delay_ms: 0` since whole
 //! sentences are sent) asking for `{"container":"raw","encoding":"pcm_mulaw","sample_rate":8000}`,
 //! so the `chunk` frames' base64 `data` is μ-law 8 kHz that goes to the carrier untouched.
@@ -54,7 +54,7 @@ impl CartesiaTts {
         }
     }
 
-    /// The generation request for `text` on context `ctx` (providers.md §5 field names).
+    /// The generation request for `text` on context `ctx` (Cartesia's field names).
     pub fn request(&self, text: &str, ctx: &str) -> Value {
         let mut r = json!({
             "model_id": self.cfg.model,

@@ -1,4 +1,4 @@
-//! Deepgram live speech-to-text, v1 (`/v1/listen`, providers.md §2). One WebSocket per call:
+//! Deepgram live speech-to-text, v1 (`/v1/listen`). One WebSocket per call:
 //! caller μ-law 8 kHz goes up as binary frames unchanged (never an empty one), control goes as
 //! JSON text (`Finalize`, `CloseStream`, and `KeepAlive` whenever no audio went up for
 //! `keepalive_ms`, 3 s by default, because Deepgram closes idle sockets after 10 s), run by the

@@ -1,4 +1,4 @@
-//! Deepgram Flux, turn-based speech-to-text (`/v2/listen`, providers.md §2.7), kind
+//! Deepgram Flux, turn-based speech-to-text (`/v2/listen`), kind
 //! `deepgram_flux`. One WebSocket per call: caller μ-law 8 kHz goes up unchanged as binary
 //! frames; `CloseStream` ends it. The model decides the turns: `TurnInfo` events become
 //! [`SttEvent`]s — `StartOfTurn` → `SpeechStarted`, `Update` → an interim transcript (barge-in

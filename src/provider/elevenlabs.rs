@@ -1,4 +1,4 @@
-//! ElevenLabs text-to-speech over HTTP streaming (providers.md §3.1, the default
+//! ElevenLabs text-to-speech over HTTP streaming (the default
 //! `transport = "http"`; `"websocket"` hands each call an [`ElevenLabsWs`] session): one
 //! `POST /v1/text-to-speech/{voice_id}/stream?output_format=ulaw_8000` per text piece, whose
 //! chunked body is raw μ-law 8 kHz that goes to the carrier untouched. With `word_timestamps`

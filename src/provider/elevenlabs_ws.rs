@@ -1,5 +1,5 @@
-//! ElevenLabs text-to-speech over the multi-context WebSocket (providers.md §3.2–3.3,
-//! `transport = "websocket"`): one socket per call,
+//! ElevenLabs text-to-speech over the multi-context WebSocket
+//! (`transport = "websocket"`): one socket per call,
 //! `…/v1/text-to-speech/{voice_id}/multi-stream-input?model_id=…&output_format=ulaw_8000&inactivity_timeout=180`
 //! with the `xi-api-key` header, opened on the call's first sentence and carrying every
 //! sentence after it, one context (`patterd-N`) each. Per sentence the session sends the
@@ -46,7 +46,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for the next frame while a sentence is open.
 const STALL: Duration = Duration::from_secs(10);
 
-/// The socket URL for `cfg` (providers.md §3.3 query parameters).
+/// The socket URL for `cfg` (its query parameters).
 pub fn socket_url(cfg: &TtsConfig) -> String {
     let base = cfg.base_url.trim_end_matches('/');
     let base = if let Some(rest) = base.strip_prefix("https://") {
@@ -296,7 +296,7 @@ impl Session {
     async fn open_context(&self, c: &Conn, ctx: &str, text: &str) -> Result<(), TtsError> {
         let mut init = self.init.clone();
         init["context_id"] = json!(ctx);
-        // Each chunk ends with a single space (§3.2).
+        // Each chunk ends with a single space.
         let text = format!("{} ", text.trim_end());
         let msgs = [
             init,

@@ -1,5 +1,5 @@
-//! The brain: a streamed OpenAI Chat Completions client (providers.md §7) that also speaks the
-//! Hermes Agent dialect (hermes.md §1). For kind `openai_compatible` every turn carries the
+//! The brain: a streamed OpenAI Chat Completions client that also speaks the
+//! Hermes Agent dialect. For kind `openai_compatible` every turn carries the
 //! system prompt and the whole history. For kind `hermes` the server keeps the transcript per
 //! `X-Hermes-Session-Id` (`patter-call-<call id>`), so a turn carries only the system prompt
 //! (ephemeral in Hermes, resent each turn) and the newest user message, plus an optional
@@ -12,7 +12,7 @@
 //! `hermes` object end the turn with [`LlmEvent::Error`] and their text is never a delta.
 //! Deadlines: connect, first token (a delta or tool progress) and the whole turn.
 //!
-//! Tool calling (providers.md §7.4, kind `openai_compatible` only — Hermes runs its own tools
+//! Tool calling (kind `openai_compatible` only — Hermes runs its own tools
 //! and is sent none): the turn's [`Tools`] go out as `tools`; streamed `delta.tool_calls` are
 //! accumulated by index; when the response ends with calls, each is run through the turn's
 //! [`super::ToolRunner`] (reported as [`LlmEvent::ToolCall`] / [`LlmEvent::ToolResult`], with
@@ -138,7 +138,7 @@ impl OpenAiChat {
     }
 }
 
-/// The chunk's `usage` object (§7.3: a `choices: []` chunk after the finish when
+/// The chunk's `usage` object (a `choices: []` chunk after the finish when
 /// `include_usage` is asked; some servers put it on the finish chunk or on every chunk).
 fn usage_of(v: &Value) -> Option<TokenUsage> {
     let u = v.get("usage").filter(|u| u.is_object())?;

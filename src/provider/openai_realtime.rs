@@ -1,4 +1,4 @@
-//! OpenAI Realtime transcription (providers.md §4.3), kind `openai_realtime`: one WebSocket
+//! OpenAI Realtime transcription, kind `openai_realtime`: one WebSocket
 //! per call to `{base_url}/realtime?intent=transcription` (GA interface: no `OpenAI-Beta`
 //! header, no `model=` in the URL), authenticated by `Authorization: Bearer <key>`. After the
 //! server's `session.created` we send one `session.update` of `type: "transcription"` with

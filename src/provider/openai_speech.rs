@@ -1,4 +1,4 @@
-//! OpenAI-style speech synthesis (providers.md §4.1, §8): one `POST {base_url}/audio/speech`
+//! OpenAI-style speech synthesis: one `POST {base_url}/audio/speech`
 //! per text piece with `response_format = "pcm"`, whose chunked body is raw 16-bit
 //! little-endian mono PCM (24 kHz from OpenAI and Kokoro-FastAPI; speaches sends the
 //! `sample_rate` it was asked for). The PCM goes through [`crate::audio::resample`] (a
@@ -72,7 +72,7 @@ impl OpenAiSpeech {
         self
     }
 
-    /// The request body for `text` (providers.md §4.1 fields; `sample_rate` is speaches' own).
+    /// The request body for `text` (OpenAI's fields; `sample_rate` is speaches' own).
     pub fn body(&self, text: &str) -> serde_json::Value {
         let mut body = json!({
             "model": self.cfg.model,

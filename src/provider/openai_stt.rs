@@ -1,5 +1,5 @@
-//! Speech-to-text by per-utterance file transcription, kind `openai_compatible`
-//! (providers.md §4.2, §8.1): OpenAI's `POST /v1/audio/transcriptions`, and the self-hosted
+//! Speech-to-text by per-utterance file transcription, kind `openai_compatible`:
+//! OpenAI's `POST /v1/audio/transcriptions`, and the self-hosted
 //! servers that copy it (speaches / faster-whisper-server, whisper.cpp's `whisper-server`
 //! started with `--inference-path /v1/audio/transcriptions`, vLLM, LocalAI). Nothing streams:
 //! our own voice-activity detector ([`crate::audio::vad`], the same earshot model the call

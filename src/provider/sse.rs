@@ -1,4 +1,4 @@
-//! A Server-Sent Events decoder for streamed chat completions, following providers.md §7.2:
+//! A Server-Sent Events decoder for streamed chat completions, following the SSE format:
 //! lines end with `\n`, `\r\n` or `\r` (a `\r\n` pair may straddle two chunks); an empty line
 //! ends an event; `data:` lines accumulate and are joined with `\n`; one optional space after
 //! the colon is stripped; `event:` names the event (Hermes uses `hermes.tool.progress`); lines

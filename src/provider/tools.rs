@@ -1,4 +1,4 @@
-//! The brain's side of tool calling (providers.md §7.4): what a tool looks like to the model
+//! The brain's side of tool calling: what a tool looks like to the model
 //! ([`ToolSpec`]), one call the model asked for ([`ToolCall`]), what came of it
 //! ([`ToolOutput`]) and the port a chat turn runs its tools through ([`ToolRunner`]). The
 //! provider owns the rounds (request, accumulate `delta.tool_calls`, run, feed the results back
@@ -109,7 +109,7 @@ impl std::fmt::Debug for Tools {
     }
 }
 
-/// Tool-call fragments of one streamed response, accumulated by `index` (§7.4).
+/// Tool-call fragments of one streamed response, accumulated by `index`.
 #[derive(Debug, Default)]
 pub struct ToolCallAccumulator {
     calls: Vec<(u64, ToolCall)>,

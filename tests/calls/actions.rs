@@ -1,4 +1,4 @@
-//! Agent actions on a live call (issue 12) over every carrier: a transfer to an allowed number
+//! Agent actions on a live call over every carrier: a transfer to an allowed number
 //! reaches the carrier as its exact REST request and the record says `transferred`; refused
 //! transfers and bad digits never reach the carrier; DTMF goes out as the carrier's command
 //! (Telnyx, Plivo) or as in-band tones the simulator decodes with its Goertzel receiver

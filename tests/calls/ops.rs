@@ -1,4 +1,4 @@
-//! Operating patterd (issue 14): `/metrics` after a simulated call (histogram buckets
+//! Operating patterd: `/metrics` after a simulated call (histogram buckets
 //! monotonic, counts equal to the turns and calls that happened), the Grafana dashboard's
 //! metric names, and the cost of a call.
 

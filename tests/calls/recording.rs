@@ -1,4 +1,4 @@
-//! Call recordings (issue 14 item 7): a `record = true` agent's call becomes a stereo WAV whose
+//! Call recordings: a `record = true` agent's call becomes a stereo WAV whose
 //! left channel is what the caller (the simulator) sent and whose right channel is what it
 //! received, aligned in time; an agent without `record` writes nothing; the recording endpoint
 //! needs the API token.

@@ -1,4 +1,4 @@
-//! The conversation scenario suite, round 2 (issue 18): scripted whole calls generated from the
+//! The conversation scenario suite: scripted whole calls generated from the
 //! clip × condition grid of `tests/fixtures/suite` (espeak-ng voices and rates, real human
 //! speech, coughs, laughs; street, café and line-hiss noise at 20 and 10 dB SNR; the agent's
 //! voice echoed at −20 and −6 dB), run through the Twilio simulator against the fakes, several

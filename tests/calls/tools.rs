@@ -1,5 +1,5 @@
-//! Tools during a live Twilio call (issue 12, docs/agents.md), the brain being the fake Hermes
-//! as an `openai_compatible` server that streams `delta.tool_calls` as providers.md §7.4
+//! Tools during a live Twilio call (docs/agents.md), the brain being the fake Hermes
+//! as an `openai_compatible` server that streams `delta.tool_calls` as OpenAI does
 //! shows: the consult round trip (by URL and by `llm = "hermes"`) with its reassurance, the
 //! consult timing out or failing (the fallback line, and the model told), a webhook tool with
 //! argument validation, retries and the circuit breaker opening, and the rounds capped at

@@ -1,6 +1,6 @@
 //! The control surfaces, one binary: the REST API (`api`), outbound calls over every carrier
 //! (`outbound`), the outbound caps under a race (`outbound_caps`), MCP with the official Python
-//! client (`mcp`), the daemon as a child process (`daemon`), and issue 11's security holes
+//! client (`mcp`), the daemon as a child process (`daemon`), and the security holes
 //! across the daemon's edges (`security`).
 
 #[path = "../common/mod.rs"]

@@ -167,7 +167,7 @@ async fn python_mcp_client_over_http_and_stdio() {
     assert_eq!(r.status(), 401);
 }
 
-/// The MCP tools of issue 12 over the in-process `/mcp` backend (`Local`, what `/mcp` runs):
+/// The MCP tools over the in-process `/mcp` backend (`Local`, what `/mcp` runs):
 /// a live call, the tools' refusals as `isError` texts that say why, and the accepted actions
 /// reaching the carrier (the `<Dial>` update, in-band DTMF the simulator decodes, speech).
 fn mcp_of(stack: &Stack) -> patterd::mcp::PatterMcp {

@@ -1,4 +1,4 @@
-//! The outbound caps under a race (issue 11, hole 5), against the in-process stack: twenty
+//! The outbound caps under a race , against the in-process stack: twenty
 //! parallel originates against `max_concurrent = 2` make exactly two dials at the fake Twilio
 //! REST API; a failed dial gives its place back; an originate whose client goes away mid-dial
 //! leaves no carrier call behind (it is cancelled there) and no reservation.

@@ -78,7 +78,7 @@ fn plivo_signature_every_case() {
         let got = plivo::validate_request(token, method, url, &params, |n| {
             header(headers, n).map(str::to_string)
         });
-        // patterd accepts V3 only (issue 11, hole 4): the V2 cases, valid for Plivo's SDK,
+        // patterd accepts V3 only: the V2 cases, valid for Plivo's SDK,
         // are refused here on purpose — V2 signs neither the body nor the query.
         let expected = c["version"] == "v3" && c["valid"].as_bool().expect("valid");
         assert_eq!(got, expected, "{name}");

@@ -1,4 +1,4 @@
-//! Plivo webhook signatures on the wire (issue 11, hole 4): the first use of a V3 signature
+//! Plivo webhook signatures on the wire: the first use of a V3 signature
 //! is served; the same nonce again is a replay and refused (403); a V2-only signature is
 //! refused.
 

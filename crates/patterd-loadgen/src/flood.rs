@@ -1,4 +1,4 @@
-//! Floods for issue 11's robustness figures: hostile traffic sent to the server under test
+//! Floods for the robustness figures: hostile traffic sent to the server under test
 //! (127.0.0.1 only) while the live calls talk, one flood after another. Every flood is
 //! bounded in count and in time ([`BOUND`] per connection) and stops by itself; each
 //! request's outcome is counted.

@@ -1,4 +1,4 @@
-//! The load generator behind `patterd-loadgen` (issue 7): it starts the fake Deepgram,
+//! The load generator behind `patterd-loadgen`: it starts the fake Deepgram,
 //! ElevenLabs, Hermes and Twilio REST in its own process with zero added latency, writes a
 //! config, spawns the server under test as a separate process (a patterd binary, or any
 //! command that serves Twilio webhooks against the fakes), measures its cold start (spawn →

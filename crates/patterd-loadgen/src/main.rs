@@ -1,4 +1,4 @@
-//! `patterd-loadgen`: runs the load benchmark of issue 7 (see `patterd_loadgen` and
+//! `patterd-loadgen`: runs the load benchmark (see `patterd_loadgen` and
 //! docs/BENCHMARKS.md). For each N in `--calls` it starts fresh fakes and a fresh server
 //! process, ramps N simulated Twilio calls, and prints a markdown table; `--json` writes every
 //! run's full report.

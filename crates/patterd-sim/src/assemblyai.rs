@@ -1,4 +1,4 @@
-//! `FakeAssemblyAi`: AssemblyAI Universal-Streaming v3 (`/v3/ws`, providers.md §6), as strict
+//! `FakeAssemblyAi`: AssemblyAI Universal-Streaming v3 (`/v3/ws`), as strict
 //! as the real service. The handshake needs the path `/v3/ws`, an `encoding` among v3's and a
 //! `sample_rate` for PCM ones (this fake decodes only `pcm_mulaw` at 8000; anything else closes
 //! 3006 / 4000 after the upgrade, as the service does), a known `speech_model` when given,

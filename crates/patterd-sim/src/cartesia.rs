@@ -1,4 +1,4 @@
-//! `FakeCartesia`: Cartesia's TTS WebSocket `/tts/websocket` (providers.md §5), as strict as the
+//! `FakeCartesia`: Cartesia's TTS WebSocket `/tts/websocket`, as strict as the
 //! real one: the upgrade needs `Cartesia-Version` (400 otherwise) and `X-API-Key` or
 //! `Authorization: Bearer` matching the key (401 JSON otherwise). On the socket every text
 //! frame is a generation request or a cancel; a request missing `model_id`, `transcript`,

@@ -244,7 +244,7 @@ async fn handle(s: Arc<Shared>, mut req: Request<Incoming>) -> hyper::Response<B
         resp
     };
     if req.uri().path() == "/v1/projects" && req.method() == hyper::Method::GET {
-        // The credential check (carrier-actions.md §5).
+        // The credential check.
         let auth = req
             .headers()
             .get("authorization")

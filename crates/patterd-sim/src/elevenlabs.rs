@@ -229,7 +229,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> hyper::Response<Body>
         return crate::elevenlabs_ws::upgrade(s.clone(), cfg, req).await;
     }
     if path == "/v1/user" && req.method() == hyper::Method::GET {
-        // The credential check (carrier-actions.md §5).
+        // The credential check.
         return if key_ok {
             http::json(
                 200,

@@ -1,5 +1,5 @@
 //! The multi-context WebSocket of [`crate::elevenlabs::FakeElevenLabs`]:
-//! `/v1/text-to-speech/{voice_id}/multi-stream-input` (providers.md §3.3), as strict as the real
+//! `/v1/text-to-speech/{voice_id}/multi-stream-input`, as strict as the real
 //! one. The socket needs `xi-api-key` (header, or `xi_api_key` / `authorization` in the first
 //! message), `model_id`, `output_format=ulaw_8000` (the only format this fake speaks) and an
 //! `inactivity_timeout` of at most 180; a failure is an error frame

@@ -1,4 +1,4 @@
-//! `FakeFlux`: Deepgram Flux turn-based transcription (`/v2/listen`, providers.md §2.7), as
+//! `FakeFlux`: Deepgram Flux turn-based transcription (`/v2/listen`), as
 //! strict as the real service. The handshake needs `Authorization: Token <key>` (401 JSON
 //! otherwise), `model` = `flux-general-en` or `flux-general-multi`, `encoding` among Flux's
 //! (raw ones with a `sample_rate`; patterd's `mulaw` must be 8000), and thresholds in range:

@@ -9,7 +9,7 @@
 //! error text in the finish chunk's `error` and `hermes` objects), send an in-stream `error`
 //! object, cut the stream, or answer an HTTP error. The fake notices a client that disconnects
 //! before the reply ended (cancellation) and records it. For the OpenAI-compatible leg it also
-//! streams scripted `delta.tool_calls` (providers.md §7.4, arguments split across chunks,
+//! streams scripted `delta.tool_calls` (arguments split across chunks,
 //! `finish_reason:"tool_calls"`) and, as the real API does, refuses (400) a follow-up whose
 //! `role: tool` messages do not answer a preceding assistant message's `tool_calls`.
 
@@ -58,8 +58,8 @@ pub enum HermesStep {
     StreamError(String),
     /// Close the stream without a finish chunk. Ends the reply.
     Cut,
-    /// One tool call streamed as `delta.tool_calls` fragments exactly as providers.md §7.4
-    /// shows: a first fragment with `index`, `id`, `type:"function"`, `function.name` and
+    /// One tool call streamed as `delta.tool_calls` fragments exactly as OpenAI
+    /// streams them: a first fragment with `index`, `id`, `type:"function"`, `function.name` and
     /// `arguments:""`, then the arguments split into `parts` pieces (at arbitrary character
     /// boundaries) carrying only `index` and `function.arguments`. A reply with tool calls
     /// finishes with `finish_reason:"tool_calls"`.
@@ -313,7 +313,7 @@ fn gate(s: &Shared, req: &Request<Incoming>, path: &str) -> Option<hyper::Respon
         ));
     }
     // An empty key is a Hermes without API_SERVER_KEY: every request is let in, but the
-    // session headers are refused with 403 (hermes.md §1.6).
+    // session headers are refused with 403.
     let keyless = s.api_key.is_empty();
     let authorized = keyless
         || req
@@ -679,7 +679,7 @@ async fn play(
         return false;
     }
     if include_usage {
-        // §7.3: one more chunk, `choices` empty, the only one whose `usage` is not null.
+        // With `include_usage`: one more chunk, `choices` empty, the only one whose `usage` is not null.
         let usage = json!({
             "id": id, "object": "chat.completion.chunk", "created": 1_760_000_000u64, "model": model,
             "choices": [],

@@ -1,4 +1,4 @@
-//! `FakeOpenAiRealtime`: OpenAI's Realtime transcription WebSocket (providers.md §4.3, GA
+//! `FakeOpenAiRealtime`: OpenAI's Realtime transcription WebSocket (GA
 //! interface), as strict as the real service. The handshake needs the path `/v1/realtime`
 //! with `intent=transcription` (HTTP 400 otherwise); a wrong or missing `Authorization:
 //! Bearer <key>` upgrades, then sends an `error` event `invalid_request_error` /

@@ -1,4 +1,4 @@
-//! `FakeOpenAiSpeech`: `POST /v1/audio/speech` (providers.md §4.1, §8) in three dialects, each
+//! `FakeOpenAiSpeech`: `POST /v1/audio/speech` in three dialects, each
 //! as strict as the real server:
 //! - [`Dialect::OpenAi`]: `Authorization: Bearer <key>` must match (401 `invalid_api_key`
 //!   otherwise); `model` one of OpenAI's speech models, `input` 1–4096 characters, `voice`

@@ -9,7 +9,7 @@
 //! `DELETE …/Call/{uuid}/` and `DELETE …/Request/{uuid}/` — recording every request;
 //! [`SimPlivo::answer_outbound`] fetches a placed call's `answer_url` the way Plivo does and
 //! [`SimPlivo::hangup_outbound`] posts its hangup callback. Number administration
-//! (`carrier-actions.md` §3.3, §5): `GET` on the account itself, `GET`/`POST Number/{digits}/`
+//! (what `patterd wire` and the doctor's credential check ask): `GET` on the account itself, `GET`/`POST Number/{digits}/`
 //! (`application` as a URI; `app_id` to attach) and `GET`/`POST Application/{app_id}/`
 //! (only the fields sent change), all with the trailing slash; the state is [`PlivoAccount`].
 
@@ -282,7 +282,7 @@ impl FakePlivoRest {
                         )
                     }
                 } else if method == "POST" && uuid.is_some() {
-                    // The Transfer API (carrier-actions §1.3): `legs` = aleg, an absolute
+                    // The Transfer API: `legs` = aleg, an absolute
                     // `aleg_url`, `aleg_method` POST or GET.
                     let ok = body["legs"] == "aleg"
                         && body["aleg_url"]
@@ -315,7 +315,7 @@ impl FakePlivoRest {
                             .is_some_and(|u| !u.is_empty() && !u.contains('/'))
                     })
                 {
-                    // DTMF (carrier-actions §2.2): digits `0-9 * #`, `leg` aleg or bleg.
+                    // DTMF: digits `0-9 * #`, `leg` aleg or bleg.
                     let ok = body["digits"].as_str().is_some_and(|d| {
                         !d.is_empty()
                             && d.chars()

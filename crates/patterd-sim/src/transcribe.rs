@@ -1,6 +1,6 @@
 //! `FakeTranscriptions`: an OpenAI-compatible file transcription server,
-//! `POST /v1/audio/transcriptions` (providers.md §4.2; speaches and whisper.cpp's server copy
-//! it, §8), as strict as OpenAI's: `Authorization: Bearer <key>` must match when a key is set
+//! `POST /v1/audio/transcriptions` (speaches and whisper.cpp's server copy
+//! it), as strict as OpenAI's: `Authorization: Bearer <key>` must match when a key is set
 //! (401 `invalid_api_key` otherwise; with no key, like a self-hosted server, any or none is
 //! accepted), the body must be `multipart/form-data` with a boundary (400), at most 25 MB
 //! (413), and well formed; `model` is required, `file` must carry a filename with a supported

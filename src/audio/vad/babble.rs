@@ -1,4 +1,4 @@
-//! The VAD on speech over noise (issue 18): caller clips placed on a timeline over a bed of
+//! The VAD on speech over noise: caller clips placed on a timeline over a bed of
 //! silence, white or pink noise, or babble (six espeak-ng talkers, `babble.ulaw`), mixed at a
 //! given SNR (caller active-speech level against the bed's level), scored on the 20 ms packet
 //! grid. Recall is the share of packets with active caller speech during which the VAD says
@@ -251,7 +251,7 @@ fn a_caller_over_babble_is_still_heard() {
     }
 }
 
-/// The default detector without the lower margin while speaking (as before issue 18b).
+/// The default detector without the lower margin while speaking (no speaking relief).
 fn no_relief(t: &Timeline) -> Score {
     let mut v = Vad::new(VadConfig::default());
     v.relief_db = 0.0;

@@ -101,7 +101,7 @@ async fn an_interruption_quiets_the_agent_at_the_caller_and_keeps_what_was_heard
         // With the echo check on, the echo estimator locks onto the caller's own "book a
         // table" (said right after the greeting's last frame: level and timing match a
         // -0.2 dB echo 340 ms late) and takes the first 400 ms of the interruption for echo
-        // (onset → clear 620 ms instead of 220): a fault of the estimator, for issue 34.
+        // (onset → clear 620 ms instead of 220): a fault of the estimator.
         "barge_in_echo_check = false",
     );
     kit.reach_reply().await;

@@ -1,4 +1,4 @@
-//! The pacer's batching (issue 16): top-ups of [`TOP_UP`](super::TOP_UP) on the shared
+//! The pacer's batching: top-ups of [`TOP_UP`](super::TOP_UP) on the shared
 //! [`TICK`](super::TICK) grid.
 
 use super::*;

@@ -1,4 +1,4 @@
-//! Plivo number administration (`carrier-actions.md` §3.3, §5): the credential check `GET` on
+//! Plivo number administration: the credential check `GET` on
 //! `/v1/Account/{auth_id}/` itself; a number (`Number/{digits}/`) routes to the application
 //! named by its `application` URI, whose `answer_url` is where calls arrive. Wiring updates
 //! that application's answer and hangup URLs and methods — only those four fields, so Plivo's

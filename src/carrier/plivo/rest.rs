@@ -175,7 +175,7 @@ impl PlivoRest {
             .await
     }
 
-    /// Transfers the live call's A leg (carrier-actions §1.3): Plivo then fetches `aleg_url`
+    /// Transfers the live call's A leg: Plivo then fetches `aleg_url`
     /// for the new XML (our `<Dial>`).
     pub async fn transfer(&self, call_uuid: &str, aleg_url: &str) -> Result<(), CarrierError> {
         let url = self.call_url(call_uuid);
@@ -183,7 +183,7 @@ impl PlivoRest {
         self.post(&url, call_uuid, &body).await
     }
 
-    /// Sends DTMF on the live call's A leg (carrier-actions §2.2).
+    /// Sends DTMF on the live call's A leg.
     pub async fn send_dtmf(&self, call_uuid: &str, digits: &str) -> Result<(), CarrierError> {
         let url = format!("{}DTMF/", self.call_url(call_uuid));
         let body = json!({"digits": digits, "leg": "aleg"});

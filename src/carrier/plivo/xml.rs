@@ -17,7 +17,7 @@ pub fn stream_xml(ws_url: &str, content_type: &str) -> String {
 }
 
 /// `<Dial callerId timeout><Number>to</Number></Dial>`: the cold transfer Plivo fetches from
-/// the transfer's `aleg_url` (carrier-actions §1.3). No `action`: when the dialled leg ends,
+/// the transfer's `aleg_url`. No `action`: when the dialled leg ends,
 /// the caller's leg hangs up.
 pub fn dial_xml(to: &str, caller_id: &str, timeout_s: u32) -> String {
     format!(

@@ -1,4 +1,4 @@
-//! Telnyx number administration (`carrier-actions.md` §3.2, §5): the credential check
+//! Telnyx number administration: the credential check
 //! `GET /v2/balance`; a number found by `filter[phone_number]` (digits only, exact match on
 //! the result) routes to the Call Control application in its `connection_id`, whose
 //! `webhook_event_url` is where calls arrive. Wiring points the number at the account's own

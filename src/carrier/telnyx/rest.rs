@@ -312,7 +312,7 @@ impl TelnyxRest {
             .map(|_| ())
     }
 
-    /// Cold-transfers a live call (carrier-actions §1.2): `actions/transfer` with the
+    /// Cold-transfers a live call: `actions/transfer` with the
     /// destination, our caller id and a ring timeout.
     pub async fn transfer(
         &self,
@@ -331,7 +331,7 @@ impl TelnyxRest {
             .map(|_| ())
     }
 
-    /// Sends DTMF from this leg (carrier-actions §2.1): `actions/send_dtmf`.
+    /// Sends DTMF from this leg: `actions/send_dtmf`.
     pub async fn send_dtmf(&self, call_control_id: &str, digits: &str) -> Result<(), CarrierError> {
         let body = json!({
             "digits": digits,

@@ -1,4 +1,4 @@
-//! Twilio number administration (`carrier-actions.md` §3.1, §5): the credential check
+//! Twilio number administration: the credential check
 //! `GET Accounts/{AccountSid}.json` (its body holds the auth token: only `status` and `type`
 //! are read), the number's `IncomingPhoneNumbers` instance found by exact `phone_number`, and
 //! the `VoiceUrl` + `StatusCallback` update and its exact restore. A number on a SIP trunk is

@@ -128,7 +128,7 @@ impl Carrier for TwilioCarrier {
         })
     }
 
-    // DTMF: Twilio has no REST command while `<Connect><Stream>` runs (carrier-actions §2.3);
+    // DTMF: Twilio has no REST command while `<Connect><Stream>` runs;
     // the default answers `InBand` and the tones go on the media stream.
 }
 

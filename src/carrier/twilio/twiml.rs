@@ -47,7 +47,7 @@ pub fn twiml_reject(reason: Option<&str>) -> String {
     }
 }
 
-/// `<Dial>`: the cold transfer of a live call (carrier-actions §1.1), sent inline as the call
+/// `<Dial>`: the cold transfer of a live call, sent inline as the call
 /// update's `Twiml`. No `action`: when the dialled leg ends, the document runs out and the
 /// caller's leg hangs up.
 pub fn twiml_dial(to: &str, caller_id: &str, timeout_s: u32) -> String {

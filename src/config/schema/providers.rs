@@ -218,7 +218,7 @@ pub struct TtsConfig {
     #[serde(default)]
     pub sample_rate: Option<u32>,
     /// `elevenlabs`: `http` (one streaming request per sentence, the default) or `websocket`
-    /// (one multi-context socket per call carrying every sentence, providers.md §3.3).
+    /// (one multi-context socket per call carrying every sentence).
     #[serde(default)]
     pub transport: TtsTransport,
     /// `elevenlabs` and `cartesia`: ask for word timings with the audio (ElevenLabs HTTP

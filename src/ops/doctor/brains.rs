@@ -1,4 +1,4 @@
-//! Doctor's brain checks, per `[llm.NAME]` (`hermes.md` §1.3–1.6): Hermes' open
+//! Doctor's brain checks, per `[llm.NAME]`: Hermes' open
 //! `{base_url}/health`; `{base_url}/models` with the key (401 = wrong key; the configured
 //! model should be served); and for Hermes the same request without a key, which a Hermes with
 //! an `API_SERVER_KEY` refuses — one that answers has no key and refuses the

@@ -1,4 +1,4 @@
-//! Doctor's credential checks (`carrier-actions.md` §5): one read-only request per carrier
+//! Doctor's credential checks: one read-only request per carrier
 //! account (through the carrier's [`NumberAdmin`](crate::carrier::admin::NumberAdmin)) and per
 //! speech provider, the request its kind names (`provider::kinds`: Deepgram `GET
 //! /v1/projects`, ElevenLabs `GET /v1/user`, OpenAI-style servers `GET {base}/models`,

@@ -93,7 +93,7 @@ pub enum Finding {
         service: String,
         error: String,
     },
-    /// Timeout, 5xx or network: could not verify (not a failure, per carrier-actions.md §5).
+    /// Timeout, 5xx or network: could not verify (not a failure: the credentials may still be right).
     CredentialsUnverified {
         service: String,
         error: String,

@@ -1,4 +1,4 @@
-//! Whole calls where our detector and the speech-to-text disagree (issue 18): the fake
+//! Whole calls where our detector and the speech-to-text disagree: the fake
 //! Deepgram ends a segment on a quiet stretch our detector still hears as speech.
 
 use super::*;

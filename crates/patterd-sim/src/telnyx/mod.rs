@@ -11,7 +11,7 @@
 //! [`SimTelnyx::answer_outbound`] plays the dialled leg (`call.initiated` outgoing,
 //! `call.answered`, optional machine detection, then the stream patterd starts) and
 //! [`SimTelnyx::hang_up`] ends it with a cause such as `user_busy`. Number administration
-//! (`carrier-actions.md` §3.2, §5): `GET /v2/balance`; `GET /v2/phone_numbers` filtered by
+//! (what `patterd wire` and the doctor's credential check ask): `GET /v2/balance`; `GET /v2/phone_numbers` filtered by
 //! `filter[phone_number]` (digits only: anything else matches nothing) and `PATCH
 //! /v2/phone_numbers/{id}` (only the updatable fields); `GET`/`PATCH
 //! /v2/call_control_applications/{id}`, whose update must carry `application_name` and

@@ -323,7 +323,7 @@ impl FakeTelnyxRest {
                                 c.ended.insert(id.clone());
                                 200
                             }
-                            // carrier-actions §1.2: `to` (+E.164 or SIP URI) required,
+                            // `to` (+E.164 or SIP URI) required,
                             // `from` +E.164, `timeout_secs` 5..=600, `command_id` a string.
                             "transfer" => {
                                 let e164 = |v: &Value| {
@@ -346,7 +346,7 @@ impl FakeTelnyxRest {
                                     && body.get("command_id").is_none_or(Value::is_string);
                                 if ok { 200 } else { 400 }
                             }
-                            // carrier-actions §2.1: digits `0-9 A-D * # w W`, duration 100..=500.
+                            // Digits `0-9 A-D * # w W`, duration 100..=500.
                             "send_dtmf" => {
                                 let ok = c.answered.contains(&id)
                                     && body["digits"].as_str().is_some_and(|d| {

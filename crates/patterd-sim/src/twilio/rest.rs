@@ -6,7 +6,7 @@
 //! held until released ([`FakeTwilioRest::hold_dials`]), to test a dial in flight. It also
 //! holds the account's phone numbers (`IncomingPhoneNumbers`: listed by `PhoneNumber`, which
 //! must arrive percent-encoded since a raw `+` decodes to a space, and updated by `POST`),
-//! and answers the credential check `GET Accounts/{sid}.json` (`carrier-actions.md` §3.1, §5).
+//! and answers the credential check `GET Accounts/{sid}.json`.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -492,7 +492,7 @@ async fn handle(
     {
         let field = |n: &str| form.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
         let status = field("Status").unwrap_or("in-progress");
-        // carrier-actions §1.1: `Twiml` and `Url` are mutually exclusive; inline TwiML must be
+        // `Twiml` and `Url` are mutually exclusive; inline TwiML must be
         // a well-formed `<Response>` of at most 4000 characters.
         let twiml_problem = field("Twiml").and_then(|t| {
             if field("Url").is_some() {

@@ -1,4 +1,4 @@
-//! Word-precise heard history (issue 18) on the simulated clock of [`super`], with word timings
+//! Word-precise heard history on the simulated clock of [`super`], with word timings
 //! from the TTS: the cut is placed where playback stopped (when the `clear` goes out), not at
 //! the caller's onset, so the words that played while the caller's speech was building up to
 //! the stop (the hold included) count; after a stop the agent resumed from, the re-sent sentence

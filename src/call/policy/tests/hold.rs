@@ -1,4 +1,4 @@
-//! The barge-in hold (issue 18) on the simulated clock of [`super`]: a short burst over the
+//! The barge-in hold on the simulated clock of [`super`]: a short burst over the
 //! agent stops new audio going out but sends no `clear` and lets the agent go on; sustained
 //! speech is stopped at `barge_in_min_speech_ms`; a backchannel final releases the hold.
 

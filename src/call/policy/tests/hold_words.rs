@@ -1,4 +1,4 @@
-//! The speech-to-text's words during the barge-in hold (issue 18): a word that is neither a
+//! The speech-to-text's words during the barge-in hold: a word that is neither a
 //! backchannel nor the agent's own words stops the agent at once, before the duration
 //! threshold; backchannels or echo so far keep the hold past it (no `clear`) until the burst
 //! ends or lasts too long; words that come between runs do not carry into the next run.

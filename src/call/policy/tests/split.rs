@@ -1,4 +1,4 @@
-//! An interruption split by a pause (issue 18, the suite's "missed interruptions" in street
+//! An interruption split by a pause (the suite's "missed interruptions" in street
 //! and hiss at 20 dB): "wait, stop" said with a pause after "wait," long enough for the
 //! endpointer to end a turn. Each half alone is one word, under `barge_in_min_words`; before
 //! the fix each was dropped as a backchannel and the agent resumed twice.

@@ -1,4 +1,4 @@
-//! End-of-turn cases where our detector and the speech-to-text disagree (issue 18), on the
+//! End-of-turn cases where our detector and the speech-to-text disagree, on the
 //! simulated clock of [`super`]: the STT ending a segment while our detector bridges
 //! the pause must not make two turns of one, and a detector that never stops (babble) must
 //! not keep a turn open for ever.
