@@ -57,7 +57,7 @@ const MAX_BAD_TOTAL: u32 = 500;
 /// Bytes of outgoing frames buffered before a write to the socket (a flush follows every
 /// burst of commands anyway). A pacer top-up (100 ms: five frames and a mark, ≈ 1.6 KiB as
 /// Twilio JSON) fits; the 1 s lead at the start of a reply goes in four writes. Every live call
-/// holds one (it was 16 KiB: issue 16's memory per call).
+/// holds one.
 const WRITE_BUFFER: usize = 4 * 1024;
 
 /// WebSocket close codes we use.

@@ -147,7 +147,7 @@ event_kinds! {
     DtmfOut = "dtmf_out",
     /// An action was refused by policy before reaching the carrier (detail: action: why).
     ActionRefused = "action_refused",
-    // -- Stage latencies (issue 14, metrics and the timeline page): detail µs.
+    // -- Stage latencies (metrics and the timeline page): detail µs.
     /// The brain's first token of a turn arrived (detail: µs since the request).
     LlmFirstToken = "llm_first_token",
     /// A synthesis' first audio arrived (detail: µs since the TTS request).

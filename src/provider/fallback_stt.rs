@@ -57,10 +57,6 @@ impl SttSwitchReason {
             SttSwitchReason::Dropped => "dropped",
         }
     }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.as_str() == s)
-    }
 }
 
 impl std::fmt::Display for SttSwitchReason {

@@ -2,7 +2,8 @@
 //! tests/fixtures/speech: interruptions, backchannels, coughs and clicks, the agent's own voice
 //! echoed back at -20 dB and an idle caller. (The timing of backchannels, an unfinished
 //! phrase's pause, interruptions, fillers and turns without barge-in is tested on the paused
-//! clock with the call in memory: `src/call/driver/tests.rs`.) Each test asserts behaviour; `conversation_figures` also prints the figures of docs/conversation.md
+//! clock with the call in memory: `src/call/driver/tests.rs`.) Each test asserts behaviour;
+//! `conversation_figures` also prints the figures of docs/conversation.md
 //! (`cargo test --release --test calls -- --nocapture conversation_figures`).
 
 use std::time::Duration;
