@@ -20,7 +20,7 @@ use fastwebsockets::{Frame, OpCode, Payload, Role, WebSocket};
 use patterd::app::media::{CappedReader, MAX_FRAME, Message};
 use patterd::audio::g711::ulaw_tone;
 use patterd::audio::vad::{Vad, VadConfig};
-use patterd::call::speech::{Pumped, Speech, UttKind};
+use patterd::call::mouth::{Mouth, Pumped, UttKind};
 use patterd::carrier::plivo::PlivoCodec;
 use patterd::carrier::telnyx::TelnyxCodec;
 use patterd::carrier::twilio::TwilioCodec;
@@ -224,7 +224,7 @@ async fn run(case: Case, frames: u64, warmup: u64) -> (Tally, Tally, Tally) {
         .collect();
 
     // Pacer → carrier: one long utterance of ready audio.
-    let mut speech = Speech::new();
+    let mut speech = Mouth::new();
     let agent_audio = ulaw_tone(330.0, (frames + warmup + 100) * 20, 8000);
     speech.push_audio(UttKind::Say, "x".into(), 0, &agent_audio);
     let (cmd_tx, mut cmd_rx) = tokio::sync::mpsc::channel::<MediaCommand>(512);

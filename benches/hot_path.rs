@@ -160,7 +160,7 @@ fn echo_check(c: &mut Criterion) {
 /// outgoing buffer and the pacer.
 fn hot_path_round2(c: &mut Criterion) {
     use patterd::audio::vad::{Vad, VadConfig};
-    use patterd::call::speech::{Speech, UttKind};
+    use patterd::call::mouth::{Mouth, UttKind};
     let frame = media_frame();
     let mut codec = started_codec();
     let mut vad = Vad::new(VadConfig::default());
@@ -194,7 +194,7 @@ fn hot_path_round2(c: &mut Criterion) {
     });
     // The pacer topping up 100 ms (5 frames) of a long utterance, per top-up.
     let long = ulaw_tone(330.0, 600_000, 8000);
-    let mut speech = Speech::new();
+    let mut speech = Mouth::new();
     speech.push_audio(UttKind::Say, "long".into(), 0, &long);
     let t0 = tokio::time::Instant::now();
     let mut now = t0;

@@ -29,10 +29,10 @@ use super::ingress::{
     STT_UNBATCHED_TAIL_MS, SttFeed,
 };
 use super::log::{Dropped, Usage};
+use super::mouth::{Mouth, Pumped};
 use super::policy::{Action, Input, Policy};
 use super::recording::Recorder;
 use super::registry::InsertError;
-use super::speech::{Pumped, Speech};
 use super::transcript::{CallEvent, CallRecord};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
 use crate::audio::vad::{Vad, VadConfig, VadEngine};
@@ -103,7 +103,7 @@ struct Actor {
     wakes: u64,
     llm: Option<LlmStream>,
     /// The agent's mouth: lent to the policy on every step, pumped here.
-    speech: Speech,
+    mouth: Mouth,
     /// The synthesis streams the policy asked for.
     tts: tts::Synthesis,
     /// What the last pump sent (its vectors reused from pump to pump).
@@ -204,9 +204,9 @@ impl Actor {
             ingress: None,
             wakes: 0,
             llm: None,
-            speech: match &caller.echo {
-                Some(e) => Speech::new().with_echo_reference(e.clone()),
-                None => Speech::new(),
+            mouth: match &caller.echo {
+                Some(e) => Mouth::new().with_echo_reference(e.clone()),
+                None => Mouth::new(),
             },
             tts: tts::Synthesis::default(),
             caller,
@@ -283,19 +283,19 @@ impl Actor {
         let reason = loop {
             let now = Instant::now();
             let pace_at = if self.media_tx.is_some() {
-                self.speech.next_deadline(now)
+                self.mouth.next_deadline(now)
             } else {
                 None
             };
-            let talk_at = self.policy.deadline(&self.speech);
+            let talk_at = self.policy.deadline(&self.mouth);
             let deadline = self.deadline();
             self.wakes += 1;
             // A superset of when the policy's barge-in is eligible (the agent may be heard).
             self.caller.barge.set(
                 self.setup.agent.barge_in
-                    && (self.speech.is_speaking()
-                        || self.speech.is_playing(now)
-                        || self.speech.is_held()),
+                    && (self.mouth.is_speaking()
+                        || self.mouth.is_playing(now)
+                        || self.mouth.is_held()),
             );
             let ended = tokio::select! {
                 msg = self.rx.recv() => match msg {

@@ -1,7 +1,7 @@
 //! Word-precise heard history: which words of the agent's unconfirmed utterances the caller
 //! heard when it was stopped. The cut is placed where playback stopped: at the moment the
 //! carrier is sent `clear` (it drops what it still had queued then), or where its buffer ran
-//! out if that was earlier. The mouth ([`super::speech::Speech::played_at`]) says how much of
+//! out if that was earlier. The mouth ([`super::mouth::Mouth::played_at`]) says how much of
 //! each utterance whose mark has not come back had played at that moment: the audio sent, less
 //! what the pacer reckons the carrier still had queued, shifted by the carrier's lag learned
 //! from the last mark it echoed (its round trip included, so the estimate errs by a few tens of
@@ -268,12 +268,12 @@ mod tests {
 
     #[test]
     fn the_play_position_follows_the_pacer_less_the_carriers_lag() {
-        use crate::call::speech::{Speech, UttKind};
+        use crate::call::mouth::{Mouth, UttKind};
         use crate::provider::TtsEvent;
         use std::time::Duration;
         use tokio::time::Instant;
 
-        let mut s = Speech::new();
+        let mut s = Mouth::new();
         for text in ["one two three four", "five six"] {
             // One second of audio each, words spread evenly.
             let id = s.push_audio(UttKind::Say, text.into(), 0, &[0x55; 8000]);
@@ -320,13 +320,13 @@ mod tests {
     /// heard; a hold longer than what the carrier had queued stops at the end of that audio.
     #[test]
     fn the_cut_falls_where_playback_stopped() {
-        use crate::call::speech::{Speech, UttKind};
+        use crate::call::mouth::{Mouth, UttKind};
         use crate::provider::TtsEvent;
         use std::time::Duration;
         use tokio::time::Instant;
 
         let text = "one two three four five six seven eight";
-        let mut s = Speech::new();
+        let mut s = Mouth::new();
         // Two seconds of audio, 250 ms a word.
         let id = s.push_audio(UttKind::Say, text.into(), 0, &[0x55; 16_000]);
         s.on_tts(id, Some(TtsEvent::Words(even(text, 2000))));

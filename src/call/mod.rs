@@ -3,7 +3,7 @@
 //! carrier's call id. Turn-taking is decided by pure parts the actor drives: the conversation
 //! [`policy`] (agent phase, barge-in, held turns, fillers, idle nudges, transcript and history),
 //! the endpointer and word checks in [`turn`], and the mouth (utterance queue and pacer) in
-//! [`speech`]; [`event`] is the typed timeline. The actor sees only carrier-neutral media events
+//! [`mouth`]; [`event`] is the typed timeline. The actor sees only carrier-neutral media events
 //! and provider traits, so it does not know which carrier or vendor it talks to.
 
 pub mod action;
@@ -15,10 +15,10 @@ pub mod event;
 pub mod heard;
 pub mod ingress;
 pub mod log;
+pub mod mouth;
 pub mod policy;
 pub mod recording;
 pub mod registry;
-pub mod speech;
 pub mod transcript;
 pub mod turn;
 

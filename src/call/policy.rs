@@ -5,7 +5,7 @@
 //! [`Input`]s (caller speech from our detector, speech-to-text results, brain events, synthesis
 //! events, playback marks, timers, DTMF, `say`) with the time they happened, and carries out
 //! the [`Action`]s it queues (carrier `clear`, `Finalize`, start or cancel the brain, start or
-//! cancel synthesis, events, persistence, hang up). The agent's mouth ([`Speech`], itself pure
+//! cancel synthesis, events, persistence, hang up). The agent's mouth ([`Mouth`], itself pure
 //! state: utterance ids, text, audio and timings, no provider streams) is lent to every step so
 //! the policy can queue, pause, resume and clear it and see what is playing. Nothing here does
 //! I/O, reads the clock, holds a channel or spawns a task.
@@ -42,7 +42,7 @@ use tokio::time::Instant;
 
 use super::event::{EventDetail, EventKind};
 use super::heard;
-use super::speech::{Speech, UttKind};
+use super::mouth::{Mouth, UttKind};
 use super::transcript::{Speaker, TranscriptEntry};
 use super::turn::{Decision, Endpointer, TurnEnd, Words};
 use crate::audio::vad::VadEvent;
@@ -276,7 +276,7 @@ impl Policy {
     /// Applies one input at `now` and queues what the actor must do, in order, before any
     /// actions still pending (see the driving rule in the module docs); take them with
     /// [`Policy::poll_action`].
-    pub fn handle(&mut self, input: Input, now: Instant, mouth: &mut Speech) {
+    pub fn handle(&mut self, input: Input, now: Instant, mouth: &mut Mouth) {
         self.last_now = now;
         self.refresh(mouth);
         self.apply(input, now, mouth);
@@ -301,7 +301,7 @@ impl Policy {
         self.pending.pop_front()
     }
 
-    fn apply(&mut self, input: Input, now: Instant, mouth: &mut Speech) {
+    fn apply(&mut self, input: Input, now: Instant, mouth: &mut Mouth) {
         match input {
             Input::Start => {
                 let greeting = self.agent.first_message.trim().to_string();
@@ -401,7 +401,7 @@ impl Policy {
 
     /// Our detector heard the caller start or stop speaking (`audio_ms`: the audio time it has
     /// judged, so the event's audio times become wall times by their lag behind it).
-    fn on_vad(&mut self, event: VadEvent, audio_ms: u64, now: Instant, mouth: &mut Speech) {
+    fn on_vad(&mut self, event: VadEvent, audio_ms: u64, now: Instant, mouth: &mut Mouth) {
         let at = |t: u64| {
             let lag = Duration::from_millis(audio_ms.saturating_sub(t));
             now.checked_sub(lag).unwrap_or(now)
@@ -434,7 +434,7 @@ impl Policy {
     /// The earliest time the policy wants an [`Input::Timer`]: the filler, the end of turn,
     /// the barge-in decision, the idle nudge or the end of the goodbye; the last input's time
     /// when a held turn or the goodbye's end became due outside a step.
-    pub fn deadline(&self, mouth: &Speech) -> Option<Instant> {
+    pub fn deadline(&self, mouth: &Mouth) -> Option<Instant> {
         let phase_at = match self.phase {
             Phase::BargeIn { deadline, .. } => Some(deadline),
             Phase::Goodbye { until } => Some(until),
@@ -453,7 +453,7 @@ impl Policy {
     }
 
     /// Follows the mouth and the brain in the phases the policy does not hold itself.
-    fn refresh(&mut self, mouth: &Speech) {
+    fn refresh(&mut self, mouth: &Mouth) {
         if matches!(self.phase, Phase::BargeIn { .. } | Phase::Goodbye { .. }) {
             return;
         }
@@ -480,7 +480,7 @@ impl Policy {
             .unwrap_or(0)
     }
 
-    fn on_mark(&mut self, name: &str, now: Instant, mouth: &mut Speech) {
+    fn on_mark(&mut self, name: &str, now: Instant, mouth: &mut Mouth) {
         let Some(sent) = mouth.mark_returned(name, now) else {
             return;
         };
@@ -497,7 +497,7 @@ impl Policy {
         self.event(EventKind::MarkPlayed, name);
     }
 
-    fn check_end_of_turn(&mut self, now: Instant, mouth: &mut Speech) {
+    fn check_end_of_turn(&mut self, now: Instant, mouth: &mut Mouth) {
         if self.stt_turns {
             // The speech-to-text's EndOfTurn decides.
             return;
@@ -528,7 +528,7 @@ impl Policy {
         }
     }
 
-    fn on_timer(&mut self, now: Instant, mouth: &mut Speech) {
+    fn on_timer(&mut self, now: Instant, mouth: &mut Mouth) {
         if self.filler_deadline(mouth).is_some_and(|t| t <= now) {
             self.filler("slow", now, mouth);
         }
@@ -573,7 +573,7 @@ impl Policy {
     }
 
     /// [`Policy::settle`] would act now.
-    fn settle_due(&self, mouth: &Speech) -> bool {
+    fn settle_due(&self, mouth: &Mouth) -> bool {
         if self.ended {
             return false;
         }
@@ -586,7 +586,7 @@ impl Policy {
 
     /// A held turn whose time has come is taken; the goodbye ends when it has played (at the
     /// end of every step).
-    fn settle(&mut self, now: Instant, mouth: &mut Speech) {
+    fn settle(&mut self, now: Instant, mouth: &mut Mouth) {
         if self.held_turn.is_some()
             && !self.brain
             && !mouth.is_speaking()
@@ -603,7 +603,7 @@ impl Policy {
         }
     }
 
-    fn idle_deadline(&self, mouth: &Speech) -> Option<Instant> {
+    fn idle_deadline(&self, mouth: &Mouth) -> Option<Instant> {
         let after = self.agent.idle_nudge_after_s;
         if after <= 0.0
             || self.answered.is_none()
@@ -619,7 +619,7 @@ impl Policy {
     }
 
     /// How a caller turn relates to what the agent is doing.
-    fn overlap(&self, mouth: &Speech) -> Overlap {
+    fn overlap(&self, mouth: &Mouth) -> Overlap {
         let agent = &self.agent;
         let replying = self.brain
             || mouth.any_audio_for(|k| !matches!(k, UttKind::Greeting))
@@ -643,7 +643,7 @@ impl Policy {
 
     /// The caller finished a turn (`reason` says how we knew). Backchannels and echo over a
     /// busy agent are dropped; otherwise the agent is cut (if allowed) and the brain asked.
-    fn caller_turn(&mut self, text: String, reason: TurnEnd, now: Instant, mouth: &mut Speech) {
+    fn caller_turn(&mut self, text: String, reason: TurnEnd, now: Instant, mouth: &mut Mouth) {
         if self.closing.is_some() {
             // The call is being ended or transferred: nothing the caller says changes that.
             self.event(EventKind::TurnHeld, "closing");

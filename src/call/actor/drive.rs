@@ -43,11 +43,11 @@ impl Actor {
     /// a reason to end the call when the policy hung up.
     pub(super) fn step(&mut self, input: Input) -> Option<EndReason> {
         let mut end = None;
-        self.policy.handle(input, Instant::now(), &mut self.speech);
+        self.policy.handle(input, Instant::now(), &mut self.mouth);
         while let Some(action) = self.policy.poll_action() {
             if let Some(input) = self.execute(action, &mut end) {
                 // The action's result, handled at once: its actions come next.
-                self.policy.handle(input, Instant::now(), &mut self.speech);
+                self.policy.handle(input, Instant::now(), &mut self.mouth);
             }
         }
         end

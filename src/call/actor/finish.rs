@@ -14,7 +14,7 @@ impl Actor {
 
     pub(super) fn finish(mut self, reason: EndReason) {
         self.llm = None;
-        let _ = self.speech.clear(Instant::now());
+        let _ = self.mouth.clear(Instant::now());
         self.tts.clear();
         // What is batched goes first; then nothing more reaches the session.
         self.caller.stt.send(SttInput::Close);

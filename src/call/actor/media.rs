@@ -146,7 +146,7 @@ impl Actor {
     pub(super) fn pump(&mut self) -> Option<Input> {
         self.media_tx.as_ref()?;
         let mut out = std::mem::take(&mut self.pumped);
-        self.speech.pump_into(Instant::now(), &mut out);
+        self.mouth.pump_into(Instant::now(), &mut out);
         let started =
             (!out.started.is_empty()).then(|| Input::Started(std::mem::take(&mut out.started)));
         for cmd in out.commands.drain(..) {

@@ -16,7 +16,7 @@ use super::{Action, GOODBYE_GRACE, Phase, Policy};
 use crate::audio::dtmf;
 use crate::call::action::{ActionOutcome, CallAction};
 use crate::call::event::{EndReason, EventKind};
-use crate::call::speech::{Speech, UttKind};
+use crate::call::mouth::{Mouth, UttKind};
 use crate::carrier::ActionResult;
 use crate::security::mask_number;
 
@@ -61,7 +61,7 @@ impl Policy {
     }
 
     /// An action asked for by the agent (tools, MCP, REST).
-    pub(super) fn act(&mut self, id: u64, action: CallAction, now: Instant, mouth: &mut Speech) {
+    pub(super) fn act(&mut self, id: u64, action: CallAction, now: Instant, mouth: &mut Mouth) {
         match action {
             CallAction::EndCall { reason } => self.end_call(id, reason, now, mouth),
             CallAction::Transfer { to } => self.transfer(id, &to, now, mouth),
@@ -86,7 +86,7 @@ impl Policy {
 
     /// Stops the reply in progress: the brain is cancelled and only what is being said (or,
     /// when nothing is, the next thing queued) is kept.
-    fn wind_down(&mut self, now: Instant, mouth: &mut Speech) {
+    fn wind_down(&mut self, now: Instant, mouth: &mut Mouth) {
         if self.brain {
             self.brain = false;
             self.out.push(Action::CancelBrain);
@@ -103,7 +103,7 @@ impl Policy {
         self.held_turn = None;
     }
 
-    fn end_call(&mut self, id: u64, reason: String, now: Instant, mouth: &mut Speech) {
+    fn end_call(&mut self, id: u64, reason: String, now: Instant, mouth: &mut Mouth) {
         if let Some(Closing::Transfer { .. }) = self.closing {
             return self.reply(id, refused("the call is being transferred"));
         }
@@ -125,7 +125,7 @@ impl Policy {
         );
     }
 
-    fn transfer(&mut self, id: u64, to: &str, now: Instant, mouth: &mut Speech) {
+    fn transfer(&mut self, id: u64, to: &str, now: Instant, mouth: &mut Mouth) {
         if let Some(why) = self.busy_closing() {
             return self.reply(id, refused(format!("not transferred: {why}")));
         }
@@ -179,7 +179,7 @@ impl Policy {
     }
 
     /// The goodbye phase is over (what was being said has played, or its time ran out).
-    pub(super) fn close(&mut self, now: Instant, mouth: &mut Speech) {
+    pub(super) fn close(&mut self, now: Instant, mouth: &mut Mouth) {
         match self.closing.take() {
             None => {
                 self.event(EventKind::IdleHangUp, "");
@@ -224,7 +224,7 @@ impl Policy {
     }
 
     /// Back to the conversation after a failed transfer.
-    fn reopen(&mut self, now: Instant, mouth: &mut Speech) {
+    fn reopen(&mut self, now: Instant, mouth: &mut Mouth) {
         self.closing = None;
         self.phase = Phase::Idle;
         self.last_activity = now;
@@ -249,7 +249,7 @@ impl Policy {
         id: u64,
         result: ActionResult,
         now: Instant,
-        mouth: &mut Speech,
+        mouth: &mut Mouth,
     ) {
         if let Some((pending, digits)) = self.dtmf_pending.take() {
             if pending == id {
@@ -303,7 +303,7 @@ impl Policy {
         digits: String,
         result: ActionResult,
         now: Instant,
-        mouth: &mut Speech,
+        mouth: &mut Mouth,
     ) {
         match result {
             ActionResult::Failed(why) => {

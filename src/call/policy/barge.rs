@@ -16,7 +16,7 @@ impl Policy {
     /// Stage one of barge-in: a short hold at the onset of caller speech over agent audio (no
     /// new audio sent, no `clear`; see `policy/hold.rs`), then, when the speech goes on, the
     /// stop (carrier `clear`, mouth paused) keeping everything unheard for a resume.
-    pub(super) fn check_barge_in(&mut self, run: hold::Run, now: Instant, mouth: &mut Speech) {
+    pub(super) fn check_barge_in(&mut self, run: hold::Run, now: Instant, mouth: &mut Mouth) {
         let run_ms = run.voiced_ms;
         if self.burst.held_at().is_some() && !mouth.is_held() {
             // Stopped or cleared by something else meanwhile.
@@ -57,7 +57,7 @@ impl Policy {
         text: &str,
         barge: bool,
         now: Instant,
-        mouth: &mut Speech,
+        mouth: &mut Mouth,
     ) -> bool {
         if barge {
             if self.words.content_words(text) == 0 {
@@ -83,7 +83,7 @@ impl Policy {
     /// queued, and the agent's last two transcript entries (the reply so far, the greeting).
     /// The recogniser's words come a delay after the audio, so the echo of a sentence that
     /// has finished playing since is still echo.
-    pub(super) fn agent_said_lately(&self, mouth: &Speech) -> String {
+    pub(super) fn agent_said_lately(&self, mouth: &Mouth) -> String {
         let mut said = mouth.current_text();
         for e in self
             .transcript
@@ -100,7 +100,7 @@ impl Policy {
 
     /// Whether caller speech may stop the agent now: barge-in on, agent audio playing (not
     /// a greeting that may not be interrupted, not DTMF), no barge-in or goodbye under way.
-    fn barge_in_eligible(&self, now: Instant, mouth: &Speech) -> bool {
+    fn barge_in_eligible(&self, now: Instant, mouth: &Mouth) -> bool {
         let agent = &self.agent;
         agent.barge_in
             && !matches!(self.phase, Phase::BargeIn { .. } | Phase::Goodbye { .. })
@@ -110,7 +110,7 @@ impl Policy {
     }
 
     /// Ends a barge-in hold without a stop: the mouth sends on (pump).
-    pub(super) fn release_hold(&mut self, why: &str, now: Instant, mouth: &mut Speech) {
+    pub(super) fn release_hold(&mut self, why: &str, now: Instant, mouth: &mut Mouth) {
         let at = self.burst.held_at().unwrap_or(now);
         self.burst.end_hold(why != "burst_ended");
         mouth.release();
@@ -125,7 +125,7 @@ impl Policy {
     /// The stop: carrier `clear`, mouth paused with everything unheard kept, then the words
     /// decide (stage two).
     /// `why` is the event's detail (`speech_ms=…`, or the words that stopped it).
-    pub(super) fn stop_agent(&mut self, why: String, now: Instant, mouth: &mut Speech) {
+    pub(super) fn stop_agent(&mut self, why: String, now: Instant, mouth: &mut Mouth) {
         self.burst.end_hold(false);
         let agent = &self.agent;
         let confirm = Duration::from_millis(agent.barge_in_confirm_ms);
@@ -149,7 +149,7 @@ impl Policy {
     }
 
     /// The caller's words changed: confirm a pending barge-in, then look for the end of turn.
-    pub(super) fn on_caller_words(&mut self, now: Instant, mouth: &mut Speech) {
+    pub(super) fn on_caller_words(&mut self, now: Instant, mouth: &mut Mouth) {
         if self.endpointer.has_text() {
             self.last_activity = now;
         }
@@ -205,7 +205,7 @@ impl Policy {
     }
 
     /// Stage two of barge-in, false alarm: play on from the last sentence the caller heard.
-    pub(super) fn resume(&mut self, why: &str, now: Instant, mouth: &mut Speech) {
+    pub(super) fn resume(&mut self, why: &str, now: Instant, mouth: &mut Mouth) {
         if let Phase::BargeIn { at, .. } = self.phase {
             self.heard_cut = None;
             self.barge_words.clear();
@@ -220,7 +220,7 @@ impl Policy {
 
     /// Stops the agent for good: clear the carrier's queue, cancel the brain and the
     /// synthesis, and keep in history only what the caller heard.
-    pub(super) fn interrupt(&mut self, now: Instant, mouth: &mut Speech) {
+    pub(super) fn interrupt(&mut self, now: Instant, mouth: &mut Mouth) {
         self.out.push(Action::CancelBrain);
         self.brain = false;
         // Stopped by barge-in: what was heard when it stopped; else what has played by now.

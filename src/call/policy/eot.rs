@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::{Action, Decision, Policy};
 use crate::call::eot::{TurnModelAnswer, Verdict};
 use crate::call::event::EventKind;
-use crate::call::speech::Speech;
+use crate::call::mouth::Mouth;
 use crate::call::turn::looks_unfinished;
 
 /// How long the policy waits on the model.
@@ -155,7 +155,7 @@ impl Policy {
     }
 
     /// The model's answer about a pause.
-    pub(super) fn on_turn_model(&mut self, a: TurnModelAnswer, now: Instant, mouth: &mut Speech) {
+    pub(super) fn on_turn_model(&mut self, a: TurnModelAnswer, now: Instant, mouth: &mut Mouth) {
         if self.gate.timing.is_none() {
             return;
         }

@@ -4,7 +4,7 @@
 
 use super::super::action::{ActionOutcome, CallAction};
 use super::super::event::{EndReason, EventDetail, EventKind};
-use super::super::speech::UttKind;
+use super::super::mouth::UttKind;
 use crate::audio::vad::VadEvent;
 use crate::carrier::ActionResult;
 use crate::provider::{ChatMessage, LlmEvent, TtsEvent};

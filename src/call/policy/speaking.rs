@@ -9,13 +9,13 @@ use tokio::time::Instant;
 
 use super::{Action, GOODBYE_GRACE, Phase, Policy};
 use crate::call::event::{EventDetail, EventKind};
-use crate::call::speech::{Speech, TtsNote, UttKind};
+use crate::call::mouth::{Mouth, TtsNote, UttKind};
 use crate::call::transcript::{Speaker, TranscriptEntry};
 use crate::provider::chunker::speakable;
 use crate::provider::{ChatMessage, LlmEvent, Role, TtsEvent};
 
 impl Policy {
-    pub(super) fn filler_deadline(&self, mouth: &Speech) -> Option<Instant> {
+    pub(super) fn filler_deadline(&self, mouth: &Mouth) -> Option<Instant> {
         let turn = self.turn.as_ref()?;
         if turn.filler_done || turn.audio_started || self.agent.long_turn_message.is_empty() {
             return None;
@@ -28,7 +28,7 @@ impl Policy {
     }
 
     /// The caller has been silent too long: nudge, or say goodbye.
-    pub(super) fn idle(&mut self, now: Instant, mouth: &mut Speech) {
+    pub(super) fn idle(&mut self, now: Instant, mouth: &mut Mouth) {
         self.last_activity = now;
         let agent = self.agent.clone();
         if self.nudges < agent.idle_max_nudges {
@@ -60,7 +60,7 @@ impl Policy {
         }
     }
 
-    pub(super) fn on_llm(&mut self, ev: LlmEvent, now: Instant, mouth: &mut Speech) {
+    pub(super) fn on_llm(&mut self, ev: LlmEvent, now: Instant, mouth: &mut Mouth) {
         match ev {
             LlmEvent::Delta(text) => {
                 if let Some(t) = self.turn.as_mut() {
@@ -172,13 +172,13 @@ impl Policy {
     }
 
     /// Speaks what the chunker holds (text the model streamed before a tool call).
-    fn flush_reply(&mut self, now: Instant, mouth: &mut Speech) {
+    fn flush_reply(&mut self, now: Instant, mouth: &mut Mouth) {
         if let Some(rest) = self.chunker.finish() {
             self.reply_sentence(&rest, now, mouth);
         }
     }
 
-    pub(super) fn reply_sentence(&mut self, sentence: &str, now: Instant, mouth: &mut Speech) {
+    pub(super) fn reply_sentence(&mut self, sentence: &str, now: Instant, mouth: &mut Mouth) {
         let Some(turn) = self.turn.as_ref() else {
             return;
         };
@@ -230,7 +230,7 @@ impl Policy {
     }
 
     /// Speaks `text` as its own transcript entry (a filler goes before unstarted replies).
-    pub(super) fn enqueue(&mut self, kind: UttKind, text: &str, now: Instant, mouth: &mut Speech) {
+    pub(super) fn enqueue(&mut self, kind: UttKind, text: &str, now: Instant, mouth: &mut Mouth) {
         let text = speakable(text);
         if text.is_empty() {
             return;
@@ -245,7 +245,7 @@ impl Policy {
     }
 
     /// Speaks the long-turn filler once per turn, if no reply audio has gone out yet.
-    pub(super) fn filler(&mut self, why: &str, now: Instant, mouth: &mut Speech) {
+    pub(super) fn filler(&mut self, why: &str, now: Instant, mouth: &mut Mouth) {
         let Some(turn) = self.turn.as_mut() else {
             return;
         };
@@ -314,7 +314,7 @@ impl Policy {
 
     /// A synthesis event: into the mouth, its note on the timeline, and the next synthesis
     /// the mouth wants asked for.
-    pub(super) fn on_synthesis(&mut self, id: u64, event: Option<TtsEvent>, mouth: &mut Speech) {
+    pub(super) fn on_synthesis(&mut self, id: u64, event: Option<TtsEvent>, mouth: &mut Mouth) {
         match mouth.on_tts(id, event) {
             Some(TtsNote::Failed(_, err)) => self.event(EventKind::TtsError, err),
             Some(TtsNote::FirstByte { provider, after }) => self.event(
@@ -330,7 +330,7 @@ impl Policy {
     }
 
     /// Asks for the synthesis the mouth wants now (bounded concurrency).
-    fn synthesize(&mut self, mouth: &mut Speech) {
+    fn synthesize(&mut self, mouth: &mut Mouth) {
         for (id, text) in mouth.take_synthesis() {
             self.out.push(Action::Synthesize { id, text });
         }
@@ -338,7 +338,7 @@ impl Policy {
 
     /// Queues [`Action::Speak`] for an utterance just queued on the mouth, after asking for
     /// the synthesis it wants.
-    pub(super) fn speak(&mut self, kind: UttKind, text: String, mouth: &mut Speech) {
+    pub(super) fn speak(&mut self, kind: UttKind, text: String, mouth: &mut Mouth) {
         self.synthesize(mouth);
         self.out.push(Action::Speak { kind, text });
     }

@@ -8,7 +8,7 @@ impl Policy {
     /// An eager end of turn: start the brain on `text` now, holding its reply back. Only when
     /// the agent is free and the brain does not keep its own history (a cancelled request
     /// would leave a turn the caller never finished in a Hermes session).
-    pub(super) fn speculate(&mut self, text: String, mouth: &Speech) {
+    pub(super) fn speculate(&mut self, text: String, mouth: &Mouth) {
         let text = text.trim().to_string();
         if text.is_empty()
             || self.brain_keeps_history

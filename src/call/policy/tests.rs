@@ -1,6 +1,6 @@
 //! Unit tests of the conversation policy on a simulated clock (pure `Instant` arithmetic: the
 //! policy and the mouth are handed the time, so nothing here sleeps or reads the clock). A small
-//! harness plays the actor's part: it lends the policy a real [`Speech`], "synthesises" one second of audio per
+//! harness plays the actor's part: it lends the policy a real [`Mouth`], "synthesises" one second of audio per
 //! utterance, pumps the pacer, plays marks back when their audio has played at a simulated
 //! carrier and fires the policy's timers, following the driving rule as the actor does.
 
@@ -29,7 +29,7 @@ fn agent(extra: &str) -> Arc<AgentConfig> {
 
 struct Call {
     policy: Policy,
-    mouth: Speech,
+    mouth: Mouth,
     synthesised: HashSet<u64>,
     /// Synthesis asked for and not yet given its audio (`Action::Synthesize`).
     requested: Vec<(u64, String)>,
@@ -68,7 +68,7 @@ impl Call {
             tts_stalled: false,
             run_onset: None,
             policy: Policy::new(agent(extra), 0, false, now),
-            mouth: Speech::new(),
+            mouth: Mouth::new(),
             synthesised: HashSet::new(),
             requested: Vec::new(),
             answered: false,

@@ -10,8 +10,8 @@ use super::TurnModelTiming;
 use crate::audio::vad::VadEvent;
 use crate::call::eot::{TurnModelAnswer, Unavailable, Verdict};
 use crate::call::event::EventKind;
+use crate::call::mouth::Mouth;
 use crate::call::policy::{Action, Input, Policy};
-use crate::call::speech::Speech;
 use crate::config::AgentConfig;
 
 const TIMING: TurnModelTiming = TurnModelTiming {
@@ -22,7 +22,7 @@ const TIMING: TurnModelTiming = TurnModelTiming {
 
 struct Call {
     policy: Policy,
-    mouth: Speech,
+    mouth: Mouth,
     t0: Instant,
     now: Instant,
     log: Vec<Action>,
@@ -41,7 +41,7 @@ impl Call {
             Policy::new(Arc::new(agent), 0, false, now).with_turn_model(model.then_some(TIMING));
         let mut c = Self {
             policy,
-            mouth: Speech::new(),
+            mouth: Mouth::new(),
             t0: now,
             now,
             log: Vec::new(),

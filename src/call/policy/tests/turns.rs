@@ -10,7 +10,7 @@ use super::*;
 fn call(extra: &str) -> Call {
     let mut c = Call::ringing(extra);
     c.policy = Policy::new(agent(extra), 300, false, c.now);
-    c.mouth = Speech::new();
+    c.mouth = Mouth::new();
     c.synthesised.clear();
     c.requested.clear();
     c.step(Input::Start);

@@ -1,14 +1,14 @@
 //! The agent's mouth: a queue of utterances (greeting, reply sentences, fillers) each with its id,
 //! text, buffered μ-law audio and word timings, and the pacer that feeds the carrier 20 ms frames
 //! no more than [`LEAD`] ahead of real time, with a mark after each utterance so the actor knows
-//! exactly what the caller has heard. Barge-in can [`Speech::pause`] it: audio at the carrier whose
+//! exactly what the caller has heard. Barge-in can [`Mouth::pause`] it: audio at the carrier whose
 //! mark has not come back is taken back (each utterance keeps its sent-but-unconfirmed bytes) and
-//! re-sent from the start of the first unheard utterance on [`Speech::resume`]. Pure state, no
+//! re-sent from the start of the first unheard utterance on [`Mouth::resume`]. Pure state, no
 //! provider streams: the conversation policy ([`super::policy`]) queues, pauses, resumes and clears
-//! it and asks for the synthesis it wants ([`Speech::take_synthesis`]) and cancels what it dropped
-//! ([`Speech::take_cancelled`]); the actor owns the TTS streams, hands their events back
-//! ([`Speech::on_tts`], through the policy), pumps it and sends what it returns. Each utterance
-//! keeps the word timings its TTS gave ([`TtsEvent::Words`]) and [`Speech::played_at`] says how
+//! it and asks for the synthesis it wants ([`Mouth::take_synthesis`]) and cancels what it dropped
+//! ([`Mouth::take_cancelled`]); the actor owns the TTS streams, hands their events back
+//! ([`Mouth::on_tts`], through the policy), pumps it and sends what it returns. Each utterance
+//! keeps the word timings its TTS gave ([`TtsEvent::Words`]) and [`Mouth::played_at`] says how
 //! much of each unconfirmed utterance had played at a moment, for word-precise heard history
 //! ([`super::heard`]).
 
@@ -36,7 +36,7 @@ pub const TICK: Duration = Duration::from_millis(FRAME_MS);
 const MAX_TTS_IN_FLIGHT: usize = 3;
 const SILENCE: u8 = 0xFF;
 
-/// What a synthesis event means for the call's timeline ([`Speech::on_tts`]).
+/// What a synthesis event means for the call's timeline ([`Mouth::on_tts`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum TtsNote {
     /// The utterance's synthesis failed (why).
@@ -82,7 +82,7 @@ pub struct Utterance {
     pub text: String,
     /// Index of the transcript entry this utterance belongs to.
     pub entry: usize,
-    /// Its synthesis was asked for ([`Speech::take_synthesis`]) or it needs none.
+    /// Its synthesis was asked for ([`Mouth::take_synthesis`]) or it needs none.
     started: bool,
     buf: BytesMut,
     synth_done: bool,
@@ -109,7 +109,7 @@ pub struct Sent {
     ends_at: Option<Instant>,
 }
 
-/// What [`Speech::clear`] dropped.
+/// What [`Mouth::clear`] dropped.
 pub struct Cleared {
     /// Utterances that had not finished going out (their synthesis is cancelled).
     pub dropped: Vec<Utterance>,
@@ -119,7 +119,7 @@ pub struct Cleared {
     pub need_clear: bool,
 }
 
-/// What [`Speech::pause`] did.
+/// What [`Mouth::pause`] did.
 pub struct Paused {
     /// Audio may be queued at the carrier: send it a `clear`.
     pub need_clear: bool,
@@ -135,22 +135,22 @@ pub struct Pumped {
     pub started: Vec<(u64, UttKind)>,
 }
 
-pub struct Speech {
+pub struct Mouth {
     queue: VecDeque<Utterance>,
     awaiting_mark: VecDeque<Sent>,
     next_id: u64,
     /// When the carrier will have played everything sent so far.
     play_until: Option<Instant>,
-    /// Paused by a barge-in: nothing is sent until [`Speech::resume`].
+    /// Paused by a barge-in: nothing is sent until [`Mouth::resume`].
     paused: bool,
     /// Held at the onset of caller speech: nothing new is sent, nothing is withdrawn (the
-    /// carrier plays on what it has) until [`Speech::release`], a pause or a clear.
+    /// carrier plays on what it has) until [`Mouth::release`], a pause or a clear.
     held: bool,
     /// Pauses so far; part of mark names so a stale echo never matches a re-sent utterance.
     epoch: u32,
     /// How much later than the pacer reckoned the last marks came back (newest last, at most
     /// [`LAG_MARKS`]): the carrier's playback delay plus the network both ways, plus any delay
-    /// in handling the echo (see [`Speech::mark_returned`]).
+    /// in handling the echo (see [`Mouth::mark_returned`]).
     lags: VecDeque<Duration>,
     /// Where the levels of the frames sent are written for echo detection (see
     /// [`super::echo`]).
@@ -163,13 +163,13 @@ pub struct Speech {
 /// handled late (a busy machine, a network hiccup) does not move the play position.
 const LAG_MARKS: usize = 5;
 
-impl Default for Speech {
+impl Default for Mouth {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Speech {
+impl Mouth {
     pub fn new() -> Self {
         Self {
             queue: VecDeque::new(),
@@ -191,7 +191,7 @@ impl Speech {
         self
     }
 
-    /// Queues `text`, its synthesis to be asked for (see [`Speech::take_synthesis`]). Returns
+    /// Queues `text`, its synthesis to be asked for (see [`Mouth::take_synthesis`]). Returns
     /// the utterance id.
     pub fn push(&mut self, kind: UttKind, text: String, entry: usize) -> u64 {
         let id = self.next_id;
@@ -250,7 +250,7 @@ impl Speech {
         std::mem::take(&mut self.cancelled)
     }
 
-    /// Like [`Speech::push`] but before everything that has not started playing yet.
+    /// Like [`Mouth::push`] but before everything that has not started playing yet.
     pub fn push_front_unstarted(&mut self, kind: UttKind, text: String, entry: usize) -> u64 {
         let id = self.push(kind, text, entry);
         if let Some(u) = self.queue.pop_back() {
@@ -265,7 +265,7 @@ impl Speech {
     }
 
     /// Texts of queued utterances whose synthesis should start now (bounded concurrency),
-    /// without asking for them (see [`Speech::take_synthesis`]).
+    /// without asking for them (see [`Mouth::take_synthesis`]).
     pub fn wants_tts(&self) -> Vec<(u64, String)> {
         let in_flight = self
             .queue
@@ -280,8 +280,8 @@ impl Speech {
             .collect()
     }
 
-    /// [`Speech::wants_tts`], noted as asked for: the caller starts each synthesis and hands
-    /// its events to [`Speech::on_tts`].
+    /// [`Mouth::wants_tts`], noted as asked for: the caller starts each synthesis and hands
+    /// its events to [`Mouth::on_tts`].
     pub fn take_synthesis(&mut self) -> Vec<(u64, String)> {
         let wanted = self.wants_tts();
         for (id, _) in &wanted {
@@ -343,7 +343,7 @@ impl Speech {
         out
     }
 
-    /// [`Speech::pump`] into `out`'s (emptied) vectors, which the caller reuses from pump to
+    /// [`Mouth::pump`] into `out`'s (emptied) vectors, which the caller reuses from pump to
     /// pump: the hot path allocates nothing.
     pub fn pump_into(&mut self, now: Instant, out: &mut Pumped) {
         out.commands.clear();
@@ -436,7 +436,7 @@ impl Speech {
         self.awaiting_mark.remove(pos)
     }
 
-    /// [`Speech::on_mark`] for a mark that came back at `now`; also learns how far behind the
+    /// [`Mouth::on_mark`] for a mark that came back at `now`; also learns how far behind the
     /// pacer's clock the carrier plays (the smallest delay of the last [`LAG_MARKS`] marks).
     pub fn mark_returned(&mut self, name: &str, now: Instant) -> Option<Sent> {
         let sent = self.on_mark(name)?;
@@ -524,7 +524,7 @@ impl Speech {
     /// Stops sending without forgetting anything: every utterance whose mark has not come back
     /// goes back to the front of the queue with all of its audio (sentence precision: the
     /// caller will hear an unconfirmed sentence again from its start), synthesis carries on,
-    /// and nothing is sent until [`Speech::resume`]. The caller sends the carrier a `clear`
+    /// and nothing is sent until [`Mouth::resume`]. The caller sends the carrier a `clear`
     /// when `need_clear` says so.
     pub fn pause(&mut self, now: Instant) -> Paused {
         let need_clear = !self.awaiting_mark.is_empty()
@@ -569,24 +569,24 @@ impl Speech {
         }
     }
 
-    /// Sends again after a [`Speech::pause`].
+    /// Sends again after a [`Mouth::pause`].
     pub fn resume(&mut self) {
         self.paused = false;
         self.held = false;
     }
 
     /// Stops sending new audio without a `clear` and without forgetting anything: the
-    /// carrier plays on what it already has (up to [`LEAD`]). Undone by [`Speech::release`].
+    /// carrier plays on what it already has (up to [`LEAD`]). Undone by [`Mouth::release`].
     pub fn hold(&mut self) {
         self.held = true;
     }
 
-    /// Sends again after a [`Speech::hold`] (pump next).
+    /// Sends again after a [`Mouth::hold`] (pump next).
     pub fn release(&mut self) {
         self.held = false;
     }
 
-    /// True while held by [`Speech::hold`].
+    /// True while held by [`Mouth::hold`].
     pub fn is_held(&self) -> bool {
         self.held
     }

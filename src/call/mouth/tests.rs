@@ -5,7 +5,7 @@ use super::*;
 /// Queues `text` and plays the actor's part for its synthesis at once: the stream is asked for
 /// and its chunks of `audio` (then `Done`, when `done`) come back.
 fn push_synth(
-    s: &mut Speech,
+    s: &mut Mouth,
     kind: UttKind,
     text: &str,
     entry: usize,
@@ -25,10 +25,10 @@ fn push_synth(
     id
 }
 
-/// A `Speech` with one `Say` queued for each `(text, audio chunk sizes, synthesis done)`,
+/// A `Mouth` with one `Say` queued for each `(text, audio chunk sizes, synthesis done)`,
 /// entries in order from 0, and their synthesized audio taken in.
-async fn says(utts: &[(&str, &[usize], bool)]) -> Speech {
-    let mut s = Speech::new();
+async fn says(utts: &[(&str, &[usize], bool)]) -> Mouth {
+    let mut s = Mouth::new();
     for (entry, (text, audio, done)) in utts.iter().enumerate() {
         push_synth(&mut s, UttKind::Say, text, entry, audio, *done);
     }
@@ -44,7 +44,7 @@ fn audio_frames(p: &Pumped) -> usize {
 
 #[tokio::test]
 async fn pacer_stays_one_second_ahead_and_marks_each_utterance() {
-    let mut s = Speech::new();
+    let mut s = Mouth::new();
     // 3 s of audio in one utterance, then a short one.
     push_synth(&mut s, UttKind::Greeting, "a", 0, &[24_000], true);
     push_synth(&mut s, UttKind::Say, "b", 1, &[100], true);
@@ -147,7 +147,7 @@ async fn pause_keeps_unconfirmed_audio_and_resume_resends_it() {
 
 #[tokio::test]
 async fn filler_goes_before_unstarted_replies() {
-    let mut s = Speech::new();
+    let mut s = Mouth::new();
     s.push(UttKind::Reply { turn: 1 }, "reply".into(), 0);
     s.push_front_unstarted(UttKind::Filler { turn: 1 }, "wait".into(), 1);
     let order: Vec<_> = s.queued().map(|u| u.text.clone()).collect();
@@ -160,7 +160,7 @@ async fn filler_goes_before_unstarted_replies() {
 /// or never-asked-for ones are not.
 #[test]
 fn dropped_utterances_with_synthesis_running_are_reported_for_cancelling() {
-    let mut s = Speech::new();
+    let mut s = Mouth::new();
     let done = push_synth(&mut s, UttKind::Say, "done", 0, &[160], true);
     let running = s.push(UttKind::Reply { turn: 1 }, "running".into(), 1);
     let later = s.push(UttKind::Reply { turn: 1 }, "later".into(), 2);

@@ -12,7 +12,7 @@ fn frames(p: &Pumped) -> usize {
 
 #[tokio::test]
 async fn pacer_tops_up_in_batches_on_the_shared_tick() {
-    let mut s = Speech::new();
+    let mut s = Mouth::new();
     let audio = vec![0x55u8; 8000 * 3];
     s.push_audio(UttKind::Say, "three seconds".into(), 0, &audio);
     let t0 = Instant::now();
