@@ -79,7 +79,7 @@ fn carrier_frames(c: &mut Criterion) {
 /// notes taken off their channels (what the STT writer and the actor would read).
 fn caller_ingress(c: &mut Criterion) {
     use patterd::audio::vad::{Vad, VadConfig};
-    use patterd::call::ingress::{CallerIngress, Inbound, SttFeed};
+    use patterd::call::ingress::{CallerIngress, MediaInput, SttFeed};
     use patterd::provider::SttInput;
     let frame = media_frame();
     let mut codec = started_codec();
@@ -89,7 +89,7 @@ fn caller_ingress(c: &mut Criterion) {
     );
     for (label, wire) in [("silence", &silence), ("speech", &frame)] {
         let (stt_tx, mut stt_rx) = tokio::sync::mpsc::channel::<SttInput>(64);
-        let (note_tx, mut note_rx) = tokio::sync::mpsc::channel::<Inbound>(64);
+        let (note_tx, mut note_rx) = tokio::sync::mpsc::channel::<MediaInput>(64);
         let feed = SttFeed::new(None, "CA1");
         feed.set_input(Some(stt_tx));
         let mut stage = CallerIngress::new(Vad::new(VadConfig::default()), feed, 1300);
@@ -98,7 +98,7 @@ fn caller_ingress(c: &mut Criterion) {
                 if let Ok(Some(MediaEvent::Audio(a))) = codec.decode(black_box(wire))
                     && let Some(note) = stage.frame(a, tokio::time::Instant::now())
                 {
-                    let _ = note_tx.try_send(Inbound::Caller(note));
+                    let _ = note_tx.try_send(MediaInput::Caller(note));
                 }
                 black_box(stt_rx.try_recv().ok());
                 black_box(note_rx.try_recv().ok());

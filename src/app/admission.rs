@@ -16,14 +16,14 @@ use super::App;
 use super::metrics::{Metrics, RefusalReason};
 use crate::call::registry::InsertError;
 use crate::call::{CallSetup, actor};
-use crate::carrier::port::{Admitted, Direct, Inbound, Refusal};
+use crate::carrier::port::{Admitted, Direct, IncomingCall, Refusal};
 use crate::security::mask_number;
 use crate::store::{NewCall, Write};
 use crate::util::phone::normalize_e164;
 
 /// Decides on an incoming call and, when it is accepted, starts its actor (which pre-opens
 /// speech-to-text and synthesises the greeting while the phone rings).
-pub fn admit(app: &App, call: Inbound<'_>) -> Result<Admitted, Refusal> {
+pub fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted, Refusal> {
     let carrier = call.carrier.as_str();
     let call_id = call.call_id;
     let from = mask_number(call.from);

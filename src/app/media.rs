@@ -27,7 +27,7 @@ use tracing::{Instrument, info, warn};
 use super::App;
 use super::metrics::Metrics;
 use crate::call::MediaAttach;
-use crate::call::ingress::Inbound;
+use crate::call::ingress::MediaInput;
 use crate::carrier::port::{MediaSocket, TokenSource};
 use crate::carrier::{
     CodecError, Leg, MediaCodec, MediaCommand, MediaEvent, SharedCodec, StreamStart,
@@ -162,7 +162,7 @@ pub async fn serve(
         &app.server.public_url,
     );
 
-    let (ev_tx, ev_rx) = mpsc::channel::<Inbound>(64);
+    let (ev_tx, ev_rx) = mpsc::channel::<MediaInput>(64);
     let (cmd_tx, cmd_rx) = mpsc::channel::<MediaCommand>(512);
     // The actor hands back the call's caller-audio stage, run here on every frame.
     let (ingress_tx, ingress_rx) = tokio::sync::oneshot::channel();

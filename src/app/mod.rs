@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use crate::call::CallRegistry;
 use crate::carrier::Registry;
 use crate::carrier::outbound::{Outbound, StatusUpdate};
-use crate::carrier::port::{Admitted, Counter, Direct, Host, Inbound, MediaSocket, Refusal};
+use crate::carrier::port::{Admitted, Counter, Direct, Host, IncomingCall, MediaSocket, Refusal};
 use crate::config::Config;
 use crate::net::http::Body;
 use crate::provider::Providers;
@@ -287,7 +287,7 @@ impl Host for App {
         Metrics::inc(c);
     }
 
-    fn admit(&self, call: Inbound<'_>) -> Result<Admitted, Refusal> {
+    fn admit(&self, call: IncomingCall<'_>) -> Result<Admitted, Refusal> {
         admission::admit(self, call)
     }
 

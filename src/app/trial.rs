@@ -63,7 +63,7 @@ const QUIET: Duration = Duration::from_millis(1500);
 fn attach(
     handle: &crate::call::CallHandle,
     call_id: &str,
-    events: mpsc::Receiver<crate::call::ingress::Inbound>,
+    events: mpsc::Receiver<crate::call::ingress::MediaInput>,
     commands: mpsc::Sender<MediaCommand>,
 ) -> Result<(), TrialError> {
     let start = StreamStart {

@@ -25,7 +25,7 @@ use super::echo::EchoReference;
 use super::eot::{CallerRing, TurnModelAnswer, TurnModelWorker, Unavailable, Verdict};
 use super::event::{EndReason, EventDetail, EventKind};
 use super::ingress::{
-    BargeWatch, CallerIngress, CallerNote, CallerShared, Inbound, STT_ENDPOINT_MARGIN_MS,
+    BargeWatch, CallerIngress, CallerNote, CallerShared, MediaInput, STT_ENDPOINT_MARGIN_MS,
     STT_UNBATCHED_TAIL_MS, SttFeed,
 };
 use super::log::{Dropped, Usage};
@@ -89,7 +89,7 @@ struct Actor {
     leg: Option<Leg>,
     /// What the carrier made of the leg's transfer and DTMF requests (sent by their tasks).
     leg_done: (mpsc::Sender<LegDone>, mpsc::Receiver<LegDone>),
-    media_rx: Option<mpsc::Receiver<Inbound>>,
+    media_rx: Option<mpsc::Receiver<MediaInput>>,
     stt: Option<SttStream>,
     stt_reopened: bool,
     /// What the caller-audio stage shares with the actor (the STT writer, the barge-in
@@ -303,8 +303,8 @@ impl Actor {
                     None => Some(EndReason::HandlesDropped),
                 },
                 ev = recv_opt(self.media_rx.as_mut()) => match ev {
-                    Some(Inbound::Media(ev)) => self.on_media(ev),
-                    Some(Inbound::Caller(note)) => self.on_caller(note),
+                    Some(MediaInput::Media(ev)) => self.on_media(ev),
+                    Some(MediaInput::Caller(note)) => self.on_caller(note),
                     None => Some(EndReason::MediaStreamClosed),
                 },
                 ev = recv_opt(self.stt.as_mut().map(|s| &mut s.events)) => self.on_stt(ev),

@@ -297,7 +297,7 @@ enum Queued {
 struct Line {
     shared: Arc<Shared>,
     started: Instant,
-    to_call: mpsc::Sender<super::ingress::Inbound>,
+    to_call: mpsc::Sender<super::ingress::MediaInput>,
     playback: VecDeque<Queued>,
     caller_audio: VecDeque<u8>,
     /// When the current stretch of agent audio began to play.

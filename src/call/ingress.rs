@@ -4,7 +4,7 @@
 //! through the call's shared [`SttFeed`] ([`SttPace`]: 60 ms writes in silence, the first voiced
 //! frame at once, 40 ms writes while the caller speaks, frame by frame from the end of speech
 //! until past the STT's endpointing). The actor hears only what turn-taking needs, as a
-//! [`CallerNote`] on its media channel ([`Inbound::Caller`]): at once for a frame with a
+//! [`CallerNote`] on its media channel ([`MediaInput::Caller`]): at once for a frame with a
 //! detector event, and for every frame while the caller speaks over an agent that may be heard
 //! ([`BargeWatch`]: barge-in judges every frame of such a run); otherwise once per
 //! [`QUIET_NOTE_FRAMES`] frames (it keeps the media timeout fed). In silence, or while the
@@ -98,14 +98,14 @@ pub const ECHO_START_OWN_MS: u64 = 100;
 
 /// What reaches the call actor on its media channel.
 #[derive(Debug)]
-pub enum Inbound {
+pub enum MediaInput {
     /// A carrier event (caller audio only when no pump runs the ingress, e.g. `patterd try`).
     Media(MediaEvent),
     /// What turn-taking needs of the caller audio the pump's ingress took in.
     Caller(CallerNote),
 }
 
-impl From<MediaEvent> for Inbound {
+impl From<MediaEvent> for MediaInput {
     fn from(ev: MediaEvent) -> Self {
         Self::Media(ev)
     }

@@ -142,7 +142,7 @@ mod prompt_tests {
 pub struct MediaAttach {
     pub start: StreamStart,
     /// Carrier events for the actor, and the notes of the caller-audio stage.
-    pub events: mpsc::Receiver<ingress::Inbound>,
+    pub events: mpsc::Receiver<ingress::MediaInput>,
     /// Commands for the media stream (audio, marks, clear); the actor closes the stream by
     /// dropping it.
     pub commands: mpsc::Sender<MediaCommand>,

@@ -15,7 +15,7 @@ use crate::net::http::Body;
 
 /// An incoming call as a carrier's webhook describes it.
 #[derive(Debug, Clone, Copy)]
-pub struct Inbound<'a> {
+pub struct IncomingCall<'a> {
     pub carrier: CarrierKind,
     /// Name of the `[carriers.NAME]` account whose signature the webhook carried.
     pub account: &'a str,
@@ -120,7 +120,7 @@ pub trait Host: Send + Sync + 'static {
     fn max_body_bytes(&self) -> usize;
     fn count(&self, counter: Counter);
     /// Decides on an incoming call and, when accepted, starts its actor.
-    fn admit(&self, call: Inbound<'_>) -> Result<Admitted, Refusal>;
+    fn admit(&self, call: IncomingCall<'_>) -> Result<Admitted, Refusal>;
     /// A single-use media token for `call_id`.
     fn mint_token(&self, call_id: &str) -> String;
     /// The `[carriers.NAME]` account of the live call `call_id`.

@@ -139,7 +139,7 @@ mod tests {
     use super::*;
     use crate::carrier::CarrierKind;
     use crate::carrier::outbound::{Outbound, Phase};
-    use crate::carrier::port::{Admitted, Counter, Inbound, MediaSocket, Refusal};
+    use crate::carrier::port::{Admitted, Counter, IncomingCall, MediaSocket, Refusal};
     use std::sync::{Arc, Mutex};
 
     /// A host with one live call and a record of what carriers report.
@@ -158,7 +158,7 @@ mod tests {
             1024
         }
         fn count(&self, _: Counter) {}
-        fn admit(&self, _: Inbound<'_>) -> Result<Admitted, Refusal> {
+        fn admit(&self, _: IncomingCall<'_>) -> Result<Admitted, Refusal> {
             Err(Refusal::Draining)
         }
         fn mint_token(&self, call_id: &str) -> String {

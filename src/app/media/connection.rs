@@ -16,7 +16,7 @@ use super::{
 };
 use crate::app::App;
 use crate::app::metrics::Metrics;
-use crate::call::ingress::Inbound;
+use crate::call::ingress::MediaInput;
 use crate::carrier::port::TokenSource;
 use crate::carrier::{
     Leg, MediaCodec, MediaCommand, MediaEvent, MessageKind, SharedCodec, StreamStart,
@@ -169,7 +169,7 @@ pub(super) async fn read_loop(
     mut r: ReadHalfState,
     mut codec: Box<dyn SharedCodec>,
     ingress_rx: tokio::sync::oneshot::Receiver<crate::call::ingress::CallerIngress>,
-    ev_tx: mpsc::Sender<Inbound>,
+    ev_tx: mpsc::Sender<MediaInput>,
 ) {
     // Without it (the actor refused this stream) events go on raw, and fail.
     let mut ingress = ingress_rx.await.ok();
@@ -193,11 +193,11 @@ pub(super) async fn read_loop(
                 let msg = match (ev, ingress.as_mut()) {
                     (MediaEvent::Audio(frame), Some(stage)) => {
                         match stage.frame(frame, tokio::time::Instant::now()) {
-                            Some(note) => Inbound::Caller(note),
+                            Some(note) => MediaInput::Caller(note),
                             None => continue,
                         }
                     }
-                    (ev, _) => Inbound::Media(ev),
+                    (ev, _) => MediaInput::Media(ev),
                 };
                 if ev_tx.send(msg).await.is_err() || stop {
                     return;

@@ -25,7 +25,7 @@ use super::rest::MakeCall;
 use super::{self as pv, Config, PlivoCodec, PlivoRest};
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::outbound::{Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate};
-use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
+use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods};
 use crate::carrier::rest_client::path_safe;
 use crate::carrier::routes::{Answer, answer_outbound, field, header};
@@ -316,7 +316,7 @@ async fn answer(me: Arc<PlivoCarrier>, host: Arc<dyn Host>, req: Request<Incomin
     if field(&fields, "Direction").is_some_and(|d| d.starts_with("outbound")) {
         return outbound_answer(host.as_ref(), call_id, &fields);
     }
-    let inbound = Inbound {
+    let inbound = IncomingCall {
         carrier: CarrierKind::Plivo,
         account: &account.name,
         call_id,

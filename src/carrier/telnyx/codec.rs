@@ -30,9 +30,9 @@ pub const MAX_HELD: usize = 3;
 /// A `chunk` this far (1 s of frames) behind the expected one means the counter restarted.
 pub const RESYNC_BACK: u64 = 50;
 
-/// The codec Telnyx streams to us.
+/// The audio encoding of the caller track Telnyx streams to us (from the `start` frame).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum Inbound {
+enum CallerEncoding {
     #[default]
     Pcmu,
     Pcma,
@@ -42,7 +42,7 @@ enum Inbound {
 #[derive(Debug, Default, Clone)]
 pub struct TelnyxCodec {
     stream_id: Option<String>,
-    inbound: Inbound,
+    caller_encoding: CallerEncoding,
     /// Next `chunk` expected; `None` before the first media frame.
     next_chunk: Option<u64>,
     held: BTreeMap<u64, Bytes>,
@@ -94,9 +94,9 @@ impl TelnyxCodec {
                 .and_then(Value::as_u64)
                 .unwrap_or(8000);
             let channels = fmt.get("channels").and_then(Value::as_u64).unwrap_or(1);
-            self.inbound = match (encoding.to_ascii_uppercase().as_str(), rate, channels) {
-                ("PCMU", 8000, 1) => Inbound::Pcmu,
-                ("PCMA", 8000, 1) => Inbound::Pcma,
+            self.caller_encoding = match (encoding.to_ascii_uppercase().as_str(), rate, channels) {
+                ("PCMU", 8000, 1) => CallerEncoding::Pcmu,
+                ("PCMA", 8000, 1) => CallerEncoding::Pcma,
                 _ => {
                     return Err(CodecError::UnsupportedFormat(format!(
                         "{encoding} {rate} Hz x{channels} (expected PCMU or PCMA 8000 Hz mono)"
@@ -143,7 +143,7 @@ impl TelnyxCodec {
         let Some(mut raw) = inbound_media_payload(msg, MAX_MEDIA_MESSAGE)? else {
             return Ok(None);
         };
-        if self.inbound == Inbound::Pcma {
+        if self.caller_encoding == CallerEncoding::Pcma {
             alaw_to_ulaw_in_place(&mut raw);
         }
         let chunk = counter_value(msg["media"].get("chunk"));
@@ -190,7 +190,7 @@ impl TelnyxCodec {
     /// the general path must decode it.
     fn decode_media_fast(&mut self, frame: &str) -> Option<Option<MediaEvent>> {
         let media = probe_inbound_media(frame, MAX_MEDIA_MESSAGE)?;
-        let pcma = self.inbound == Inbound::Pcma;
+        let pcma = self.caller_encoding == CallerEncoding::Pcma;
         let audio = self.pool.decode_base64_with(media.payload, |audio| {
             if pcma {
                 alaw_to_ulaw_in_place(audio);

@@ -27,7 +27,7 @@ use super::rest::{Dial, OUTBOUND_CLIENT_STATE};
 use super::{self as tx, Config, StreamParams, TelnyxCodec, TelnyxRest, WebhookEnvelope};
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::outbound::{Outbound, OutboundCall, Outcome, Phase, PlaceCall, PlaceError, StatusUpdate};
-use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, Refusal, TokenSource};
+use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, Refusal, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::routes::{header, unix_now};
 use crate::carrier::{
@@ -410,7 +410,7 @@ fn on_initiated(host: &Arc<dyn Host>, account: &Account<TelnyxRest>, event: &Web
         debug!(call_id = %call.call_control_id, direction = %call.direction, "telnyx call.initiated for a call we did not receive; ignored");
         return;
     }
-    let inbound = Inbound {
+    let inbound = IncomingCall {
         carrier: CarrierKind::Telnyx,
         account: &account.name,
         call_id: &call.call_control_id,

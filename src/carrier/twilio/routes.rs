@@ -19,7 +19,7 @@ use crate::carrier::account::{Account, Accounts};
 use crate::carrier::outbound::{
     CallStatus, Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate,
 };
-use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
+use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::routes::{Answer, answer_outbound, field_or_empty, header};
 use crate::carrier::{Carrier, CarrierError, CarrierKind, TransferRequest};
@@ -194,7 +194,7 @@ async fn voice(me: Arc<TwilioCarrier>, host: Arc<dyn Host>, req: Request<Incomin
             return text(400, "missing CallSid, From or To\n");
         }
     };
-    let inbound = Inbound {
+    let inbound = IncomingCall {
         carrier: CarrierKind::Twilio,
         account: &account.name,
         call_id: &hook.call_sid,

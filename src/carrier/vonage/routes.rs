@@ -23,7 +23,7 @@ use super::signature::{self, Jtis};
 use super::{Config, VonageCodec, VonageRest, ncco};
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::outbound::{Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate};
-use crate::carrier::port::{Counter, Host, Inbound, MediaSocket, TokenSource};
+use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::rest_client::path_safe;
 use crate::carrier::routes::{Answer, answer_outbound, field, header, unix_now};
@@ -229,7 +229,7 @@ async fn answer(me: Arc<VonageCarrier>, host: Arc<dyn Host>, req: Request<Incomi
     if host.outbound().live(uuid).is_some() {
         return outbound_answer(host.as_ref(), uuid);
     }
-    let inbound = Inbound {
+    let inbound = IncomingCall {
         carrier: CarrierKind::Vonage,
         account: &account.name,
         call_id: uuid,
