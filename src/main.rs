@@ -34,7 +34,7 @@ fn runtime(worker_threads: Option<usize>) -> Option<tokio::runtime::Runtime> {
 
 /// `patterd wire` / `unwire`.
 fn wire(config: Option<&Path>, number: &str, dry_run: bool, unwire: bool) -> ExitCode {
-    use patterd::ops::wire::{self, Outcome};
+    use patterd::ops::wire::{self, WireOutcome};
     let loaded = match load(config) {
         Ok(l) => l,
         Err(e) => {
@@ -56,14 +56,14 @@ fn wire(config: Option<&Path>, number: &str, dry_run: bool, unwire: bool) -> Exi
     });
     let masked = patterd::security::mask_number(number);
     match result {
-        Ok(Outcome::DryRun(plan)) => {
+        Ok(WireOutcome::DryRun(plan)) => {
             println!("dry run: {} request(s) would be sent:", plan.len());
             for r in plan {
                 println!("{r}");
             }
             ExitCode::SUCCESS
         }
-        Ok(Outcome::Wired { before, sent }) => {
+        Ok(WireOutcome::Wired { before, sent }) => {
             println!(
                 "wired {masked} to {} ({sent} request(s)); saved its previous settings ({before}) \
                  for `patterd unwire`",
@@ -71,11 +71,11 @@ fn wire(config: Option<&Path>, number: &str, dry_run: bool, unwire: bool) -> Exi
             );
             ExitCode::SUCCESS
         }
-        Ok(Outcome::AlreadyWired) => {
+        Ok(WireOutcome::AlreadyWired) => {
             println!("{masked} already points at {}", cfg.server.public_url);
             ExitCode::SUCCESS
         }
-        Ok(Outcome::Restored { sent }) => {
+        Ok(WireOutcome::Restored { sent }) => {
             println!("restored {masked}'s previous settings ({sent} request(s))");
             ExitCode::SUCCESS
         }

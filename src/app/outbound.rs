@@ -25,7 +25,7 @@ use super::App;
 use crate::call::registry::InsertError;
 use crate::call::{CallSetup, actor};
 use crate::carrier::outbound::{
-    CallStatus, OutboundCall, Outcome, Phase, PlaceCall, PlaceError, StatusUpdate,
+    CallOutcome, CallStatus, OutboundCall, Phase, PlaceCall, PlaceError, StatusUpdate,
 };
 use crate::carrier::port::Host;
 use crate::config::AgentConfig;
@@ -329,7 +329,7 @@ async fn place_if(
         .into(),
     }));
     if abandoned {
-        app.report(StatusUpdate::outcome(&id, Outcome::Failed, None));
+        app.report(StatusUpdate::outcome(&id, CallOutcome::Failed, None));
         return Ok(Placed::Abandoned(id));
     }
     app.outbound.register(
@@ -371,7 +371,7 @@ async fn place_if(
         app.outbound.remove(&id);
         app.report(StatusUpdate {
             status: Some(CallStatus::Canceled),
-            ..StatusUpdate::outcome(&id, Outcome::Failed, None)
+            ..StatusUpdate::outcome(&id, CallOutcome::Failed, None)
         });
         return Err(match e {
             InsertError::Full => OutboundError::Full,

@@ -2,7 +2,7 @@
 //! ([`OutboundCall`]), where it is ([`Phase`]: ringing, waiting for machine detection, speaking
 //! the voicemail message, connected), the carrier's own id for the leg when it differs from
 //! ours (Plivo's `CallUUID` for our `request_uuid`), and the typed status and outcome carriers
-//! report ([`CallStatus`], [`Outcome`], written to the store as the strings served today).
+//! report ([`CallStatus`], [`CallOutcome`], written to the store as the strings served today).
 //! The composition root places calls and creates the actor; carrier routes move calls through
 //! their phases here.
 
@@ -65,7 +65,7 @@ impl CallStatus {
 /// How an outbound call turned out (`calls.outcome`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum CallOutcome {
     Answered,
     Voicemail,
     Busy,
@@ -73,24 +73,24 @@ pub enum Outcome {
     Failed,
 }
 
-impl Outcome {
+impl CallOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Answered => "answered",
-            Outcome::Voicemail => "voicemail",
-            Outcome::Busy => "busy",
-            Outcome::NoAnswer => "no_answer",
-            Outcome::Failed => "failed",
+            CallOutcome::Answered => "answered",
+            CallOutcome::Voicemail => "voicemail",
+            CallOutcome::Busy => "busy",
+            CallOutcome::NoAnswer => "no_answer",
+            CallOutcome::Failed => "failed",
         }
     }
 
     /// The status a call ends with when this outcome ends it before anyone answered.
     pub fn unanswered_status(self) -> Option<CallStatus> {
         match self {
-            Outcome::Busy => Some(CallStatus::Busy),
-            Outcome::NoAnswer => Some(CallStatus::NoAnswer),
-            Outcome::Failed => Some(CallStatus::Failed),
-            Outcome::Answered | Outcome::Voicemail => None,
+            CallOutcome::Busy => Some(CallStatus::Busy),
+            CallOutcome::NoAnswer => Some(CallStatus::NoAnswer),
+            CallOutcome::Failed => Some(CallStatus::Failed),
+            CallOutcome::Answered | CallOutcome::Voicemail => None,
         }
     }
 }
@@ -100,14 +100,14 @@ impl Outcome {
 pub struct StatusUpdate {
     pub call_id: String,
     pub status: Option<CallStatus>,
-    pub outcome: Option<Outcome>,
+    pub outcome: Option<CallOutcome>,
     pub answered_by: Option<String>,
     pub carrier_duration_s: Option<u64>,
 }
 
 impl StatusUpdate {
     /// An outcome (and who answered, when known).
-    pub fn outcome(call_id: &str, outcome: Outcome, answered_by: Option<String>) -> Self {
+    pub fn outcome(call_id: &str, outcome: CallOutcome, answered_by: Option<String>) -> Self {
         Self {
             call_id: call_id.to_string(),
             status: None,
@@ -118,7 +118,7 @@ impl StatusUpdate {
     }
 
     /// A call that ended with `outcome` before anyone answered: the outcome and its status.
-    pub fn unanswered(call_id: &str, outcome: Outcome) -> Self {
+    pub fn unanswered(call_id: &str, outcome: CallOutcome) -> Self {
         Self {
             status: outcome.unanswered_status(),
             ..Self::outcome(call_id, outcome, None)
@@ -308,9 +308,9 @@ mod tests {
             serde_json::to_value(CallStatus::InProgress).ok(),
             Some(serde_json::json!("in-progress"))
         );
-        assert_eq!(Outcome::NoAnswer.as_str(), "no_answer");
+        assert_eq!(CallOutcome::NoAnswer.as_str(), "no_answer");
         assert_eq!(
-            serde_json::to_value(Outcome::NoAnswer).ok(),
+            serde_json::to_value(CallOutcome::NoAnswer).ok(),
             Some(serde_json::json!("no_answer"))
         );
         assert_eq!(CallStatus::parse("canceled"), Some(CallStatus::Canceled));

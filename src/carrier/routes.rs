@@ -5,7 +5,7 @@
 
 use tracing::info;
 
-use super::outbound::{OutboundCall, Outcome, StatusUpdate};
+use super::outbound::{CallOutcome, OutboundCall, StatusUpdate};
 use super::port::Host;
 
 /// Splits a public base URL into `scheme://authority` and a path prefix without trailing `/`.
@@ -118,7 +118,7 @@ pub fn answer_outbound(
         info!(call_id, "outbound call reached a machine");
         host.report(StatusUpdate::outcome(
             call_id,
-            Outcome::Voicemail,
+            CallOutcome::Voicemail,
             answered_by(true, &call),
         ));
         host.end_call(call_id, "voicemail");
@@ -126,7 +126,7 @@ pub fn answer_outbound(
     }
     host.report(StatusUpdate::outcome(
         call_id,
-        Outcome::Answered,
+        CallOutcome::Answered,
         answered_by(false, &call),
     ));
     host.outbound()
@@ -237,7 +237,7 @@ mod tests {
             reports,
             vec![StatusUpdate::outcome(
                 "CA1",
-                Outcome::Voicemail,
+                CallOutcome::Voicemail,
                 Some("machine".into())
             )]
         );

@@ -34,9 +34,9 @@ pub enum WireError {
     Store(#[from] StoreError),
 }
 
-/// What happened.
+/// What `wire` or `unwire` did.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub enum WireOutcome {
     /// Printed, not sent.
     DryRun(Vec<AdminRequest>),
     /// Sent; `before` describes the settings that were saved.
@@ -81,18 +81,18 @@ pub async fn wire(
     data_dir: &Path,
     number: &str,
     dry_run: bool,
-) -> Result<Outcome, WireError> {
+) -> Result<WireOutcome, WireError> {
     let (number, account) = number_and_account(config, number)?;
     let admin = admin_for(config, &account)?;
     let public = config.server.public_url.trim();
     let current = admin.read_wiring(&number).await?;
     let plan = admin.wire_plan(&current, public)?;
     if dry_run {
-        return Ok(Outcome::DryRun(plan));
+        return Ok(WireOutcome::DryRun(plan));
     }
     let conn = wiring::open(data_dir)?;
     if current.points_at(&admin.inbound_url(public)) && wiring::get(&conn, &number)?.is_some() {
-        return Ok(Outcome::AlreadyWired);
+        return Ok(WireOutcome::AlreadyWired);
     }
     let record = serde_json::to_string(&current)
         .map_err(|e| WireError::BadRecord(number.clone(), e.to_string()))?;
@@ -101,7 +101,7 @@ pub async fn wire(
     for req in plan {
         admin.send(req).await?;
     }
-    Ok(Outcome::Wired {
+    Ok(WireOutcome::Wired {
         before: current.describe,
         sent,
     })
@@ -113,7 +113,7 @@ pub async fn unwire(
     data_dir: &Path,
     number: &str,
     dry_run: bool,
-) -> Result<Outcome, WireError> {
+) -> Result<WireOutcome, WireError> {
     let n = normalize_e164(number).ok_or_else(|| WireError::BadNumber(number.to_string()))?;
     let masked = crate::security::mask_number(&n);
     let conn = wiring::open(data_dir)?;
@@ -123,12 +123,12 @@ pub async fn unwire(
     let admin = admin_for(config, &record.carrier_account)?;
     let plan = admin.restore_plan(&previous)?;
     if dry_run {
-        return Ok(Outcome::DryRun(plan));
+        return Ok(WireOutcome::DryRun(plan));
     }
     let sent = plan.len();
     for req in plan {
         admin.send(req).await?;
     }
     wiring::delete(&conn, &n)?;
-    Ok(Outcome::Restored { sent })
+    Ok(WireOutcome::Restored { sent })
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use patterd::ops::doctor::{self, Finding, Level, Options};
-use patterd::ops::wire::{self, Outcome};
+use patterd::ops::wire::{self, WireOutcome};
 use patterd_sim::deepgram::{FakeDeepgram, FakeDeepgramConfig};
 use patterd_sim::elevenlabs::FakeElevenLabs;
 use patterd_sim::hermes::FakeHermes;
@@ -540,7 +540,7 @@ async fn round_trip<S: PartialEq + std::fmt::Debug>(
     let before = state();
     let writes_before = writes();
 
-    let Outcome::DryRun(plan) = wire::wire(&cfg, w.dir.path(), number, true)
+    let WireOutcome::DryRun(plan) = wire::wire(&cfg, w.dir.path(), number, true)
         .await
         .expect("dry run")
     else {
@@ -558,7 +558,7 @@ async fn round_trip<S: PartialEq + std::fmt::Debug>(
         .await
         .expect("wire");
     assert!(
-        matches!(out, Outcome::Wired { sent, .. } if sent == plan.len()),
+        matches!(out, WireOutcome::Wired { sent, .. } if sent == plan.len()),
         "{out:?}"
     );
     let wired = state();
@@ -568,11 +568,11 @@ async fn round_trip<S: PartialEq + std::fmt::Debug>(
         wire::wire(&cfg, w.dir.path(), number, false)
             .await
             .expect("again"),
-        Outcome::AlreadyWired
+        WireOutcome::AlreadyWired
     );
 
     let writes_now = writes();
-    let Outcome::DryRun(restore) = wire::unwire(&cfg, w.dir.path(), number, true)
+    let WireOutcome::DryRun(restore) = wire::unwire(&cfg, w.dir.path(), number, true)
         .await
         .expect("unwire dry run")
     else {
@@ -584,7 +584,7 @@ async fn round_trip<S: PartialEq + std::fmt::Debug>(
     let out = wire::unwire(&cfg, w.dir.path(), number, false)
         .await
         .expect("unwire");
-    assert!(matches!(out, Outcome::Restored { .. }), "{out:?}");
+    assert!(matches!(out, WireOutcome::Restored { .. }), "{out:?}");
     assert_eq!(state(), before, "unwire did not restore the exact settings");
     assert!(matches!(
         wire::unwire(&cfg, w.dir.path(), number, false).await,

@@ -54,8 +54,10 @@ pub struct FloodStats {
     pub wall_ms: f64,
 }
 
+/// What became of one hostile request (the server's answer, a close, or nothing within the
+/// bound) and how long after it was sent.
 #[derive(Debug)]
-struct Outcome {
+struct RequestFate {
     what: String,
     after: Duration,
 }
@@ -136,7 +138,7 @@ fn upgrade_request(addr: SocketAddr) -> String {
     )
 }
 
-async fn forged_webhook(addr: SocketAddr, i: usize) -> Outcome {
+async fn forged_webhook(addr: SocketAddr, i: usize) -> RequestFate {
     let t = Instant::now();
     let what = timeout(BOUND, async {
         let mut s = match TcpStream::connect(addr).await {
@@ -162,7 +164,7 @@ async fn forged_webhook(addr: SocketAddr, i: usize) -> Outcome {
     })
     .await
     .unwrap_or_else(|_| "no answer within the bound".into());
-    Outcome {
+    RequestFate {
         what,
         after: t.elapsed(),
     }
@@ -182,7 +184,7 @@ async fn upgraded(addr: SocketAddr) -> Result<TcpStream, String> {
     }
 }
 
-async fn idle_ws(addr: SocketAddr) -> Outcome {
+async fn idle_ws(addr: SocketAddr) -> RequestFate {
     let t = Instant::now();
     let what = match timeout(BOUND, upgraded(addr)).await {
         Err(_) => "no upgrade answer within the bound".into(),
@@ -195,13 +197,13 @@ async fn idle_ws(addr: SocketAddr) -> Outcome {
             }
         }
     };
-    Outcome {
+    RequestFate {
         what,
         after: t.elapsed(),
     }
 }
 
-async fn oversized(addr: SocketAddr, i: usize) -> Outcome {
+async fn oversized(addr: SocketAddr, i: usize) -> RequestFate {
     let t = Instant::now();
     let kind = ["100 KiB frame", "2 MiB frame", "20 × 8 KiB fragments"][i % 3];
     let what = match timeout(BOUND, upgraded(addr)).await {
@@ -229,13 +231,13 @@ async fn oversized(addr: SocketAddr, i: usize) -> Outcome {
             }
         }
     };
-    Outcome {
+    RequestFate {
         what,
         after: t.elapsed(),
     }
 }
 
-async fn slowloris(addr: SocketAddr, i: usize) -> Outcome {
+async fn slowloris(addr: SocketAddr, i: usize) -> RequestFate {
     let t = Instant::now();
     let body_mode = i % 2 == 1;
     let kind = if body_mode {
@@ -295,7 +297,7 @@ async fn slowloris(addr: SocketAddr, i: usize) -> Outcome {
     })
     .await
     .unwrap_or_else(|_| format!("{kind}: still open at the bound"));
-    Outcome {
+    RequestFate {
         what,
         after: t.elapsed(),
     }
@@ -310,7 +312,7 @@ async fn collect<F, Fut>(
 ) -> FloodStats
 where
     F: Fn(SocketAddr, usize) -> Fut,
-    Fut: std::future::Future<Output = Outcome> + Send + 'static,
+    Fut: std::future::Future<Output = RequestFate> + Send + 'static,
 {
     let t = Instant::now();
     let sem = Arc::new(Semaphore::new(in_flight.max(1)));
@@ -333,7 +335,7 @@ where
     };
     let mut after = Vec::with_capacity(n);
     while let Some(o) = set.join_next().await {
-        let o = o.unwrap_or(Outcome {
+        let o = o.unwrap_or(RequestFate {
             what: "task failed".into(),
             after: Duration::ZERO,
         });

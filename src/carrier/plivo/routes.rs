@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use super::rest::MakeCall;
 use super::{self as pv, Config, PlivoCodec, PlivoRest};
 use crate::carrier::account::{Account, Accounts};
-use crate::carrier::outbound::{Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate};
+use crate::carrier::outbound::{Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods};
 use crate::carrier::rest_client::path_safe;
@@ -373,11 +373,11 @@ fn outbound_answer(host: &dyn Host, call_uuid: &str, fields: &[(String, String)]
 }
 
 /// The outcome of an outbound call that ended with `cause` before anyone answered.
-fn unanswered_outcome(cause: &str) -> Option<Outcome> {
+fn unanswered_outcome(cause: &str) -> Option<CallOutcome> {
     match cause {
-        "USER_BUSY" => Some(Outcome::Busy),
-        "NO_ANSWER" | "ALLOTTED_TIMEOUT" => Some(Outcome::NoAnswer),
-        "CALL_REJECTED" | "UNALLOCATED_NUMBER" | "INVALID_NUMBER_FORMAT" => Some(Outcome::Failed),
+        "USER_BUSY" => Some(CallOutcome::Busy),
+        "NO_ANSWER" | "ALLOTTED_TIMEOUT" => Some(CallOutcome::NoAnswer),
+        "CALL_REJECTED" | "UNALLOCATED_NUMBER" | "INVALID_NUMBER_FORMAT" => Some(CallOutcome::Failed),
         _ => None,
     }
 }

@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 use super::rest::{Dial, OUTBOUND_CLIENT_STATE};
 use super::{self as tx, Config, StreamParams, TelnyxCodec, TelnyxRest, WebhookEnvelope};
 use crate::carrier::account::{Account, Accounts};
-use crate::carrier::outbound::{Outbound, OutboundCall, Outcome, Phase, PlaceCall, PlaceError, StatusUpdate};
+use crate::carrier::outbound::{Outbound, OutboundCall, CallOutcome, Phase, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, Refusal, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::routes::{header, unix_now};
@@ -224,7 +224,7 @@ async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incom
                 } else {
                     host.report(StatusUpdate::outcome(
                         &id,
-                        Outcome::Answered,
+                        CallOutcome::Answered,
                         Some(result.to_string()),
                     ));
                     on_answered(&host, account, &id);
@@ -341,7 +341,7 @@ fn on_answered_event(
                     warn!(call_id = %id, "no machine detection result; treating the callee as a person");
                     host.report(StatusUpdate::outcome(
                         &id,
-                        Outcome::Answered,
+                        CallOutcome::Answered,
                         Some("unknown".into()),
                     ));
                     on_answered(&host, a, &id);
@@ -349,7 +349,7 @@ fn on_answered_event(
             });
         }
         Some(_) => {
-            host.report(StatusUpdate::outcome(&id, Outcome::Answered, None));
+            host.report(StatusUpdate::outcome(&id, CallOutcome::Answered, None));
             host.outbound().set_phase(&id, Phase::Connected);
             on_answered(host, account, &id);
         }
@@ -358,11 +358,11 @@ fn on_answered_event(
 }
 
 /// The outcome of an outbound call that ended with `cause` before anyone answered.
-fn unanswered_outcome(cause: &str) -> Option<Outcome> {
+fn unanswered_outcome(cause: &str) -> Option<CallOutcome> {
     match cause {
-        "user_busy" => Some(Outcome::Busy),
-        "no_answer" | "timeout" => Some(Outcome::NoAnswer),
-        "call_rejected" | "not_found" | "unallocated_number" => Some(Outcome::Failed),
+        "user_busy" => Some(CallOutcome::Busy),
+        "no_answer" | "timeout" => Some(CallOutcome::NoAnswer),
+        "call_rejected" | "not_found" | "unallocated_number" => Some(CallOutcome::Failed),
         _ => None,
     }
 }
@@ -378,7 +378,7 @@ fn on_machine(
     info!(call_id = %id, "outbound call reached a machine");
     host.report(StatusUpdate::outcome(
         id,
-        Outcome::Voicemail,
+        CallOutcome::Voicemail,
         Some("machine".into()),
     ));
     host.end_call(id, "voicemail");

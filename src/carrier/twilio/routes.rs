@@ -17,7 +17,7 @@ use super::rest::CreateCall;
 use super::{self as tw, Config, TwilioCodec, TwilioRest};
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::outbound::{
-    CallStatus, Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate,
+    CallStatus, Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate,
 };
 use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
@@ -252,12 +252,12 @@ async fn status(me: Arc<TwilioCarrier>, host: Arc<dyn Host>, req: Request<Incomi
 }
 
 /// The outcome a status callback (and machine detection) implies, if any.
-fn outcome_for(status: &str, answered_by: &str) -> Option<Outcome> {
+fn outcome_for(status: &str, answered_by: &str) -> Option<CallOutcome> {
     match status {
-        "busy" => Some(Outcome::Busy),
-        "no-answer" => Some(Outcome::NoAnswer),
-        "failed" | "canceled" => Some(Outcome::Failed),
-        _ if is_machine(answered_by) => Some(Outcome::Voicemail),
+        "busy" => Some(CallOutcome::Busy),
+        "no-answer" => Some(CallOutcome::NoAnswer),
+        "failed" | "canceled" => Some(CallOutcome::Failed),
+        _ if is_machine(answered_by) => Some(CallOutcome::Voicemail),
         _ => None,
     }
 }

@@ -22,7 +22,7 @@ use super::rest::CreateCall;
 use super::signature::{self, Jtis};
 use super::{Config, VonageCodec, VonageRest, ncco};
 use crate::carrier::account::{Account, Accounts};
-use crate::carrier::outbound::{Outbound, Outcome, PlaceCall, PlaceError, StatusUpdate};
+use crate::carrier::outbound::{Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::rest_client::path_safe;
@@ -258,11 +258,11 @@ fn outbound_answer(host: &dyn Host, uuid: &str) -> Response<Body> {
 }
 
 /// The outcome of a call we placed that ended with `status` before anyone answered.
-fn unanswered_outcome(status: &str) -> Option<Outcome> {
+fn unanswered_outcome(status: &str) -> Option<CallOutcome> {
     match status {
-        "busy" => Some(Outcome::Busy),
-        "timeout" | "unanswered" | "cancelled" => Some(Outcome::NoAnswer),
-        "rejected" | "failed" => Some(Outcome::Failed),
+        "busy" => Some(CallOutcome::Busy),
+        "timeout" | "unanswered" | "cancelled" => Some(CallOutcome::NoAnswer),
+        "rejected" | "failed" => Some(CallOutcome::Failed),
         _ => None,
     }
 }
@@ -332,7 +332,7 @@ mod tests {
         assert_eq!(field(&f, "size"), Some("3"));
         assert_eq!(field(&f, "x"), None);
         assert!(json_fields(b"not json").is_empty());
-        assert_eq!(unanswered_outcome("busy"), Some(Outcome::Busy));
+        assert_eq!(unanswered_outcome("busy"), Some(CallOutcome::Busy));
         assert_eq!(unanswered_outcome("answered"), None);
     }
 }
