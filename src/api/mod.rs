@@ -3,13 +3,13 @@
 //! message that says what to do), and the access check both HTTP edges apply ([`auth`]). The
 //! HTTP layer (`crate::server`) adds bodies around [`dispatch`]; the in-process MCP server
 //! calls [`dispatch`] directly and `patterd mcp --stdio` reaches the same routes over HTTP, so
-//! all three behave identically. The originate operation is [`outbound`], runtime inbound
+//! all three behave identically. The originate operation is [`originate`], runtime inbound
 //! overrides [`inbound`].
 
 pub mod auth;
 mod error;
 pub mod inbound;
-pub mod outbound;
+pub mod originate;
 pub mod pages;
 
 use std::sync::Arc;
@@ -54,9 +54,9 @@ pub async fn dispatch(
     match (method.clone(), segments.as_slice()) {
         (Method::GET, ["calls"]) => ok(list_calls(app, &param).await?),
         (Method::POST, ["calls"]) => {
-            let req = outbound::Originate::from_json(body.unwrap_or(Value::Null))?;
+            let req = originate::Originate::from_json(body.unwrap_or(Value::Null))?;
             let wait = req.wait;
-            let v = outbound::originate(app, req).await?;
+            let v = originate::originate(app, req).await?;
             Ok((if wait { 200 } else { 201 }, v))
         }
         (Method::GET, ["calls", id]) => ok(call_json(app, id).await?),
@@ -311,7 +311,7 @@ async fn hang_up(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
                 .await?
                 .is_some_and(|c| c.direction == "outbound" && c.answered_at.is_none());
             if unanswered {
-                crate::app::outbound::cancel_unanswered(app, &h.carrier_account, id).await;
+                crate::app::dialer::cancel_unanswered(app, &h.carrier_account, id).await;
             }
             h.hang_up("ended through the API")
                 .map_err(|e| ApiError::new(409, ErrorCode::CallBusy, e.to_string()))?;

@@ -2,16 +2,16 @@
 //! the carrier [`Registry`], the providers, the media tokens, the live calls, the call store,
 //! the outbound calls we placed and the runtime inbound overrides — and is the carriers'
 //! [`Host`]: admission ([`admission`]), the carrier-neutral media pump ([`media`]) and the
-//! outbound call lifecycle ([`outbound`]) live here. The control API (`crate::api`) and MCP
+//! outbound call lifecycle ([`dialer`]) live here. The control API (`crate::api`) and MCP
 //! operate on an `App`; the HTTP server (`crate::server`) only routes requests to them and to
 //! the carriers. An `App` is built from a [`Config`] without any listener.
 
 pub mod admission;
+pub mod dialer;
 pub mod inbound;
 pub mod media;
 pub mod metrics;
 pub mod observe;
-pub mod outbound;
 pub mod progress;
 pub mod trial;
 
@@ -25,7 +25,7 @@ use tokio::sync::watch;
 
 use crate::call::CallRegistry;
 use crate::carrier::Registry;
-use crate::carrier::outbound::{Outbound, StatusUpdate};
+use crate::carrier::dial::{Outbound, StatusUpdate};
 use crate::carrier::port::{Admitted, Counter, Direct, Host, IncomingCall, MediaSocket, Refusal};
 use crate::config::Config;
 use crate::net::http::Body;
@@ -87,8 +87,8 @@ pub struct App {
     pub store: Store,
     /// Outbound calls we placed (live, and recently ended for late carrier callbacks).
     pub outbound: Outbound,
-    /// The outbound caps' reservations ([`outbound::reserve`]).
-    pub outbound_caps: outbound::Caps,
+    /// The outbound caps' reservations ([`dialer::reserve`]).
+    pub outbound_caps: dialer::Caps,
     /// Runtime inbound overrides (`configure_inbound`), persisted in the store.
     pub inbound: RwLock<Overrides>,
     draining: watch::Sender<bool>,
@@ -144,7 +144,7 @@ impl App {
             metrics: Arc::default(),
             store,
             outbound: Outbound::default(),
-            outbound_caps: outbound::Caps::default(),
+            outbound_caps: dialer::Caps::default(),
             inbound: RwLock::new(inbound),
             draining: watch::channel(false).0,
             started: Instant::now(),

@@ -21,7 +21,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::registry::InsertError;
 use super::{CallHandle, CallRecord, CallRegistry, CallSetup, MediaAttach, actor};
-use crate::carrier::outbound::{Outbound, PlaceCall, PlaceError};
+use crate::carrier::dial::{Outbound, PlaceCall, PlaceError};
 use crate::carrier::registry::{BoxFuture, Route};
 use crate::carrier::{
     Carrier, CarrierError, CarrierKind, DtmfDelivery, FRAME_BYTES, FRAME_MS, Leg, MediaCommand,

@@ -9,12 +9,12 @@
 //! `carriers!` invocation below, which also makes the `kind = "…"` value of the tagged
 //! [`CarrierConfig`] and the [`CarrierKind`]. Carrier routes reach the daemon (admission, media
 //! tokens, the call store) only through the [`port::Host`] port; the outbound call lifecycle
-//! they update is [`outbound::Outbound`].
+//! they update is [`dial::Outbound`].
 
 pub mod account;
 pub mod admin;
 pub mod leg;
-pub mod outbound;
+pub mod dial;
 pub mod port;
 pub mod registry;
 pub mod rest_client;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 
-use super::outbound::{Outbound, StatusUpdate};
+use super::dial::{Outbound, StatusUpdate};
 use super::{Carrier, CarrierKind, SharedCodec};
 use crate::net::http::Body;
 

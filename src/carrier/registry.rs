@@ -12,7 +12,7 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 
-use super::outbound::{Outbound, PlaceCall, PlaceError};
+use super::dial::{Outbound, PlaceCall, PlaceError};
 use super::port::Host;
 use super::{CarrierConfig, CarrierError, CarrierKind, DtmfDelivery, TransferRequest};
 use crate::net::http::Body;

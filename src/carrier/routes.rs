@@ -5,7 +5,7 @@
 
 use tracing::info;
 
-use super::outbound::{CallOutcome, OutboundCall, StatusUpdate};
+use super::dial::{CallOutcome, OutboundCall, StatusUpdate};
 use super::port::Host;
 
 /// Splits a public base URL into `scheme://authority` and a path prefix without trailing `/`.
@@ -130,7 +130,7 @@ pub fn answer_outbound(
         answered_by(false, &call),
     ));
     host.outbound()
-        .set_phase(call_id, super::outbound::Phase::Connected);
+        .set_phase(call_id, super::dial::Phase::Connected);
     Answer::Connect(host.mint_token(call_id))
 }
 
@@ -138,7 +138,7 @@ pub fn answer_outbound(
 mod tests {
     use super::*;
     use crate::carrier::CarrierKind;
-    use crate::carrier::outbound::{Outbound, Phase};
+    use crate::carrier::dial::{Outbound, Phase};
     use crate::carrier::port::{Admitted, Counter, IncomingCall, MediaSocket, Refusal};
     use std::sync::{Arc, Mutex};
 

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use super::rest::MakeCall;
 use super::{self as pv, Config, PlivoCodec, PlivoRest};
 use crate::carrier::account::{Account, Accounts};
-use crate::carrier::outbound::{Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate};
+use crate::carrier::dial::{Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods};
 use crate::carrier::rest_client::path_safe;
@@ -345,7 +345,7 @@ fn outbound_answer(host: &dyn Host, call_uuid: &str, fields: &[(String, String)]
         host.outbound().set_leg(request_uuid, call_uuid);
     }
     let machine = field(fields, "Machine").is_some_and(|m| m.eq_ignore_ascii_case("true"));
-    let answered_by = |machine: bool, call: &crate::carrier::outbound::OutboundCall| {
+    let answered_by = |machine: bool, call: &crate::carrier::dial::OutboundCall| {
         if machine {
             Some("machine".to_string())
         } else {

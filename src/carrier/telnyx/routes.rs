@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 use super::rest::{Dial, OUTBOUND_CLIENT_STATE};
 use super::{self as tx, Config, StreamParams, TelnyxCodec, TelnyxRest, WebhookEnvelope};
 use crate::carrier::account::{Account, Accounts};
-use crate::carrier::outbound::{Outbound, OutboundCall, CallOutcome, Phase, PlaceCall, PlaceError, StatusUpdate};
+use crate::carrier::dial::{Outbound, OutboundCall, CallOutcome, Phase, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, Refusal, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::routes::{header, unix_now};

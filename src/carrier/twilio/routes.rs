@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use super::rest::CreateCall;
 use super::{self as tw, Config, TwilioCodec, TwilioRest};
 use crate::carrier::account::{Account, Accounts};
-use crate::carrier::outbound::{
+use crate::carrier::dial::{
     CallStatus, Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate,
 };
 use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};

@@ -22,7 +22,7 @@ use super::rest::CreateCall;
 use super::signature::{self, Jtis};
 use super::{Config, VonageCodec, VonageRest, ncco};
 use crate::carrier::account::{Account, Accounts};
-use crate::carrier::outbound::{Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate};
+use crate::carrier::dial::{Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::rest_client::path_safe;

@@ -14,7 +14,7 @@ use hyper::{Method, Request, Response};
 use tracing::info;
 
 use super::{Config, WebCodec, page};
-use crate::carrier::outbound::{Outbound, PlaceCall, PlaceError};
+use crate::carrier::dial::{Outbound, PlaceCall, PlaceError};
 use crate::carrier::port::{ControlAccess, Direct, Host, MediaSocket, Refusal, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath};
 use crate::carrier::{Carrier, CarrierError, CarrierKind};

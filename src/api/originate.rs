@@ -1,8 +1,8 @@
 //! The originate operation (`POST /v1/calls`, MCP `make_call`). The request is checked before
 //! any carrier is contacted — E.164 normalisation, the `from` number's `allowed_destinations`
 //! (empty means outbound is refused), the agent and its providers, drain, then a reservation
-//! under the concurrent and per-day caps taken atomically ([`crate::app::outbound::reserve`],
-//! so parallel requests cannot all pass) — then [`crate::app::outbound::place_reserved`] has the `from` number's carrier place
+//! under the concurrent and per-day caps taken atomically ([`crate::app::dialer::reserve`],
+//! so parallel requests cannot all pass) — then [`crate::app::dialer::place_reserved`] has the `from` number's carrier place
 //! the call and starts its actor. Answers, machine detection and the outcome are each
 //! carrier's routes' (`crate::carrier::<name>::routes`). With `wait` the request returns when
 //! the call has ended, with its outcome and transcript.
@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use super::{ApiError, ErrorCode};
 use crate::app::App;
-use crate::app::outbound::{self, ATTACH_MARGIN, CapError, NewOutbound, OutboundError};
-use crate::carrier::outbound::PlaceError;
+use crate::app::dialer::{self, ATTACH_MARGIN, CapError, NewOutbound, OutboundError};
+use crate::carrier::dial::PlaceError;
 use crate::config::{AgentConfig, Config, NumberConfig};
 
 /// An originate request (`POST /v1/calls`).
@@ -91,8 +91,8 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
         ));
     }
     // The caps, reserved atomically before the carrier is dialled (released if the dial fails).
-    let reservation = outbound::reserve(app).await.map_err(cap_error)?;
-    let placed = outbound::place_reserved(
+    let reservation = dialer::reserve(app).await.map_err(cap_error)?;
+    let placed = dialer::place_reserved(
         app,
         NewOutbound {
             account: number.carrier.clone(),

@@ -1,11 +1,11 @@
 //! The outbound call lifecycle, driven from one place: the `[carriers.NAME]` account's carrier
 //! places the call (through the registry, no per-carrier code here), the call is recorded
-//! (`queued`) and registered in [`crate::carrier::outbound::Outbound`], its actor is created as
+//! (`queued`) and registered in [`crate::carrier::dial::Outbound`], its actor is created as
 //! soon as the carrier returns the call id (for Plivo the `request_uuid`, which stays our id),
 //! so the answered call joins the same media path as an inbound one; when the actor ends the
 //! call is marked ended (kept a while for late callbacks). The carrier's routes move the call
 //! through its phases (answer, machine detection, voicemail) and report outcomes. Request
-//! validation is the API's (`crate::api::outbound`).
+//! validation is the API's (`crate::api::originate`).
 //!
 //! The caps (`[outbound] max_concurrent`, `max_per_day`) are a [`Reservation`] taken with
 //! [`reserve`] before the carrier is dialled, atomically (one lock over the live calls and the
@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use super::App;
 use crate::call::registry::InsertError;
 use crate::call::{CallSetup, actor};
-use crate::carrier::outbound::{
+use crate::carrier::dial::{
     CallOutcome, CallStatus, OutboundCall, Phase, PlaceCall, PlaceError, StatusUpdate,
 };
 use crate::carrier::port::Host;
