@@ -9,22 +9,23 @@
 //! `carriers!` invocation below, which also makes the `kind = "…"` value of the tagged
 //! [`CarrierConfig`] and the [`CarrierKind`]. Carrier routes reach the daemon (admission, media
 //! tokens, the call store) only through the [`port::Host`] port; the outbound call lifecycle
-//! they update is [`dial::Outbound`].
+//! they update is [`dial::Outbound`]. What every carrier's routes share is [`webhook`]; what their
+//! codecs and answer documents share is [`codec_util`].
 
 pub mod account;
 pub mod admin;
-pub mod leg;
+pub mod codec_util;
 pub mod dial;
+pub mod leg;
 pub mod port;
 pub mod registry;
 pub mod rest_client;
-pub mod routes;
-pub mod wire;
+pub mod webhook;
 
 pub use account::AccountConfig;
 pub use leg::Leg;
 pub use registry::{Carrier, Registry};
-pub use routes::{public_request_url, public_ws_url};
+pub use webhook::{public_request_url, public_ws_url};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

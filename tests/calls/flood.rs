@@ -31,7 +31,7 @@ async fn forged(client: &reqwest::Client, base: &str, i: usize) -> u16 {
         1 => client
             .post(format!("{base}/telnyx/webhook"))
             .header("telnyx-signature-ed25519", "bm90IGEgc2lnbmF0dXJl")
-            .header("telnyx-timestamp", patterd::carrier::routes::unix_now().to_string())
+            .header("telnyx-timestamp", patterd::carrier::webhook::unix_now().to_string())
             .header("content-type", "application/json")
             .body(format!(
                 r#"{{"data":{{"event_type":"call.initiated","id":"{call}","payload":{{"call_control_id":"v3:{call}","from":"{CALLER}","to":"{TELNYX_NUMBER}","direction":"incoming"}}}}}}"#

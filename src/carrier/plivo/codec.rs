@@ -20,7 +20,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::audio::g711::{linear_to_ulaw, ulaw_to_linear};
-use crate::carrier::wire::{
+use crate::carrier::codec_util::{
     FramePool, encode_via_buffer, inbound_media_payload, json_frame, object_field, parse_digit,
     probe_inbound_media, push_base64, push_json_str, str_field, unknown_event,
 };

@@ -2,7 +2,7 @@
 //! is our media WebSocket URL, and the refusals — `<Hangup reason="busy|rejected"/>` without
 //! answering, or `<Speak>` then `<Hangup/>`. All text is XML-escaped.
 
-use crate::carrier::wire::xml_escape;
+use crate::carrier::codec_util::xml_escape;
 
 const XML_DECL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>"#;
 

@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 
 use crate::audio::g711::{alaw_to_linear, linear_to_ulaw};
-use crate::carrier::wire::{
+use crate::carrier::codec_util::{
     FramePool, counter_value, encode_via_buffer, inbound_media_payload, json_frame, object_field,
     parse_digit, probe_inbound_media, push_base64, push_json_str, str_field, unknown_event,
 };

@@ -16,7 +16,7 @@ use crate::carrier::admin::{
 };
 use crate::carrier::registry::BoxFuture;
 use crate::carrier::rest_client::path_safe;
-use crate::carrier::routes::public_request_url;
+use crate::carrier::webhook::public_request_url;
 
 const CARRIER: &str = "Telnyx";
 

@@ -29,7 +29,7 @@ use crate::carrier::account::{Account, Accounts};
 use crate::carrier::dial::{Outbound, OutboundCall, CallOutcome, Phase, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, Refusal, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
-use crate::carrier::routes::{header, unix_now};
+use crate::carrier::webhook::{header, unix_now};
 use crate::carrier::{
     Carrier, CarrierError, CarrierKind, DtmfDelivery, TransferRequest, public_request_url,
     public_ws_url,

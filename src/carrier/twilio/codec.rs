@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::carrier::wire::{
+use crate::carrier::codec_util::{
     FramePool, encode_via_buffer, fast_inbound_media, inbound_media_payload, json_frame, object_field, parse_digit,
     push_base64, push_json_str, str_field, unknown_event,
 };

@@ -12,7 +12,7 @@ use crate::carrier::admin::{
     AdminRequest, NumberAdmin, Wiring, bad_record, send_with, str_field,
 };
 use crate::carrier::registry::BoxFuture;
-use crate::carrier::routes::public_request_url;
+use crate::carrier::webhook::public_request_url;
 
 const CARRIER: &str = "Twilio";
 

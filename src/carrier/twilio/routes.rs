@@ -21,7 +21,7 @@ use crate::carrier::dial::{
 };
 use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
-use crate::carrier::routes::{Answer, answer_outbound, field_or_empty, header};
+use crate::carrier::webhook::{Answer, answer_outbound, field_or_empty, header};
 use crate::carrier::{Carrier, CarrierError, CarrierKind, TransferRequest};
 use crate::net::http::{Body, empty, read_body, text, xml};
 use crate::security::{LOG_FIELD_MAX, mask_number, peer_warning_allowed, truncate_for_log};

@@ -4,7 +4,7 @@
 
 const XML_DECL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>"#;
 
-pub use crate::carrier::wire::xml_escape;
+pub use crate::carrier::codec_util::xml_escape;
 
 /// `<Connect><Stream url=..>` with one `<Parameter>` per pair (they arrive in the media
 /// socket's `start.customParameters`) and an optional stream status callback (POST).

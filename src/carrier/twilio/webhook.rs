@@ -10,7 +10,7 @@ pub fn parse_form(body: &[u8]) -> Vec<(String, String)> {
         .collect()
 }
 
-pub use crate::carrier::routes::{public_request_url, public_ws_url};
+pub use crate::carrier::webhook::{public_request_url, public_ws_url};
 
 /// Why a webhook body could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::audio::g711::{linear_to_ulaw, ulaw_to_linear};
-use crate::carrier::wire::parse_digit;
+use crate::carrier::codec_util::parse_digit;
 use crate::carrier::{
     CodecError, MAX_MEDIA_MESSAGE, MediaCodec, MediaCommand, MediaEvent, MessageKind,
     StreamStart,

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::Config;
 use crate::carrier::rest_client::{build_client, path_safe, send_error};
-use crate::carrier::routes::unix_now;
+use crate::carrier::webhook::unix_now;
 use crate::carrier::{AccountConfig, CarrierError};
 
 const CARRIER: &str = "Vonage";

@@ -26,7 +26,7 @@ use crate::carrier::dial::{Outbound, CallOutcome, PlaceCall, PlaceError, StatusU
 use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::rest_client::path_safe;
-use crate::carrier::routes::{Answer, answer_outbound, field, header, unix_now};
+use crate::carrier::webhook::{Answer, answer_outbound, field, header, unix_now};
 use crate::carrier::{
     Carrier, CarrierError, CarrierKind, DtmfDelivery, TransferRequest, public_request_url,
     public_ws_url,

@@ -12,7 +12,7 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::carrier::wire::{json_frame, parse_digit, str_field, unknown_event};
+use crate::carrier::codec_util::{json_frame, parse_digit, str_field, unknown_event};
 use crate::carrier::{
     CallProgress, CodecError, MAX_MEDIA_MESSAGE, MediaCodec, MediaCommand, MediaEvent, StreamStart,
 };

@@ -5,7 +5,7 @@
 
 use super::Finding;
 use crate::carrier::registry::BoxFuture;
-use crate::carrier::routes::public_request_url;
+use crate::carrier::webhook::public_request_url;
 use crate::config::Config;
 
 /// The headers `/healthz` echoes (see `server::health`).
