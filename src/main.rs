@@ -307,7 +307,7 @@ fn healthcheck_cmd(config: Option<&Path>, url: Option<String>, timeout: u64) -> 
                 );
                 return ExitCode::from(1);
             }
-            Ok(l) => patterd::server::healthcheck::target(&l.config.server.listen),
+            Ok(l) => patterd::ops::health_probe::target(&l.config.server.listen),
             Err(e) => {
                 eprintln!("error: {e} (or pass --url)");
                 return ExitCode::from(1);
@@ -315,7 +315,7 @@ fn healthcheck_cmd(config: Option<&Path>, url: Option<String>, timeout: u64) -> 
         },
     };
     let timeout = std::time::Duration::from_secs(timeout.max(1));
-    match patterd::server::healthcheck::probe(&base, timeout) {
+    match patterd::ops::health_probe::probe(&base, timeout) {
         Ok(()) => {
             println!("healthy: {base}/healthz answered 200");
             ExitCode::SUCCESS

@@ -8,7 +8,6 @@
 //! (`Type=notify`) it sends `READY=1` once the listener is up, `WATCHDOG=1` from the runtime
 //! at half of `WATCHDOG_USEC`, and `STOPPING=1` when the drain begins.
 
-pub mod healthcheck;
 pub mod metrics;
 pub mod pages;
 pub mod rest;
