@@ -61,7 +61,13 @@ async fn scenario(kind: Kind, overlay: &'static str, transcript: &'static str) -
         r
     };
     let state = leg.state();
-    let onset = state.caller_clips.iter().copied().find(|t| *t >= pushed_at);
+    // The caller's onset: the clip's first voiced frame.
+    let onset = state
+        .caller_clips
+        .iter()
+        .copied()
+        .find(|t| *t >= pushed_at)
+        .map(|t| t + lead_in_ms(&clip(overlay)));
     let clear = state.clears.iter().copied().find(|c| *c >= pushed_at);
     if let (Some(o), Some(c)) = (onset, clear) {
         out.onset_to_clear_ms = Some(c.saturating_sub(o));
@@ -118,6 +124,15 @@ fn interruption_checks(
         history[n - 2].content,
         format!("{} [interrupted by the caller]", entry.heard_text)
     );
+}
+
+/// Ms of leading silence in a caller clip (before its first voiced frame).
+fn lead_in_ms(ulaw: &[u8]) -> u64 {
+    let frames = ulaw
+        .chunks(crate::carrier::FRAME_BYTES)
+        .take_while(|f| crate::audio::g711::ulaw_energy(f) < 300)
+        .count();
+    frames as u64 * crate::carrier::FRAME_MS
 }
 
 fn pct(v: &mut [u64], p: f64) -> String {
