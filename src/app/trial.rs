@@ -130,8 +130,12 @@ pub async fn run(
     )
     .map_err(TrialError::Refused)?;
     let handle = app.calls.get(&call_id).ok_or(TrialError::Ended)?;
-    let leg = MemoryLeg::attach(&handle, &call_id, Rest::Unreachable("patterd try has no carrier"))
-        .map_err(|_| TrialError::Ended)?;
+    let leg = MemoryLeg::attach(
+        &handle,
+        &call_id,
+        Rest::Unreachable("patterd try has no carrier"),
+    )
+    .map_err(|_| TrialError::Ended)?;
     let greeting = !config.first_message.trim().is_empty();
     let deadline = Instant::now() + limit;
     let talk = converse(&handle, &leg, greeting, &speech);
@@ -157,7 +161,9 @@ pub async fn run(
 /// since the agent's last audio. Returns early when the call ends.
 async fn converse(handle: &CallHandle, leg: &MemoryLeg, greeting: bool, speech: &[u8]) {
     if greeting {
-        let s = leg.until(|s| !s.marks.is_empty() || s.closed.is_some()).await;
+        let s = leg
+            .until(|s| !s.marks.is_empty() || s.closed.is_some())
+            .await;
         if s.closed.is_some() {
             return;
         }

@@ -294,8 +294,8 @@ async fn without_barge_in_the_callers_turn_waits_for_the_agent_to_finish() {
     );
 }
 
-/// A brain that takes long to answer gets the filler line spoken once while it works; the
-/// reply follows.
+/// A brain that takes long to answer gets the filler line spoken once, about
+/// `long_turn_message_after_s` into its wait; the reply follows.
 #[tokio::test(start_paused = true)]
 async fn a_slow_brain_gets_a_filler_then_the_reply() {
     let kit = call(
@@ -312,6 +312,21 @@ async fn a_slow_brain_gets_a_filler_then_the_reply() {
     assert_eq!(
         kit.tts.spoken(),
         vec![GREETING, "One moment.", "Here you are."]
+    );
+    kit.call.leg.hang_up();
+    let r = kit.call.finished().await;
+    let fillers: Vec<u64> = r.events_of(EventKind::Filler).map(|e| e.t_ms).collect();
+    assert_eq!(fillers.len(), 1, "{:#?}", r.events);
+    // The filler comes `long_turn_message_after_s` into the brain's wait, not before.
+    let asked = r
+        .events_of(EventKind::LlmRequest)
+        .next()
+        .map(|e| e.t_ms)
+        .expect("the turn was sent");
+    let after = fillers[0] - asked;
+    assert!(
+        (1000..=2000).contains(&after),
+        "filler {after} ms after the request"
     );
 }
 
