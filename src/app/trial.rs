@@ -1,23 +1,22 @@
 //! `patterd try`: one call through the whole pipeline — admission, the call actor, the
-//! configured STT, brain and TTS, the store — with no carrier. The caller's audio (synthesised
-//! by the agent's own TTS, or given as μ-law) is fed to the actor in real-time 20 ms frames
-//! after the greeting; marks are acknowledged as they arrive (what was sent counts as played);
-//! the call is hung up once the agent has answered and gone quiet. Returns the call's record
-//! (transcript and timeline, for per-stage timings) and all the agent's audio.
+//! configured STT, brain and TTS, the store — with no carrier: the call's media is an
+//! in-memory line (`call::driver::MemoryLeg`) on the real clock, whose REST side is
+//! unreachable (transfer and DTMF fail). The caller's audio (synthesised by the agent's own
+//! TTS, or given as μ-law) goes down the line in real-time 20 ms frames after the greeting has
+//! played; the line plays the agent's audio in real time and echoes its marks; the caller
+//! hangs up once the agent has answered and been quiet for a moment. Returns the call's record
+//! (transcript and timeline, for per-stage timings) and all the agent's audio the line played.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::App;
-use crate::call::{CallRecord, EventKind, MediaAttach};
+use crate::call::driver::{MemoryLeg, Rest};
+use crate::call::{CallHandle, CallRecord, EventKind};
+use crate::carrier::CarrierKind;
 use crate::carrier::port::{Direct, Refusal};
-use crate::carrier::{
-    CarrierKind, FRAME_BYTES, FRAME_MS, Leg, MediaCommand, MediaEvent, StreamStart,
-};
 use crate::provider::TtsEvent;
 
 /// What the caller says.
@@ -58,29 +57,6 @@ pub struct Trial {
 
 /// Quiet after the agent's reply that ends the call.
 const QUIET: Duration = Duration::from_millis(1500);
-
-/// Hands the call its stand-in media stream (no carrier: actions on the leg fail).
-fn attach(
-    handle: &crate::call::CallHandle,
-    call_id: &str,
-    events: mpsc::Receiver<crate::call::ingress::MediaInput>,
-    commands: mpsc::Sender<MediaCommand>,
-) -> Result<(), TrialError> {
-    let start = StreamStart {
-        call_id: call_id.to_string(),
-        stream_id: call_id.to_string(),
-        custom_parameters: Default::default(),
-    };
-    handle
-        .attach(MediaAttach {
-            start,
-            events,
-            commands,
-            leg: Leg::unreachable("patterd try has no carrier"),
-            ingress: None,
-        })
-        .map_err(|_| TrialError::Ended)
-}
 
 /// The agent named, or the first one configured.
 fn agent_name(app: &App, agent: Option<&str>) -> Result<String, TrialError> {
@@ -154,75 +130,20 @@ pub async fn run(
     )
     .map_err(TrialError::Refused)?;
     let handle = app.calls.get(&call_id).ok_or(TrialError::Ended)?;
-    let (ev_tx, ev_rx) = mpsc::channel(64);
-    let (cmd_tx, mut cmd_rx) = mpsc::channel(512);
-    attach(&handle, &call_id, ev_rx, cmd_tx)?;
-    let start = StreamStart {
-        call_id: call_id.clone(),
-        stream_id: call_id.clone(),
-        custom_parameters: Default::default(),
-    };
-    let _ = ev_tx.send(MediaEvent::Start(start).into()).await;
-
+    let leg = MemoryLeg::attach(
+        &handle,
+        &call_id,
+        Rest::Unreachable("patterd try has no carrier"),
+    )
+    .map_err(|_| TrialError::Ended)?;
     let greeting = !config.first_message.trim().is_empty();
-    let mut agent_audio = Vec::new();
-    let mut marks = 0usize;
-    let mut last_audio: Option<Instant> = None;
-    let mut sent = 0usize;
-    let mut frames = tokio::time::interval(Duration::from_millis(FRAME_MS));
     let deadline = Instant::now() + limit;
-    let silence = [0xFFu8; FRAME_BYTES];
-    let mut changes = handle.changes();
-    let mut answered = false;
-    loop {
-        if Instant::now() > deadline {
-            let _ = handle.hang_up("patterd try: timed out");
-            return Err(TrialError::Timeout(limit));
-        }
-        let speaking = !greeting || marks >= 1;
-        let done_speaking = sent >= speech.len();
-        if answered && done_speaking && last_audio.is_some_and(|t| t.elapsed() > QUIET) {
-            break;
-        }
-        tokio::select! {
-            _ = frames.tick() => {
-                let frame = if speaking && !done_speaking {
-                    let end = (sent + FRAME_BYTES).min(speech.len());
-                    let mut f = speech[sent..end].to_vec();
-                    f.resize(FRAME_BYTES, 0xFF);
-                    sent = end;
-                    f
-                } else {
-                    silence.to_vec()
-                };
-                if ev_tx.send(MediaEvent::Audio(Bytes::from(frame)).into()).await.is_err() {
-                    return Err(TrialError::Ended);
-                }
-            }
-            cmd = cmd_rx.recv() => match cmd {
-                Some(MediaCommand::Audio(a)) => {
-                    agent_audio.extend_from_slice(&a);
-                    last_audio = Some(Instant::now());
-                }
-                Some(MediaCommand::Mark(m)) => {
-                    marks += 1;
-                    let _ = ev_tx.send(MediaEvent::MarkPlayed(m).into()).await;
-                }
-                Some(MediaCommand::Clear) => {}
-                None => break,
-            },
-            r = changes.changed() => {
-                if r.is_err() {
-                    break;
-                }
-                if let Ok(rec) = handle.snapshot().await {
-                    answered = rec.events_of(EventKind::LlmDone).next().is_some()
-                        || rec.events_of(EventKind::LlmError).next().is_some();
-                }
-            }
-        }
+    let talk = converse(&handle, &leg, greeting, &speech);
+    if tokio::time::timeout_at(deadline, talk).await.is_err() {
+        let _ = handle.hang_up("patterd try: timed out");
+        return Err(TrialError::Timeout(limit));
     }
-    let _ = ev_tx.send(MediaEvent::Stop.into()).await;
+    leg.hang_up();
     let record = tokio::time::timeout(Duration::from_secs(10), app.calls.wait_finished(&call_id))
         .await
         .ok()
@@ -230,7 +151,60 @@ pub async fn run(
         .ok_or(TrialError::Ended)?;
     Ok(Trial {
         record,
-        agent_audio,
+        agent_audio: leg.heard_audio(),
         caller_audio_ms: (speech.len() as u64) / 8,
     })
+}
+
+/// The caller's side of the trial call: speaks after the greeting (if any) has played, then
+/// waits until the agent has answered (or failed to) and the line has been quiet for `QUIET`
+/// since the agent's last audio. Returns early when the call ends.
+async fn converse(handle: &CallHandle, leg: &MemoryLeg, greeting: bool, speech: &[u8]) {
+    if greeting {
+        let s = leg
+            .until(|s| !s.marks.is_empty() || s.closed.is_some())
+            .await;
+        if s.closed.is_some() {
+            return;
+        }
+    }
+    if !speech.is_empty() {
+        leg.say(speech);
+    }
+    let mut changes = handle.changes();
+    loop {
+        match handle.snapshot().await {
+            Ok(rec) if answered(&rec) => break,
+            Ok(_) => {}
+            Err(_) => return,
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+    let quiet = QUIET.as_millis() as u64;
+    loop {
+        let s = leg.state();
+        if s.closed.is_some() {
+            return;
+        }
+        let caller_done = speech.is_empty() || s.caller_done.is_some();
+        let wait = match s.agent_quiet_since() {
+            Some(since) if caller_done => {
+                let quiet_for = leg.now_ms().saturating_sub(since);
+                if quiet_for >= quiet {
+                    return;
+                }
+                quiet - quiet_for
+            }
+            _ => quiet,
+        };
+        leg.next_change(Duration::from_millis(wait)).await;
+    }
+}
+
+/// True once the brain has answered the caller's turn, or failed to.
+fn answered(rec: &CallRecord) -> bool {
+    rec.events_of(EventKind::LlmDone).next().is_some()
+        || rec.events_of(EventKind::LlmError).next().is_some()
 }

@@ -9,7 +9,9 @@
 //! 20 ms frame every 20 ms, silence when the caller says nothing), plays the agent's audio in
 //! real time from a queue, echoes each mark when the audio before it has played, flushes the
 //! queue on `clear` (echoing the marks it drops, as Twilio does), and records what the caller
-//! heard and when ([`LegState`]). The providers are `provider::memory`'s.
+//! heard and when ([`LegState`]) and the audio itself. The providers are `provider::memory`'s.
+//! The leg runs on whichever clock tokio has: `patterd try` (`app::trial`) puts it on a call
+//! with the configured providers on the real clock.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -20,7 +22,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::registry::InsertError;
-use super::{CallHandle, CallRecord, CallRegistry, CallSetup, MediaAttach, actor};
+use super::{CallError, CallHandle, CallRecord, CallRegistry, CallSetup, MediaAttach, actor};
 use crate::carrier::dial::{Outbound, PlaceCall, PlaceError};
 use crate::carrier::registry::{BoxFuture, Route};
 use crate::carrier::{
@@ -51,8 +53,14 @@ pub struct LegState {
     pub caller_clips: Vec<u64>,
     /// When the caller's queued audio had all been sent (the line went quiet).
     pub caller_done: Option<u64>,
-    /// When the call hung up the leg.
+    /// When the call hung up the leg (the last time, if it asked more than once).
     pub hung_up: Option<u64>,
+    /// Hang-up requests the carrier received.
+    pub hang_ups: usize,
+    /// True while agent audio is playing (the stretch is added to `agent_audio` when it ends).
+    pub agent_playing: bool,
+    /// When the line closed: the caller hung up or the call dropped its media.
+    pub closed: Option<u64>,
     /// Transfers asked of the carrier: (when, destination).
     pub transfers: Vec<(u64, String)>,
     /// DTMF the call sent through the carrier's command.
@@ -77,11 +85,21 @@ impl LegState {
             .find(|(s, e)| (*s..*e).contains(&t_ms))
             .map(|(_, e)| *e)
     }
+
+    /// When the last stretch of agent audio ended; `None` while audio plays or before any has.
+    pub fn agent_quiet_since(&self) -> Option<u64> {
+        if self.agent_playing {
+            return None;
+        }
+        self.agent_audio.last().map(|(_, e)| *e)
+    }
 }
 
 #[derive(Default)]
 struct Shared {
     state: Mutex<LegState>,
+    /// The agent audio the caller heard, in order (μ-law 8 kHz).
+    heard: Mutex<Vec<u8>>,
     changed: Notify,
 }
 
@@ -96,6 +114,22 @@ impl Shared {
     fn read(&self) -> LegState {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
+
+    fn heard(&self, audio: &[u8]) {
+        self.heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(audio);
+    }
+}
+
+/// What the carrier's REST side does with the call's hang-up, transfer and DTMF requests.
+#[derive(Debug, Clone, Copy)]
+pub enum Rest {
+    /// Records them in [`LegState`] and accepts them.
+    Recorded,
+    /// There is no carrier: hang-up does nothing, transfer and DTMF fail with this message.
+    Unreachable(&'static str),
 }
 
 /// What the caller does next on the line.
@@ -137,7 +171,10 @@ impl Carrier for MemoryCarrier {
     }
     fn hang_up(&self, _account: &str, _leg_id: &str) -> BoxFuture<Result<(), CarrierError>> {
         let at = self.ms();
-        self.shared.with(|s| s.hung_up = Some(at));
+        self.shared.with(|s| {
+            s.hung_up = Some(at);
+            s.hang_ups += 1;
+        });
         Box::pin(std::future::ready(Ok(())))
     }
     fn place_call(&self, account: &str, _call: PlaceCall) -> BoxFuture<Result<String, PlaceError>> {
@@ -187,8 +224,9 @@ pub struct MemoryLeg {
 }
 
 impl MemoryLeg {
-    /// A leg and the media half the call's actor attaches to.
-    fn new(call_id: &str) -> (Self, MediaAttach) {
+    /// Attaches a new leg to the call `handle` (whose carrier id is `call_id`), its REST side
+    /// as `rest` says.
+    pub fn attach(handle: &CallHandle, call_id: &str, rest: Rest) -> Result<Self, CallError> {
         let (events_tx, events) = mpsc::channel(QUEUE);
         let (commands, commands_rx) = mpsc::channel(QUEUE);
         let (caller, caller_rx) = mpsc::channel(64);
@@ -202,16 +240,8 @@ impl MemoryLeg {
             caller_audio: VecDeque::new(),
             playing_since: None,
         };
-        let task = tokio::spawn(line.run(commands_rx, caller_rx));
-        let attach = MediaAttach {
-            start: StreamStart {
-                call_id: call_id.to_string(),
-                stream_id: "MZmemory".into(),
-                custom_parameters: Default::default(),
-            },
-            events,
-            commands,
-            leg: Leg::new(
+        let leg = match rest {
+            Rest::Recorded => Leg::new(
                 Arc::new(MemoryCarrier {
                     shared: shared.clone(),
                     started,
@@ -220,15 +250,26 @@ impl MemoryLeg {
                 call_id,
                 "",
             ),
-            ingress: None,
+            Rest::Unreachable(why) => Leg::unreachable(why),
         };
-        let leg = Self {
+        handle.attach(MediaAttach {
+            start: StreamStart {
+                call_id: call_id.to_string(),
+                stream_id: "MZmemory".into(),
+                custom_parameters: Default::default(),
+            },
+            events,
+            commands,
+            leg,
+            ingress: None,
+        })?;
+        let task = tokio::spawn(line.run(commands_rx, caller_rx));
+        Ok(Self {
             shared,
             started,
             caller,
             _task: TaskGuard::new(task),
-        };
-        (leg, attach)
+        })
     }
 
     /// The caller says `ulaw` (μ-law 8 kHz), after what was queued before.
@@ -256,6 +297,32 @@ impl MemoryLeg {
         self.shared.read()
     }
 
+    /// The agent audio the caller heard so far, μ-law 8 kHz.
+    pub fn heard_audio(&self) -> Vec<u8> {
+        self.shared
+            .heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Waits until `pred` holds of the leg's state.
+    pub async fn until(&self, pred: impl Fn(&LegState) -> bool) -> LegState {
+        loop {
+            let changed = self.shared.changed.notified();
+            let s = self.state();
+            if pred(&s) {
+                return s;
+            }
+            changed.await;
+        }
+    }
+
+    /// Waits for the next change of the leg's state, at most `limit`.
+    pub async fn next_change(&self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, self.shared.changed.notified()).await;
+    }
+
     /// Waits until `pred` holds of the leg's state (at most `limit` of virtual time).
     pub async fn wait_for(
         &self,
@@ -263,17 +330,7 @@ impl MemoryLeg {
         limit: Duration,
         pred: impl Fn(&LegState) -> bool,
     ) -> LegState {
-        let wait = async {
-            loop {
-                let changed = self.shared.changed.notified();
-                let s = self.state();
-                if pred(&s) {
-                    return s;
-                }
-                changed.await;
-            }
-        };
-        match tokio::time::timeout(limit, wait).await {
+        match tokio::time::timeout(limit, self.until(pred)).await {
             Ok(s) => s,
             Err(_) => panic!("timed out waiting for {what}: {:#?}", self.state()),
         }
@@ -336,6 +393,8 @@ impl Line {
             }
         }
         self.stop_playing();
+        let at = self.ms();
+        self.shared.with(|s| s.closed = Some(at));
     }
 
     /// The caller's next 20 ms: queued audio (or silence), then any key press or hang-up that
@@ -418,7 +477,7 @@ impl Line {
                 break;
             };
             let n = a.len().min(left);
-            let _ = a.split_to(n);
+            self.shared.heard(&a.split_to(n));
             left -= n;
             if a.is_empty() {
                 self.playback.pop_front();
@@ -430,7 +489,10 @@ impl Line {
             if self.playing_since.is_none() {
                 self.playing_since = Some(at);
             }
-            self.shared.with(|s| s.agent_bytes += played);
+            self.shared.with(|s| {
+                s.agent_bytes += played;
+                s.agent_playing = true;
+            });
         } else {
             self.stop_playing();
         }
@@ -441,8 +503,10 @@ impl Line {
     fn stop_playing(&mut self) {
         if let Some(since) = self.playing_since.take() {
             let at = self.ms();
-            self.shared
-                .with(|s| s.agent_audio.push((since, at.max(since))));
+            self.shared.with(|s| {
+                s.agent_audio.push((since, at.max(since)));
+                s.agent_playing = false;
+            });
         }
     }
 
@@ -493,8 +557,8 @@ impl MemoryCall {
         };
         let registry = Arc::new(CallRegistry::new());
         let handle = actor::start(setup, registry.clone(), 1)?;
-        let (leg, attach) = MemoryLeg::new(&call_id);
-        handle.attach(attach).map_err(|_| InsertError::Full)?;
+        let leg =
+            MemoryLeg::attach(&handle, &call_id, Rest::Recorded).map_err(|_| InsertError::Full)?;
         Ok(Self {
             handle,
             leg,

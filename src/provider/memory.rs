@@ -48,6 +48,8 @@ impl<T> Shared<T> {
 pub struct ScriptedStt {
     script: Arc<Shared<VecDeque<String>>>,
     sessions: Arc<Shared<u64>>,
+    /// `speech_final` finals sent, over all sessions.
+    finals: Arc<Shared<u64>>,
     endpointing_ms: u64,
     utterance_end_ms: u64,
 }
@@ -60,6 +62,7 @@ impl ScriptedStt {
                 script.iter().map(|s| s.to_string()).collect(),
             ))),
             sessions: Arc::default(),
+            finals: Arc::default(),
             endpointing_ms,
             utterance_end_ms: 1000,
         }
@@ -74,6 +77,11 @@ impl ScriptedStt {
     pub fn sessions(&self) -> u64 {
         self.sessions.with(|n| *n)
     }
+
+    /// `speech_final` finals (segments ended by the recogniser's endpointing) sent so far.
+    pub fn finals(&self) -> u64 {
+        self.finals.with(|n| *n)
+    }
 }
 
 impl SttProvider for ScriptedStt {
@@ -83,6 +91,7 @@ impl SttProvider for ScriptedStt {
         let (events, rx) = mpsc::channel(QUEUE);
         let mut ears = Ears {
             script: self.script.clone(),
+            finals: self.finals.clone(),
             endpointing_ms: self.endpointing_ms,
             utterance_end_ms: self.utterance_end_ms,
             ..Ears::default()
@@ -124,6 +133,7 @@ impl SttProvider for ScriptedStt {
 #[derive(Debug, Default)]
 struct Ears {
     script: Arc<Shared<VecDeque<String>>>,
+    finals: Arc<Shared<u64>>,
     endpointing_ms: u64,
     utterance_end_ms: u64,
     in_speech: bool,
@@ -178,6 +188,7 @@ impl Ears {
             self.silence_ms += ms;
             self.in_speech = false;
             if self.heard && self.endpointing_ms > 0 && self.silence_ms >= self.endpointing_ms {
+                self.finals.with(|n| *n += 1);
                 out.push(self.finalize(true, false));
             }
             if self.utterance_end_due && self.silence_ms >= self.utterance_end_ms {

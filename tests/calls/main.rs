@@ -1,6 +1,7 @@
 //! Whole calls through the simulators, one binary: the carrier matrix (`carriers`, every
 //! cross-carrier scenario over Twilio, Telnyx and Plivo), the Twilio-only scenarios
-//! (`twilio`), the conversation scenarios with real speech (`conversation`), faulty peers
+//! (`twilio`), an interrupted reply in each brain's wire format (`conversation`; the
+//! conversation's timing runs on the paused clock in `src/call/driver/tests.rs`), faulty peers
 //! during a call (`faults`), a forged-webhook flood during live calls (`flood`) and the
 //! agent's tools during a call (`tools`), and the conversation scenario suite (`suite`).
 //!

@@ -1,49 +1,12 @@
 //! Twilio-only call scenarios (everything that runs the same over every carrier lives in the
-//! carrier matrix, `carriers.rs`): fillers for a slow brain and for tool progress, the apology
+//! carrier matrix, `carriers.rs`): the filler on Hermes' tool progress, the apology
 //! when the brain fails, a flood of garbage frames, the tokenized TwiML answer, the maximum
 //! call duration and a media socket that drops. The Twilio simulator signs the webhook and
-//! speaks Media Streams; patterd talks to fake Deepgram, ElevenLabs and Hermes.
+//! speaks Media Streams; patterd talks to fake Deepgram, ElevenLabs and Hermes. (The filler for
+//! a slow brain is timed on the paused clock: `src/call/driver/tests.rs`.)
 
 use crate::common::*;
 use patterd_sim::hermes::{HermesReply, HermesStep};
-
-#[tokio::test]
-async fn slow_hermes_gets_one_filler_then_the_reply() {
-    let stack = Stack::start(Opts {
-        long_turn_after_s: 0.3,
-        ..Opts::default()
-    })
-    .await;
-    stack.hermes.push(HermesReply::Stream(vec![
-        HermesStep::KeepAlive,
-        HermesStep::Delay(std::time::Duration::from_millis(700)),
-        HermesStep::KeepAlive,
-        HermesStep::Delay(std::time::Duration::from_millis(700)),
-        HermesStep::Text("Here is your answer.".into()),
-    ]));
-    let (call_sid, sim) = stack.call().await;
-    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
-        .await
-        .unwrap();
-    speak(&sim, 600);
-    sim.wait_for("filler and reply marks", WAIT, |s| {
-        s.marks_echoed.len() >= 3
-    })
-    .await
-    .unwrap();
-    let spoken = stack.spoken();
-    assert_eq!(
-        spoken,
-        vec![
-            GREETING.to_string(),
-            FILLER.to_string(),
-            "Here is your answer.".to_string()
-        ]
-    );
-    sim.hang_up().await;
-    let rec = stack.finished(&call_sid).await;
-    assert_eq!(rec.events_of("filler").count(), 1);
-}
 
 #[tokio::test]
 async fn tool_progress_triggers_the_filler_early_and_only_once() {

@@ -11,6 +11,9 @@ use super::*;
 use crate::call::{EventKind, Speaker};
 use crate::provider::memory::{Answer, MeteredTts, ScriptedBrain, ScriptedStt};
 
+mod conversation;
+mod figures;
+
 const GREETING: &str = "Hello, how can I help?";
 const S1: &str = "We are open every day from noon until ten.";
 const S2: &str = "We can seat groups of up to twelve people.";
@@ -37,29 +40,41 @@ fn clip(name: &str) -> Vec<u8> {
 struct Kit {
     call: MemoryCall,
     brain: ScriptedBrain,
+    stt: ScriptedStt,
     tts: MeteredTts,
 }
 
 fn call(transcripts: &[&str], answers: Vec<Answer>, extra: &str) -> Kit {
+    call_greeting(GREETING, transcripts, answers, extra)
+}
+
+/// [`call`] with `greeting` as the agent's first message.
+fn call_greeting(greeting: &str, transcripts: &[&str], answers: Vec<Answer>, extra: &str) -> Kit {
     let filler = if extra.contains("long_turn_message_after_s") {
         ""
     } else {
         "long_turn_message_after_s = 20.0\n"
     };
     let text = format!(
-        "llm = \"brain\"\nstt = \"ears\"\ntts = \"voice\"\nfirst_message = \"{GREETING}\"\n\
+        "llm = \"brain\"\nstt = \"ears\"\ntts = \"voice\"\nfirst_message = \"{greeting}\"\n\
          {filler}{extra}"
     );
     let agent: Arc<AgentConfig> = Arc::new(toml::from_str(&text).expect("agent config"));
     let brain = ScriptedBrain::new(answers);
     let tts = MeteredTts::new(clip("agent_voice"), 60, Duration::from_millis(100));
+    let stt = ScriptedStt::new(transcripts, 300);
     let providers = AgentProviders {
-        stt: Arc::new(ScriptedStt::new(transcripts, 300)),
+        stt: Arc::new(stt.clone()),
         tts: Arc::new(tts.clone()),
         llm: Arc::new(brain.clone()),
     };
     let call = MemoryCall::start(agent, providers).expect("call starts");
-    Kit { call, brain, tts }
+    Kit {
+        call,
+        brain,
+        stt,
+        tts,
+    }
 }
 
 impl Kit {
@@ -240,6 +255,7 @@ async fn an_idle_caller_is_nudged_then_told_goodbye_and_hung_up_on() {
     let leg = kit.call.leg.state();
     assert!(leg.marks.len() >= 4, "{:?}", leg.marks);
     let hung_up = leg.hung_up.expect("hung up");
+    assert_eq!(leg.hang_ups, 1, "one hang-up through the carrier");
     let last_mark = leg.marks.last().map(|m| m.0).unwrap_or(0);
     assert!(
         hung_up >= last_mark,
@@ -278,8 +294,8 @@ async fn without_barge_in_the_callers_turn_waits_for_the_agent_to_finish() {
     );
 }
 
-/// A brain that takes long to answer gets the filler line spoken once while it works; the
-/// reply follows.
+/// A brain that takes long to answer gets the filler line spoken once, about
+/// `long_turn_message_after_s` into its wait; the reply follows.
 #[tokio::test(start_paused = true)]
 async fn a_slow_brain_gets_a_filler_then_the_reply() {
     let kit = call(
@@ -296,6 +312,21 @@ async fn a_slow_brain_gets_a_filler_then_the_reply() {
     assert_eq!(
         kit.tts.spoken(),
         vec![GREETING, "One moment.", "Here you are."]
+    );
+    kit.call.leg.hang_up();
+    let r = kit.call.finished().await;
+    let fillers: Vec<u64> = r.events_of(EventKind::Filler).map(|e| e.t_ms).collect();
+    assert_eq!(fillers.len(), 1, "{:#?}", r.events);
+    // The filler comes `long_turn_message_after_s` into the brain's wait, not before.
+    let asked = r
+        .events_of(EventKind::LlmRequest)
+        .next()
+        .map(|e| e.t_ms)
+        .expect("the turn was sent");
+    let after = fillers[0] - asked;
+    assert!(
+        (1000..=2000).contains(&after),
+        "filler {after} ms after the request"
     );
 }
 
