@@ -19,6 +19,7 @@ pub mod port;
 pub mod registry;
 pub mod rest_client;
 pub mod routes;
+pub mod transport;
 pub mod wire;
 
 pub use account::AccountConfig;
