@@ -389,5 +389,67 @@ mod tests {
         }
         drop(w.await);
     }
-}
 
+    /// The transport over a socket: whole messages as the codec sees them, a binary message
+    /// over the cap refused, a ping answered by the write half, the peer's close echoed.
+    #[tokio::test]
+    async fn the_websocket_transport_passes_messages_and_owes_the_control_frames() {
+        let (server, client) = tokio::io::duplex(1 << 20);
+        let transport = WebSocketTransport::new(WebSocket::after_handshake(server, Role::Server));
+        let (mut rx, mut tx) = transport.split();
+        let mut client = WebSocket::after_handshake(client, Role::Client);
+        client.set_auto_close(false);
+        client.set_auto_pong(false);
+        client
+            .write_frame(Frame::text(Payload::Owned(b"hello".to_vec())))
+            .await
+            .expect("write");
+        client
+            .write_frame(Frame::binary(Payload::Owned(vec![0; MAX_FRAME + 1])))
+            .await
+            .expect("write");
+        client
+            .write_frame(Frame::new(true, OpCode::Ping, None, Payload::Owned(b"p".to_vec())))
+            .await
+            .expect("write");
+        client
+            .write_frame(Frame::binary(Payload::Owned(vec![1, 2])))
+            .await
+            .expect("write");
+        assert_eq!(
+            rx.recv().await.expect("text"),
+            Received::Message(MediaMessage::Text("hello"))
+        );
+        assert_eq!(
+            rx.recv().await.expect("too large"),
+            Received::Bad(CodecError::TooLarge(MAX_FRAME + 1))
+        );
+        assert_eq!(
+            rx.recv().await.expect("binary"),
+            Received::Message(MediaMessage::Binary(&[1, 2]))
+        );
+        let pong = tx.next_owed().await.expect("the pong");
+        assert!(!tx.write_owed(pong).await);
+        tx.send(MessageKind::Binary, &[7]).await.expect("send");
+        tx.flush().await.expect("flush");
+        let pong = client.read_frame().await.expect("pong");
+        assert_eq!((pong.opcode, &pong.payload[..]), (OpCode::Pong, &b"p"[..]));
+        let data = client.read_frame().await.expect("binary");
+        assert_eq!((data.opcode, &data.payload[..]), (OpCode::Binary, &[7][..]));
+
+        client
+            .write_frame(Frame::close(1000, b"bye"))
+            .await
+            .expect("write");
+        assert_eq!(rx.recv().await.expect("close"), Received::Closed);
+        drop(rx);
+        let echo = tx.next_owed().await.expect("the close echo");
+        assert!(tx.write_owed(echo).await);
+        assert!(tx.is_closed());
+        assert!(tx.next_owed().await.is_none());
+        tx.flush().await.expect("flush");
+        let close = client.read_frame().await.expect("close");
+        assert_eq!(close.opcode, OpCode::Close);
+        assert_eq!(&close.payload[..], &[&1000u16.to_be_bytes()[..], b"bye"].concat()[..]);
+    }
+}

@@ -73,6 +73,24 @@ impl MemoryPeer {
         self.from_pump.recv().await
     }
 
+    /// The peer's two channels, to drive both directions at once (e.g. in one `select!`).
+    pub fn into_parts(
+        self,
+    ) -> (
+        mpsc::Sender<MemoryMessage>,
+        mpsc::Receiver<MemoryMessage>,
+    ) {
+        (self.to_pump, self.from_pump)
+    }
+
+    /// A peer from the parts [`Self::into_parts`] gave.
+    pub fn from_parts(
+        to_pump: mpsc::Sender<MemoryMessage>,
+        from_pump: mpsc::Receiver<MemoryMessage>,
+    ) -> Self {
+        Self { to_pump, from_pump }
+    }
+
     /// The pump's next message if one is queued.
     pub fn try_recv(&mut self) -> Option<MemoryMessage> {
         self.from_pump.try_recv().ok()
