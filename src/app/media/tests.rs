@@ -17,13 +17,12 @@ use tokio::time::Instant;
 
 use super::serve;
 use crate::app::App;
-use crate::audio::g711::ulaw_to_linear;
 use crate::call::{CallRecord, EndReason, actor, driver};
 use crate::carrier::port::TokenSource;
 use crate::carrier::transport::memory::{MemoryMessage, MemoryPeer, MemoryTransport};
 use crate::carrier::twilio::TwilioCodec;
 use crate::carrier::vonage::VonageCodec;
-use crate::carrier::{CarrierKind, FRAME_BYTES, FRAME_MS, SharedCodec};
+use crate::carrier::{CarrierKind, FRAME_BYTES, FRAME_MS, MediaCodec, MediaCommand, SharedCodec};
 use crate::config::AgentConfig;
 use crate::provider::AgentProviders;
 use crate::provider::memory::{Answer, MeteredTts, ScriptedBrain, ScriptedStt};
@@ -144,15 +143,11 @@ const VONAGE: Dialect = Dialect {
             r#"{"event":"websocket:connected","content-type":"audio/l16;rate=16000"}"#.into(),
         )]
     },
-    // L16 at 16 kHz: each μ-law sample twice.
+    // L16 at 16 kHz, as the codec writes it the other way.
     caller_frame: |ulaw| {
-        let pcm = ulaw
-            .iter()
-            .flat_map(|&u| {
-                let s = ulaw_to_linear(u).to_le_bytes();
-                [s[0], s[1], s[0], s[1]]
-            })
-            .collect();
+        let mut pcm = Vec::new();
+        let audio = MediaCommand::Audio(bytes::Bytes::copy_from_slice(ulaw));
+        assert!(VonageCodec::new("caller").encode_into(&audio, &mut pcm));
         MemoryMessage::Binary(pcm)
     },
     heard: |message| match message {
