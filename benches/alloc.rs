@@ -24,8 +24,8 @@ use patterd::audio::vad::{Vad, VadConfig};
 use patterd::call::speech::{Pumped, Speech, UttKind};
 use patterd::carrier::plivo::PlivoCodec;
 use patterd::carrier::telnyx::TelnyxCodec;
-use patterd::carrier::twilio::TwilioCodec;
 use patterd::carrier::transport::{MediaReceiver, MediaSender, MediaTransport, Received};
+use patterd::carrier::twilio::TwilioCodec;
 use patterd::carrier::{MediaCommand, MediaEvent, MediaMessage, MessageKind, SharedCodec};
 use patterd::provider::SttInput;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -244,10 +244,7 @@ async fn run(case: Case, frames: u64, warmup: u64) -> (Tally, Tally, Tally) {
             .await
             .expect("client write");
         // Server: read, decode, detect, hand to the STT writer.
-        let msg = scratch_in
-            .measure_async(read.recv())
-            .await
-            .expect("read");
+        let msg = scratch_in.measure_async(read.recv()).await.expect("read");
         let audio = scratch_in.measure(|| {
             let Received::Message(MediaMessage::Text(s)) = msg else {
                 panic!("not a text message: {msg:?}")

@@ -284,7 +284,10 @@ mod binary_tests {
     #[test]
     fn a_binary_message_reaches_a_codec_that_speaks_binary() {
         let mut codec = RawAudio;
-        match decode(&mut codec, Received::Message(MediaMessage::Binary(&[1, 2, 3]))) {
+        match decode(
+            &mut codec,
+            Received::Message(MediaMessage::Binary(&[1, 2, 3])),
+        ) {
             Decoded::Event(MediaEvent::Audio(a)) => assert_eq!(&a[..], &[1, 2, 3]),
             _ => panic!("binary audio was not decoded"),
         }
@@ -298,7 +301,10 @@ mod binary_tests {
     fn a_text_codec_refuses_binary_messages() {
         let mut codec = TextOnly;
         assert!(matches!(
-            decode(&mut codec, Received::Message(MediaMessage::Binary(&[0; 160]))),
+            decode(
+                &mut codec,
+                Received::Message(MediaMessage::Binary(&[0; 160]))
+            ),
             Decoded::Bad(CodecError::Binary)
         ));
         assert_eq!(codec.encodes(), MessageKind::Text);

@@ -153,16 +153,18 @@ const VONAGE: Dialect = Dialect {
     heard: |message| match message {
         // L16 at 16 kHz: two samples (four bytes) per μ-law sample.
         MemoryMessage::Binary(pcm) => {
-            assert_eq!(pcm.len() % 4, 0, "L16 16 kHz frames hold whole sample pairs");
+            assert_eq!(
+                pcm.len() % 4,
+                0,
+                "L16 16 kHz frames hold whole sample pairs"
+            );
             Heard::Audio(pcm.len() / 4)
         }
         MemoryMessage::Close(code, reason) => Heard::Close(code, reason),
         text => {
             let v = json(&text);
             match v["action"].as_str() {
-                Some("notify") => {
-                    Heard::Mark(v["payload"]["mark"].as_str().expect("mark").into())
-                }
+                Some("notify") => Heard::Mark(v["payload"]["mark"].as_str().expect("mark").into()),
                 _ => Heard::Other(v.to_string()),
             }
         }
@@ -213,9 +215,18 @@ fn start_call(call_id: &str) -> Kit {
 impl Kit {
     /// Serves the call's media over a new in-memory transport in `dialect`; the peer, after
     /// the carrier's opening messages with `token`.
-    async fn connect(&self, dialect: &Dialect, token: &str) -> (MemoryPeer, tokio::task::JoinHandle<()>) {
+    async fn connect(
+        &self,
+        dialect: &Dialect,
+        token: &str,
+    ) -> (MemoryPeer, tokio::task::JoinHandle<()>) {
         let (transport, peer) = MemoryTransport::pair(64);
-        let carrier = self.app.carriers.get(CarrierKind::Twilio).expect("twilio").clone();
+        let carrier = self
+            .app
+            .carriers
+            .get(CarrierKind::Twilio)
+            .expect("twilio")
+            .clone();
         let pump = tokio::spawn(serve(
             self.app.clone(),
             transport,
@@ -301,7 +312,10 @@ async fn a_whole_call(dialect: &Dialect, call_id: &str) -> CallRecord {
 
     let greeting = kit.tts.duration_ms(GREETING) / FRAME_MS;
     assert_eq!(line.greeting_frames.len() as u64, greeting, "{line:?}");
-    assert!(line.greeting_frames.iter().all(|n| *n == FRAME_BYTES), "{line:?}");
+    assert!(
+        line.greeting_frames.iter().all(|n| *n == FRAME_BYTES),
+        "{line:?}"
+    );
     assert!(line.other.is_empty(), "{line:?}");
     assert_eq!(kit.brain.last_messages(), vec![CALLER]);
     assert_eq!(kit.tts.spoken(), vec![GREETING, REPLY]);
@@ -309,7 +323,10 @@ async fn a_whole_call(dialect: &Dialect, call_id: &str) -> CallRecord {
     assert_eq!(line.audio_frames as u64, greeting + reply, "{line:?}");
 
     assert!(peer.send((dialect.hang_up)()).await);
-    tokio::time::timeout(LIMIT, pump).await.expect("the pump ended").expect("no panic");
+    tokio::time::timeout(LIMIT, pump)
+        .await
+        .expect("the pump ended")
+        .expect("no panic");
     let record = tokio::time::timeout(LIMIT, kit.app.calls.wait_finished(call_id))
         .await
         .expect("the call ended")
@@ -346,13 +363,18 @@ async fn a_bad_token_is_refused_with_a_policy_close() {
         let kit = start_call(call_id);
         let _ = kit.app.tokens.mint(call_id);
         let (mut peer, pump) = kit.connect(dialect, "v1.forged.token").await;
-        let answer = tokio::time::timeout(LIMIT, peer.recv()).await.expect("an answer");
+        let answer = tokio::time::timeout(LIMIT, peer.recv())
+            .await
+            .expect("an answer");
         assert_eq!(
             answer,
             Some(MemoryMessage::Close(1008, b"invalid media token".to_vec())),
             "{call_id}"
         );
-        tokio::time::timeout(LIMIT, pump).await.expect("the pump ended").expect("no panic");
+        tokio::time::timeout(LIMIT, pump)
+            .await
+            .expect("the pump ended")
+            .expect("no panic");
         assert!(kit.app.calls.get(call_id).is_some(), "{call_id}");
     }
 }
@@ -362,7 +384,12 @@ async fn a_bad_token_is_refused_with_a_policy_close() {
 async fn no_start_is_refused_after_the_timeout() {
     let kit = start_call("CAnostart");
     let (transport, mut peer) = MemoryTransport::pair(8);
-    let carrier = kit.app.carriers.get(CarrierKind::Twilio).expect("twilio").clone();
+    let carrier = kit
+        .app
+        .carriers
+        .get(CarrierKind::Twilio)
+        .expect("twilio")
+        .clone();
     let pump = tokio::spawn(serve(
         kit.app.clone(),
         transport,

@@ -6,7 +6,9 @@
 //! A received message is a view of the socket's read buffer: nothing is copied on the way to
 //! the codec.
 
-use fastwebsockets::{Frame, OpCode, Payload, WebSocket, WebSocketError, WebSocketRead, WebSocketWrite};
+use fastwebsockets::{
+    Frame, OpCode, Payload, WebSocket, WebSocketError, WebSocketRead, WebSocketWrite,
+};
 use tokio::io::{AsyncRead, AsyncWrite, BufWriter, ReadHalf, WriteHalf};
 use tokio::sync::mpsc;
 
@@ -168,7 +170,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> MediaSender for WebSock
     }
 
     async fn close(&mut self, code: CloseCode, reason: &[u8]) {
-        let _ = self.write.write_frame(Frame::close(code.websocket(), reason)).await;
+        let _ = self
+            .write
+            .write_frame(Frame::close(code.websocket(), reason))
+            .await;
         let _ = self.write.flush().await;
     }
 }
@@ -288,7 +293,6 @@ impl<S: tokio::io::AsyncRead + Unpin> CappedReader<S> {
     }
 }
 
-
 /// A frame that no longer borrows the reader. The reader hands out its payload as a view of
 /// its own buffer (no copy, no allocation); only a borrowed payload is copied.
 fn own(f: Frame<'_>) -> Frame<'static> {
@@ -302,7 +306,6 @@ fn own(f: Frame<'_>) -> Frame<'static> {
     };
     Frame::new(true, opcode, None, payload)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -409,7 +412,12 @@ mod tests {
             .await
             .expect("write");
         client
-            .write_frame(Frame::new(true, OpCode::Ping, None, Payload::Owned(b"p".to_vec())))
+            .write_frame(Frame::new(
+                true,
+                OpCode::Ping,
+                None,
+                Payload::Owned(b"p".to_vec()),
+            ))
             .await
             .expect("write");
         client
@@ -450,6 +458,9 @@ mod tests {
         tx.flush().await.expect("flush");
         let close = client.read_frame().await.expect("close");
         assert_eq!(close.opcode, OpCode::Close);
-        assert_eq!(&close.payload[..], &[&1000u16.to_be_bytes()[..], b"bye"].concat()[..]);
+        assert_eq!(
+            &close.payload[..],
+            &[&1000u16.to_be_bytes()[..], b"bye"].concat()[..]
+        );
     }
 }

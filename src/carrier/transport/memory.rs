@@ -74,12 +74,7 @@ impl MemoryPeer {
     }
 
     /// The peer's two channels, to drive both directions at once (e.g. in one `select!`).
-    pub fn into_parts(
-        self,
-    ) -> (
-        mpsc::Sender<MemoryMessage>,
-        mpsc::Receiver<MemoryMessage>,
-    ) {
+    pub fn into_parts(self) -> (mpsc::Sender<MemoryMessage>, mpsc::Receiver<MemoryMessage>) {
         (self.to_pump, self.from_pump)
     }
 
@@ -138,11 +133,7 @@ impl MediaTransport for MemoryTransport {
 
 impl MediaReceiver for MemoryReceiver {
     async fn recv(&mut self) -> Result<Received<'_>, TransportError> {
-        let message = self
-            .from_peer
-            .recv()
-            .await
-            .ok_or(TransportError::Closed)?;
+        let message = self.from_peer.recv().await.ok_or(TransportError::Closed)?;
         if let MemoryMessage::Close(code, reason) = &message {
             let echo = OwedClose(*code, reason.clone());
             self.owed
