@@ -4,8 +4,9 @@
 //! → the voice detector → the STT input channel → written to the STT's WebSocket; and the pacer
 //! → the carrier command channel → encoded → written to the carrier's socket.
 //! Only the server's side is counted (the simulated peers' writes and reads are not); the
-//! call actor's own step (policy, timers) is not in it. The STT batching and the buffered,
-//! burst-flushed carrier writes mirror `call::actor` and `app::media`. Also a
+//! call actor's own step (policy, timers) is not in it. The STT batching mirrors
+//! `call::actor`; the carrier's socket is the media pump's own `WebSocketTransport` (messages
+//! capped while read, writes buffered and flushed per burst, as `app::media` runs it). Also a
 //! stable workload for `valgrind --tool=callgrind` (instructions per frame, see
 //! docs/BENCHMARKS.md). Run with `cargo bench --bench alloc` (`FRAMES=N` to change the count).
 
@@ -16,15 +17,16 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::BytesMut;
-use fastwebsockets::{Frame, OpCode, Payload, Role, WebSocket};
-use patterd::app::media::{CappedReader, MAX_FRAME, Message};
+use fastwebsockets::{Frame, Payload, Role, WebSocket};
+use patterd::app::media::WebSocketTransport;
 use patterd::audio::g711::ulaw_tone;
 use patterd::audio::vad::{Vad, VadConfig};
 use patterd::call::mouth::{Mouth, Pumped, UttKind};
 use patterd::carrier::plivo::PlivoCodec;
 use patterd::carrier::telnyx::TelnyxCodec;
+use patterd::carrier::transport::{MediaReceiver, MediaSender, MediaTransport, Received};
 use patterd::carrier::twilio::TwilioCodec;
-use patterd::carrier::{MediaCommand, MediaEvent, SharedCodec};
+use patterd::carrier::{MediaCommand, MediaEvent, MediaMessage, MessageKind, SharedCodec};
 use patterd::provider::SttInput;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
@@ -183,16 +185,11 @@ fn plivo_l16() -> Case {
 async fn run(case: Case, frames: u64, warmup: u64) -> (Tally, Tally, Tally) {
     // Caller → server media socket.
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
-    let mut server = WebSocket::after_handshake(server_io, Role::Server);
-    server.set_max_message_size(1 << 20);
-    // As the media pump does: writes buffered, flushed after each burst of commands.
-    let (read, mut write) = server.split(|s| {
-        let (r, w) = tokio::io::split(s);
-        (r, tokio::io::BufWriter::with_capacity(16 * 1024, w))
-    });
-    let mut read = CappedReader::new(read, MAX_FRAME);
+    let server = WebSocket::after_handshake(server_io, Role::Server);
+    // The media pump's transport: messages capped while read, writes buffered and flushed
+    // after each burst of commands.
+    let (mut read, mut write) = WebSocketTransport::new(server).split();
     let mut client_io = client_io;
-    let (owed_tx, _owed_rx) = tokio::sync::mpsc::channel::<Frame<'static>>(8);
     let mut codec = case.codec;
     let mut encoder = codec.clone_box();
 
@@ -247,16 +244,11 @@ async fn run(case: Case, frames: u64, warmup: u64) -> (Tally, Tally, Tally) {
             .await
             .expect("client write");
         // Server: read, decode, detect, hand to the STT writer.
-        let msg = scratch_in
-            .measure_async(read.read_message_owing(&owed_tx))
-            .await
-            .expect("read");
+        let msg = scratch_in.measure_async(read.recv()).await.expect("read");
         let audio = scratch_in.measure(|| {
-            let Message::Frame(f) = msg else {
-                panic!("too large")
+            let Received::Message(MediaMessage::Text(s)) = msg else {
+                panic!("not a text message: {msg:?}")
             };
-            assert_eq!(f.opcode, OpCode::Text);
-            let s = std::str::from_utf8(&f.payload).expect("utf8");
             match codec.decode(s) {
                 Ok(Some(MediaEvent::Audio(a))) => a,
                 other => panic!("not audio: {other:?}"),
@@ -303,7 +295,7 @@ async fn run(case: Case, frames: u64, warmup: u64) -> (Tally, Tally, Tally) {
         while let Some(cmd) = scratch_out.measure(|| cmd_rx.try_recv().ok()) {
             if scratch_out.measure(|| encoder.encode_into(&cmd, &mut out)) {
                 scratch_out
-                    .measure_async(write.write_frame(Frame::text(Payload::Borrowed(&out))))
+                    .measure_async(write.send(MessageKind::Text, &out))
                     .await
                     .expect("server write");
                 unflushed = true;

@@ -526,6 +526,34 @@ impl Line {
     }
 }
 
+/// The setup of an inbound Twilio call `call_id` on `account` to `agent` with `providers`
+/// (in-memory ones, say), without a store, tools, recording or turn model: 10 s for its
+/// media to attach, 30 s without media before it ends.
+pub fn memory_setup(
+    call_id: &str,
+    account: &str,
+    agent: Arc<AgentConfig>,
+    providers: AgentProviders,
+) -> CallSetup {
+    CallSetup {
+        call_id: call_id.to_string(),
+        carrier: CarrierKind::Twilio,
+        carrier_account: account.to_string(),
+        from: "+15550001111".into(),
+        to: "+15550002222".into(),
+        outbound: false,
+        agent_name: "agent".into(),
+        agent,
+        providers,
+        attach_timeout: Duration::from_secs(10),
+        media_timeout: Duration::from_secs(30),
+        log: None,
+        tools: None,
+        recording: None,
+        turn_model: None,
+    }
+}
+
 /// A call in memory: its actor, its handle and the carrier's leg.
 pub struct MemoryCall {
     pub handle: CallHandle,
@@ -538,23 +566,7 @@ impl MemoryCall {
     /// Starts a call to `agent` on `providers` and answers it at once.
     pub fn start(agent: Arc<AgentConfig>, providers: AgentProviders) -> Result<Self, InsertError> {
         let call_id = "CAmemory".to_string();
-        let setup = CallSetup {
-            call_id: call_id.clone(),
-            carrier: CarrierKind::Twilio,
-            carrier_account: "memory".into(),
-            from: "+15550001111".into(),
-            to: "+15550002222".into(),
-            outbound: false,
-            agent_name: "agent".into(),
-            agent,
-            providers,
-            attach_timeout: Duration::from_secs(10),
-            media_timeout: Duration::from_secs(30),
-            log: None,
-            tools: None,
-            recording: None,
-            turn_model: None,
-        };
+        let setup = memory_setup(&call_id, "memory", agent, providers);
         let registry = Arc::new(CallRegistry::new());
         let handle = actor::start(setup, registry.clone(), 1)?;
         let leg =

@@ -20,6 +20,7 @@ pub mod leg;
 pub mod port;
 pub mod registry;
 pub mod rest_client;
+pub mod transport;
 pub mod webhook;
 
 pub use account::AccountConfig;

@@ -1,59 +1,39 @@
-//! One media socket's connection and the stages of serving it: [`MediaConnection`] (framing,
-//! the message cap, the owed control frames, bad-frame counting), then [`await_start`],
+//! One media stream's connection and the stages of serving it: [`MediaConnection`] (the
+//! transport's two halves and the bad-message count), then [`await_start`],
 //! [`authenticate`], [`read_loop`] and [`write_loop`], which [`super::serve`] runs in turn.
+//! Every stage is generic over the [`MediaTransport`]: it reads whole messages and writes
+//! them, the transport keeps its framing and control traffic.
 
 use std::sync::Arc;
 
-use fastwebsockets::{Frame, OpCode, Payload, WebSocketError, WebSocketWrite};
-use hyper::upgrade::Upgraded;
-use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 use tracing::{info_span, warn};
 
-use super::{
-    BadFrames, CLOSE_NORMAL, CLOSE_POLICY, CappedReader, Decoded, MAX_FRAME, MAX_WIRE_FRAME,
-    START_TIMEOUT, ServerSocket, WRITE_BUFFER, decode,
-};
+use super::{BadFrames, Decoded, START_TIMEOUT, decode};
 use crate::app::App;
 use crate::app::metrics::Metrics;
 use crate::call::ingress::MediaInput;
 use crate::carrier::port::TokenSource;
+use crate::carrier::transport::{
+    CloseCode, MediaReceiver, MediaSender, MediaTransport, TransportError,
+};
 use crate::carrier::{
     Leg, MediaCodec, MediaCommand, MediaEvent, MessageKind, SharedCodec, StreamStart,
 };
 
-pub(super) type SocketRead = CappedReader<tokio::io::ReadHalf<TokioIo<Upgraded>>>;
-pub(super) type SocketWrite =
-    WebSocketWrite<tokio::io::BufWriter<tokio::io::WriteHalf<TokioIo<Upgraded>>>>;
-
-/// One media socket's framing: messages capped at [`MAX_FRAME`] while read, writes buffered
-/// and flushed per burst, the control frames the reader owes the peer (pong, close echo)
-/// handed to the writer, and the count of malformed frames.
-pub(super) struct MediaConnection {
-    pub(super) read: SocketRead,
-    pub(super) write: SocketWrite,
-    pub(super) owed_tx: mpsc::Sender<Frame<'static>>,
-    pub(super) owed_rx: mpsc::Receiver<Frame<'static>>,
+/// One media stream's transport, split, and the count of malformed messages.
+pub(super) struct MediaConnection<T: MediaTransport> {
+    pub(super) receiver: T::Receiver,
+    pub(super) sender: T::Sender,
     pub(super) bad: BadFrames,
 }
 
-impl MediaConnection {
-    pub(super) fn new(mut ws: ServerSocket) -> Self {
-        ws.set_auto_close(true);
-        ws.set_auto_pong(true);
-        ws.set_max_message_size(MAX_WIRE_FRAME);
-        // Writes go to a buffer that is flushed once the actor's burst of commands is written
-        // (one syscall for a pacer top-up of several frames and its mark).
-        let (read, write) = ws.split(|s| {
-            let (r, w) = tokio::io::split(s);
-            (r, tokio::io::BufWriter::with_capacity(WRITE_BUFFER, w))
-        });
-        let (owed_tx, owed_rx) = mpsc::channel::<Frame<'static>>(8);
+impl<T: MediaTransport> MediaConnection<T> {
+    pub(super) fn new(transport: T) -> Self {
+        let (receiver, sender) = transport.split();
         Self {
-            read: CappedReader::new(read, MAX_FRAME),
-            write,
-            owed_tx,
-            owed_rx,
+            receiver,
+            sender,
             bad: BadFrames::default(),
         }
     }
@@ -61,24 +41,21 @@ impl MediaConnection {
 
 /// Waits up to [`START_TIMEOUT`] for the stream's `start`; `None` when the socket closed, the
 /// stream stopped or too many frames were malformed first. Owed control frames go out after.
-pub(super) async fn await_start(
-    conn: &mut MediaConnection,
+pub(super) async fn await_start<T: MediaTransport>(
+    conn: &mut MediaConnection<T>,
     app: &App,
     codec: &mut dyn MediaCodec,
 ) -> Option<StreamStart> {
     let MediaConnection {
-        read,
-        write,
-        owed_tx,
-        owed_rx,
+        receiver,
+        sender,
         bad,
     } = conn;
     let start = tokio::time::timeout(START_TIMEOUT, async {
         loop {
-            let frame = read.read_message_owing(owed_tx).await;
-            match frame {
+            match receiver.recv().await {
                 Err(_) => return None,
-                Ok(f) => match decode(codec, f) {
+                Ok(received) => match decode(codec, received) {
                     Decoded::Event(MediaEvent::Start(s)) => return Some(s),
                     Decoded::Event(MediaEvent::Stop) | Decoded::Closed => return None,
                     Decoded::Event(_) | Decoded::Nothing => {}
@@ -95,11 +72,11 @@ pub(super) async fn await_start(
     .await
     .ok()
     .flatten();
-    // Any control frame the reader owed (pong, close echo) goes out now.
-    while let Ok(f) = owed_rx.try_recv() {
-        let _ = write.write_frame(f).await;
+    // Anything the receiver owed the peer (pong, close echo) goes out now.
+    while let Some(owed) = sender.try_owed() {
+        sender.write_owed(owed).await;
     }
-    let _ = write.flush().await;
+    let _ = sender.flush().await;
     start
 }
 
@@ -154,9 +131,8 @@ pub(super) fn authenticate(
 }
 
 /// The reader's part of a [`MediaConnection`].
-pub(super) struct ReadHalfState {
-    pub(super) read: SocketRead,
-    pub(super) owed_tx: mpsc::Sender<Frame<'static>>,
+pub(super) struct ReadHalfState<R> {
+    pub(super) receiver: R,
     pub(super) bad: BadFrames,
     /// Set when the carrier said the stream is over.
     pub(super) saw_stop: Arc<std::sync::atomic::AtomicBool>,
@@ -164,9 +140,9 @@ pub(super) struct ReadHalfState {
 
 /// Decodes caller messages into events for the actor (caller audio through the call's
 /// caller-audio stage) until the socket closes, the stream stops or too many frames are bad.
-pub(super) async fn read_loop(
+pub(super) async fn read_loop<R: MediaReceiver>(
     app: Arc<App>,
-    mut r: ReadHalfState,
+    mut r: ReadHalfState<R>,
     mut codec: Box<dyn SharedCodec>,
     ingress_rx: tokio::sync::oneshot::Receiver<crate::call::ingress::CallerIngress>,
     ev_tx: mpsc::Sender<MediaInput>,
@@ -174,15 +150,15 @@ pub(super) async fn read_loop(
     // Without it (the actor refused this stream) events go on raw, and fail.
     let mut ingress = ingress_rx.await.ok();
     loop {
-        let frame = match r.read.read_message_owing(&r.owed_tx).await {
-            Ok(f) => f,
-            Err(WebSocketError::ConnectionClosed) => return,
+        let received = match r.receiver.recv().await {
+            Ok(received) => received,
+            Err(TransportError::Closed) => return,
             Err(e) => {
                 warn!(error = %e, "media socket read failed");
                 return;
             }
         };
-        match decode(codec.as_mut(), frame) {
+        match decode(codec.as_mut(), received) {
             Decoded::Event(ev) => {
                 r.bad.ok();
                 let stop = ev == MediaEvent::Stop;
@@ -220,9 +196,8 @@ pub(super) async fn read_loop(
                         bad_total = r.bad.total,
                         "too many malformed media frames; ending this call"
                     );
-                    let _ = r
-                        .owed_tx
-                        .send(Frame::close(CLOSE_POLICY, b"malformed frames"))
+                    r.receiver
+                        .close(CloseCode::Policy, b"malformed frames")
                         .await;
                     return;
                 }
@@ -232,18 +207,17 @@ pub(super) async fn read_loop(
 }
 
 /// The writer's part of a [`MediaConnection`], and the actor's commands.
-pub(super) struct WriteHalfState {
-    pub(super) write: SocketWrite,
-    pub(super) owed_rx: mpsc::Receiver<Frame<'static>>,
+pub(super) struct WriteHalfState<S> {
+    pub(super) sender: S,
     pub(super) cmd_rx: mpsc::Receiver<MediaCommand>,
 }
 
 /// Writes the actor's commands (and the call's progress, for a client that shows it) until
 /// the actor drops its command channel or the socket fails, then closes the socket. True when
 /// the actor refused this stream while its call goes on.
-pub(super) async fn write_loop(
+pub(super) async fn write_loop<S: MediaSender>(
     app: &App,
-    mut w: WriteHalfState,
+    mut w: WriteHalfState<S>,
     mut encoder: Box<dyn SharedCodec>,
     call: &AuthenticatedCall,
     leg: &Leg,
@@ -274,12 +248,8 @@ pub(super) async fn write_loop(
                 }
                 Some(cmd) => {
                     if encoder.encode_into(&cmd, &mut out) {
-                        let payload = Payload::Borrowed(&out);
-                        let frame = match encoder.encodes_command(&cmd) {
-                            MessageKind::Text => Frame::text(payload),
-                            MessageKind::Binary => Frame::binary(payload),
-                        };
-                        if w.write.write_frame(frame).await.is_err() {
+                        let kind = encoder.encodes_command(&cmd);
+                        if w.sender.send(kind, &out).await.is_err() {
                             break;
                         }
                         unflushed = true;
@@ -288,37 +258,35 @@ pub(super) async fn write_loop(
             },
             Some(p) = async { progress_rx.as_mut()?.recv().await }, if progress.is_some() => {
                 if let Some(text) = encoder.encode_progress(&p) {
-                    if w.write.write_frame(Frame::text(Payload::Owned(text.into_bytes()))).await.is_err() {
+                    if w.sender.send(MessageKind::Text, text.as_bytes()).await.is_err() {
                         break;
                     }
                     unflushed = true;
                 }
             }
-            f = w.owed_rx.recv() => match f {
-                Some(f) => {
-                    let close = f.opcode == OpCode::Close;
-                    let _ = w.write.write_frame(f).await;
+            owed = w.sender.next_owed() => match owed {
+                Some(owed) => {
+                    let closed = w.sender.write_owed(owed).await;
                     unflushed = true;
-                    if close { break; }
+                    if closed { break; }
                 }
+                // The receiver is gone: the peer left or the stream stopped.
                 None => break,
             },
         }
         // The rest of a burst is already queued: write it before flushing.
         if unflushed && w.cmd_rx.is_empty() {
-            if w.write.flush().await.is_err() {
+            if w.sender.flush().await.is_err() {
                 break;
             }
             unflushed = false;
         }
     }
-    if !w.write.is_closed() {
+    if w.sender.is_closed() {
+        let _ = w.sender.flush().await;
+    } else {
         let reason: &[u8] = if leg.is_hung_up() { b"call ended" } else { b"" };
-        let _ = w
-            .write
-            .write_frame(Frame::close(CLOSE_NORMAL, reason))
-            .await;
+        w.sender.close(CloseCode::Normal, reason).await;
     }
-    let _ = w.write.flush().await;
     refused
 }
