@@ -307,6 +307,16 @@ fn llms(c: &mut Check, config: &Config) {
                 ),
             );
         }
+        let secret = llm.session_key_secret.expose().trim();
+        if !secret.is_empty() && secret.chars().count() < 32 {
+            c.fail(
+                &["llm", name, "session_key_secret"],
+                format!(
+                    "[llm.{name}] session_key_secret is shorter than 32 characters; use a random \
+                     one (e.g. `openssl rand -hex 32`): it keys every caller's memory scope"
+                ),
+            );
+        }
         if let Some(t) = llm.timeout_s {
             c.at_least_one(&["llm", name, "timeout_s"], t);
         }
@@ -683,6 +693,15 @@ pub(crate) fn warnings(config: &Config) -> Vec<String> {
                 "llm.{name} is unconfigured (api_key empty): requests to {} carry no bearer \
                  token and will be refused if the server requires one",
                 llm.effective_base_url()
+            ));
+        }
+    }
+    for (name, llm) in &config.llm {
+        if llm.session_key_from.is_some() && llm.session_key_secret.is_empty() {
+            out.push(format!(
+                "llm.{name} has session_key_from = \"caller_hash\" but no session_key_secret: \
+                 no per-caller memory key is sent until one is set (e.g. \
+                 session_key_secret = \"${{PATTERD_MEMORY_SECRET}}\" from `openssl rand -hex 32`)"
             ));
         }
     }

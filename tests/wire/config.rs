@@ -466,6 +466,17 @@ fn bad_public_url_is_reported() {
 }
 
 #[test]
+fn a_short_session_key_secret_is_refused() {
+    let text = BASE.replace(
+        "api_key = \"k\"\n\n[stt",
+        "api_key = \"k\"\nsession_key_from = \"caller_hash\"\nsession_key_secret = \"short\"\n\n[stt",
+    );
+    assert_ne!(text, BASE);
+    let err = load_err(&text);
+    assert!(err.contains("session_key_secret is shorter than 32"), "{err}");
+}
+
+#[test]
 fn several_errors_are_reported_together() {
     let text = BASE
         .replace("127.0.0.1:8080", "0.0.0.0:8080")
@@ -625,10 +636,19 @@ fn shipped_example_loads_with_empty_environment() {
     assert_eq!(c.numbers.len(), 1);
     assert_eq!(c.numbers[0].carrier, "twilio");
     assert_eq!(c.server.data_dir.to_str(), Some("./data"));
-    // Only warnings: 3 carriers + llm hermes and openclaw + the two Deepgram stt examples,
-    // AssemblyAI and OpenAI Realtime + 3 tts (elevenlabs, openai, cartesia); the self-hosted
-    // `openai_compatible` stt, the `ollama` preset and kokoro need no key.
-    assert_eq!(loaded.warnings.len(), 12, "{:?}", loaded.warnings);
+    // Only warnings: 3 carriers + llm hermes and openclaw + hermes' caller_hash without its
+    // session_key_secret + the two Deepgram stt examples, AssemblyAI and OpenAI Realtime + 3
+    // tts (elevenlabs, openai, cartesia); the self-hosted `openai_compatible` stt, the
+    // `ollama` preset and kokoro need no key.
+    assert_eq!(loaded.warnings.len(), 13, "{:?}", loaded.warnings);
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("llm.hermes has session_key_from") && w.contains("no per-caller")),
+        "{:?}",
+        loaded.warnings
+    );
     assert_eq!(c.stt["assemblyai"].kind, config::SttKind::Assemblyai);
     assert_eq!(
         c.stt["openai_realtime"].kind,
