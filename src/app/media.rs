@@ -10,8 +10,10 @@
 //! Before authentication a socket costs little: a URL token (Telnyx, Plivo) is checked before
 //! the upgrade (401/403 without upgrading), every media socket holds a permit of
 //! [`super::App::media_sockets`] (upgraded sockets leave the listener's connection count), a
-//! message is capped at [`MAX_FRAME`] while its fragments are read ([`CappedReader`]), and
-//! `start` must come within [`START_TIMEOUT`].
+//! frame larger than [`MAX_FRAME`] closes the socket before its payload is read, a message is
+//! capped at [`MAX_FRAME`] while its fragments are read ([`CappedReader`]), and `start` must
+//! come within [`START_TIMEOUT`]. Once authenticated, a frame up to [`MAX_WIRE_FRAME`] is
+//! skipped and counted as bad instead (the call goes on).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,8 +48,12 @@ pub type ServerSocket = WebSocket<TokioIo<Upgraded>>;
 /// Largest media message accepted (larger ones are counted as bad and dropped; a fragmented
 /// one stops being buffered as soon as its fragments pass this size).
 pub use crate::carrier::MAX_MEDIA_MESSAGE as MAX_FRAME;
-/// Beyond this a single frame cannot be skipped safely and the socket is closed.
+/// Beyond this a single frame of an authenticated socket cannot be skipped safely and the
+/// socket is closed.
 const MAX_WIRE_FRAME: usize = 1024 * 1024;
+/// The frame limit before authentication: any frame over [`MAX_FRAME`] closes the socket
+/// (the WebSocket reader refuses a payload of this size or more).
+const PRE_AUTH_WIRE_FRAME: usize = MAX_FRAME + 1;
 /// How long a carrier has to send `start` after connecting (carriers send it at once).
 pub const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bad frames tolerated in a row / in total before the call is ended.
@@ -155,6 +161,7 @@ pub async fn serve(
             return;
         }
     };
+    conn.read.set_wire_limit(MAX_WIRE_FRAME);
     let leg = Leg::new(
         carrier,
         &call.handle.carrier_account,
@@ -252,6 +259,12 @@ impl<S: tokio::io::AsyncRead + Unpin> CappedReader<S> {
             partial: None,
             peak: 0,
         }
+    }
+
+    /// Sets the largest single frame the WebSocket reader accepts (a larger one is an error
+    /// before its payload is read).
+    pub fn set_wire_limit(&mut self, bytes: usize) {
+        self.read.set_max_message_size(bytes);
     }
 
     /// The most bytes ever held for one message (never more than `max`).

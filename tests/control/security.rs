@@ -303,6 +303,37 @@ async fn idle_media_socket_is_closed_at_the_start_deadline() {
     );
 }
 
+/// Before `start` has authenticated a media socket, a frame over the media message cap
+/// (64 KiB) closes it at once: its payload is never read into memory, and the socket does not
+/// stay open to the start deadline.
+#[tokio::test]
+async fn an_oversized_frame_before_start_closes_the_socket() {
+    use fastwebsockets::{Frame, Payload};
+    let stack = Stack::start(Opts::default()).await;
+    let url = format!("{}/twilio/media", stack.ws_base());
+    let (mut ws, _) = patterd::net::ws_client::connect(&url, &[], Duration::from_secs(5))
+        .await
+        .expect("socket opens");
+    let opened = Instant::now();
+    let big = vec![b'a'; patterd::carrier::MAX_MEDIA_MESSAGE + 1];
+    let _ = ws.write_frame(Frame::text(Payload::Owned(big))).await;
+    let closed = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            match ws.read_frame().await {
+                Ok(f) if f.opcode == OpCode::Close => return,
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "an oversized frame before start left the socket open for {:?}",
+        opened.elapsed()
+    );
+}
+
 /// A Telnyx or Plivo media URL with a token this daemon never minted gets 401/403 and is
 /// never upgraded.
 #[tokio::test]

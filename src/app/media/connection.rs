@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tracing::{info_span, warn};
 
 use super::{
-    BadFrames, CLOSE_NORMAL, CLOSE_POLICY, CappedReader, Decoded, MAX_FRAME, MAX_WIRE_FRAME,
+    BadFrames, CLOSE_NORMAL, CLOSE_POLICY, CappedReader, Decoded, MAX_FRAME, PRE_AUTH_WIRE_FRAME,
     START_TIMEOUT, ServerSocket, WRITE_BUFFER, decode,
 };
 use crate::app::App;
@@ -41,7 +41,8 @@ impl MediaConnection {
     pub(super) fn new(mut ws: ServerSocket) -> Self {
         ws.set_auto_close(true);
         ws.set_auto_pong(true);
-        ws.set_max_message_size(MAX_WIRE_FRAME);
+        // Until the socket is authenticated no frame over MAX_FRAME is read at all.
+        ws.set_max_message_size(PRE_AUTH_WIRE_FRAME);
         // Writes go to a buffer that is flushed once the actor's burst of commands is written
         // (one syscall for a pacer top-up of several frames and its mark).
         let (read, write) = ws.split(|s| {
