@@ -126,10 +126,10 @@ async fn cross_site_requests_are_refused() {
 #[tokio::test]
 async fn metrics_need_the_token_unless_public() {
     let (_dir, _d, base) =
-        daemon("public_url = \"https://voice.example.test\"\napi_token = \"sekret\"\n").await;
+        daemon("public_url = \"https://voice.example.test\"\napi_token = \"sekret-0123456789abcdefghijklmnop\"\n").await;
     let r = reqwest::get(format!("{base}/metrics")).await.unwrap();
     assert_eq!(r.status(), 401);
-    let r = api_client("sekret")
+    let r = api_client("sekret-0123456789abcdefghijklmnop")
         .get(format!("{base}/metrics"))
         .send()
         .await
@@ -138,7 +138,7 @@ async fn metrics_need_the_token_unless_public() {
     assert!(r.text().await.unwrap().contains("patterd_calls_active"));
 
     let (_dir, _d, base) = daemon(
-        "public_url = \"https://voice.example.test\"\napi_token = \"sekret\"\nmetrics_public = true\n",
+        "public_url = \"https://voice.example.test\"\napi_token = \"sekret-0123456789abcdefghijklmnop\"\nmetrics_public = true\n",
     )
     .await;
     let r = reqwest::get(format!("{base}/metrics")).await.unwrap();
