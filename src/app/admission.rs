@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::{App, Generation};
 use super::metrics::{Metrics, RefusalReason};
+use super::{App, Generation};
 use crate::call::registry::InsertError;
 use crate::call::{CallSetup, actor};
 use crate::carrier::port::{Admitted, Direct, Inbound, Refusal};

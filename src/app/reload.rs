@@ -42,7 +42,12 @@ pub fn plan(old: &Config, mut new: Config) -> Plan {
         "the listener, TLS, public_url and limits are set at start",
     );
     kept("log", &old.log, &new.log, "logging is set up at start");
-    kept("store", &old.store, &new.store, "the call store opens at start");
+    kept(
+        "store",
+        &old.store,
+        &new.store,
+        "the call store opens at start",
+    );
     kept(
         "carriers",
         &old.carriers,

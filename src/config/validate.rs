@@ -224,8 +224,7 @@ fn server(c: &mut Check, config: &Config) {
         Ok(_) => {}
     }
     let token_chars = server.api_token.expose().trim().chars().count();
-    if !server.api_token.is_empty() && token_chars < MIN_API_TOKEN_CHARS && !server.api_is_local()
-    {
+    if !server.api_token.is_empty() && token_chars < MIN_API_TOKEN_CHARS && !server.api_is_local() {
         c.fail(
             &["server", "api_token"],
             format!(

@@ -688,13 +688,18 @@ mod tests {
     fn no_caller_memory_without_a_number_or_a_secret() {
         let secret = "s".repeat(32);
         // Not a bare hash anyone can compute, and another deployment's secret gives another key.
-        let bare = hex::encode(
-            ring::digest::digest(&ring::digest::SHA256, b"+15551234567").as_ref(),
-        );
+        let bare =
+            hex::encode(ring::digest::digest(&ring::digest::SHA256, b"+15551234567").as_ref());
         let k = caller_key(&secret, "+15551234567").expect("a key");
         assert_ne!(k, format!("patter-caller-{}", &bare[..16]));
         assert_ne!(Some(k), caller_key(&"t".repeat(32), "+15551234567"));
-        for shared in ["browser", "anonymous", "sip:alice@example.com", "+266696687", ""] {
+        for shared in [
+            "browser",
+            "anonymous",
+            "sip:alice@example.com",
+            "+266696687",
+            "",
+        ] {
             assert_eq!(caller_key(&secret, shared), None, "{shared}");
         }
         assert_eq!(caller_key("", "+15551234567"), None);

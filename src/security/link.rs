@@ -25,7 +25,9 @@ pub enum LinkError {
     BadSignature,
     #[error("phone link has expired; make a new one with `patterd phone-link`")]
     Expired,
-    #[error("phone link names no agent (made by an older patterd); make a new one with `patterd phone-link`")]
+    #[error(
+        "phone link names no agent (made by an older patterd); make a new one with `patterd phone-link`"
+    )]
     Unbound,
     #[error("phone link is valid for longer than 24 h; make a new one with `patterd phone-link`")]
     TooLong,
@@ -97,10 +99,7 @@ impl PhoneLinks {
     }
 
     fn payload(c: &LinkClaims) -> String {
-        format!(
-            "{VERSION}\n{}\n{}\n{}",
-            c.call_id, c.agent, c.expiry
-        )
+        format!("{VERSION}\n{}\n{}\n{}", c.call_id, c.agent, c.expiry)
     }
 
     /// The link text for `claims`: `payload.tag`, both base64url.

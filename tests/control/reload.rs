@@ -9,7 +9,7 @@ use std::time::Duration;
 use patterd_sim::hermes::HermesReply;
 
 use crate::common::daemon::{Daemon, Fakes};
-use crate::common::{API_TOKEN, AUTH_TOKEN, Opts, Stack, SYSTEM_PROMPT, WAIT, api_client, speak};
+use crate::common::{API_TOKEN, AUTH_TOKEN, Opts, SYSTEM_PROMPT, Stack, WAIT, api_client, speak};
 
 const NEW_PROMPT: &str = "You are the reloaded agent.";
 
@@ -183,9 +183,15 @@ async fn sighup_rotates_the_api_token_and_names_a_changed_carrier_secret() {
     let (warned, d) = line(d, "carriers.twilio.auth_token changed").await;
     let warned = warned.expect("no warning naming carriers.twilio.auth_token");
     assert!(warned.contains("restart"), "{warned}");
-    assert!(!warned.contains(new_auth) && !warned.contains(AUTH_TOKEN), "{warned}");
+    assert!(
+        !warned.contains(new_auth) && !warned.contains(AUTH_TOKEN),
+        "{warned}"
+    );
     let (rotated, d) = line(d, "server.api_token changed").await;
-    assert!(rotated.is_some_and(|l| !l.contains(NEW_TOKEN)), "no rotation line");
+    assert!(
+        rotated.is_some_and(|l| !l.contains(NEW_TOKEN)),
+        "no rotation line"
+    );
     let (found, d) = line(d, "configuration reloaded").await;
     assert!(found.is_some(), "no reload log line");
 
@@ -226,7 +232,9 @@ async fn a_rotated_token_invalidates_old_links_and_page_cookies() {
         }
         r.send()
     };
-    let exchanged = page(format!("?token={API_TOKEN}"), None).await.expect("GET");
+    let exchanged = page(format!("?token={API_TOKEN}"), None)
+        .await
+        .expect("GET");
     assert_eq!(exchanged.status(), 303);
     let old_cookie = exchanged.headers()["set-cookie"]
         .to_str()
@@ -235,7 +243,13 @@ async fn a_rotated_token_invalidates_old_links_and_page_cookies() {
         .next()
         .unwrap_or_default()
         .to_string();
-    assert_eq!(page(String::new(), Some(old_cookie.clone())).await.expect("GET").status(), 200);
+    assert_eq!(
+        page(String::new(), Some(old_cookie.clone()))
+            .await
+            .expect("GET")
+            .status(),
+        200
+    );
 
     let mut rotated = (*app.config()).clone();
     rotated.server.api_token = patterd::config::schema::Secret::new(NEW_TOKEN);
@@ -250,7 +264,11 @@ async fn a_rotated_token_invalidates_old_links_and_page_cookies() {
     );
 
     // The old link, cookie and token are refused; the new token's work.
-    let phone = |link: String| client.get(format!("{}/phone?link={link}", stack.base)).send();
+    let phone = |link: String| {
+        client
+            .get(format!("{}/phone?link={link}", stack.base))
+            .send()
+    };
     assert_eq!(phone(old_link).await.expect("GET").status(), 403);
     let new_link = app
         .phone_links()
@@ -258,9 +276,23 @@ async fn a_rotated_token_invalidates_old_links_and_page_cookies() {
         .mint("front-desk", unix_now() + 60)
         .0;
     assert_eq!(phone(new_link).await.expect("GET").status(), 200);
-    assert_ne!(page(String::new(), Some(old_cookie)).await.expect("GET").status(), 200);
-    assert_eq!(page(format!("?token={API_TOKEN}"), None).await.expect("GET").status(), 401);
-    let exchanged = page(format!("?token={NEW_TOKEN}"), None).await.expect("GET");
+    assert_ne!(
+        page(String::new(), Some(old_cookie))
+            .await
+            .expect("GET")
+            .status(),
+        200
+    );
+    assert_eq!(
+        page(format!("?token={API_TOKEN}"), None)
+            .await
+            .expect("GET")
+            .status(),
+        401
+    );
+    let exchanged = page(format!("?token={NEW_TOKEN}"), None)
+        .await
+        .expect("GET");
     assert_eq!(exchanged.status(), 303);
     let bearer = |t: &str| {
         client

@@ -287,7 +287,10 @@ async fn phone_link_prints_a_link_the_daemon_accepts_once() {
         .verify(Some(link), unix_now())
         .expect("a valid link");
     assert_eq!(claims.agent, "front-desk");
-    assert!(claims.expiry <= unix_now() + 600, "the default ttl is 600 s");
+    assert!(
+        claims.expiry <= unix_now() + 600,
+        "the default ttl is 600 s"
+    );
     let q = format!("link={link}");
     let _ws = open(&stack, &q, &[]).await.expect("the printed link opens");
     refused_with(open(&stack, &q, &[]).await, 409);
@@ -301,7 +304,11 @@ async fn phone_link_prints_a_link_the_daemon_accepts_once() {
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no agent named \"nobody\""));
     // At most a day.
     let day = run(API_TOKEN, &["--ttl", "86400"]);
-    assert!(day.status.success(), "{}", String::from_utf8_lossy(&day.stderr));
+    assert!(
+        day.status.success(),
+        "{}",
+        String::from_utf8_lossy(&day.stderr)
+    );
     let long = run(API_TOKEN, &["--ttl", "86401"]);
     assert_eq!(long.status.code(), Some(1));
     let err = String::from_utf8_lossy(&long.stderr);
@@ -331,7 +338,10 @@ async fn a_link_shows_and_opens_only_its_own_agent() {
     let r = socket(format!("link={gone}"), None).await.expect("GET");
     assert_eq!(r.status(), 404);
     let body = r.text().await.expect("body");
-    assert!(!body.contains("front-desk"), "a link listed the agents: {body}");
+    assert!(
+        !body.contains("front-desk"),
+        "a link listed the agents: {body}"
+    );
     // The same with the API token names them.
     let r = socket("agent=nobody".into(), Some(format!("Bearer {API_TOKEN}")))
         .await
@@ -340,7 +350,9 @@ async fn a_link_shows_and_opens_only_its_own_agent() {
     assert!(r.text().await.expect("body").contains("front-desk"));
     // Another agent through a link is refused, before the link is used up.
     let own = valid(&stack);
-    let r = socket(format!("link={own}&agent=other"), None).await.expect("GET");
+    let r = socket(format!("link={own}&agent=other"), None)
+        .await
+        .expect("GET");
     assert_eq!(r.status(), 403);
     // The page of a link lists its agent only.
     let page = client
@@ -351,7 +363,10 @@ async fn a_link_shows_and_opens_only_its_own_agent() {
     assert_eq!(page.status(), 200);
     let body = page.text().await.expect("body");
     assert!(body.contains(r#"const AGENTS = ["nobody"]"#), "{body}");
-    assert!(!body.contains("front-desk"), "a link's page listed the agents");
+    assert!(
+        !body.contains("front-desk"),
+        "a link's page listed the agents"
+    );
 }
 
 #[tokio::test]

@@ -420,7 +420,7 @@ fn non_loopback_listen_needs_api_token() {
         "listen = \"0.0.0.0:8080\"",
         "listen = \"0.0.0.0:8080\"\napi_token = \"${TOKEN}\"",
     );
-        let token = ("TOKEN", "abc0123456789abcdef0123456789abcdef");
+    let token = ("TOKEN", "abc0123456789abcdef0123456789abcdef");
     config::load_str_with_vars(&ok, ORIGIN, &[token]).expect("loads with a token");
 }
 
@@ -493,7 +493,10 @@ fn a_short_session_key_secret_is_refused() {
     );
     assert_ne!(text, BASE);
     let err = load_err(&text);
-    assert!(err.contains("session_key_secret is shorter than 32"), "{err}");
+    assert!(
+        err.contains("session_key_secret is shorter than 32"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -588,7 +591,10 @@ fn render_effective_redacts_secrets() {
         .replace("api_key = \"k\"", "api_key = \"${API_KEY}\"")
         .replace("account_sid = \"AC123\"", "account_sid = \"${SID}\"")
         .replace("auth_token = \"tok\"", "auth_token = \"${TOKEN}\"")
-        .replace("api_token = \"wire-test-api-token-0123456789abcdef\"", "api_token = \"${API_TOKEN}\"");
+        .replace(
+            "api_token = \"wire-test-api-token-0123456789abcdef\"",
+            "api_token = \"${API_TOKEN}\"",
+        );
     let loaded = config::load_str_with_vars(&text, ORIGIN, &secrets).expect("loads");
     assert_eq!(
         loaded.config.server.api_token.expose(),
@@ -603,7 +609,10 @@ fn render_effective_redacts_secrets() {
     assert!(out.contains("listen = \"127.0.0.1:8080\""), "{out}");
     // The rendering is itself a loadable configuration once the redacted api_token (`***`,
     // too short for an API reachable from the network) is given a real one again.
-    let out = out.replace("api_token = \"***\"", &format!("api_token = \"{}\"", "x".repeat(32)));
+    let out = out.replace(
+        "api_token = \"***\"",
+        &format!("api_token = \"{}\"", "x".repeat(32)),
+    );
     let reloaded = load(&out).expect("rendered config loads");
     assert_eq!(reloaded.config.numbers.len(), 1);
 }
@@ -668,10 +677,9 @@ fn shipped_example_loads_with_empty_environment() {
     // `ollama` preset and kokoro need no key.
     assert_eq!(loaded.warnings.len(), 13, "{:?}", loaded.warnings);
     assert!(
-        loaded
-            .warnings
-            .iter()
-            .any(|w| w.starts_with("llm.hermes has session_key_from") && w.contains("no per-caller")),
+        loaded.warnings.iter().any(
+            |w| w.starts_with("llm.hermes has session_key_from") && w.contains("no per-caller")
+        ),
         "{:?}",
         loaded.warnings
     );
