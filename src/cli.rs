@@ -147,13 +147,15 @@ pub enum Command {
     /// Print a short-lived, single-use link that opens the browser phone (/phone).
     ///
     /// The link is signed with a key derived from server.api_token (the daemon checks it
-    /// with the same key), expires after --ttl seconds and opens exactly one call. Without
-    /// an api_token the daemon is local-only: open http://127.0.0.1:PORT/phone instead.
+    /// with the same key), expires after --ttl seconds and opens exactly one call, to one
+    /// agent. Without an api_token the daemon is local-only: open
+    /// http://127.0.0.1:PORT/phone instead.
     PhoneLink {
-        /// The agent the link calls (default: the first [agents.*]).
+        /// The agent the link calls (default: the browser phone's default agent — the
+        /// `agent` of a `kind = "web"` carrier section, else the first [agents.*]).
         #[arg(long)]
         agent: Option<String>,
-        /// Seconds until the link expires.
+        /// Seconds until the link expires (at most 86400, 24 h).
         #[arg(long, default_value_t = 600)]
         ttl: u64,
     },

@@ -86,29 +86,43 @@ fn wire(config: Option<&Path>, number: &str, dry_run: bool, unwire: bool) -> Exi
     }
 }
 
-/// The `patterd phone-link` URL for `config`: `public_url` + `/phone?link=…`.
+/// The `patterd phone-link` URL for `config`: `public_url` + `/phone?link=…`, bound to
+/// `agent` or, when none is named, to the browser phone's default agent (the `agent` of a
+/// `kind = "web"` carrier section, else the first `[agents.*]`), valid for `ttl_s` seconds
+/// (1 to 24 h).
 fn phone_link(
     config: &patterd::config::Config,
     agent: Option<&str>,
     ttl_s: u64,
 ) -> Result<String, String> {
-    if let Some(a) = agent
-        && !config.agents.contains_key(a)
-    {
+    use patterd::security::link::{MAX_TTL_S, PhoneLinks, unix_now};
+    if ttl_s == 0 || ttl_s > MAX_TTL_S {
+        return Err(format!(
+            "--ttl {ttl_s} is out of range: a phone link lives 1 to {MAX_TTL_S} seconds (24 h); \
+             make a new link when it expires"
+        ));
+    }
+    let web_default = config.carriers.values().find_map(|c| match c {
+        patterd::carrier::CarrierConfig::Web(w) => w.agent.as_deref(),
+        _ => None,
+    });
+    let agent = agent
+        .or(web_default)
+        .or_else(|| config.agents.keys().next().map(String::as_str))
+        .ok_or("no [agents.*] is configured, so a phone link has nobody to call")?;
+    if !config.agents.contains_key(agent) {
         let names: Vec<&str> = config.agents.keys().map(String::as_str).collect();
         return Err(format!(
-            "no agent named {a:?} in the configuration (configured: {})",
+            "no agent named {agent:?} in the configuration (configured: {})",
             names.join(", ")
         ));
     }
-    let links = patterd::security::link::PhoneLinks::from_secret(config.server.api_token.expose())
-        .ok_or_else(|| {
-            "server.api_token is not set, so the daemon is local-only and needs no link: open \
+    let links = PhoneLinks::from_secret(config.server.api_token.expose()).ok_or_else(|| {
+        "server.api_token is not set, so the daemon is local-only and needs no link: open \
          /phone on this machine (e.g. http://127.0.0.1:8080/phone), or set server.api_token"
-                .to_string()
-        })?;
-    let expiry = patterd::security::link::unix_now().saturating_add(ttl_s);
-    let (link, _) = links.mint(agent, expiry);
+            .to_string()
+    })?;
+    let (link, _) = links.mint(agent, unix_now().saturating_add(ttl_s));
     let page = patterd::carrier::public_request_url(&config.server.public_url, "/phone", None);
     Ok(format!("{page}?link={link}"))
 }

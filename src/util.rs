@@ -1,7 +1,8 @@
 //! Small shared helpers that belong to no single module: a task guard that aborts a spawned
 //! task when dropped (how provider streams are cancelled), and the process-wide TLS setup;
 //! phone-number helpers in [`phone`], the never-printed [`secret::Secret`] and systemd's
-//! notifications ([`sd_notify`]).
+//! notifications ([`sd_notify`]); [`create_private_dir`] for the directories that hold call
+//! data.
 
 pub mod phone;
 pub mod sd_notify;
@@ -37,4 +38,15 @@ impl Drop for TaskGuard {
 /// daemon (reqwest, the WebSocket client) relies on it; calling it more than once is harmless.
 pub fn init_tls() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Creates `dir` and its missing parents with mode 0700 (owner only): the data directory and
+/// the recordings hold callers' numbers, transcripts and voices. An existing directory keeps
+/// its mode (the operator chose it).
+pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }

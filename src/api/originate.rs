@@ -59,7 +59,8 @@ impl Originate {
 
 /// Places the call; see the module docs.
 pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError> {
-    let config = &app.config();
+    let generation = app.current();
+    let config = &generation.config;
     let to = crate::util::phone::normalize_e164(&req.to).ok_or_else(|| {
         ApiError::new(
             400,
@@ -76,7 +77,7 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
         None => default_from_number(config, &to)?,
     };
     let (agent_name, agent) = call_agent(config, &req, number)?;
-    let providers = app.providers().for_agent(&agent).ok_or_else(|| {
+    let providers = generation.providers.for_agent(&agent).ok_or_else(|| {
         ApiError::new(
             503,
             ErrorCode::AgentUnavailable,
@@ -101,6 +102,7 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
             agent_name: agent_name.clone(),
             agent: agent.clone(),
             providers,
+            generation: generation.clone(),
             machine_detection: req.machine_detection,
             voicemail_message: req.voicemail_message.clone(),
         },

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::App;
 use super::metrics::{Metrics, RefusalReason};
+use super::{App, Generation};
 use crate::call::registry::InsertError;
 use crate::call::{CallSetup, actor};
 use crate::carrier::port::{Admitted, Direct, IncomingCall, Refusal};
@@ -44,8 +44,9 @@ pub fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted, Refusal> {
         return Err(Refusal::Repeated);
     }
     let dialled = normalize_e164(call.to).unwrap_or_else(|| call.to.to_string());
-    // One configuration for the whole admission (a reload may swap it meanwhile).
-    let config = app.config();
+    // One generation for the whole admission (a reload may swap it meanwhile).
+    let generation = app.current();
+    let config = &generation.config;
     let Some(number) = config
         .numbers
         .iter()
@@ -80,7 +81,7 @@ pub fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted, Refusal> {
         .get(&number.agent)
         .map(|a| overrides.apply(a))
         .and_then(|a| {
-            let p = app.providers().for_agent(&a)?;
+            let p = generation.providers.for_agent(&a)?;
             Some((a, p))
         })
     else {
@@ -89,6 +90,7 @@ pub fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted, Refusal> {
     };
     launch(
         app,
+        &generation,
         Launch {
             carrier: call.carrier,
             account: call.account,
@@ -121,7 +123,7 @@ struct Launch<'a> {
 
 /// Starts the actor of an accepted call and records it (`max_calls` and a racing duplicate
 /// still refuse it here).
-fn launch(app: &App, l: Launch<'_>) -> Result<(), Refusal> {
+fn launch(app: &App, generation: &Generation, l: Launch<'_>) -> Result<(), Refusal> {
     let carrier = l.carrier.as_str();
     let call_id = l.call_id;
     let setup = CallSetup {
@@ -145,7 +147,7 @@ fn launch(app: &App, l: Launch<'_>) -> Result<(), Refusal> {
         log: Some(app.call_log(&setup)),
         ..setup
     };
-    let setup = super::with_tools(app, setup);
+    let setup = super::with_tools(app, generation, setup);
     let record = NewCall {
         call_id: setup.call_id.clone(),
         carrier: carrier.into(),
@@ -156,7 +158,7 @@ fn launch(app: &App, l: Launch<'_>) -> Result<(), Refusal> {
         agent: l.agent_name.to_string(),
         status: "ringing".into(),
     };
-    match actor::start(setup, app.calls.clone(), app.config().server.max_calls) {
+    match actor::start(setup, app.calls.clone(), generation.config.server.max_calls) {
         Ok(_) => app.store.tx.send(Write::Call(record)),
         Err(InsertError::Full) => {
             Metrics::inc(&app.metrics.calls_rejected_busy);
@@ -194,24 +196,26 @@ pub fn admit_direct(app: &App, call: Direct<'_>) -> Result<Admitted, Refusal> {
         ));
         return Err(Refusal::Repeated);
     }
+    let generation = app.current();
+    let config = &generation.config;
     let name = match call.agent {
         Some(a) => a.to_string(),
-        None => match app.config().agents.keys().next() {
+        None => match config.agents.keys().next() {
             Some(a) => a.clone(),
             None => return Err(Refusal::UnknownAgent),
         },
     };
-    let config = app.config();
     let Some(agent) = config.agents.get(&name) else {
         info!(carrier, call_id, "call refused: no such agent");
         return Err(Refusal::UnknownAgent);
     };
-    let Some(providers) = app.providers().for_agent(agent) else {
+    let Some(providers) = generation.providers.for_agent(agent) else {
         warn!(carrier, agent = %name, "call refused: the agent's providers are not available");
         return Err(Refusal::AgentUnavailable);
     };
     launch(
         app,
+        &generation,
         Launch {
             carrier: call.carrier,
             account: call.account,

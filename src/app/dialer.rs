@@ -46,6 +46,8 @@ pub struct NewOutbound {
     pub agent_name: String,
     pub agent: AgentConfig,
     pub providers: AgentProviders,
+    /// The generation `agent` and `providers` came from (the call's tools come from it too).
+    pub generation: Arc<super::Generation>,
     pub machine_detection: bool,
     pub voicemail_message: Option<String>,
 }
@@ -365,7 +367,7 @@ async fn place_if(
         log: Some(app.call_log(&setup)),
         ..setup
     };
-    let setup = super::with_tools(app, setup);
+    let setup = super::with_tools(app, &call.generation, setup);
     if let Err(e) = actor::start(setup, app.calls.clone(), config.server.max_calls) {
         cancel_unanswered(app, &call.account, &id).await;
         app.outbound.remove(&id);

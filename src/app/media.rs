@@ -12,8 +12,10 @@
 //! Before authentication a socket costs little: a URL token (Telnyx, Plivo) is checked before
 //! the upgrade (401/403 without upgrading), every media socket holds a permit of
 //! [`super::App::media_sockets`] (upgraded sockets leave the listener's connection count), a
-//! message is capped at [`MAX_FRAME`] while its fragments are read ([`CappedReader`]), and
-//! `start` must come within [`START_TIMEOUT`].
+//! frame larger than [`MAX_FRAME`] closes the socket before its payload is read, a message is
+//! capped at [`MAX_FRAME`] while its fragments are read ([`CappedReader`]), and `start` must
+//! come within [`START_TIMEOUT`]. Once authenticated, a frame up to 1 MiB is skipped and
+//! counted as bad instead (the call goes on).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +28,7 @@ use super::metrics::Metrics;
 use crate::call::MediaAttach;
 use crate::call::ingress::MediaInput;
 use crate::carrier::port::{MediaSocket, TokenSource};
-use crate::carrier::transport::{CloseCode, MediaSender, MediaTransport, Received};
+use crate::carrier::transport::{CloseCode, MediaReceiver, MediaSender, MediaTransport, Received};
 use crate::carrier::{
     CodecError, Leg, MediaCodec, MediaCommand, MediaEvent, SharedCodec, StreamStart,
 };
@@ -143,6 +145,7 @@ pub async fn serve<T: MediaTransport>(
             return;
         }
     };
+    conn.receiver.authenticated();
     let leg = Leg::new(
         carrier,
         &call.handle.carrier_account,

@@ -13,6 +13,7 @@ pub mod media;
 pub mod metrics;
 pub mod observe;
 pub mod progress;
+pub mod reload;
 pub mod trial;
 
 use std::collections::BTreeMap;
@@ -64,22 +65,52 @@ pub enum AppError {
     },
 }
 
+/// What new calls use: one configuration with the providers, tools and phone-link key built
+/// from it. A reload swaps it whole ([`App::reload`]), so a reader holding one never sees the
+/// configuration of one reload with the providers or tools of another; live calls keep the one
+/// they started with.
+pub struct Generation {
+    pub config: Arc<Config>,
+    pub providers: Arc<Providers>,
+    /// Every agent's tools (per-call runners come from them).
+    pub tools: Arc<BTreeMap<String, Arc<crate::tools::AgentTools>>>,
+    /// The browser phone's link key (from `server.api_token`; none without one).
+    pub phone_links: Option<Arc<PhoneLinks>>,
+}
+
+impl Generation {
+    fn build(config: Config, providers: Providers) -> Result<Self, AppError> {
+        let tools = crate::tools::build_all(&config.agents, &providers.llm)?;
+        Ok(Self {
+            phone_links: PhoneLinks::from_secret(config.server.api_token.expose()).map(Arc::new),
+            tools: Arc::new(tools),
+            providers: Arc::new(providers),
+            config: Arc::new(config),
+        })
+    }
+}
+
+/// What a reload applied ([`App::reload`]).
+#[derive(Debug, Default)]
+pub struct Reloaded {
+    /// One line per key that changed but needs a restart (the running value stays in force).
+    pub needs_restart: Vec<String>,
+    /// `server.api_token` changed: the new token, and the phone links and page cookies made
+    /// with it, are in force; the old ones are refused.
+    pub token_rotated: bool,
+}
+
 /// Shared, read-mostly state of the daemon. Everything mutable is behind its own small owner
 /// (the call registry, the token store, the outbound calls, atomics).
 pub struct App {
-    /// The configuration new calls use; a reload swaps it ([`App::reload`]), live calls keep
-    /// what they started with.
-    config: RwLock<Arc<Config>>,
+    /// What new calls use ([`Generation`]); swapped whole by a reload.
+    live: RwLock<Arc<Generation>>,
     pub carriers: Registry,
-    /// The providers built from [`App::config`], swapped with it.
-    providers: RwLock<Arc<Providers>>,
     /// Reloads by result (`patterd_config_reloads_total`).
     pub reloads: Reloads,
-    /// `[server]` as the daemon started: it never changes on reload.
+    /// `[server]` as the daemon started: it never changes on reload (except its
+    /// `api_token`, which is read from [`App::config`], never from here).
     pub server: crate::config::schema::ServerConfig,
-    /// Every agent's tools (built with the providers, swapped with them on reload; per-call
-    /// runners come from them).
-    tools: RwLock<Arc<BTreeMap<String, Arc<crate::tools::AgentTools>>>>,
     pub tokens: MediaTokens,
     pub calls: Arc<CallRegistry>,
     pub metrics: Arc<Metrics>,
@@ -98,8 +129,6 @@ pub struct App {
     pub media_sockets: Arc<tokio::sync::Semaphore>,
     /// Rate limit for warnings unauthenticated peers can trigger.
     pub peer_warnings: LogLimiter,
-    /// The browser phone's link key (from `server.api_token`; none without one).
-    pub phone_links: Option<PhoneLinks>,
     /// One inference worker per `[turn_model.NAME]`, as the daemon started (a reload keeps
     /// them: onnxruntime is loaded once per process).
     turn_models: BTreeMap<String, crate::call::eot::TurnModelWorker>,
@@ -118,7 +147,6 @@ impl App {
         crate::util::init_tls();
         let providers = crate::provider::build_providers(&config).map_err(AppError::Providers)?;
         let carriers = Registry::from_config(&config.carriers);
-        let tools = crate::tools::build_all(&config.agents, &providers.llm)?;
         let turn_models = crate::call::eot::start_workers(&config.turn_model)?;
         let store = Store::open(
             &config.server.data_dir,
@@ -133,12 +161,16 @@ impl App {
                 source,
             })?,
         };
+        let server = crate::config::schema::ServerConfig {
+            api_token: Default::default(),
+            ..config.server.clone()
+        };
+        let media_sockets = Arc::new(tokio::sync::Semaphore::new(media_socket_limit(&config)));
         Ok(Arc::new(Self {
+            live: RwLock::new(Arc::new(Generation::build(config, providers)?)),
             carriers,
-            providers: RwLock::new(Arc::new(providers)),
             reloads: Reloads::default(),
-            server: config.server.clone(),
-            tools: RwLock::new(Arc::new(tools)),
+            server,
             tokens: MediaTokens::new(MEDIA_TOKEN_TTL),
             calls: Arc::new(CallRegistry::new()),
             metrics: Arc::default(),
@@ -148,67 +180,49 @@ impl App {
             inbound: RwLock::new(inbound),
             draining: watch::channel(false).0,
             started: Instant::now(),
-            media_sockets: Arc::new(tokio::sync::Semaphore::new(media_socket_limit(&config))),
+            media_sockets,
             peer_warnings: LogLimiter::new(20, Duration::from_secs(1)),
-            phone_links: PhoneLinks::from_secret(config.server.api_token.expose()),
             turn_models,
-            config: RwLock::new(Arc::new(config)),
         }))
+    }
+
+    /// What new calls use now: the configuration with its providers, tools and link key.
+    pub fn current(&self) -> Arc<Generation> {
+        self.live.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The configuration new calls use now.
     pub fn config(&self) -> Arc<Config> {
-        self.config
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.current().config.clone()
     }
 
     /// The providers new calls use now.
     pub fn providers(&self) -> Arc<Providers> {
-        self.providers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.current().providers.clone()
+    }
+
+    /// The phone-link key in force (derived from the current `server.api_token`).
+    pub fn phone_links(&self) -> Option<Arc<PhoneLinks>> {
+        self.current().phone_links.clone()
     }
 
     /// Applies a re-read configuration to new calls: agents, numbers, prompts, allow-lists,
-    /// providers, outbound limits. `[server]` (the listener, TLS, public_url, limits), `[log]`,
-    /// `[store]` and `[carriers.*]` are kept as the daemon started — they need a restart — and
-    /// each changed one is named in the returned notes. Live calls keep the agent and
-    /// providers they started with. Nothing changes when the providers cannot be built.
-    pub fn reload(&self, mut new: Config) -> Result<Vec<String>, AppError> {
-        let old = self.config();
-        let mut notes = Vec::new();
-        let changed = |a: &dyn erased::Render, b: &dyn erased::Render| a.render() != b.render();
-        if changed(&old.server, &new.server) {
-            notes.push("[server] changed: the listener address, TLS and public_url cannot change on reload; restart to apply".to_string());
-        }
-        if changed(&old.log, &new.log) {
-            notes.push("[log] changed: restart to apply".to_string());
-        }
-        if changed(&old.store, &new.store) {
-            notes.push("[store] changed: restart to apply".to_string());
-        }
-        if changed(&old.carriers, &new.carriers) {
-            notes.push(
-                "[carriers] changed: carrier accounts and credentials need a restart".to_string(),
-            );
-        }
-        new.server = old.server.clone();
-        new.log = old.log.clone();
-        new.store = old.store.clone();
-        new.carriers = old.carriers.clone();
-        if changed(&old.turn_model, &new.turn_model) {
-            notes.push("[turn_model] changed: end-of-turn models need a restart".to_string());
-        }
-        new.turn_model = old.turn_model.clone();
-        let providers = crate::provider::build_providers(&new).map_err(AppError::Providers)?;
-        let tools = crate::tools::build_all(&new.agents, &providers.llm)?;
-        *self.providers.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(providers);
-        *self.tools.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(tools);
-        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
-        Ok(notes)
+    /// providers, outbound limits and `server.api_token`. The rest of `[server]` (the listener,
+    /// TLS, public_url, limits), `[log]`, `[store]`, `[carriers.*]` and `[turn_model.*]` are
+    /// kept as the daemon started — they need a restart — and each changed key is named in
+    /// [`Reloaded::needs_restart`] ([`reload::plan`]). The new generation is swapped in one
+    /// step; live calls keep the one they started with. Nothing changes when the providers or
+    /// tools cannot be built.
+    pub fn reload(&self, new: Config) -> Result<Reloaded, AppError> {
+        let plan = reload::plan(&self.config(), new);
+        let providers =
+            crate::provider::build_providers(&plan.config).map_err(AppError::Providers)?;
+        let next = Generation::build(plan.config, providers)?;
+        *self.live.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
+        Ok(Reloaded {
+            needs_restart: plan.needs_restart,
+            token_rotated: plan.token_rotated,
+        })
     }
 
     /// True once a drain has begun: new calls are refused politely.
@@ -250,19 +264,6 @@ pub struct Reloads {
     pub refused: std::sync::atomic::AtomicU64,
 }
 
-/// Comparing config sections through their serialized form (the schema derives `Serialize`,
-/// not `PartialEq`).
-mod erased {
-    pub trait Render {
-        fn render(&self) -> String;
-    }
-    impl<T: serde::Serialize> Render for T {
-        fn render(&self) -> String {
-            serde_json::to_string(self).unwrap_or_default()
-        }
-    }
-}
-
 impl Host for App {
     fn public_url(&self) -> &str {
         // `[server]` never changes on reload: the first configuration's is the one in force.
@@ -299,8 +300,8 @@ impl Host for App {
         admission::admit_direct(self, call)
     }
 
-    fn phone_links(&self) -> Option<&PhoneLinks> {
-        self.phone_links.as_ref()
+    fn phone_links(&self) -> Option<Arc<PhoneLinks>> {
+        App::phone_links(self)
     }
 
     fn mint_token(&self, call_id: &str) -> String {
@@ -346,9 +347,13 @@ impl Host for App {
     }
 }
 
-/// Gives a call its agent's tools (none when the agent has none) and, when the agent records
-/// calls, its recording's path.
-pub(crate) fn with_tools(app: &App, mut setup: crate::call::CallSetup) -> crate::call::CallSetup {
+/// Gives a call its agent's tools from `generation` (the one its agent and providers came
+/// from; none when the agent has none) and, when the agent records calls, its recording's path.
+pub(crate) fn with_tools(
+    app: &App,
+    generation: &Generation,
+    mut setup: crate::call::CallSetup,
+) -> crate::call::CallSetup {
     if setup.agent.record {
         setup.recording =
             crate::call::recording::path(&app.config().server.data_dir, &setup.call_id);
@@ -356,8 +361,7 @@ pub(crate) fn with_tools(app: &App, mut setup: crate::call::CallSetup) -> crate:
     setup.turn_model =
         (setup.agent.turn_model.as_ref()).and_then(|name| app.turn_models.get(name).cloned());
     let (caller, callee) = (setup.from.clone(), setup.to.clone());
-    let tools = app.tools.read().unwrap_or_else(|e| e.into_inner()).clone();
-    setup.tools = tools.get(&setup.agent_name).and_then(|t| {
+    setup.tools = generation.tools.get(&setup.agent_name).and_then(|t| {
         t.for_call(crate::tools::CallCtx {
             call_id: setup.call_id.clone(),
             caller,

@@ -75,14 +75,17 @@ impl CallSetup {
 
     /// The agent's `system_prompt` with `{call_id}`, `{caller}` (who placed the call),
     /// `{callee}` (who was called) and `{agent}` filled in, so a brain that runs its own tools
-    /// (Hermes with patterd's MCP server) knows which call it is in.
+    /// (Hermes with patterd's MCP server) knows which call it is in. Caller and callee ids come
+    /// from the carrier unauthenticated: they are filled in as a normalised E.164 number or
+    /// `unknown` ([`crate::util::phone::for_prompt`]), never as the carrier's text.
     pub fn system_prompt(&self) -> String {
+        use crate::util::phone::for_prompt;
         render_prompt(
             &self.agent.system_prompt,
             &[
                 ("call_id", &self.call_id),
-                ("caller", &self.from),
-                ("callee", &self.to),
+                ("caller", &for_prompt(&self.from)),
+                ("callee", &for_prompt(&self.to)),
                 ("agent", &self.agent_name),
             ],
         )

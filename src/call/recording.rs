@@ -8,10 +8,10 @@
 //! carrier plays it); a barge-in `clear` withdraws the agent audio placed after it, which
 //! the caller never heard. Audio older than [`HORIZON`] is final and written out; the RIFF
 //! sizes are filled in when the call ends (the file is written as `<call_id>.wav.part` and
-//! renamed when complete).
+//! renamed when complete). A recording is readable by its owner only (0600, in a 0700
+//! directory): it is the caller's voice.
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -271,10 +271,19 @@ pub fn write_call(path: &Path, caller: &[u8], agent: &[u8]) -> std::io::Result<(
 
 fn write_msgs(path: &Path, msgs: impl Iterator<Item = Msg>) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::util::create_private_dir(dir)?;
     }
     let part = path.with_extension("wav.part");
-    let mut file = BufWriter::new(File::create(&part)?);
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&part)?
+    };
+    let mut file = BufWriter::new(file);
     file.write_all(&header(0))?;
     let mut tracks = Tracks::default();
     let mut buf = Vec::new();
@@ -350,6 +359,19 @@ mod tests {
         });
         assert_eq!(t.agent_end, 200 + 160);
         assert_eq!(t.written, 1160);
+    }
+
+    #[test]
+    fn recordings_and_their_directory_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data");
+        let wav = path(&data, "CA1").expect("path");
+        write_call(&wav, &[0xFF; 320], &[0xFF; 320]).expect("written");
+        let mode = |p: &Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode(&wav), 0o600);
+        assert_eq!(mode(wav.parent().expect("recordings")), 0o700);
+        assert_eq!(mode(&data), 0o700);
     }
 
     #[test]

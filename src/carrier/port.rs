@@ -141,7 +141,7 @@ pub trait Host: Send + Sync + 'static {
         Err(Refusal::AgentUnavailable)
     }
     /// The phone-link key, when the configuration has secret material for one.
-    fn phone_links(&self) -> Option<&crate::security::link::PhoneLinks> {
+    fn phone_links(&self) -> Option<Arc<crate::security::link::PhoneLinks>> {
         None
     }
     /// Upgrades `req` and serves the media socket in the background.

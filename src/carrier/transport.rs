@@ -78,6 +78,10 @@ pub trait MediaReceiver: Send + 'static {
     /// Asks the sending half to close the transport with `code` and `reason` (it is written
     /// after what the sender has already queued).
     fn close(&mut self, code: CloseCode, reason: &'static [u8]) -> impl Future<Output = ()> + Send;
+    /// The peer has proved who it is (its `start` carried a valid media token). Before this a
+    /// transport refuses anything over [`crate::carrier::MAX_MEDIA_MESSAGE`] unread and ends;
+    /// after it, one that can skip a larger frame safely may count it as bad instead.
+    fn authenticated(&mut self) {}
 }
 
 /// The sending half of a [`MediaTransport`]. Writes may be buffered until [`Self::flush`].

@@ -223,6 +223,17 @@ fn server(c: &mut Check, config: &Config) {
         ),
         Ok(_) => {}
     }
+    let token_chars = server.api_token.expose().trim().chars().count();
+    if !server.api_token.is_empty() && token_chars < MIN_API_TOKEN_CHARS && !server.api_is_local() {
+        c.fail(
+            &["server", "api_token"],
+            format!(
+                "[server] api_token has {token_chars} characters; the token of an API reachable \
+                 from the network (listen or public_url is not loopback) needs at least \
+                 {MIN_API_TOKEN_CHARS}: generate one with `openssl rand -hex 32`"
+            ),
+        );
+    }
     c.url(
         &["server", "public_url"],
         &server.public_url,
@@ -304,6 +315,16 @@ fn llms(c: &mut Check, config: &Config) {
                 format!(
                     "[llm.{name}] sets both session_key and session_key_from; keep one \
                      (a fixed key, or one derived from the caller)"
+                ),
+            );
+        }
+        let secret = llm.session_key_secret.expose().trim();
+        if !secret.is_empty() && secret.chars().count() < 32 {
+            c.fail(
+                &["llm", name, "session_key_secret"],
+                format!(
+                    "[llm.{name}] session_key_secret is shorter than 32 characters; use a random \
+                     one (e.g. `openssl rand -hex 32`): it keys every caller's memory scope"
                 ),
             );
         }
@@ -665,9 +686,22 @@ fn numbers(c: &mut Check, config: &Config) {
     }
 }
 
-/// One line per carrier or provider that is present but lacks its credentials.
+/// The shortest `server.api_token` accepted when the API is reachable from the network (a
+/// shorter one on a loopback-only daemon is a warning).
+pub const MIN_API_TOKEN_CHARS: usize = 32;
+
+/// One line per carrier or provider that is present but lacks its credentials, and per weak
+/// secret the configuration still accepts.
 pub(crate) fn warnings(config: &Config) -> Vec<String> {
     let mut out = Vec::new();
+    let token_chars = config.server.api_token.expose().trim().chars().count();
+    if !config.server.api_token.is_empty() && token_chars < MIN_API_TOKEN_CHARS {
+        out.push(format!(
+            "server.api_token has only {token_chars} characters: accepted because listen and \
+             public_url are loopback, but a daemon reachable from the network refuses a token \
+             under {MIN_API_TOKEN_CHARS} (generate one with `openssl rand -hex 32`)"
+        ));
+    }
     for (name, carrier) in &config.carriers {
         let missing = carrier.missing_credentials();
         if !missing.is_empty() {
@@ -683,6 +717,15 @@ pub(crate) fn warnings(config: &Config) -> Vec<String> {
                 "llm.{name} is unconfigured (api_key empty): requests to {} carry no bearer \
                  token and will be refused if the server requires one",
                 llm.effective_base_url()
+            ));
+        }
+    }
+    for (name, llm) in &config.llm {
+        if llm.session_key_from.is_some() && llm.session_key_secret.is_empty() {
+            out.push(format!(
+                "llm.{name} has session_key_from = \"caller_hash\" but no session_key_secret: \
+                 no per-caller memory key is sent until one is set (e.g. \
+                 session_key_secret = \"${{PATTERD_MEMORY_SECRET}}\" from `openssl rand -hex 32`)"
             ));
         }
     }

@@ -2,8 +2,9 @@
 //! `http`/`https`; never loopback, private, link-local, CGNAT, multicast, unspecified, reserved
 //! or documentation addresses, nor cloud metadata hosts — whatever the spelling (the URL is
 //! parsed the WHATWG way, so decimal `2130706433`, octal `0177.0.0.1`, hex `0x7f.1` and
-//! short-form `127.1` all become `127.0.0.1`; IPv4-mapped, -compatible, NAT64 and 6to4 IPv6
-//! addresses are judged by the IPv4 address inside). A literal address is checked up front; a
+//! short-form `127.1` all become `127.0.0.1`; IPv4-mapped, -compatible, -translated (SIIT,
+//! `::ffff:0:a.b.c.d`), NAT64 and 6to4 IPv6 addresses are judged by the IPv4 address inside;
+//! the discard-only `100::/64` is refused). A literal address is checked up front; a
 //! name is checked on the addresses it resolves to, inside the HTTP client's resolver, so the
 //! addresses checked are the ones connected to (no DNS-rebinding window). The client follows
 //! no redirects and uses no proxy. `allow_loopback` relaxes loopback and private ranges only,
@@ -92,6 +93,10 @@ fn classify_v6(ip: Ipv6Addr) -> Option<(&'static str, bool)> {
     if s[..6] == [0; 6] {
         return classify_v4(embedded(s[6], s[7])).or(Some(("IPv4-compatible", false)));
     }
+    // IPv4-translated (SIIT, ::ffff:0:a.b.c.d).
+    if s[..6] == [0, 0, 0, 0, 0xffff, 0] {
+        return classify_v4(embedded(s[6], s[7]));
+    }
     if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
         return classify_v4(embedded(s[6], s[7]));
     }
@@ -103,6 +108,7 @@ fn classify_v6(ip: Ipv6Addr) -> Option<(&'static str, bool)> {
         return classify_v4(embedded(s[1], s[2]));
     }
     match s[0] {
+        0x100 if s[1..4] == [0, 0, 0] => Some(("discard-only", false)),
         0x2001 if s[1] == 0 => Some(("Teredo", false)),
         0x2001 if s[1] == 0xdb8 => Some(("documentation", false)),
         x if x & 0xfe00 == 0xfc00 => Some(("private (unique local)", true)),
@@ -238,6 +244,12 @@ mod tests {
         ("http://[::ffff:7f00:1]/", false, false),
         ("http://[::ffff:169.254.169.254]/", true, false),
         ("http://[::127.0.0.1]/", false, false),
+        ("http://[::ffff:0:127.0.0.1]/", false, false),
+        ("http://[::ffff:0:a9fe:a9fe]/", true, false),
+        ("http://[::ffff:0:10.0.0.1]/", false, false),
+        ("http://[100::1]/", true, false),
+        ("http://[100::ffff:ffff:ffff:ffff]/", true, false),
+        ("http://[100:0:0:1::1]/", false, true),
         ("http://[64:ff9b::7f00:1]/", false, false),
         ("http://[64:ff9b::a9fe:a9fe]/", true, false),
         ("http://[2002:7f00:1::]/", false, false),

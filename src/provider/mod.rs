@@ -218,7 +218,8 @@ pub struct ChatMessage {
 pub struct ChatTurn {
     /// The carrier's call id; Hermes' session id is derived from it.
     pub call_id: String,
-    /// The caller's E.164 number, when known (for `session_key_from = "caller_hash"`).
+    /// The caller's E.164 number, when it is one (`crate::util::phone::known_number`; for
+    /// `session_key_from = "caller_hash"`).
     pub caller: Option<String>,
     pub system_prompt: String,
     /// The conversation so far, ending with the new caller message. A stateless brain gets it

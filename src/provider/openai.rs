@@ -3,7 +3,9 @@
 //! system prompt and the whole history. For kind `hermes` the server keeps the transcript per
 //! `X-Hermes-Session-Id` (`patter-call-<call id>`), so a turn carries only the system prompt
 //! (ephemeral in Hermes, resent each turn) and the newest user message, plus an optional
-//! `X-Hermes-Session-Key` memory scope (fixed, or `patter-caller-<16 hex of SHA-256(caller)>`).
+//! `X-Hermes-Session-Key` memory scope (fixed, or per caller: [`caller_key`], an HMAC of the
+//! caller's E.164 number under `session_key_secret`; none for a caller that is not a number,
+//! or without the secret).
 //! The stream is decoded by [`super::sse`]: `: keepalive` comments are skipped, named
 //! `hermes.tool.progress` events become [`LlmEvent::ToolProgress`], other named events are
 //! ignored; `delta.content` becomes [`LlmEvent::Delta`] with inline `<think>…</think>` removed,
@@ -106,7 +108,10 @@ impl OpenAiChat {
             headers.push(("X-Hermes-Session-Id".into(), session.clone()));
             let key = match (&self.cfg.session_key, self.cfg.session_key_from) {
                 (Some(k), _) if !k.trim().is_empty() => Some(k.clone()),
-                (_, Some(SessionKeyFrom::CallerHash)) => turn.caller.as_deref().map(caller_key),
+                (_, Some(SessionKeyFrom::CallerHash)) => turn
+                    .caller
+                    .as_deref()
+                    .and_then(|c| caller_key(self.cfg.session_key_secret.expose(), c)),
                 _ => None,
             };
             if let Some(k) = key {
@@ -164,11 +169,22 @@ pub fn session_id(call_id: &str) -> String {
     s
 }
 
-/// `patter-caller-<first 16 hex chars of SHA-256(E.164)>`.
-pub fn caller_key(e164: &str) -> String {
-    let d = ring::digest::digest(&ring::digest::SHA256, e164.trim().as_bytes());
-    let h = hex::encode(d.as_ref());
-    format!("patter-caller-{}", &h[..16])
+/// Domain separation of the caller memory key from other uses of the same secret.
+const CALLER_KEY_LABEL: &str = "patterd caller memory v1\n";
+
+/// The Hermes memory scope of `caller`: `patter-caller-<first 16 hex chars of
+/// HMAC-SHA256(secret, label + E.164)>`. `None` without a secret (a bare hash of a number is
+/// computable by anyone who knows the number) and for a caller that is not an E.164 number
+/// (`browser`, `anonymous`, a SIP URI, a withheld-number placeholder: many callers share each).
+pub fn caller_key(secret: &str, caller: &str) -> Option<String> {
+    if secret.trim().is_empty() {
+        return None;
+    }
+    let number = crate::util::phone::known_number(caller)?;
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+    let tag = ring::hmac::sign(&key, format!("{CALLER_KEY_LABEL}{number}").as_bytes());
+    let h = hex::encode(tag.as_ref());
+    Some(format!("patter-caller-{}", &h[..16]))
 }
 
 impl LlmProvider for OpenAiChat {
@@ -658,11 +674,35 @@ mod tests {
 
     #[test]
     fn caller_key_is_stable() {
-        let k = caller_key("+15551234567");
+        let secret = "s".repeat(32);
+        let key = |c: &str| caller_key(&secret, c);
+        let k = key("+15551234567").expect("a key");
         assert!(k.starts_with("patter-caller-"));
         assert_eq!(k.len(), "patter-caller-".len() + 16);
-        assert_eq!(k, caller_key("+15551234567"));
-        assert_ne!(k, caller_key("+15551234568"));
+        assert_eq!(Some(k.clone()), key("+15551234567"));
+        assert_eq!(Some(k.clone()), key("15551234567"));
+        assert_ne!(Some(k.clone()), key("+15551234568"));
+    }
+
+    #[test]
+    fn no_caller_memory_without_a_number_or_a_secret() {
+        let secret = "s".repeat(32);
+        // Not a bare hash anyone can compute, and another deployment's secret gives another key.
+        let bare =
+            hex::encode(ring::digest::digest(&ring::digest::SHA256, b"+15551234567").as_ref());
+        let k = caller_key(&secret, "+15551234567").expect("a key");
+        assert_ne!(k, format!("patter-caller-{}", &bare[..16]));
+        assert_ne!(Some(k), caller_key(&"t".repeat(32), "+15551234567"));
+        for shared in [
+            "browser",
+            "anonymous",
+            "sip:alice@example.com",
+            "+266696687",
+            "",
+        ] {
+            assert_eq!(caller_key(&secret, shared), None, "{shared}");
+        }
+        assert_eq!(caller_key("", "+15551234567"), None);
     }
 
     #[test]

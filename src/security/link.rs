@@ -1,5 +1,7 @@
 //! Phone links: short-lived, single-use URLs that open the browser phone (`/phone`) without
-//! the API token. A link carries a call id, an optional agent name and an expiry, signed with
+//! the API token. A link carries a call id, the one agent it may call (always named: the
+//! default agent is resolved when the link is minted) and an expiry at most [`MAX_TTL_S`]
+//! ahead, signed with
 //! HMAC-SHA256 under a key derived from the configuration's secret material (`server.api_token`),
 //! so `patterd phone-link` can mint one from the config file alone and the running daemon can
 //! check it. Single use comes from the call id: a link opens exactly one call with that id, and
@@ -23,13 +25,19 @@ pub enum LinkError {
     BadSignature,
     #[error("phone link has expired; make a new one with `patterd phone-link`")]
     Expired,
+    #[error(
+        "phone link names no agent (made by an older patterd); make a new one with `patterd phone-link`"
+    )]
+    Unbound,
+    #[error("phone link is valid for longer than 24 h; make a new one with `patterd phone-link`")]
+    TooLong,
 }
 
-/// What a valid link grants: one call with this id, to this agent (or the default one).
+/// What a valid link grants: one call with this id, to this agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkClaims {
     pub call_id: String,
-    pub agent: Option<String>,
+    pub agent: String,
     /// Seconds since the Unix epoch.
     pub expiry: u64,
 }
@@ -44,6 +52,11 @@ const KEY_LABEL: &[u8] = b"patterd phone-link v1";
 const VERSION: &str = "1";
 /// Longest link accepted (before any decoding).
 const MAX_LEN: usize = 512;
+/// Longest lifetime of a link: `patterd phone-link --ttl` refuses more, and a link expiring
+/// later than this (plus [`CLOCK_SKEW_S`]) from now is refused.
+pub const MAX_TTL_S: u64 = 24 * 3600;
+/// Allowance for the clocks of the machine that minted a link and the daemon's.
+const CLOCK_SKEW_S: u64 = 300;
 
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
@@ -75,23 +88,18 @@ impl PhoneLinks {
         format!("web-{hex}")
     }
 
-    /// A link for a new call to `agent` (or the default agent) valid until `expiry`.
-    pub fn mint(&self, agent: Option<&str>, expiry: u64) -> (String, LinkClaims) {
+    /// A link for a new call to `agent` valid until `expiry`.
+    pub fn mint(&self, agent: &str, expiry: u64) -> (String, LinkClaims) {
         let claims = LinkClaims {
             call_id: Self::new_call_id(),
-            agent: agent.map(str::to_string),
+            agent: agent.to_string(),
             expiry,
         };
         (self.sign(&claims), claims)
     }
 
     fn payload(c: &LinkClaims) -> String {
-        format!(
-            "{VERSION}\n{}\n{}\n{}",
-            c.call_id,
-            c.agent.as_deref().unwrap_or(""),
-            c.expiry
-        )
+        format!("{VERSION}\n{}\n{}\n{}", c.call_id, c.agent, c.expiry)
     }
 
     /// The link text for `claims`: `payload.tag`, both base64url.
@@ -105,7 +113,8 @@ impl PhoneLinks {
         )
     }
 
-    /// Checks a link's signature and expiry at `now` (it is used up by the call it opens).
+    /// Checks a link's signature, agent and expiry at `now` (it is used up by the call it
+    /// opens).
     pub fn verify(&self, link: Option<&str>, now: u64) -> Result<LinkClaims, LinkError> {
         let link = link.filter(|l| !l.is_empty()).ok_or(LinkError::Missing)?;
         if link.len() > MAX_LEN {
@@ -134,9 +143,15 @@ impl PhoneLinks {
         if expiry < now {
             return Err(LinkError::Expired);
         }
+        if expiry > now.saturating_add(MAX_TTL_S + CLOCK_SKEW_S) {
+            return Err(LinkError::TooLong);
+        }
+        if agent.is_empty() {
+            return Err(LinkError::Unbound);
+        }
         Ok(LinkClaims {
             call_id: call_id.to_string(),
-            agent: (!agent.is_empty()).then(|| agent.to_string()),
+            agent: agent.to_string(),
             expiry,
         })
     }
@@ -149,7 +164,7 @@ mod tests {
     #[test]
     fn a_link_verifies_until_it_expires_and_only_under_its_key() {
         let links = PhoneLinks::from_secret("api-token").expect("key");
-        let (link, claims) = links.mint(Some("front-desk"), 1_000);
+        let (link, claims) = links.mint("front-desk", 1_000);
         assert!(claims.call_id.starts_with("web-"));
         assert_eq!(links.verify(Some(&link), 999), Ok(claims.clone()));
         assert_eq!(links.verify(Some(&link), 1_001), Err(LinkError::Expired));
@@ -164,7 +179,7 @@ mod tests {
     #[test]
     fn forged_and_garbage_links_fail() {
         let links = PhoneLinks::from_secret("api-token").expect("key");
-        let (link, _) = links.mint(None, 1_000);
+        let (link, _) = links.mint("front-desk", 1_000);
         let (payload, tag) = link.split_once('.').expect("two parts");
         // Another agent or call id under the old tag.
         let forged_payload = URL_SAFE_NO_PAD.encode(b"1\nweb-00\nother\n1000");
@@ -180,5 +195,23 @@ mod tests {
             links.verify(Some(&"a".repeat(600)), 0),
             Err(LinkError::Malformed)
         );
+    }
+
+    #[test]
+    fn a_link_is_bound_to_an_agent_and_lives_at_most_a_day() {
+        let links = PhoneLinks::from_secret("api-token").expect("key");
+        // A link without an agent (what an older patterd minted) opens nothing.
+        let unbound = links.sign(&LinkClaims {
+            call_id: "web-00".into(),
+            agent: String::new(),
+            expiry: 1_000,
+        });
+        assert_eq!(links.verify(Some(&unbound), 0), Err(LinkError::Unbound));
+        // One that expires more than a day from now is refused; a day is accepted.
+        let now = 1_000_000;
+        let (year, _) = links.mint("front-desk", now + 365 * 24 * 3600);
+        assert_eq!(links.verify(Some(&year), now), Err(LinkError::TooLong));
+        let (day, claims) = links.mint("front-desk", now + MAX_TTL_S);
+        assert_eq!(links.verify(Some(&day), now), Ok(claims));
     }
 }

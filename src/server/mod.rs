@@ -429,14 +429,20 @@ fn reload(app: &App, path: Option<&std::path::Path>) {
         app.reload(loaded.config).map_err(|e| e.to_string())
     });
     match result {
-        Ok(notes) => {
+        Ok(done) => {
             crate::app::Metrics::inc(&app.reloads.applied);
-            for n in &notes {
+            for n in &done.needs_restart {
                 warn!("reload: {n}");
+            }
+            if done.token_rotated {
+                warn!(
+                    "reload: server.api_token changed: the new token is in force; the old \
+                     token, its phone links and page cookies are refused"
+                );
             }
             info!(
                 live_calls = app.calls.len(),
-                kept_unchanged = notes.len(),
+                need_restart = done.needs_restart.len(),
                 "configuration reloaded: new calls use it, live calls keep theirs"
             );
         }

@@ -395,7 +395,7 @@ pub fn migrate(conn: &mut Connection) -> Result<usize, StoreError> {
 impl Store {
     /// Opens (creating the directory and database if needed) and starts the writer thread.
     pub fn open(data_dir: &Path, retention_days: u32, queue: usize) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::Dir {
+        crate::util::create_private_dir(data_dir).map_err(|source| StoreError::Dir {
             path: data_dir.display().to_string(),
             source,
         })?;

@@ -12,7 +12,7 @@ use super::{DB_FILE, StoreError, migrate, now_ms, open_conn};
 /// A connection for the wiring records (creates the directory and database, runs the
 /// migrations).
 pub fn open(data_dir: &Path) -> Result<Connection, StoreError> {
-    std::fs::create_dir_all(data_dir).map_err(|source| StoreError::Dir {
+    crate::util::create_private_dir(data_dir).map_err(|source| StoreError::Dir {
         path: data_dir.display().to_string(),
         source,
     })?;

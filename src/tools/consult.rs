@@ -5,7 +5,9 @@
 //! session headers with the per-call consult session `patter-call-consult-<call id>`, so it
 //! keeps the context of earlier consults in the same call). The `reassurance` line is spoken
 //! when the consult starts; on failure or after `timeout_s` the caller hears [`FALLBACK_LINE`]
-//! and the model is told the consult failed.
+//! and the model is told the consult failed. Caller and callee go out as a normalised E.164
+//! number or `unknown` ([`crate::util::phone::for_prompt`]): caller ids are unauthenticated
+//! carrier text and the consulted agent reads them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -137,6 +139,8 @@ impl Tool for Consult {
 }
 
 async fn ask(target: &Target, ctx: &CallCtx, request: &str) -> Result<String, String> {
+    let caller = crate::util::phone::for_prompt(&ctx.caller);
+    let callee = crate::util::phone::for_prompt(&ctx.callee);
     match target {
         Target::Http {
             url,
@@ -148,8 +152,8 @@ async fn ask(target: &Target, ctx: &CallCtx, request: &str) -> Result<String, St
             let body = json!({
                 "request": request,
                 "call_id": ctx.call_id,
-                "caller": ctx.caller,
-                "callee": ctx.callee,
+                "caller": caller,
+                "callee": callee,
             });
             let resp = with_headers(client.post(url).json(&body), headers)
                 .send()
@@ -175,14 +179,14 @@ async fn ask(target: &Target, ctx: &CallCtx, request: &str) -> Result<String, St
         Target::Llm(llm) => {
             let turn = ChatTurn {
                 call_id: format!("consult-{}", ctx.call_id),
-                caller: Some(ctx.caller.clone()),
+                caller: crate::util::phone::known_number(&ctx.caller),
                 system_prompt: String::new(),
                 history: vec![ChatMessage {
                     role: Role::User,
                     content: format!(
                         "[Consult from the voice agent `{}` on phone call {} (caller {}, callee {}). \
                          Answer in a few plain sentences it can read out.]\n{request}",
-                        ctx.agent, ctx.call_id, ctx.caller, ctx.callee
+                        ctx.agent, ctx.call_id, caller, callee
                     ),
                 }],
                 tools: None,

@@ -1,6 +1,9 @@
 //! A secret configuration value (API key, auth token) that never prints itself. Lives below
-//! both `config` and `carrier`, which each hold secrets.
+//! both `config` and `carrier`, which each hold secrets. Inside [`fingerprinted`] a secret
+//! serializes as a digest of its value instead of `***`, so two configurations can be compared
+//! by value (a rotated token differs) without either value appearing in the comparison.
 
+use std::cell::Cell;
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -33,14 +36,60 @@ impl fmt::Debug for Secret {
     }
 }
 
+thread_local! {
+    /// Set while [`fingerprinted`] runs on this thread.
+    static FINGERPRINT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with every [`Secret`] serializing as `sha256:<hex of its value>` (empty stays
+/// empty): serialized configurations then differ exactly when a secret's value does.
+pub fn fingerprinted<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            FINGERPRINT.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(FINGERPRINT.with(|c| c.replace(true)));
+    f()
+}
+
 impl Serialize for Secret {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(if self.is_empty() { "" } else { "***" })
+        if self.is_empty() {
+            return s.serialize_str("");
+        }
+        if FINGERPRINT.with(Cell::get) {
+            let d = ring::digest::digest(&ring::digest::SHA256, self.0.as_bytes());
+            return s.serialize_str(&format!("sha256:{}", hex::encode(d.as_ref())));
+        }
+        s.serialize_str("***")
     }
 }
 
 impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         String::deserialize(d).map(Secret)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_print_stars_and_compare_by_value_only_when_fingerprinted() {
+        let a = Secret::new("token-one");
+        let b = Secret::new("token-two");
+        let json = |s: &Secret| serde_json::to_string(s).expect("json");
+        assert_eq!(json(&a), json(&b));
+        assert_eq!(json(&a), "\"***\"");
+        let (fa, fb) = fingerprinted(|| (json(&a), json(&b)));
+        assert_ne!(fa, fb);
+        assert!(!fa.contains("token-one"), "{fa}");
+        assert_eq!(fa, fingerprinted(|| json(&Secret::new("token-one"))));
+        // The mode ends with the closure.
+        assert_eq!(json(&a), "\"***\"");
+        assert_eq!(fingerprinted(|| json(&Secret::default())), "\"\"");
     }
 }

@@ -81,8 +81,8 @@ async fn the_page_talks_plays_and_is_interrupted() {
     for _ in 0..6 {
         stack.hermes.push(HermesReply::text(LONG_REPLY));
     }
-    let links = stack.server.app.phone_links.as_ref().expect("link key");
-    let (link, claims) = links.mint(None, unix_now() + 120);
+    let links = stack.server.app.phone_links().expect("link key");
+    let (link, claims) = links.mint("front-desk", unix_now() + 120);
     // aec=0: Chromium's echo canceller would treat the fake microphone's tone as an echo of
     // the fake voice's tone; a real microphone keeps it on.
     let url = format!("{}/phone?link={link}&aec=0", stack.base);

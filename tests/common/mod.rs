@@ -56,7 +56,9 @@ pub const SYSTEM_PROMPT: &str = "You are a test agent.";
 pub const WAIT: Duration = Duration::from_secs(15);
 /// `[server] api_token` of every stack unless a test sets its own: a `public_url` that is not
 /// loopback needs one.
-pub const API_TOKEN: &str = "patterd-test-api-token";
+pub const API_TOKEN: &str = "patterd-test-api-token-0123456789";
+/// `[llm.hermes] session_key_secret` of the test stacks.
+pub const MEMORY_SECRET: &str = "patterd-test-memory-secret-0123456789";
 
 /// A `reqwest` client that sends `Authorization: Bearer <token>` with every request.
 pub fn api_client(token: &str) -> reqwest::Client {
@@ -268,6 +270,7 @@ base_url = "{hermes}"
 api_key = "{HERMES_KEY}"
 model = "hermes-agent"
 session_key_from = "caller_hash"
+session_key_secret = "{MEMORY_SECRET}"
 first_token_timeout_s = 20
 
 [llm.compat]

@@ -10,7 +10,7 @@ use patterd_sim::hermes::HermesReply;
 use patterd_sim::twilio::xml::parse_twiml;
 use serde_json::{Value, json};
 
-const TOKEN: &str = "test-api-token-0123456789";
+const TOKEN: &str = "test-api-token-0123456789abcdefgh";
 
 fn ids(v: &Value) -> Vec<String> {
     v["calls"]

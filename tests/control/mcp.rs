@@ -14,7 +14,7 @@ use patterd_sim::twilio::call::SimCall;
 use patterd_sim::twilio::xml::parse_twiml;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const TOKEN: &str = "mcp-test-token-0123456789";
+const TOKEN: &str = "mcp-test-token-0123456789abcdefgh";
 
 fn venv_python() -> Option<PathBuf> {
     let dir = std::env::var("PATTERD_MCP_VENV")

@@ -1,13 +1,15 @@
 //! Reload without dropping calls, against the real binary: SIGHUP re-reads the file; a live
 //! call keeps the system prompt it started with while the next call gets the new one; a
-//! broken file is refused (logged, counted) and changes nothing.
+//! broken file is refused (logged, counted) and changes nothing. A rotated `api_token` is in
+//! force at once (bearer, phone links, page cookies), and a rotated carrier secret, which needs
+//! a restart, is named in a warning.
 
 use std::time::Duration;
 
 use patterd_sim::hermes::HermesReply;
 
 use crate::common::daemon::{Daemon, Fakes};
-use crate::common::{API_TOKEN, SYSTEM_PROMPT, WAIT, api_client, speak};
+use crate::common::{API_TOKEN, AUTH_TOKEN, Opts, SYSTEM_PROMPT, Stack, WAIT, api_client, speak};
 
 const NEW_PROMPT: &str = "You are the reloaded agent.";
 
@@ -144,4 +146,160 @@ async fn sighup_applies_to_new_calls_live_calls_keep_theirs_and_a_broken_file_ch
             .is_ok()
     );
     drop(d);
+}
+
+const NEW_TOKEN: &str = "patterd-rotated-api-token-0123456789";
+
+/// The status of `GET /v1/calls` with `token`.
+async fn calls_status(d: &Daemon, token: &str) -> u16 {
+    api_client(token)
+        .get(d.url("/v1/calls"))
+        .send()
+        .await
+        .expect("GET /v1/calls")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn sighup_rotates_the_api_token_and_names_a_changed_carrier_secret() {
+    let fakes = Fakes::start(Vec::new()).await;
+    let text = fakes.config_text();
+    assert!(text.contains(API_TOKEN) && text.contains(AUTH_TOKEN));
+    let d = Daemon::start(&text);
+    let path = d.data_dir().join("patter.toml");
+    assert_eq!(calls_status(&d, API_TOKEN).await, 200);
+    assert_eq!(calls_status(&d, NEW_TOKEN).await, 401);
+
+    let new_auth = "twilio-rotated-auth-token-0123";
+    std::fs::write(
+        &path,
+        text.replace(API_TOKEN, NEW_TOKEN)
+            .replace(AUTH_TOKEN, new_auth),
+    )
+    .expect("rewrite");
+    d.signal(libc::SIGHUP);
+    // The carrier secret needs a restart: a warning names the key, never the value.
+    let (warned, d) = line(d, "carriers.twilio.auth_token changed").await;
+    let warned = warned.expect("no warning naming carriers.twilio.auth_token");
+    assert!(warned.contains("restart"), "{warned}");
+    assert!(
+        !warned.contains(new_auth) && !warned.contains(AUTH_TOKEN),
+        "{warned}"
+    );
+    let (rotated, d) = line(d, "server.api_token changed").await;
+    assert!(
+        rotated.is_some_and(|l| !l.contains(NEW_TOKEN)),
+        "no rotation line"
+    );
+    let (found, d) = line(d, "configuration reloaded").await;
+    assert!(found.is_some(), "no reload log line");
+
+    // The new token is in force at once; the old one is refused.
+    assert_eq!(calls_status(&d, NEW_TOKEN).await, 200);
+    assert_eq!(calls_status(&d, API_TOKEN).await, 401);
+    // The carrier keeps the credentials it started with: a webhook signed with the old
+    // auth token still opens a call.
+    let (_, call) = d.call().await;
+    call.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("a call under the running carrier credentials");
+}
+
+/// The phone-link key and the page cookie derive from the token in force: after a rotation,
+/// links and cookies made with the old token are refused and the new token's work. The
+/// configuration, providers, tools and link key a reader gets are always of one reload.
+#[tokio::test]
+async fn a_rotated_token_invalidates_old_links_and_page_cookies() {
+    use patterd::security::link::unix_now;
+    let stack = Stack::start(Opts::default()).await;
+    let app = stack.server.app.clone();
+    let old_link = app
+        .phone_links()
+        .expect("link key")
+        .mint("front-desk", unix_now() + 60)
+        .0;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let page = |q: String, cookie: Option<String>| {
+        let mut r = client
+            .get(format!("{}/v1/calls{q}", stack.base))
+            .header("Accept", "text/html");
+        if let Some(c) = cookie {
+            r = r.header("Cookie", c);
+        }
+        r.send()
+    };
+    let exchanged = page(format!("?token={API_TOKEN}"), None)
+        .await
+        .expect("GET");
+    assert_eq!(exchanged.status(), 303);
+    let old_cookie = exchanged.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        page(String::new(), Some(old_cookie.clone()))
+            .await
+            .expect("GET")
+            .status(),
+        200
+    );
+
+    let mut rotated = (*app.config()).clone();
+    rotated.server.api_token = patterd::config::schema::Secret::new(NEW_TOKEN);
+    let done = app.reload(rotated).expect("reload");
+    assert!(done.token_rotated);
+    assert!(done.needs_restart.is_empty(), "{:?}", done.needs_restart);
+    let generation = app.current();
+    assert_eq!(generation.config.server.api_token.expose(), NEW_TOKEN);
+    assert_eq!(
+        generation.tools.keys().collect::<Vec<_>>(),
+        generation.config.agents.keys().collect::<Vec<_>>()
+    );
+
+    // The old link, cookie and token are refused; the new token's work.
+    let phone = |link: String| {
+        client
+            .get(format!("{}/phone?link={link}", stack.base))
+            .send()
+    };
+    assert_eq!(phone(old_link).await.expect("GET").status(), 403);
+    let new_link = app
+        .phone_links()
+        .expect("link key")
+        .mint("front-desk", unix_now() + 60)
+        .0;
+    assert_eq!(phone(new_link).await.expect("GET").status(), 200);
+    assert_ne!(
+        page(String::new(), Some(old_cookie))
+            .await
+            .expect("GET")
+            .status(),
+        200
+    );
+    assert_eq!(
+        page(format!("?token={API_TOKEN}"), None)
+            .await
+            .expect("GET")
+            .status(),
+        401
+    );
+    let exchanged = page(format!("?token={NEW_TOKEN}"), None)
+        .await
+        .expect("GET");
+    assert_eq!(exchanged.status(), 303);
+    let bearer = |t: &str| {
+        client
+            .get(format!("{}/v1/calls", stack.base))
+            .header("Authorization", format!("Bearer {t}"))
+            .send()
+    };
+    assert_eq!(bearer(API_TOKEN).await.expect("GET").status(), 401);
+    assert_eq!(bearer(NEW_TOKEN).await.expect("GET").status(), 200);
 }

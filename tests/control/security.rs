@@ -126,10 +126,10 @@ async fn cross_site_requests_are_refused() {
 #[tokio::test]
 async fn metrics_need_the_token_unless_public() {
     let (_dir, _d, base) =
-        daemon("public_url = \"https://voice.example.test\"\napi_token = \"sekret\"\n").await;
+        daemon("public_url = \"https://voice.example.test\"\napi_token = \"sekret-0123456789abcdefghijklmnop\"\n").await;
     let r = reqwest::get(format!("{base}/metrics")).await.unwrap();
     assert_eq!(r.status(), 401);
-    let r = api_client("sekret")
+    let r = api_client("sekret-0123456789abcdefghijklmnop")
         .get(format!("{base}/metrics"))
         .send()
         .await
@@ -138,7 +138,7 @@ async fn metrics_need_the_token_unless_public() {
     assert!(r.text().await.unwrap().contains("patterd_calls_active"));
 
     let (_dir, _d, base) = daemon(
-        "public_url = \"https://voice.example.test\"\napi_token = \"sekret\"\nmetrics_public = true\n",
+        "public_url = \"https://voice.example.test\"\napi_token = \"sekret-0123456789abcdefghijklmnop\"\nmetrics_public = true\n",
     )
     .await;
     let r = reqwest::get(format!("{base}/metrics")).await.unwrap();
@@ -299,6 +299,37 @@ async fn idle_media_socket_is_closed_at_the_start_deadline() {
     assert!(
         closed.is_ok(),
         "still open after {:?} without start",
+        opened.elapsed()
+    );
+}
+
+/// Before `start` has authenticated a media socket, a frame over the media message cap
+/// (64 KiB) closes it at once: its payload is never read into memory, and the socket does not
+/// stay open to the start deadline.
+#[tokio::test]
+async fn an_oversized_frame_before_start_closes_the_socket() {
+    use fastwebsockets::{Frame, Payload};
+    let stack = Stack::start(Opts::default()).await;
+    let url = format!("{}/twilio/media", stack.ws_base());
+    let (mut ws, _) = patterd::net::ws_client::connect(&url, &[], Duration::from_secs(5))
+        .await
+        .expect("socket opens");
+    let opened = Instant::now();
+    let big = vec![b'a'; patterd::carrier::MAX_MEDIA_MESSAGE + 1];
+    let _ = ws.write_frame(Frame::text(Payload::Owned(big))).await;
+    let closed = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            match ws.read_frame().await {
+                Ok(f) if f.opcode == OpCode::Close => return,
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "an oversized frame before start left the socket open for {:?}",
         opened.elapsed()
     );
 }

@@ -12,18 +12,17 @@ use serde_json::{Value, json};
 
 use crate::common::{API_TOKEN, Opts, PUBLIC_URL, Stack, WAIT};
 
-fn link(stack: &Stack, agent: Option<&str>, expiry: u64) -> String {
+fn link(stack: &Stack, agent: &str, expiry: u64) -> String {
     let links = stack
         .server
         .app
-        .phone_links
-        .as_ref()
+        .phone_links()
         .expect("a stack with an api_token has a link key");
     links.mint(agent, expiry).0
 }
 
 fn valid(stack: &Stack) -> String {
-    link(stack, None, unix_now() + 60)
+    link(stack, "front-desk", unix_now() + 60)
 }
 
 /// Opens `/phone/socket?query` with `headers`; the HTTP status of a refusal as `Err`.
@@ -54,10 +53,10 @@ async fn the_socket_refuses_bad_links_and_foreign_origins() {
     refused_with(open(&stack, "", &[]).await, 401);
     let forged = PhoneLinks::from_secret("not-the-api-token")
         .expect("key")
-        .mint(None, unix_now() + 60)
+        .mint("front-desk", unix_now() + 60)
         .0;
     refused_with(open(&stack, &format!("link={forged}"), &[]).await, 403);
-    let expired = link(&stack, None, unix_now() - 1);
+    let expired = link(&stack, "front-desk", unix_now() - 1);
     refused_with(open(&stack, &format!("link={expired}"), &[]).await, 403);
     refused_with(open(&stack, "link=garbage", &[]).await, 403);
 
@@ -74,7 +73,7 @@ async fn the_socket_refuses_bad_links_and_foreign_origins() {
     drop(ws);
 
     // A link bound to an agent cannot call another one.
-    let bound = link(&stack, Some("front-desk"), unix_now() + 60);
+    let bound = link(&stack, "front-desk", unix_now() + 60);
     refused_with(
         open(&stack, &format!("link={bound}&agent=other"), &[]).await,
         403,
@@ -191,8 +190,8 @@ async fn speak_one_turn(ws: ClientSocket) -> Vec<Value> {
 #[tokio::test]
 async fn a_browser_call_has_the_turns_of_a_phone_call() {
     let stack = Stack::start(Opts::default()).await;
-    let links = stack.server.app.phone_links.as_ref().expect("link key");
-    let (good, claims) = links.mint(None, unix_now() + 60);
+    let links = stack.server.app.phone_links().expect("link key");
+    let (good, claims) = links.mint("front-desk", unix_now() + 60);
     let ws = open(&stack, &format!("link={good}"), &[])
         .await
         .expect("opens");
@@ -277,8 +276,21 @@ async fn phone_link_prints_a_link_the_daemon_accepts_once() {
     let link = url
         .strip_prefix("http://127.0.0.1:8080/phone?link=")
         .unwrap_or_else(|| panic!("unexpected URL {url}"));
-    // A daemon with the same api_token accepts it, once.
+    // A daemon with the same api_token accepts it, once; it is bound to the default agent,
+    // resolved when it was minted.
     let stack = Stack::start(Opts::default()).await;
+    let claims = stack
+        .server
+        .app
+        .phone_links()
+        .expect("link key")
+        .verify(Some(link), unix_now())
+        .expect("a valid link");
+    assert_eq!(claims.agent, "front-desk");
+    assert!(
+        claims.expiry <= unix_now() + 600,
+        "the default ttl is 600 s"
+    );
     let q = format!("link={link}");
     let _ws = open(&stack, &q, &[]).await.expect("the printed link opens");
     refused_with(open(&stack, &q, &[]).await, 409);
@@ -290,6 +302,71 @@ async fn phone_link_prints_a_link_the_daemon_accepts_once() {
     let unknown = run(API_TOKEN, &["--agent", "nobody"]);
     assert_eq!(unknown.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no agent named \"nobody\""));
+    // At most a day.
+    let day = run(API_TOKEN, &["--ttl", "86400"]);
+    assert!(
+        day.status.success(),
+        "{}",
+        String::from_utf8_lossy(&day.stderr)
+    );
+    let long = run(API_TOKEN, &["--ttl", "86401"]);
+    assert_eq!(long.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&long.stderr);
+    assert!(err.contains("--ttl 86401") && err.contains("24 h"), "{err}");
+}
+
+/// A link opens only its own agent, and nothing a link opens names the configured agents:
+/// the agent list and the 404 that names them need the control API's credentials.
+#[tokio::test]
+async fn a_link_shows_and_opens_only_its_own_agent() {
+    let stack = Stack::start(Opts::default()).await;
+    let client = reqwest::Client::new();
+    let socket = |q: String, auth: Option<String>| {
+        let mut r = client
+            .get(format!("{}/phone/socket?{q}", stack.base))
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==");
+        if let Some(a) = auth {
+            r = r.header("Authorization", a);
+        }
+        r.send()
+    };
+    // A correctly signed link to an agent that is not configured: 404, no agent names.
+    let gone = link(&stack, "nobody", unix_now() + 60);
+    let r = socket(format!("link={gone}"), None).await.expect("GET");
+    assert_eq!(r.status(), 404);
+    let body = r.text().await.expect("body");
+    assert!(
+        !body.contains("front-desk"),
+        "a link listed the agents: {body}"
+    );
+    // The same with the API token names them.
+    let r = socket("agent=nobody".into(), Some(format!("Bearer {API_TOKEN}")))
+        .await
+        .expect("GET");
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.expect("body").contains("front-desk"));
+    // Another agent through a link is refused, before the link is used up.
+    let own = valid(&stack);
+    let r = socket(format!("link={own}&agent=other"), None)
+        .await
+        .expect("GET");
+    assert_eq!(r.status(), 403);
+    // The page of a link lists its agent only.
+    let page = client
+        .get(format!("{}/phone?link={gone}", stack.base))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(page.status(), 200);
+    let body = page.text().await.expect("body");
+    assert!(body.contains(r#"const AGENTS = ["nobody"]"#), "{body}");
+    assert!(
+        !body.contains("front-desk"),
+        "a link's page listed the agents"
+    );
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ const ORIGIN: &str = "patter.toml";
 const BASE: &str = r#"[server]
 listen = "127.0.0.1:8080"
 public_url = "https://voice.example.com"
-api_token = "t"
+api_token = "wire-test-api-token-0123456789abcdef"
 
 [llm.hermes]
 kind = "hermes"
@@ -408,7 +408,7 @@ fn number_naming_undefined_carrier() {
 fn non_loopback_listen_needs_api_token() {
     let text = BASE
         .replace("127.0.0.1:8080", "0.0.0.0:8080")
-        .replace("api_token = \"t\"\n", "");
+        .replace("api_token = \"wire-test-api-token-0123456789abcdef\"\n", "");
     let err = load_err(&text);
     assert!(
         err.starts_with("patter.toml:2: [server] listen = \"0.0.0.0:8080\""),
@@ -420,14 +420,15 @@ fn non_loopback_listen_needs_api_token() {
         "listen = \"0.0.0.0:8080\"",
         "listen = \"0.0.0.0:8080\"\napi_token = \"${TOKEN}\"",
     );
-    config::load_str_with_vars(&ok, ORIGIN, &[("TOKEN", "abc")]).expect("loads with a token");
+    let token = ("TOKEN", "abc0123456789abcdef0123456789abcdef");
+    config::load_str_with_vars(&ok, ORIGIN, &[token]).expect("loads with a token");
 }
 
 /// The README's deployment: loopback `listen` behind a reverse proxy, public `public_url`.
 /// Without a token the proxy would forward anyone to /v1 and /mcp: refused at load.
 #[test]
 fn exposed_public_url_needs_api_token() {
-    let text = BASE.replace("api_token = \"t\"\n", "");
+    let text = BASE.replace("api_token = \"wire-test-api-token-0123456789abcdef\"\n", "");
     let err = load_err(&text);
     assert_eq!(
         err,
@@ -466,10 +467,43 @@ fn bad_public_url_is_reported() {
 }
 
 #[test]
+fn a_short_api_token_is_refused_when_reachable_and_a_warning_on_loopback() {
+    let text = BASE.replace("wire-test-api-token-0123456789abcdef", "short-token");
+    let err = load_err(&text);
+    assert!(err.contains("api_token has 11 characters"), "{err}");
+    assert!(err.contains("openssl rand -hex 32"), "{err}");
+    assert!(!err.contains("short-token"), "the token is printed: {err}");
+    let local = text.replace("https://voice.example.com", "http://127.0.0.1:8080");
+    let loaded = load(&local).expect("a short token on loopback loads");
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("server.api_token has only 11 characters")),
+        "{:?}",
+        loaded.warnings
+    );
+}
+
+#[test]
+fn a_short_session_key_secret_is_refused() {
+    let text = BASE.replace(
+        "api_key = \"k\"\n\n[stt",
+        "api_key = \"k\"\nsession_key_from = \"caller_hash\"\nsession_key_secret = \"short\"\n\n[stt",
+    );
+    assert_ne!(text, BASE);
+    let err = load_err(&text);
+    assert!(
+        err.contains("session_key_secret is shorter than 32"),
+        "{err}"
+    );
+}
+
+#[test]
 fn several_errors_are_reported_together() {
     let text = BASE
         .replace("127.0.0.1:8080", "0.0.0.0:8080")
-        .replace("api_token = \"t\"\n", "")
+        .replace("api_token = \"wire-test-api-token-0123456789abcdef\"\n", "")
         .replace("https://voice.example.com", "nope")
         .replace("stt = \"deepgram\"", "stt = \"whisper\"")
         .replace("\"+15550001234\"", "\"555-1234\"")
@@ -551,15 +585,21 @@ fn render_effective_redacts_secrets() {
         ("API_KEY", "sk-live-9f8e7d6c5b4a3210"),
         ("SID", "AC0123456789abcdef0123456789abcdef"),
         ("TOKEN", "b6d1f0e3c2a94758aa11bb22cc33dd44"),
-        ("API_TOKEN", "ptd_4f5e6d7c8b9a"),
+        ("API_TOKEN", "ptd_4f5e6d7c8b9a0f1e2d3c4b5a69788796"),
     ];
     let text = BASE
         .replace("api_key = \"k\"", "api_key = \"${API_KEY}\"")
         .replace("account_sid = \"AC123\"", "account_sid = \"${SID}\"")
         .replace("auth_token = \"tok\"", "auth_token = \"${TOKEN}\"")
-        .replace("api_token = \"t\"", "api_token = \"${API_TOKEN}\"");
+        .replace(
+            "api_token = \"wire-test-api-token-0123456789abcdef\"",
+            "api_token = \"${API_TOKEN}\"",
+        );
     let loaded = config::load_str_with_vars(&text, ORIGIN, &secrets).expect("loads");
-    assert_eq!(loaded.config.server.api_token.expose(), "ptd_4f5e6d7c8b9a");
+    assert_eq!(
+        loaded.config.server.api_token.expose(),
+        "ptd_4f5e6d7c8b9a0f1e2d3c4b5a69788796"
+    );
     let out = config::render_effective(&loaded.config);
     for (_, secret) in secrets {
         assert!(!out.contains(secret), "secret {secret} leaked:\n{out}");
@@ -567,7 +607,12 @@ fn render_effective_redacts_secrets() {
     assert!(out.contains("api_key = \"***\""), "{out}");
     assert!(out.contains("api_token = \"***\""), "{out}");
     assert!(out.contains("listen = \"127.0.0.1:8080\""), "{out}");
-    // The rendering is itself a loadable configuration (with redacted secrets).
+    // The rendering is itself a loadable configuration once the redacted api_token (`***`,
+    // too short for an API reachable from the network) is given a real one again.
+    let out = out.replace(
+        "api_token = \"***\"",
+        &format!("api_token = \"{}\"", "x".repeat(32)),
+    );
     let reloaded = load(&out).expect("rendered config loads");
     assert_eq!(reloaded.config.numbers.len(), 1);
 }
@@ -592,11 +637,12 @@ fn container_defaults_need_the_api_token_variable() {
         err.contains("set the environment variable PATTERD_API_TOKEN"),
         "{err}"
     );
-    let with_token = [image_env[0], image_env[1], ("PATTERD_API_TOKEN", "s3cret")];
+    let secret = "s3cret-0123456789abcdef0123456789ab";
+    let with_token = [image_env[0], image_env[1], ("PATTERD_API_TOKEN", secret)];
     let loaded = config::load_str_with_vars(&text, "/etc/patterd/patter.toml", &with_token)
         .unwrap_or_else(|e| panic!("loads with the token: {e}"));
     assert_eq!(loaded.config.server.listen, "0.0.0.0:8080");
-    assert_eq!(loaded.config.server.api_token.expose(), "s3cret");
+    assert_eq!(loaded.config.server.api_token.expose(), secret);
 }
 
 #[test]
@@ -625,10 +671,18 @@ fn shipped_example_loads_with_empty_environment() {
     assert_eq!(c.numbers.len(), 1);
     assert_eq!(c.numbers[0].carrier, "twilio");
     assert_eq!(c.server.data_dir.to_str(), Some("./data"));
-    // Only warnings: 3 carriers + llm hermes and openclaw + the two Deepgram stt examples,
-    // AssemblyAI and OpenAI Realtime + 3 tts (elevenlabs, openai, cartesia); the self-hosted
-    // `openai_compatible` stt, the `ollama` preset and kokoro need no key.
-    assert_eq!(loaded.warnings.len(), 12, "{:?}", loaded.warnings);
+    // Only warnings: 3 carriers + llm hermes and openclaw + hermes' caller_hash without its
+    // session_key_secret + the two Deepgram stt examples, AssemblyAI and OpenAI Realtime + 3
+    // tts (elevenlabs, openai, cartesia); the self-hosted `openai_compatible` stt, the
+    // `ollama` preset and kokoro need no key.
+    assert_eq!(loaded.warnings.len(), 13, "{:?}", loaded.warnings);
+    assert!(
+        loaded.warnings.iter().any(
+            |w| w.starts_with("llm.hermes has session_key_from") && w.contains("no per-caller")
+        ),
+        "{:?}",
+        loaded.warnings
+    );
     assert_eq!(c.stt["assemblyai"].kind, config::SttKind::Assemblyai);
     assert_eq!(
         c.stt["openai_realtime"].kind,

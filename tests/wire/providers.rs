@@ -21,6 +21,8 @@ use patterd_sim::tone::{mulaw_silence, mulaw_tone};
 use tokio::sync::mpsc;
 
 const LIMIT: Duration = Duration::from_secs(10);
+/// The Hermes brain's `session_key_secret` in these tests.
+const MEMORY_SECRET: &str = "wire-test-memory-secret-0123456789abcdef";
 
 async fn next<T: std::fmt::Debug>(rx: &mut mpsc::Receiver<T>) -> T {
     match tokio::time::timeout(LIMIT, rx.recv()).await {
@@ -467,6 +469,7 @@ async fn hermes_headers_and_only_the_last_message() {
     fake.push(HermesReply::text("It is ten past three. Anything else?"));
     let mut cfg = llm_cfg("hermes", &fake.base_url(), "hermes-key-0123456789");
     cfg.session_key_from = Some(patterd::config::schema::SessionKeyFrom::CallerHash);
+    cfg.session_key_secret = patterd::config::schema::Secret::new(MEMORY_SECRET);
     let llm = OpenAiChat::new(&cfg).expect("llm");
     let evs = drain(&mut llm.stream(turn()).events).await;
     assert_eq!(deltas(&evs), "It is ten past three. Anything else?");
@@ -480,7 +483,7 @@ async fn hermes_headers_and_only_the_last_message() {
     assert_eq!(r.header("x-hermes-session-id"), Some("patter-call-CA123"));
     assert_eq!(
         r.header("x-hermes-session-key").map(str::to_string),
-        Some(caller_key("+15551234567"))
+        caller_key(MEMORY_SECRET, "+15551234567")
     );
     assert_eq!(r.body["user"], "patter-call-CA123");
     assert_eq!(r.body["stream"], true);

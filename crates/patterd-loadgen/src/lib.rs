@@ -46,7 +46,7 @@ pub const DG_KEY: &str = "dg-loadgen-key";
 pub const EL_KEY: &str = "el-loadgen-key";
 pub const HERMES_KEY: &str = "hermes-loadgen-key";
 /// patterd's `[server] api_token` in the generated config (`/metrics` needs it).
-pub const API_TOKEN: &str = "loadgen-api-token";
+pub const API_TOKEN: &str = "loadgen-api-token-0123456789abcdef";
 /// What the fake Deepgram "hears" each turn; the fake Hermes echoes it as the reply.
 pub const CALLER_SAYS: &str =
     "I would like to book a table for two tomorrow evening. Is that possible?";

@@ -18,8 +18,12 @@ use crate::carrier::transport::{
 };
 use crate::carrier::{CodecError, MediaMessage, MessageKind};
 
-/// Beyond this a single frame cannot be skipped safely and the socket is closed.
+/// Beyond this a single frame of an authenticated socket cannot be skipped safely and the
+/// socket is closed.
 pub(super) const MAX_WIRE_FRAME: usize = 1024 * 1024;
+/// The frame limit before authentication: any frame over [`MAX_FRAME`] closes the socket
+/// before its payload is read (the reader refuses a payload of this size or more).
+pub(super) const PRE_AUTH_WIRE_FRAME: usize = MAX_FRAME + 1;
 
 /// Bytes of outgoing frames buffered before a write to the socket (a flush follows every
 /// burst of commands anyway). A pacer top-up (100 ms: five frames and a mark, ≈ 1.6 KiB as
@@ -36,12 +40,13 @@ pub struct WebSocketTransport<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WebSocketTransport<S> {
-    /// Takes over `ws`: pings answered and closes echoed by the socket itself, single frames
-    /// over [`MAX_WIRE_FRAME`] refused.
+    /// Takes over `ws`: pings answered and closes echoed by the socket itself; until
+    /// [`MediaReceiver::authenticated`], no frame over [`MAX_FRAME`] is read at all (the socket
+    /// ends), after it single frames over [`MAX_WIRE_FRAME`] end it.
     pub fn new(mut ws: WebSocket<S>) -> Self {
         ws.set_auto_close(true);
         ws.set_auto_pong(true);
-        ws.set_max_message_size(MAX_WIRE_FRAME);
+        ws.set_max_message_size(PRE_AUTH_WIRE_FRAME);
         Self { ws }
     }
 }
@@ -133,6 +138,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> MediaReceiver for WebSo
     async fn close(&mut self, code: CloseCode, reason: &'static [u8]) {
         let _ = self.owed.send(Frame::close(code.websocket(), reason)).await;
     }
+
+    fn authenticated(&mut self) {
+        self.read.set_wire_limit(MAX_WIRE_FRAME);
+    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> MediaSender for WebSocketSender<S> {
@@ -206,6 +215,12 @@ impl<S: tokio::io::AsyncRead + Unpin> CappedReader<S> {
             partial: None,
             peak: 0,
         }
+    }
+
+    /// Sets the largest single frame the WebSocket reader accepts (a larger one is an error
+    /// before its payload is read).
+    pub fn set_wire_limit(&mut self, bytes: usize) {
+        self.read.set_max_message_size(bytes);
     }
 
     /// The most bytes ever held for one message (never more than `max`).
@@ -400,6 +415,8 @@ mod tests {
         let (server, client) = tokio::io::duplex(1 << 20);
         let transport = WebSocketTransport::new(WebSocket::after_handshake(server, Role::Server));
         let (mut rx, mut tx) = transport.split();
+        // Authenticated: an oversized frame is counted, not the end of the socket.
+        rx.authenticated();
         let mut client = WebSocket::after_handshake(client, Role::Client);
         client.set_auto_close(false);
         client.set_auto_pong(false);

@@ -108,7 +108,7 @@ impl Actor {
         self.llm_requested = Some(Instant::now());
         self.llm = Some(self.setup.providers.llm.stream(ChatTurn {
             call_id: self.setup.call_id.clone(),
-            caller: Some(self.setup.remote_party().to_string()),
+            caller: crate::util::phone::known_number(self.setup.remote_party()),
             system_prompt: self.setup.system_prompt(),
             history,
             tools: self.setup.tools.clone(),

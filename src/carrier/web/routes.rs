@@ -2,7 +2,9 @@
 //! `GET /phone/socket` (its media WebSocket, handed to the carrier-neutral pump with
 //! [`WebCodec`]). Nothing here is open: both need the control API's credentials (as the server
 //! decided, [`ControlAccess`]) or a valid phone link (signed, unexpired; the socket also uses it
-//! up — its call id is admitted once), and the socket refuses an `Origin` that is neither
+//! up — its call id is admitted once). A link opens only the one agent it names; choosing an
+//! agent and seeing the configured agents' names need the control API's credentials. The
+//! socket refuses an `Origin` that is neither
 //! loopback nor `public_url`'s, so another web site cannot open a microphone stream. A call
 //! here goes through [`Host::admit_direct`]: the same checks, call actor, providers, store and
 //! events as a phone call, with carrier kind `web`.
@@ -131,6 +133,9 @@ fn link_refusal(e: &LinkError) -> Response<Body> {
              server.api_token, to be opened from this machine)\n",
         ),
         LinkError::Expired => text(403, "this phone link has expired; make a new one\n"),
+        LinkError::Unbound | LinkError::TooLong => {
+            text(403, "this phone link is no longer accepted; make a new one\n")
+        }
         LinkError::Malformed | LinkError::BadSignature => text(403, "invalid phone link\n"),
     }
 }
@@ -150,7 +155,7 @@ async fn phone_page(
             None => Err(LinkError::Missing),
         };
         match checked {
-            Ok(claims) => claims.agent,
+            Ok(claims) => Some(claims.agent),
             Err(e) => {
                 host.count(crate::carrier::port::Counter::MediaRejected);
                 return link_refusal(&e);
@@ -191,7 +196,8 @@ async fn socket(me: Arc<WebCarrier>, host: Arc<dyn Host>, req: Request<Incoming>
     }
     let link = query_param(&req, "link");
     let asked = query_param(&req, "agent");
-    let (call_id, agent) = if has_control_access(&req) && link.is_none() {
+    let controlled = has_control_access(&req) && link.is_none();
+    let (call_id, agent) = if controlled {
         (
             crate::security::link::PhoneLinks::new_call_id(),
             asked.or_else(|| me.agent.clone()),
@@ -203,14 +209,10 @@ async fn socket(me: Arc<WebCarrier>, host: Arc<dyn Host>, req: Request<Incoming>
         };
         match checked {
             Ok(claims) => {
-                let agent = match (claims.agent, asked) {
-                    (Some(bound), Some(a)) if bound != a => {
-                        return text(403, "this phone link is for another agent\n");
-                    }
-                    (Some(bound), _) => Some(bound),
-                    (None, a) => a.or_else(|| me.agent.clone()),
-                };
-                (claims.call_id, agent)
+                if asked.is_some_and(|a| a != claims.agent) {
+                    return text(403, "this phone link is for another agent\n");
+                }
+                (claims.call_id, Some(claims.agent))
             }
             Err(e) => {
                 host.count(crate::carrier::port::Counter::MediaRejected);
@@ -236,6 +238,12 @@ async fn socket(me: Arc<WebCarrier>, host: Arc<dyn Host>, req: Request<Incoming>
     match host.admit_direct(direct) {
         Ok(a) => info!(call_id, agent = %a.agent, "browser call admitted"),
         Err(Refusal::Repeated) => return text(409, "this phone link was already used\n"),
+        Err(Refusal::UnknownAgent) if !controlled => {
+            return text(
+                404,
+                "the agent of this phone link is not configured any more; make a new link\n",
+            );
+        }
         Err(Refusal::UnknownAgent) => {
             return text_owned(
                 404,

@@ -33,9 +33,12 @@ pub struct LlmConfig {
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout_s: u64,
     /// Hermes memory scope: `caller_hash` derives `X-Hermes-Session-Key` from the caller's
-    /// number. Mutually exclusive with `session_key`.
+    /// number (an HMAC under `session_key_secret`). Mutually exclusive with `session_key`.
     #[serde(default)]
     pub session_key_from: Option<SessionKeyFrom>,
+    /// The per-deployment secret of `caller_hash` keys; empty: no per-caller key is sent.
+    #[serde(default)]
+    pub session_key_secret: Secret,
     /// A fixed `X-Hermes-Session-Key`.
     #[serde(default)]
     pub session_key: Option<String>,
