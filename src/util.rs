@@ -4,7 +4,7 @@
 //! notifications ([`sd_notify`]).
 
 pub mod phone;
-pub mod sd_notify;
+pub(crate) mod sd_notify;
 pub mod secret;
 
 use tokio::task::JoinHandle;

@@ -41,7 +41,7 @@ use connection::{
 
 mod connection;
 
-pub type ServerSocket = WebSocket<TokioIo<Upgraded>>;
+pub(crate) type ServerSocket = WebSocket<TokioIo<Upgraded>>;
 
 /// Largest media message accepted (larger ones are counted as bad and dropped; a fragmented
 /// one stops being buffered as soon as its fragments pass this size).
@@ -49,7 +49,7 @@ pub use crate::carrier::MAX_MEDIA_MESSAGE as MAX_FRAME;
 /// Beyond this a single frame cannot be skipped safely and the socket is closed.
 const MAX_WIRE_FRAME: usize = 1024 * 1024;
 /// How long a carrier has to send `start` after connecting (carriers send it at once).
-pub const START_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bad frames tolerated in a row / in total before the call is ended.
 const MAX_BAD_IN_A_ROW: u32 = 50;
 const MAX_BAD_TOTAL: u32 = 500;
@@ -255,7 +255,8 @@ impl<S: tokio::io::AsyncRead + Unpin> CappedReader<S> {
     }
 
     /// The most bytes ever held for one message (never more than `max`).
-    pub fn peak_buffered(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn peak_buffered(&self) -> usize {
         self.peak
     }
 
@@ -280,7 +281,7 @@ impl<S: tokio::io::AsyncRead + Unpin> CappedReader<S> {
 
     /// The next whole message (or control frame); `send_fn` gets the frames the protocol
     /// obliges us to send (pong, close echo).
-    pub async fn read_message<R, E>(
+    pub(crate) async fn read_message<R, E>(
         &mut self,
         send_fn: &mut impl FnMut(Frame<'_>) -> R,
     ) -> Result<Message, WebSocketError>

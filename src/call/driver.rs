@@ -38,7 +38,7 @@ const QUEUE: usize = 512;
 
 /// What the caller heard and did, in ms from the moment media attached.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LegState {
+pub(crate) struct LegState {
     /// Each stretch of agent audio the caller heard without a break: (start, end) in ms.
     pub agent_audio: Vec<(u64, u64)>,
     /// Agent audio played, in bytes (8 per ms).
@@ -48,9 +48,9 @@ pub struct LegState {
     /// When each `clear` arrived.
     pub clears: Vec<u64>,
     /// When each of the caller's clips began to play into the call.
-    pub caller_clips: Vec<u64>,
+    pub(crate) caller_clips: Vec<u64>,
     /// When the caller's queued audio had all been sent (the line went quiet).
-    pub caller_done: Option<u64>,
+    pub(crate) caller_done: Option<u64>,
     /// When the call hung up the leg.
     pub hung_up: Option<u64>,
     /// Transfers asked of the carrier: (when, destination).
@@ -61,14 +61,14 @@ pub struct LegState {
 
 impl LegState {
     /// True while agent audio reached the caller at `t_ms`.
-    pub fn agent_audible_at(&self, t_ms: u64) -> bool {
+    pub(crate) fn agent_audible_at(&self, t_ms: u64) -> bool {
         self.agent_audio
             .iter()
             .any(|(s, e)| (*s..*e).contains(&t_ms))
     }
 
     /// The first moment at or after `t_ms` when no agent audio was playing.
-    pub fn agent_quiet_after(&self, t_ms: u64) -> Option<u64> {
+    pub(crate) fn agent_quiet_after(&self, t_ms: u64) -> Option<u64> {
         if !self.agent_audible_at(t_ms) {
             return Some(t_ms);
         }
@@ -101,7 +101,6 @@ impl Shared {
 /// What the caller does next on the line.
 enum CallerCmd {
     Audio(Vec<u8>),
-    Dtmf(char),
     HangUp,
 }
 
@@ -179,7 +178,7 @@ impl Carrier for MemoryCarrier {
 }
 
 /// The carrier's side of an in-memory call.
-pub struct MemoryLeg {
+pub(crate) struct MemoryLeg {
     shared: Arc<Shared>,
     started: Instant,
     caller: mpsc::Sender<CallerCmd>,
@@ -232,32 +231,27 @@ impl MemoryLeg {
     }
 
     /// The caller says `ulaw` (μ-law 8 kHz), after what was queued before.
-    pub fn say(&self, ulaw: &[u8]) {
+    pub(crate) fn say(&self, ulaw: &[u8]) {
         let _ = self.caller.try_send(CallerCmd::Audio(ulaw.to_vec()));
     }
 
     /// The caller is silent for `ms` (after what was queued before).
-    pub fn silence(&self, ms: u64) {
+    pub(crate) fn silence(&self, ms: u64) {
         self.say(&vec![SILENCE; ms as usize * 8]);
     }
 
-    /// The caller presses `digit` (after what was queued before).
-    pub fn dtmf(&self, digit: char) {
-        let _ = self.caller.try_send(CallerCmd::Dtmf(digit));
-    }
-
     /// The caller hangs up (after what was queued before).
-    pub fn hang_up(&self) {
+    pub(crate) fn hang_up(&self) {
         let _ = self.caller.try_send(CallerCmd::HangUp);
     }
 
     /// What the caller heard and did so far.
-    pub fn state(&self) -> LegState {
+    pub(crate) fn state(&self) -> LegState {
         self.shared.read()
     }
 
     /// Waits until `pred` holds of the leg's state (at most `limit` of virtual time).
-    pub async fn wait_for(
+    pub(crate) async fn wait_for(
         &self,
         what: &str,
         limit: Duration,
@@ -280,7 +274,7 @@ impl MemoryLeg {
     }
 
     /// Ms since media attached (the time base of [`LegState`]).
-    pub fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         Instant::now()
             .saturating_duration_since(self.started)
             .as_millis() as u64
@@ -338,8 +332,8 @@ impl Line {
         self.stop_playing();
     }
 
-    /// The caller's next 20 ms: queued audio (or silence), then any key press or hang-up that
-    /// waited for it. False when the caller hung up or the call is gone.
+    /// The caller's next 20 ms: queued audio (or silence), then any hang-up that waited for
+    /// it. False when the caller hung up or the call is gone.
     async fn caller_step(&mut self, pending: &mut VecDeque<CallerCmd>) -> bool {
         while self.caller_audio.is_empty() {
             match pending.pop_front() {
@@ -350,11 +344,6 @@ impl Line {
                         s.caller_done = None;
                     });
                     self.caller_audio.extend(a);
-                }
-                Some(CallerCmd::Dtmf(d)) => {
-                    if self.send(MediaEvent::Dtmf(d)).await.is_err() {
-                        return false;
-                    }
                 }
                 Some(CallerCmd::HangUp) => {
                     let _ = self.send(MediaEvent::Stop).await;
@@ -463,16 +452,19 @@ impl Line {
 }
 
 /// A call in memory: its actor, its handle and the carrier's leg.
-pub struct MemoryCall {
+pub(crate) struct MemoryCall {
     pub handle: CallHandle,
     pub leg: MemoryLeg,
-    pub registry: Arc<CallRegistry>,
+    pub(crate) registry: Arc<CallRegistry>,
     call_id: String,
 }
 
 impl MemoryCall {
     /// Starts a call to `agent` on `providers` and answers it at once.
-    pub fn start(agent: Arc<AgentConfig>, providers: AgentProviders) -> Result<Self, InsertError> {
+    pub(crate) fn start(
+        agent: Arc<AgentConfig>,
+        providers: AgentProviders,
+    ) -> Result<Self, InsertError> {
         let call_id = "CAmemory".to_string();
         let setup = CallSetup {
             call_id: call_id.clone(),
@@ -504,7 +496,7 @@ impl MemoryCall {
     }
 
     /// The call's record so far (or its final one).
-    pub async fn record(&self) -> CallRecord {
+    pub(crate) async fn record(&self) -> CallRecord {
         match self.handle.snapshot().await {
             Ok(r) => r,
             Err(_) => self.finished().await,
@@ -512,7 +504,7 @@ impl MemoryCall {
     }
 
     /// Waits until the call's record satisfies `pred` (at most `limit` of virtual time).
-    pub async fn wait_record(
+    pub(crate) async fn wait_record(
         &self,
         what: &str,
         limit: Duration,
@@ -539,7 +531,7 @@ impl MemoryCall {
     }
 
     /// Waits for the call to end; its final record.
-    pub async fn finished(&self) -> CallRecord {
+    pub(crate) async fn finished(&self) -> CallRecord {
         match self.registry.wait_finished(&self.call_id).await {
             Some(r) => r,
             None => panic!("call {} left no record", self.call_id),
