@@ -5,6 +5,12 @@
 //! simulators (`crates/patterd-sim`) and the load generator (`crates/patterd-loadgen`) are
 //! separate workspace crates, so nothing here exists only for them.
 //! `docs/ARCHITECTURE.md` is the map of these modules.
+//!
+//! Items are `pub(crate)` unless a target outside the library (the binary, the integration
+//! tests, the benchmarks, the examples, the workspace crates) uses them; `unreachable_pub` keeps
+//! it so.
+
+#![warn(unreachable_pub)]
 
 pub mod api;
 pub mod app;

@@ -5,7 +5,7 @@
 //! data.
 
 pub mod phone;
-pub mod sd_notify;
+pub(crate) mod sd_notify;
 pub mod secret;
 
 use tokio::task::JoinHandle;

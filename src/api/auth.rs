@@ -2,8 +2,8 @@
 //!
 //! - **Bearer token.** With `server.api_token` set, every request needs
 //!   `Authorization: Bearer <api_token>` (compared in constant time). The configuration refuses
-//!   an empty token unless both `listen` and `public_url` are loopback ([`api_is_local`]), so a
-//!   daemon behind a reverse proxy always has one.
+//!   an empty token unless both `listen` and `public_url` are loopback
+//!   ([`ServerConfig::api_is_local`]), so a daemon behind a reverse proxy always has one.
 //! - **Token-less local mode** (both loopback, no token): the peer must be a loopback address,
 //!   the `Host` header a loopback name (DNS rebinding), and a request that carries `Forwarded`,
 //!   `X-Forwarded-*` or `Via` — i.e. came through a proxy — is refused.
@@ -19,7 +19,7 @@ use super::{ApiError, ErrorCode};
 use crate::config::ServerConfig;
 
 /// True for `localhost`, `127.0.0.1`, `[::1]` with or without a port.
-pub fn is_loopback_host(host: &str) -> bool {
+pub(crate) fn is_loopback_host(host: &str) -> bool {
     let h = if let Some(rest) = host.strip_prefix('[') {
         rest.split(']').next().unwrap_or("")
     } else {
@@ -36,15 +36,9 @@ pub fn is_loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// True when the API may run without a token: both `listen` and `public_url` are loopback
-/// (local development). Anything else is reachable from elsewhere and needs `api_token`.
-pub fn api_is_local(server: &ServerConfig) -> bool {
-    server.api_is_local()
-}
-
 /// Everything the access check looks at.
 #[derive(Debug, Clone, Copy)]
-pub struct Access<'a> {
+pub(crate) struct Access<'a> {
     pub peer: SocketAddr,
     pub method: &'a Method,
     pub headers: &'a HeaderMap,
@@ -52,7 +46,7 @@ pub struct Access<'a> {
 
 /// The full check for `/v1` and `/mcp`: origin, content type, then the bearer token (or, in
 /// token-less local mode, a loopback peer and `Host` and no proxy headers).
-pub fn authorize(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiError> {
+pub(crate) fn authorize(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiError> {
     check_origin(server, req.headers)?;
     if server.api_token.is_empty() {
         check_local(server, req)?;
@@ -66,7 +60,7 @@ pub fn authorize(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiError>
 /// token-less local mode a loopback peer and `Host` without proxy headers. The server gives
 /// its verdict to carrier routes that open calls without a carrier signature (the browser
 /// phone), which check the origin themselves.
-pub fn check_caller(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiError> {
+pub(crate) fn check_caller(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiError> {
     if server.api_token.is_empty() {
         check_local(server, req)
     } else {
@@ -75,7 +69,7 @@ pub fn check_caller(server: &ServerConfig, req: Access<'_>) -> Result<(), ApiErr
 }
 
 /// `Authorization: Bearer <api_token>`; with no token configured nothing passes.
-pub fn check_bearer(server: &ServerConfig, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn check_bearer(server: &ServerConfig, headers: &HeaderMap) -> Result<(), ApiError> {
     let token = &server.api_token;
     let given = headers
         .get(hyper::header::AUTHORIZATION)
@@ -101,14 +95,14 @@ pub fn check_bearer(server: &ServerConfig, headers: &HeaderMap) -> Result<(), Ap
 }
 
 /// True when `given` is `server.api_token` (never with no token configured).
-pub fn token_ok(server: &ServerConfig, given: &str) -> bool {
+pub(crate) fn token_ok(server: &ServerConfig, given: &str) -> bool {
     let token = &server.api_token;
     !token.is_empty() && crate::security::ct_eq(given.as_bytes(), token.expose().as_bytes())
 }
 
 /// The web pages' cookie value: HMAC-SHA256 keyed by `api_token` over a fixed purpose, hex —
 /// derived from the token, so the cookie never carries the token itself.
-pub fn page_cookie(server: &ServerConfig) -> String {
+pub(crate) fn page_cookie(server: &ServerConfig) -> String {
     let key = ring::hmac::Key::new(
         ring::hmac::HMAC_SHA256,
         server.api_token.expose().as_bytes(),
@@ -117,7 +111,7 @@ pub fn page_cookie(server: &ServerConfig) -> String {
 }
 
 /// True when `value` is the pages' cookie for this token (never with no token configured).
-pub fn page_cookie_ok(server: &ServerConfig, value: &str) -> bool {
+pub(crate) fn page_cookie_ok(server: &ServerConfig, value: &str) -> bool {
     !server.api_token.is_empty()
         && crate::security::ct_eq(value.as_bytes(), page_cookie(server).as_bytes())
 }
@@ -212,7 +206,7 @@ fn check_origin(server: &ServerConfig, headers: &HeaderMap) -> Result<(), ApiErr
 }
 
 /// `POST` and `PUT` must carry `Content-Type: application/json` (parameters allowed).
-pub fn check_content_type(method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn check_content_type(method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
     if method != Method::POST && method != Method::PUT {
         return Ok(());
     }
@@ -233,7 +227,7 @@ pub fn check_content_type(method: &Method, headers: &HeaderMap) -> Result<(), Ap
 }
 
 /// A peer-controlled string for a log line (see [`crate::security::truncate_for_log`]).
-pub fn for_log(s: &str, max: usize) -> String {
+pub(crate) fn for_log(s: &str, max: usize) -> String {
     crate::security::truncate_for_log(s, max)
 }
 

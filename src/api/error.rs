@@ -130,7 +130,7 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, ErrorCode::InvalidRequest, message)
     }
 

@@ -26,7 +26,7 @@ use crate::store::{CallFilter, now_ms};
 
 /// Runs one API request. `path` is the path under `/v1` (e.g. `/calls/CA1/transcript`),
 /// `query` the raw query string; `body` the parsed JSON body for POST/PUT.
-pub async fn dispatch(
+pub(crate) async fn dispatch(
     app: &Arc<App>,
     method: &Method,
     path: &str,
@@ -159,7 +159,7 @@ async fn list_calls(
 
 /// Decodes one percent-encoded path segment; a segment that is not UTF-8 once decoded is a
 /// bad request.
-pub fn decode_segment(seg: &str) -> Result<String, ApiError> {
+pub(crate) fn decode_segment(seg: &str) -> Result<String, ApiError> {
     percent_encoding::percent_decode_str(seg)
         .decode_utf8()
         .map(|s| s.into_owned())
@@ -197,7 +197,7 @@ fn parse_since(s: &str, now_ms: i64) -> Option<i64> {
 }
 
 /// A call with `live` (an actor is running for it).
-pub async fn call_json(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
+pub(crate) async fn call_json(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
     let call = app
         .store
         .call(id)
@@ -235,7 +235,7 @@ pub async fn recording(app: &Arc<App>, id: &str) -> Result<Vec<u8>, ApiError> {
 }
 
 /// A call with its turns.
-pub async fn transcript_json(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
+pub(crate) async fn transcript_json(app: &Arc<App>, id: &str) -> Result<Value, ApiError> {
     let mut v = call_json(app, id).await?;
     v["transcript"] = json!(app.store.turns(id).await?);
     Ok(v)

@@ -46,7 +46,7 @@ pub struct Originate {
 }
 
 impl Originate {
-    pub fn from_json(v: Value) -> Result<Self, ApiError> {
+    pub(crate) fn from_json(v: Value) -> Result<Self, ApiError> {
         serde_json::from_value(v).map_err(|e| {
             ApiError::bad_request(format!(
                 "{e}; expected {{\"to\": \"+15551234567\", \"from\"?, \"agent\"?, \

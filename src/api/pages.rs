@@ -12,7 +12,7 @@ use crate::app::App;
 use crate::store::{CallFilter, CallRow, EventRow, TurnRow};
 
 /// The recent calls page.
-pub async fn calls_html(app: &Arc<App>) -> Result<String, ApiError> {
+pub(crate) async fn calls_html(app: &Arc<App>) -> Result<String, ApiError> {
     let calls = app
         .store
         .calls(CallFilter {
@@ -24,7 +24,7 @@ pub async fn calls_html(app: &Arc<App>) -> Result<String, ApiError> {
 }
 
 /// The timeline page of call `id`.
-pub async fn timeline_html(app: &Arc<App>, id: &str) -> Result<String, ApiError> {
+pub(crate) async fn timeline_html(app: &Arc<App>, id: &str) -> Result<String, ApiError> {
     let call = app
         .store
         .call(id)
@@ -36,7 +36,7 @@ pub async fn timeline_html(app: &Arc<App>, id: &str) -> Result<String, ApiError>
 }
 
 /// A page saying what went wrong.
-pub fn error_html(e: &ApiError) -> String {
+pub(crate) fn error_html(e: &ApiError) -> String {
     shell("Error", &format!("<p>{}</p>", esc(&e.body().to_string())))
 }
 

@@ -23,7 +23,7 @@ use crate::util::phone::normalize_e164;
 
 /// Decides on an incoming call and, when it is accepted, starts its actor (which pre-opens
 /// speech-to-text and synthesises the greeting while the phone rings).
-pub fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted, Refusal> {
+pub(crate) fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted, Refusal> {
     let carrier = call.carrier.as_str();
     let call_id = call.call_id;
     let from = mask_number(call.from);
@@ -180,7 +180,7 @@ fn launch(app: &App, generation: &Generation, l: Launch<'_>) -> Result<(), Refus
 /// Decides on a call that names its agent (the browser phone): refuse while draining or for a
 /// call id already handled (a phone link used twice), pick the agent (the named one, else the
 /// first configured), build its providers and start the same call actor as a phone call.
-pub fn admit_direct(app: &App, call: Direct<'_>) -> Result<Admitted, Refusal> {
+pub(crate) fn admit_direct(app: &App, call: Direct<'_>) -> Result<Admitted, Refusal> {
     let carrier = call.carrier.as_str();
     let call_id = call.call_id;
     if app.is_draining() {

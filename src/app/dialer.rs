@@ -35,15 +35,15 @@ use crate::store::{NewCall, StoreError, Write, now_ms};
 
 /// Extra time an outbound call's actor waits for media beyond the ring time: answering-machine
 /// detection (up to 30 s at Twilio) and a margin.
-pub const ATTACH_MARGIN: Duration = Duration::from_secs(90);
+pub(crate) const ATTACH_MARGIN: Duration = Duration::from_secs(90);
 
 /// A checked outbound call to place.
-pub struct NewOutbound {
+pub(crate) struct NewOutbound {
     /// `[carriers.NAME]` of the calling number.
     pub account: String,
     pub from: String,
     pub to: String,
-    pub agent_name: String,
+    pub(crate) agent_name: String,
     pub agent: AgentConfig,
     pub providers: AgentProviders,
     /// The generation `agent` and `providers` came from (the call's tools come from it too).
@@ -54,7 +54,7 @@ pub struct NewOutbound {
 
 /// Why a call was not placed.
 #[derive(Debug, thiserror::Error)]
-pub enum OutboundError {
+pub(crate) enum OutboundError {
     #[error("[carriers.{0}] is not configured")]
     NoCarrier(String),
     #[error(transparent)]
@@ -72,7 +72,7 @@ pub enum OutboundError {
 
 /// Why a reservation was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum CapError {
+pub(crate) enum CapError {
     #[error(
         "{live} outbound calls are live or being placed, the limit ([outbound] max_concurrent); \
          wait for one to end (get_calls) and try again"
@@ -156,7 +156,7 @@ fn day_start(ms: i64) -> i64 {
 /// A place under the outbound caps, held while the carrier is dialled. Dropped uncommitted it
 /// is released; committed (the call was placed and registered) it counts as today's call.
 #[must_use = "a reservation is released when dropped"]
-pub struct Reservation {
+pub(crate) struct Reservation {
     app: Arc<App>,
     day: i64,
     committed: bool,
@@ -164,7 +164,7 @@ pub struct Reservation {
 
 impl Reservation {
     /// The call was placed (and is registered as live): the reservation becomes it.
-    pub fn commit(mut self) {
+    pub(crate) fn commit(mut self) {
         self.committed = true;
     }
 }
@@ -181,7 +181,7 @@ impl Drop for Reservation {
 
 /// Reserves a place under `[outbound] max_concurrent` and `max_per_day`, atomically with every
 /// other reservation; see the module docs.
-pub async fn reserve(app: &Arc<App>) -> Result<Reservation, CapError> {
+pub(crate) async fn reserve(app: &Arc<App>) -> Result<Reservation, CapError> {
     let limits = &app.config().outbound;
     loop {
         let day = day_start(now_ms());
@@ -223,7 +223,7 @@ pub async fn reserve(app: &Arc<App>) -> Result<Reservation, CapError> {
 /// Places `call` under `reservation` in a task of its own and waits for it; see the module
 /// docs. If this future is dropped mid-dial, the task still finishes the dial and cancels the
 /// placed call at the carrier; the reservation is released (or becomes the call) either way.
-pub async fn place_reserved(
+pub(crate) async fn place_reserved(
     app: &Arc<App>,
     call: NewOutbound,
     reservation: Reservation,
@@ -265,15 +265,6 @@ pub async fn place_reserved(
     rx.await.unwrap_or(Err(OutboundError::Abandoned))
 }
 
-/// Places `call` and starts its actor; returns our call id. The caps are the caller's
-/// ([`reserve`], [`place_reserved`]).
-pub async fn place(app: &Arc<App>, call: NewOutbound) -> Result<String, OutboundError> {
-    match place_if(app, call, &|| true).await? {
-        Placed::Live(id) => Ok(id),
-        Placed::Abandoned(_) => Err(OutboundError::Abandoned),
-    }
-}
-
 /// A call the carrier placed.
 enum Placed {
     /// Registered, its actor started.
@@ -283,7 +274,7 @@ enum Placed {
     Abandoned(String),
 }
 
-/// [`place`], unless `wanted` says nobody waits for the call any more once the carrier has
+/// Places `call` and starts its actor (our call id), unless `wanted` says nobody waits for the call any more once the carrier has
 /// answered the dial: then the call is recorded as canceled and returned as abandoned.
 async fn place_if(
     app: &Arc<App>,
@@ -393,7 +384,7 @@ async fn place_if(
 
 /// Ends a call we placed that has not been answered (it has no media stream to close), through
 /// its carrier.
-pub async fn cancel_unanswered(app: &Arc<App>, account: &str, id: &str) {
+pub(crate) async fn cancel_unanswered(app: &Arc<App>, account: &str, id: &str) {
     let Some(carrier) = app.carriers.for_account(account) else {
         return;
     };

@@ -43,7 +43,7 @@ impl InboundOverride {
     }
 
     /// The agent with this override applied.
-    pub fn apply(&self, agent: &AgentConfig) -> AgentConfig {
+    pub(crate) fn apply(&self, agent: &AgentConfig) -> AgentConfig {
         let mut a = agent.clone();
         if let Some(p) = &self.system_prompt {
             a.system_prompt = p.clone();

@@ -49,7 +49,7 @@ mod websocket;
 /// one stops being buffered as soon as its fragments pass this size).
 pub use crate::carrier::MAX_MEDIA_MESSAGE as MAX_FRAME;
 /// How long a carrier has to send `start` after connecting (carriers send it at once).
-pub const START_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bad frames tolerated in a row / in total before the call is ended.
 const MAX_BAD_IN_A_ROW: u32 = 50;
 const MAX_BAD_TOTAL: u32 = 500;

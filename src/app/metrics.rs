@@ -18,7 +18,7 @@ use crate::provider::fallback_stt::SttSwitchReason;
 
 /// One label dimension: a typed enum whose every value is known up front, so a family's
 /// storage is a fixed array of atomics.
-pub trait LabelValue: Copy + 'static {
+pub(crate) trait LabelValue: Copy + 'static {
     /// The Prometheus label name.
     const KEY: &'static str;
     /// Every value, in index order.
@@ -323,7 +323,7 @@ label_enum!(
 // ------------------------------------------------------------------------------- families
 
 /// Something rendered at `/metrics` under `name`.
-pub trait Family {
+pub(crate) trait Family {
     fn render(&self, name: &str, help: &str, out: &mut String);
 }
 
@@ -354,7 +354,7 @@ impl<L: Labels> Default for Counter<L> {
 }
 
 impl<L: Labels> Counter<L> {
-    pub fn inc(&self, l: L) {
+    pub(crate) fn inc(&self, l: L) {
         self.add(l, 1);
     }
     pub fn add(&self, l: L, n: u64) {
@@ -383,7 +383,7 @@ impl<L: Labels> Family for Counter<L> {
 /// Upper bounds (seconds) of the latency histograms' buckets; `+Inf` follows. Fine under
 /// 25 ms, where patterd's own share of a turn (`patterd_own`) and the media stages live, so
 /// a p99 near a 10 ms budget reads as a number, not as "somewhere up to 25 ms".
-pub const LATENCY_BUCKETS: [f64; 18] = [
+pub(crate) const LATENCY_BUCKETS: [f64; 18] = [
     0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5,
     5.0, 10.0,
 ];
@@ -533,7 +533,7 @@ metrics! {
 }
 
 impl Metrics {
-    pub fn inc(c: &AtomicU64) {
+    pub(crate) fn inc(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
     }
 

@@ -7,7 +7,7 @@
 //! the carriers. An `App` is built from a [`Config`] without any listener.
 
 pub mod admission;
-pub mod dialer;
+pub(crate) mod dialer;
 pub mod inbound;
 pub mod media;
 pub mod metrics;
@@ -39,7 +39,7 @@ use inbound::{Overrides, SETTING_KEY};
 pub use metrics::Metrics;
 
 /// Lifetime of a per-call media token.
-pub const MEDIA_TOKEN_TTL: Duration = Duration::from_secs(60);
+pub(crate) const MEDIA_TOKEN_TTL: Duration = Duration::from_secs(60);
 
 /// Why the daemon's state could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -126,9 +126,9 @@ pub struct App {
     pub started: Instant,
     /// One permit per media socket, held until it ends: upgraded sockets leave the listener's
     /// connection count, so they are bounded here ([`media_socket_limit`]).
-    pub media_sockets: Arc<tokio::sync::Semaphore>,
+    pub(crate) media_sockets: Arc<tokio::sync::Semaphore>,
     /// Rate limit for warnings unauthenticated peers can trigger.
-    pub peer_warnings: LogLimiter,
+    pub(crate) peer_warnings: LogLimiter,
     /// One inference worker per `[turn_model.NAME]`, as the daemon started (a reload keeps
     /// them: onnxruntime is loaded once per process).
     turn_models: BTreeMap<String, crate::call::eot::TurnModelWorker>,
@@ -226,7 +226,7 @@ impl App {
     }
 
     /// True once a drain has begun: new calls are refused politely.
-    pub fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         *self.draining.borrow()
     }
 
@@ -235,14 +235,14 @@ impl App {
     }
 
     /// A warning an unauthenticated peer triggered, rate limited ([`Self::peer_warnings`]).
-    pub fn log_limited(&self, message: &str) {
+    pub(crate) fn log_limited(&self, message: &str) {
         if let Some(suppressed) = self.peer_warnings.allow() {
             tracing::warn!(suppressed, "{message}");
         }
     }
 
     /// The log a new call reports to: the store, with the call metrics derived on the way.
-    pub fn call_log(&self, setup: &crate::call::CallSetup) -> Arc<dyn crate::call::CallLog> {
+    pub(crate) fn call_log(&self, setup: &crate::call::CallSetup) -> Arc<dyn crate::call::CallLog> {
         Arc::new(observe::CallObserver::new(
             &self.config(),
             self.store.tx.clone(),

@@ -26,16 +26,16 @@ const NONE: u64 = u64::MAX;
 /// The prices (US dollars) of the providers and carrier account one call uses; 0 when
 /// `[pricing]` names none.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Prices {
-    pub stt_per_minute: f64,
-    pub tts_per_1k_characters: f64,
-    pub llm_per_1m_input_tokens: f64,
-    pub llm_per_1m_output_tokens: f64,
-    pub carrier_per_minute: f64,
+pub(crate) struct Prices {
+    pub(crate) stt_per_minute: f64,
+    pub(crate) tts_per_1k_characters: f64,
+    pub(crate) llm_per_1m_input_tokens: f64,
+    pub(crate) llm_per_1m_output_tokens: f64,
+    pub(crate) carrier_per_minute: f64,
 }
 
 impl Prices {
-    pub fn for_call(config: &Config, setup: &CallSetup) -> Self {
+    pub(crate) fn for_call(config: &Config, setup: &CallSetup) -> Self {
         let p = &config.pricing;
         let a = &setup.agent;
         // A fallback chain is priced (and labelled) by its first member.
@@ -59,7 +59,7 @@ impl Prices {
     }
 
     /// `usage` priced.
-    pub fn cost(&self, usage: &Usage) -> CallCost {
+    pub(crate) fn cost(&self, usage: &Usage) -> CallCost {
         let minutes = |ms: u64| ms as f64 / 60_000.0;
         let stt_usd = minutes(usage.stt_audio_ms) * self.stt_per_minute;
         let tts_usd = usage.tts_characters as f64 / 1000.0 * self.tts_per_1k_characters;
@@ -78,7 +78,7 @@ impl Prices {
 }
 
 /// One call's log: the store plus the metrics derived on the way.
-pub struct CallObserver {
+pub(crate) struct CallObserver {
     store: StoreTx,
     prices: Prices,
     metrics: Arc<Metrics>,
@@ -99,7 +99,12 @@ pub struct CallObserver {
 }
 
 impl CallObserver {
-    pub fn new(config: &Config, store: StoreTx, metrics: Arc<Metrics>, setup: &CallSetup) -> Self {
+    pub(crate) fn new(
+        config: &Config,
+        store: StoreTx,
+        metrics: Arc<Metrics>,
+        setup: &CallSetup,
+    ) -> Self {
         let a = &setup.agent;
         Self {
             store,

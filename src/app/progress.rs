@@ -10,7 +10,7 @@ use crate::call::{CallHandle, Speaker, TranscriptEntry};
 use crate::carrier::CallProgress;
 
 /// Updates waiting for the socket's writer.
-pub const QUEUE: usize = 256;
+pub(crate) const QUEUE: usize = 256;
 
 /// Sends `handle`'s progress on `tx` until the call ends or `tx` closes.
 pub async fn watch(handle: CallHandle, tx: mpsc::Sender<CallProgress>) {

@@ -7,14 +7,14 @@
 use super::g711::linear_to_ulaw;
 
 /// Longest digit string one action may send.
-pub const MAX_DIGITS: usize = 32;
+pub(crate) const MAX_DIGITS: usize = 32;
 /// Tone and gap per digit.
-pub const TONE_MS: u64 = 100;
-pub const GAP_MS: u64 = 100;
+pub(crate) const TONE_MS: u64 = 100;
+pub(crate) const GAP_MS: u64 = 100;
 /// Peak of the low-group sine (−10 dBm0 in the i16 domain of `linear_to_ulaw`).
-pub const A_LOW: f64 = 7050.0;
+pub(crate) const A_LOW: f64 = 7050.0;
 /// Peak of the high-group sine (−8 dBm0).
-pub const A_HIGH: f64 = 8880.0;
+pub(crate) const A_HIGH: f64 = 8880.0;
 const RATE: f64 = 8000.0;
 const SILENCE: u8 = 0xFF;
 
@@ -46,7 +46,7 @@ pub fn frequencies(digit: char) -> Option<(f64, f64)> {
 
 /// Why a digit string cannot be sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DigitsError {
+pub(crate) enum DigitsError {
     #[error("no digits given; send one or more of 0-9, *, #, A-D")]
     Empty,
     #[error("{0:?} is not a DTMF digit; use only 0-9, *, # and A-D")]
@@ -56,7 +56,7 @@ pub enum DigitsError {
 }
 
 /// Checks a digit string an agent asked to send; returns it with `a-d` upper-cased.
-pub fn parse_digits(digits: &str) -> Result<String, DigitsError> {
+pub(crate) fn parse_digits(digits: &str) -> Result<String, DigitsError> {
     let digits = digits.trim();
     if digits.is_empty() {
         return Err(DigitsError::Empty);

@@ -19,11 +19,11 @@ use super::noise_floor::MIN_DB;
 
 /// Lags compared, in 20 ms frames: 0 to 800 ms (round trip of the network and the carrier's
 /// playback buffer plus the echo path itself).
-pub const MAX_LAG: usize = 40;
+pub(crate) const MAX_LAG: usize = 40;
 /// Number of lags (0 ..= [`MAX_LAG`]).
 pub const LAGS: usize = MAX_LAG + 1;
 /// A played frame quieter than this (dBFS) is "nothing played": it predicts no echo.
-pub const PLAYED_MIN_DB: f32 = -55.0;
+pub(crate) const PLAYED_MIN_DB: f32 = -55.0;
 /// Only played frames at least this loud (dBFS) are learnt from: the echo of quieter sounds
 /// is near the line's noise and quantisation.
 const LEARN_PLAYED_DB: f32 = -40.0;
@@ -83,7 +83,7 @@ pub struct EchoPath {
     /// Echo level against the played audio (dB, negative: the return loss).
     pub gain_db: f32,
     /// How steady the level difference is at that delay (standard deviation, dB).
-    pub spread_db: f32,
+    pub(crate) spread_db: f32,
 }
 
 /// One call's echo estimate. See the module documentation.
@@ -170,7 +170,7 @@ impl EchoEstimator {
 
     /// Whether a caller frame could hold an echo of what was `played` (a path is locked and
     /// the level it predicts stands over the background at `floor_db`).
-    pub fn could_echo(&self, floor_db: f32, played: &[f32; LAGS]) -> bool {
+    pub(crate) fn could_echo(&self, floor_db: f32, played: &[f32; LAGS]) -> bool {
         self.lag
             .is_some_and(|k| self.predict(k, played) >= floor_db + OVER_FLOOR_DB)
     }

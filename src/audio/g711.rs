@@ -9,7 +9,7 @@ pub const SILENCE_ULAW: u8 = 0xFF;
 /// A-law byte for silence (decodes to +8).
 pub const SILENCE_ALAW: u8 = 0xD5;
 /// Samples (and μ-law bytes) per millisecond at 8 kHz.
-pub const SAMPLES_PER_MS: usize = 8;
+pub(crate) const SAMPLES_PER_MS: usize = 8;
 
 const fn ulaw_decode_one(byte: u8) -> i16 {
     let u = !byte;
@@ -50,9 +50,9 @@ const fn build_table(alaw: bool) -> [i16; 256] {
 }
 
 /// μ-law byte → PCM sample, indexed by byte value.
-pub static ULAW_DECODE: [i16; 256] = build_table(false);
+pub(crate) static ULAW_DECODE: [i16; 256] = build_table(false);
 /// A-law byte → PCM sample, indexed by byte value.
-pub static ALAW_DECODE: [i16; 256] = build_table(true);
+pub(crate) static ALAW_DECODE: [i16; 256] = build_table(true);
 
 const ULAW_SEG_END: [i32; 8] = [0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF];
 const ALAW_SEG_END: [i32; 8] = [0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF];
@@ -119,16 +119,6 @@ pub fn decode_ulaw(bytes: &[u8]) -> Vec<i16> {
 /// Encodes PCM to μ-law.
 pub fn encode_ulaw(samples: &[i16]) -> Vec<u8> {
     samples.iter().map(|&s| linear_to_ulaw(s)).collect()
-}
-
-/// Decodes an A-law buffer to PCM.
-pub fn decode_alaw(bytes: &[u8]) -> Vec<i16> {
-    bytes.iter().map(|&b| alaw_to_linear(b)).collect()
-}
-
-/// Encodes PCM to A-law.
-pub fn encode_alaw(samples: &[i16]) -> Vec<u8> {
-    samples.iter().map(|&s| linear_to_alaw(s)).collect()
 }
 
 /// Mean absolute PCM value of a μ-law frame (0 for an empty frame). Silence (0xFF) is 0; a

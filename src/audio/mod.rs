@@ -10,7 +10,7 @@
 pub mod dtmf;
 pub mod echo;
 pub mod g711;
-pub mod noise_floor;
+pub(crate) mod noise_floor;
 pub mod pitch;
 pub mod resample;
 #[cfg(feature = "silero")]

@@ -10,7 +10,7 @@
 //! histogram update and one scan of its 194 bins.
 
 /// Energies are clamped here (dBFS), so digital silence has a finite level.
-pub const MIN_DB: f32 = -96.0;
+pub(crate) const MIN_DB: f32 = -96.0;
 
 /// Frames in the window (312 × 16 ms ≈ 5 s).
 const WINDOW: usize = 312;
@@ -19,13 +19,13 @@ const FLOOR_PCT: usize = 10;
 const LOW_PCT: usize = 2;
 /// The spread is capped here (dB): a window mostly of speech over digital silence would
 /// otherwise read as a background swinging by tens of dB.
-pub const MAX_SPREAD: f32 = 6.0;
+pub(crate) const MAX_SPREAD: f32 = 6.0;
 /// Histogram bins per dB.
 const PER_DB: f32 = 2.0;
 const BINS: usize = (-MIN_DB * PER_DB) as usize + 2;
 
 /// Mean energy of PCM16 samples in dBFS, clamped to [`MIN_DB`].
-pub fn frame_db(samples: &[i16]) -> f32 {
+pub(crate) fn frame_db(samples: &[i16]) -> f32 {
     if samples.is_empty() {
         return MIN_DB;
     }
@@ -40,7 +40,7 @@ pub fn frame_db(samples: &[i16]) -> f32 {
 
 /// Percentile tracker over recent frame energies.
 #[derive(Debug, Clone)]
-pub struct NoiseFloor {
+pub(crate) struct NoiseFloor {
     ring: [u8; WINDOW],
     len: usize,
     next: usize,
@@ -64,7 +64,7 @@ fn level(bin: usize) -> f32 {
 }
 
 impl NoiseFloor {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             ring: [0; WINDOW],
             len: 0,
@@ -76,7 +76,7 @@ impl NoiseFloor {
     }
 
     /// Records one frame's energy (dBFS) and updates the floor and spread.
-    pub fn push(&mut self, db: f32) {
+    pub(crate) fn push(&mut self, db: f32) {
         let b = bin(db);
         if self.len == WINDOW {
             let old = usize::from(self.ring[self.next]);
@@ -106,17 +106,17 @@ impl NoiseFloor {
 
     /// The background level (dBFS): the 10th percentile of the window; [`MIN_DB`] before any
     /// frame.
-    pub fn floor_db(&self) -> f32 {
+    pub(crate) fn floor_db(&self) -> f32 {
         self.floor
     }
 
     /// Frames in the window so far (at most ~5 s of them).
-    pub fn frames(&self) -> usize {
+    pub(crate) fn frames(&self) -> usize {
         self.len
     }
 
     /// How much the background's energy swings: 10th minus 2nd percentile (dB, at most 6).
-    pub fn spread_db(&self) -> f32 {
+    pub(crate) fn spread_db(&self) -> f32 {
         self.spread
     }
 }

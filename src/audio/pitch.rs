@@ -18,7 +18,7 @@ const MIN_LAG: usize = 20;
 const MAX_LAG: usize = 133;
 /// Normalised autocorrelation at or above which a frame is called pitched. Voiced speech scores
 /// 0.6–0.95 (still ≥ 0.5 with noise 10 dB under it); band-limited noise 0.1–0.35.
-pub const PITCHED: f32 = 0.5;
+pub(crate) const PITCHED: f32 = 0.5;
 /// Frames quieter than this mean square (about −60 dBFS) are not scored.
 const MIN_POWER: f32 = 1.0e3;
 
@@ -34,7 +34,7 @@ pub struct Pitch {
 impl Pitch {
     /// A pitch at least `over_db` above the background `floor_db`: the caller's own voice, not
     /// the voices or hum of the room behind them.
-    pub fn voiced_over(&self, floor_db: f32, over_db: f32) -> bool {
+    pub(crate) fn voiced_over(&self, floor_db: f32, over_db: f32) -> bool {
         self.score >= PITCHED && self.db >= floor_db + over_db
     }
 }
@@ -86,7 +86,7 @@ impl Periodicity {
 
     /// Keeps `frame` as the previous frame without scoring it (cheap: a copy); false (and
     /// unprimed) when it is not one 20 ms frame.
-    pub fn remember(&mut self, frame: &[u8]) -> bool {
+    pub(crate) fn remember(&mut self, frame: &[u8]) -> bool {
         if frame.len() != FRAME {
             self.primed = false;
             return false;

@@ -15,7 +15,7 @@ use rubato::audioadapter_buffers::direct::InterleavedSlice;
 use rubato::{Fft, FixedSync, Resampler as _};
 
 /// Rates the resampler is set up and tested for (Hz). Any pair of them works.
-pub const SUPPORTED_RATES: &[u32] = &[8_000, 16_000, 22_050, 24_000, 44_100, 48_000];
+pub(crate) const SUPPORTED_RATES: &[u32] = &[8_000, 16_000, 22_050, 24_000, 44_100, 48_000];
 
 /// The resampler could not be built for these rates.
 #[derive(Debug, thiserror::Error)]
@@ -92,14 +92,6 @@ impl Resampler {
             received: 0,
             emitted: 0,
         })
-    }
-
-    pub fn input_rate(&self) -> u32 {
-        self.from
-    }
-
-    pub fn output_rate(&self) -> u32 {
-        self.to
     }
 
     /// Feeds samples; appends whatever output is ready to `out`.

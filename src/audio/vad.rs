@@ -289,13 +289,13 @@ impl Vad {
 
     /// Voiced audio in the current speech run (short gaps between words do not count); 0 when
     /// not speaking.
-    pub fn speech_run_ms(&self) -> u64 {
+    pub(crate) fn speech_run_ms(&self) -> u64 {
         if self.speaking { self.run_voiced_ms } else { 0 }
     }
 
     /// Audio time since the current run's onset, voiced frames and the gaps between them;
     /// 0 when not speaking.
-    pub fn speech_span_ms(&self) -> u64 {
+    pub(crate) fn speech_span_ms(&self) -> u64 {
         match self.run_onset_ms {
             Some(onset) if self.speaking => self.audio_ms.saturating_sub(onset),
             _ => 0,
@@ -303,7 +303,7 @@ impl Vad {
     }
 
     /// True once a frame was voiced (before that [`Vad::silence_ms`] is the call's length).
-    pub fn heard_voice(&self) -> bool {
+    pub(crate) fn heard_voice(&self) -> bool {
         self.last_voiced_ms > 0
     }
 
@@ -312,13 +312,8 @@ impl Vad {
         self.audio_ms.saturating_sub(self.last_voiced_ms)
     }
 
-    /// The last frame's score (0 for a frame the energy gate skipped).
-    pub fn last_score(&self) -> f32 {
-        self.last_score
-    }
-
     /// The tracked background level (dBFS).
-    pub fn floor_db(&self) -> f32 {
+    pub(crate) fn floor_db(&self) -> f32 {
         self.floor.floor_db()
     }
 

@@ -20,7 +20,7 @@ pub enum WavError {
 }
 
 /// A mono 16-bit PCM WAV of `samples` at `rate`.
-pub fn write_pcm16(samples: &[i16], rate: u32) -> Vec<u8> {
+pub(crate) fn write_pcm16(samples: &[i16], rate: u32) -> Vec<u8> {
     let data_len = u32::try_from(samples.len() * 2).unwrap_or(u32::MAX);
     let mut out = Vec::with_capacity(44 + samples.len() * 2);
     out.extend_from_slice(b"RIFF");

@@ -33,7 +33,7 @@ pub enum CallAction {
 
 /// The registration list: every action's descriptor, one line each, in the order the
 /// surfaces list them.
-pub static ACTIONS: &[&ActionSpec] = &[
+pub(crate) static ACTIONS: &[&ActionSpec] = &[
     &end_call::SPEC,
     &transfer::SPEC,
     &send_dtmf::SPEC,
@@ -42,7 +42,7 @@ pub static ACTIONS: &[&ActionSpec] = &[
 
 impl CallAction {
     /// The descriptor of this action.
-    pub fn spec(&self) -> &'static ActionSpec {
+    pub(crate) fn spec(&self) -> &'static ActionSpec {
         match self {
             Self::EndCall { .. } => &end_call::SPEC,
             Self::Transfer { .. } => &transfer::SPEC,
@@ -54,18 +54,18 @@ impl CallAction {
 
 /// An action's argument value getter, handed to [`ActionSpec::build`]: the (already checked)
 /// string given for an argument's key.
-pub type ArgValue<'a> = &'a dyn Fn(&str) -> String;
+pub(crate) type ArgValue<'a> = &'a dyn Fn(&str) -> String;
 
 /// Everything the surfaces need to know about one action.
 #[derive(Debug)]
-pub struct ActionSpec {
+pub(crate) struct ActionSpec {
     /// The tool name the in-call model and MCP clients call (`transfer_call`).
     pub name: &'static str,
     /// Its arguments, all strings, all required.
     pub args: &'static [ActionArg],
     /// What the in-call model is told when the action is one of its tools
     /// (`[agents.X] tools`); `None`: the model is not offered it.
-    pub in_call: Option<&'static str>,
+    pub(crate) in_call: Option<&'static str>,
     /// Its REST route and MCP tool; `None`: not on the control surface.
     pub control: Option<Control>,
     /// The action, from its arguments' values.
@@ -74,15 +74,15 @@ pub struct ActionSpec {
 
 /// One (string, required) argument of an action.
 #[derive(Debug)]
-pub struct ActionArg {
+pub(crate) struct ActionArg {
     /// Its key in the tool's arguments, the MCP arguments and the REST body.
     pub key: &'static str,
     /// What the in-call model is told about it.
-    pub in_call: &'static str,
+    pub(crate) in_call: &'static str,
     /// What MCP clients are told about it.
     pub control: &'static str,
     /// A regular expression the in-call model's value must match (in its schema).
-    pub pattern: Option<&'static str>,
+    pub(crate) pattern: Option<&'static str>,
 }
 
 /// An action on the control surface: `POST /v1/calls/{id}/{verb}` and its MCP tool.
@@ -100,12 +100,12 @@ pub struct Control {
 
 impl ActionSpec {
     /// The action called `name` (in-call tool or MCP tool name).
-    pub fn by_name(name: &str) -> Option<&'static ActionSpec> {
+    pub(crate) fn by_name(name: &str) -> Option<&'static ActionSpec> {
         ACTIONS.iter().copied().find(|s| s.name == name)
     }
 
     /// The control-surface action whose REST route ends in `verb`.
-    pub fn by_verb(verb: &str) -> Option<(&'static ActionSpec, &'static Control)> {
+    pub(crate) fn by_verb(verb: &str) -> Option<(&'static ActionSpec, &'static Control)> {
         ACTIONS.iter().find_map(|s| {
             s.control
                 .as_ref()
@@ -115,19 +115,19 @@ impl ActionSpec {
     }
 
     /// The actions on the control surface, in order.
-    pub fn controls() -> impl Iterator<Item = (&'static ActionSpec, &'static Control)> {
+    pub(crate) fn controls() -> impl Iterator<Item = (&'static ActionSpec, &'static Control)> {
         ACTIONS
             .iter()
             .filter_map(|s| s.control.as_ref().map(|c| (*s, c)))
     }
 
     /// The name the REST answer gives the action (`action`): its verb, else its name.
-    pub fn rest_name(&self) -> &'static str {
+    pub(crate) fn rest_name(&self) -> &'static str {
         self.control.as_ref().map_or(self.name, |c| c.verb)
     }
 
     /// The JSON schema of the in-call tool's arguments.
-    pub fn in_call_schema(&self) -> Value {
+    pub(crate) fn in_call_schema(&self) -> Value {
         let props = self.args.iter().map(|a| {
             let mut p = Map::new();
             p.insert("type".into(), json!("string"));
@@ -142,7 +142,7 @@ impl ActionSpec {
 
     /// The JSON schema of the MCP tool's arguments: `lead` (the arguments the MCP tool adds
     /// first, such as the call id, with their descriptions) then the action's own.
-    pub fn control_schema(&self, lead: &[(&str, &str)]) -> Value {
+    pub(crate) fn control_schema(&self, lead: &[(&str, &str)]) -> Value {
         let string = |d: &str| json!({"type": "string", "description": d});
         let props = lead.iter().map(|(k, d)| (k.to_string(), string(d))).chain(
             self.args

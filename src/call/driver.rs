@@ -21,15 +21,18 @@ use bytes::Bytes;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::registry::InsertError;
-use super::{CallError, CallHandle, CallRecord, CallRegistry, CallSetup, MediaAttach, actor};
+use super::{CallError, CallHandle, MediaAttach};
+#[cfg(test)]
+use super::{CallRecord, CallRegistry, CallSetup, actor, registry::InsertError};
 use crate::carrier::dial::{Outbound, PlaceCall, PlaceError};
 use crate::carrier::registry::{BoxFuture, Route};
 use crate::carrier::{
     Carrier, CarrierError, CarrierKind, DtmfDelivery, FRAME_BYTES, FRAME_MS, Leg, MediaCommand,
     MediaEvent, StreamStart, TransferRequest,
 };
+#[cfg(test)]
 use crate::config::AgentConfig;
+#[cfg(test)]
 use crate::provider::AgentProviders;
 use crate::util::TaskGuard;
 
@@ -40,7 +43,7 @@ const QUEUE: usize = 512;
 
 /// What the caller heard and did, in ms from the moment media attached.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LegState {
+pub(crate) struct LegState {
     /// Each stretch of agent audio the caller heard without a break: (start, end) in ms.
     pub agent_audio: Vec<(u64, u64)>,
     /// Agent audio played, in bytes (8 per ms).
@@ -50,9 +53,9 @@ pub struct LegState {
     /// When each `clear` arrived.
     pub clears: Vec<u64>,
     /// When each of the caller's clips began to play into the call.
-    pub caller_clips: Vec<u64>,
+    pub(crate) caller_clips: Vec<u64>,
     /// When the caller's queued audio had all been sent (the line went quiet).
-    pub caller_done: Option<u64>,
+    pub(crate) caller_done: Option<u64>,
     /// When the call hung up the leg (the last time, if it asked more than once).
     pub hung_up: Option<u64>,
     /// Hang-up requests the carrier received.
@@ -68,15 +71,17 @@ pub struct LegState {
 }
 
 impl LegState {
+    #[cfg(test)]
     /// True while agent audio reached the caller at `t_ms`.
-    pub fn agent_audible_at(&self, t_ms: u64) -> bool {
+    pub(crate) fn agent_audible_at(&self, t_ms: u64) -> bool {
         self.agent_audio
             .iter()
             .any(|(s, e)| (*s..*e).contains(&t_ms))
     }
 
+    #[cfg(test)]
     /// The first moment at or after `t_ms` when no agent audio was playing.
-    pub fn agent_quiet_after(&self, t_ms: u64) -> Option<u64> {
+    pub(crate) fn agent_quiet_after(&self, t_ms: u64) -> Option<u64> {
         if !self.agent_audible_at(t_ms) {
             return Some(t_ms);
         }
@@ -87,7 +92,7 @@ impl LegState {
     }
 
     /// When the last stretch of agent audio ended; `None` while audio plays or before any has.
-    pub fn agent_quiet_since(&self) -> Option<u64> {
+    pub(crate) fn agent_quiet_since(&self) -> Option<u64> {
         if self.agent_playing {
             return None;
         }
@@ -125,7 +130,8 @@ impl Shared {
 
 /// What the carrier's REST side does with the call's hang-up, transfer and DTMF requests.
 #[derive(Debug, Clone, Copy)]
-pub enum Rest {
+pub(crate) enum Rest {
+    #[cfg_attr(not(test), allow(dead_code))]
     /// Records them in [`LegState`] and accepts them.
     Recorded,
     /// There is no carrier: hang-up does nothing, transfer and DTMF fail with this message.
@@ -135,7 +141,6 @@ pub enum Rest {
 /// What the caller does next on the line.
 enum CallerCmd {
     Audio(Vec<u8>),
-    Dtmf(char),
     HangUp,
 }
 
@@ -216,7 +221,7 @@ impl Carrier for MemoryCarrier {
 }
 
 /// The carrier's side of an in-memory call.
-pub struct MemoryLeg {
+pub(crate) struct MemoryLeg {
     shared: Arc<Shared>,
     started: Instant,
     caller: mpsc::Sender<CallerCmd>,
@@ -226,7 +231,11 @@ pub struct MemoryLeg {
 impl MemoryLeg {
     /// Attaches a new leg to the call `handle` (whose carrier id is `call_id`), its REST side
     /// as `rest` says.
-    pub fn attach(handle: &CallHandle, call_id: &str, rest: Rest) -> Result<Self, CallError> {
+    pub(crate) fn attach(
+        handle: &CallHandle,
+        call_id: &str,
+        rest: Rest,
+    ) -> Result<Self, CallError> {
         let (events_tx, events) = mpsc::channel(QUEUE);
         let (commands, commands_rx) = mpsc::channel(QUEUE);
         let (caller, caller_rx) = mpsc::channel(64);
@@ -273,32 +282,28 @@ impl MemoryLeg {
     }
 
     /// The caller says `ulaw` (μ-law 8 kHz), after what was queued before.
-    pub fn say(&self, ulaw: &[u8]) {
+    pub(crate) fn say(&self, ulaw: &[u8]) {
         let _ = self.caller.try_send(CallerCmd::Audio(ulaw.to_vec()));
     }
 
+    #[cfg(test)]
     /// The caller is silent for `ms` (after what was queued before).
-    pub fn silence(&self, ms: u64) {
+    pub(crate) fn silence(&self, ms: u64) {
         self.say(&vec![SILENCE; ms as usize * 8]);
     }
 
-    /// The caller presses `digit` (after what was queued before).
-    pub fn dtmf(&self, digit: char) {
-        let _ = self.caller.try_send(CallerCmd::Dtmf(digit));
-    }
-
     /// The caller hangs up (after what was queued before).
-    pub fn hang_up(&self) {
+    pub(crate) fn hang_up(&self) {
         let _ = self.caller.try_send(CallerCmd::HangUp);
     }
 
     /// What the caller heard and did so far.
-    pub fn state(&self) -> LegState {
+    pub(crate) fn state(&self) -> LegState {
         self.shared.read()
     }
 
     /// The agent audio the caller heard so far, μ-law 8 kHz.
-    pub fn heard_audio(&self) -> Vec<u8> {
+    pub(crate) fn heard_audio(&self) -> Vec<u8> {
         self.shared
             .heard
             .lock()
@@ -307,7 +312,7 @@ impl MemoryLeg {
     }
 
     /// Waits until `pred` holds of the leg's state.
-    pub async fn until(&self, pred: impl Fn(&LegState) -> bool) -> LegState {
+    pub(crate) async fn until(&self, pred: impl Fn(&LegState) -> bool) -> LegState {
         loop {
             let changed = self.shared.changed.notified();
             let s = self.state();
@@ -319,12 +324,13 @@ impl MemoryLeg {
     }
 
     /// Waits for the next change of the leg's state, at most `limit`.
-    pub async fn next_change(&self, limit: Duration) {
+    pub(crate) async fn next_change(&self, limit: Duration) {
         let _ = tokio::time::timeout(limit, self.shared.changed.notified()).await;
     }
 
+    #[cfg(test)]
     /// Waits until `pred` holds of the leg's state (at most `limit` of virtual time).
-    pub async fn wait_for(
+    pub(crate) async fn wait_for(
         &self,
         what: &str,
         limit: Duration,
@@ -337,7 +343,7 @@ impl MemoryLeg {
     }
 
     /// Ms since media attached (the time base of [`LegState`]).
-    pub fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         Instant::now()
             .saturating_duration_since(self.started)
             .as_millis() as u64
@@ -397,8 +403,8 @@ impl Line {
         self.shared.with(|s| s.closed = Some(at));
     }
 
-    /// The caller's next 20 ms: queued audio (or silence), then any key press or hang-up that
-    /// waited for it. False when the caller hung up or the call is gone.
+    /// The caller's next 20 ms: queued audio (or silence), then any hang-up that waited for
+    /// it. False when the caller hung up or the call is gone.
     async fn caller_step(&mut self, pending: &mut VecDeque<CallerCmd>) -> bool {
         while self.caller_audio.is_empty() {
             match pending.pop_front() {
@@ -409,11 +415,6 @@ impl Line {
                         s.caller_done = None;
                     });
                     self.caller_audio.extend(a);
-                }
-                Some(CallerCmd::Dtmf(d)) => {
-                    if self.send(MediaEvent::Dtmf(d)).await.is_err() {
-                        return false;
-                    }
                 }
                 Some(CallerCmd::HangUp) => {
                     let _ = self.send(MediaEvent::Stop).await;
@@ -526,10 +527,11 @@ impl Line {
     }
 }
 
+#[cfg(test)]
 /// The setup of an inbound Twilio call `call_id` on `account` to `agent` with `providers`
 /// (in-memory ones, say), without a store, tools, recording or turn model: 10 s for its
 /// media to attach, 30 s without media before it ends.
-pub fn memory_setup(
+pub(crate) fn memory_setup(
     call_id: &str,
     account: &str,
     agent: Arc<AgentConfig>,
@@ -554,17 +556,22 @@ pub fn memory_setup(
     }
 }
 
+#[cfg(test)]
 /// A call in memory: its actor, its handle and the carrier's leg.
-pub struct MemoryCall {
+pub(crate) struct MemoryCall {
     pub handle: CallHandle,
     pub leg: MemoryLeg,
-    pub registry: Arc<CallRegistry>,
+    pub(crate) registry: Arc<CallRegistry>,
     call_id: String,
 }
 
+#[cfg(test)]
 impl MemoryCall {
     /// Starts a call to `agent` on `providers` and answers it at once.
-    pub fn start(agent: Arc<AgentConfig>, providers: AgentProviders) -> Result<Self, InsertError> {
+    pub(crate) fn start(
+        agent: Arc<AgentConfig>,
+        providers: AgentProviders,
+    ) -> Result<Self, InsertError> {
         let call_id = "CAmemory".to_string();
         let setup = memory_setup(&call_id, "memory", agent, providers);
         let registry = Arc::new(CallRegistry::new());
@@ -580,7 +587,7 @@ impl MemoryCall {
     }
 
     /// The call's record so far (or its final one).
-    pub async fn record(&self) -> CallRecord {
+    pub(crate) async fn record(&self) -> CallRecord {
         match self.handle.snapshot().await {
             Ok(r) => r,
             Err(_) => self.finished().await,
@@ -588,7 +595,7 @@ impl MemoryCall {
     }
 
     /// Waits until the call's record satisfies `pred` (at most `limit` of virtual time).
-    pub async fn wait_record(
+    pub(crate) async fn wait_record(
         &self,
         what: &str,
         limit: Duration,
@@ -615,7 +622,7 @@ impl MemoryCall {
     }
 
     /// Waits for the call to end; its final record.
-    pub async fn finished(&self) -> CallRecord {
+    pub(crate) async fn finished(&self) -> CallRecord {
         match self.registry.wait_finished(&self.call_id).await {
             Some(r) => r,
             None => panic!("call {} left no record", self.call_id),

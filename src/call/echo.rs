@@ -120,7 +120,7 @@ impl Ring {
 /// n` seen, creeping 1 ms a second later (clock drift, frames lost on the way). The times only
 /// need to be consistent: a constant error is part of the echo delay the estimate learns.
 #[derive(Debug, Default)]
-pub struct CallerClock {
+pub(crate) struct CallerClock {
     frames: u64,
     anchor: Option<Instant>,
 }
@@ -130,7 +130,7 @@ const CREEP: Duration = Duration::from_micros(20);
 
 impl CallerClock {
     /// A frame arrived at `arrival`; returns when it was captured.
-    pub fn capture(&mut self, arrival: Instant) -> Instant {
+    pub(crate) fn capture(&mut self, arrival: Instant) -> Instant {
         let offset = Duration::from_millis(FRAME_MS * self.frames);
         let candidate = arrival.checked_sub(offset).unwrap_or(arrival);
         let anchor = match self.anchor {

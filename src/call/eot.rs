@@ -27,9 +27,9 @@ use crate::config::schema::TurnModelKind;
 pub mod smart_turn;
 
 /// Sample rate the models take.
-pub const MODEL_RATE: u32 = 16_000;
+pub(crate) const MODEL_RATE: u32 = 16_000;
 /// Audio a model looks at: the last 8 s.
-pub const WINDOW_SAMPLES: usize = 8 * MODEL_RATE as usize;
+pub(crate) const WINDOW_SAMPLES: usize = 8 * MODEL_RATE as usize;
 
 /// A failure to judge one pause (logged; the pause falls back to silence timing).
 #[derive(Debug, thiserror::Error)]
@@ -104,7 +104,7 @@ pub enum TurnModelSetupError {
 
 /// Starts one worker per `[turn_model.NAME]` (loading its library and model now, so a broken
 /// file stops the daemon at start rather than at the first call).
-pub fn start_workers(
+pub(crate) fn start_workers(
     sections: &BTreeMap<String, TurnModelConfig>,
 ) -> Result<BTreeMap<String, TurnModelWorker>, TurnModelSetupError> {
     let mut out = BTreeMap::new();
@@ -229,7 +229,7 @@ impl TurnModelWorker {
 
     /// Queues a judgement of `audio` for `pause`; never waits. `Err` carries the immediate
     /// answer when the queue is full or the worker stopped.
-    pub fn submit(
+    pub(crate) fn submit(
         &self,
         pause: u64,
         audio: Vec<f32>,
@@ -300,7 +300,7 @@ impl CallerRing {
     }
 
     /// Adds 16 kHz samples.
-    pub fn push_16k(&mut self, samples: &[i16]) {
+    pub(crate) fn push_16k(&mut self, samples: &[i16]) {
         for &s in samples {
             if !self.full {
                 self.buf.push(s);

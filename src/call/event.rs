@@ -217,7 +217,7 @@ pub enum EventDetail {
 
 impl EventDetail {
     /// The stored and served text.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         self.to_string()
     }
 
@@ -313,7 +313,7 @@ impl EndReason {
     }
 
     /// The text for a log line: like [`EndReason::text`] with phone numbers masked.
-    pub fn log_text(&self) -> std::borrow::Cow<'static, str> {
+    pub(crate) fn log_text(&self) -> std::borrow::Cow<'static, str> {
         match self {
             EndReason::Transferred(to) => {
                 format!("transferred to {}", crate::security::mask_number(to)).into()

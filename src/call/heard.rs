@@ -29,7 +29,7 @@ pub struct Played {
     /// Length of its audio sent so far.
     pub audio_ms: u32,
     /// All of its audio was sent (false: the carrier can run out of it mid-sentence).
-    pub sent_all: bool,
+    pub(crate) sent_all: bool,
     /// How much of that audio had played.
     pub played_ms: u32,
 }
@@ -71,7 +71,7 @@ pub struct Cut {
 
 /// How many of `words` (in order) were heard once `played_ms` of their audio had played: each
 /// word needs at least half of it played; the count stops at the first word that does not.
-pub fn words_heard(words: &[WordTiming], played_ms: u32) -> usize {
+pub(crate) fn words_heard(words: &[WordTiming], played_ms: u32) -> usize {
     words
         .iter()
         .take_while(|w| {

@@ -45,17 +45,17 @@ use crate::provider::SttInput;
 
 /// While the caller is silent their audio goes to the STT in writes of this much (60 ms):
 /// a third of the channel sends, STT-writer wake-ups and socket writes.
-pub const STT_BATCH_BYTES: usize = 3 * FRAME_BYTES;
+pub(crate) const STT_BATCH_BYTES: usize = 3 * FRAME_BYTES;
 /// While the caller speaks their audio goes in writes of this much (40 ms): the STT's interim
 /// words come at most a frame later, and its end-of-speech timing runs on the unbatched tail.
-pub const STT_SPEECH_BATCH_BYTES: usize = 2 * FRAME_BYTES;
+pub(crate) const STT_SPEECH_BATCH_BYTES: usize = 2 * FRAME_BYTES;
 /// Audio goes frame by frame (unbatched) after speech until this long past the STT's own
 /// endpointing silence, so its end of speech (Deepgram's `speech_final`) is as without
 /// batching even when it hears the speech end a little later than our detector.
-pub const STT_ENDPOINT_MARGIN_MS: u64 = 300;
+pub(crate) const STT_ENDPOINT_MARGIN_MS: u64 = 300;
 /// The same tail for an STT that decides the end of each turn itself (Flux, AssemblyAI): its
 /// timing is its own, so the tail is longer.
-pub const STT_UNBATCHED_TAIL_MS: u64 = 1000;
+pub(crate) const STT_UNBATCHED_TAIL_MS: u64 = 1000;
 
 /// How a caller frame goes to the STT ([`SttFeed::audio`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +84,7 @@ impl SttPace {
 const STT_POOL_BYTES: usize = 2 * 1024;
 /// In silence without detector events the actor hears of caller audio once per this many
 /// frames (100 ms): its media timeout only needs to know that audio still flows.
-pub const QUIET_NOTE_FRAMES: u32 = 5;
+pub(crate) const QUIET_NOTE_FRAMES: u32 = 5;
 /// A pitched frame counts for barge-in only this far above the tracked background (dB): the
 /// voices of a café or an engine's hum behind a cough are pitched too, but at the room's level.
 const PITCH_OVER_FLOOR_DB: f32 = 6.0;
@@ -94,7 +94,7 @@ const PITCH_OVER_FLOOR_DB: f32 = 6.0;
 /// after this much voiced audio the echo does not explain (net of the frames it does), or as
 /// soon as nothing that could be echo is left, with its onset where the caller's own voice
 /// began: the agent's own echo must not look like the caller taking a turn.
-pub const ECHO_START_OWN_MS: u64 = 100;
+pub(crate) const ECHO_START_OWN_MS: u64 = 100;
 
 /// What reaches the call actor on its media channel.
 #[derive(Debug)]
@@ -117,17 +117,17 @@ pub struct CallerNote {
     /// The detector's events, in order, each with the audio time judged when it came.
     pub vad: Vec<(VadEvent, u64)>,
     /// Voiced audio in the current run after the last frame (0 when not speaking).
-    pub speech_run_ms: u64,
+    pub(crate) speech_run_ms: u64,
     /// Audio time since the current run's onset, voiced and gaps (0 when not speaking).
-    pub speech_span_ms: u64,
+    pub(crate) speech_span_ms: u64,
     /// Pitched audio ([`Periodicity`]) in the current run, counted while barge-in watches
     /// (0 when not speaking): a run without any is noise-like (a cough), not a voice.
-    pub pitched_ms: u64,
+    pub(crate) pitched_ms: u64,
     /// Voiced audio in the current run the agent's echo explains ([`crate::audio::echo`]),
     /// counted while barge-in watches (0 when not speaking): not the caller's own voice.
-    pub echo_ms: u64,
+    pub(crate) echo_ms: u64,
     /// The echo path was found (`Some(Some(path))`) or lost (`Some(None)`) since the last note.
-    pub echo_path: Option<Option<EchoPath>>,
+    pub(crate) echo_path: Option<Option<EchoPath>>,
     /// Frames covered.
     pub frames: u32,
 }
@@ -138,7 +138,7 @@ pub struct CallerNote {
 /// in progress when it is set is noted from the next frame on. Set until the actor says
 /// otherwise.
 #[derive(Clone)]
-pub struct BargeWatch(Arc<AtomicBool>);
+pub(crate) struct BargeWatch(Arc<AtomicBool>);
 
 impl Default for BargeWatch {
     fn default() -> Self {
@@ -147,11 +147,11 @@ impl Default for BargeWatch {
 }
 
 impl BargeWatch {
-    pub fn set(&self, armed: bool) {
+    pub(crate) fn set(&self, armed: bool) {
         self.0.store(armed, Ordering::Relaxed);
     }
 
-    pub fn armed(&self) -> bool {
+    pub(crate) fn armed(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
 }
@@ -287,7 +287,7 @@ impl EchoCheck {
 /// Everything a call's actor shares with its caller-audio stage (see the module docs): the
 /// actor holds this one handle and clones it into the stage it builds.
 #[derive(Clone)]
-pub struct CallerShared {
+pub(crate) struct CallerShared {
     /// The call's one writer to its STT session.
     pub stt: SttFeed,
     /// Whether barge-in could act on caller speech now.
@@ -301,7 +301,7 @@ pub struct CallerShared {
 impl CallerShared {
     /// The caller-audio stage on this shared state, with detector `vad` (see
     /// [`CallerIngress::new`] for `stt_tail_ms`).
-    pub fn stage(&self, vad: Vad, stt_tail_ms: u64) -> CallerIngress {
+    pub(crate) fn stage(&self, vad: Vad, stt_tail_ms: u64) -> CallerIngress {
         let stage = CallerIngress::new(vad, self.stt.clone(), stt_tail_ms)
             .with_ring(self.ring.clone())
             .with_barge_watch(self.barge.clone());
@@ -367,7 +367,7 @@ impl CallerIngress {
     }
 
     /// Compares the caller's audio with the agent audio the pacer wrote to `reference`.
-    pub fn with_echo_reference(mut self, reference: EchoReference) -> Self {
+    pub(crate) fn with_echo_reference(mut self, reference: EchoReference) -> Self {
         self.echo = Some(EchoCheck {
             reference,
             clock: CallerClock::default(),
@@ -379,32 +379,32 @@ impl CallerIngress {
     }
 
     /// The caller's side of the recording.
-    pub fn with_recorder(mut self, track: Option<CallerTrack>) -> Self {
+    pub(crate) fn with_recorder(mut self, track: Option<CallerTrack>) -> Self {
         self.recorder = track;
         self
     }
 
     /// The end-of-turn model's ring of the caller's last seconds.
-    pub fn with_ring(mut self, ring: Option<Arc<Mutex<CallerRing>>>) -> Self {
+    pub(crate) fn with_ring(mut self, ring: Option<Arc<Mutex<CallerRing>>>) -> Self {
         self.ring = ring;
         self
     }
 
     /// Where dropped recording frames are reported.
-    pub fn with_log(mut self, log: Option<Arc<dyn CallLog>>, call_id: &str) -> Self {
+    pub(crate) fn with_log(mut self, log: Option<Arc<dyn CallLog>>, call_id: &str) -> Self {
         self.log = log;
         self.call_id = call_id.to_string();
         self
     }
 
     /// Whether speech runs are noted frame by frame (see [`BargeWatch`]; always without one).
-    pub fn with_barge_watch(mut self, barge: BargeWatch) -> Self {
+    pub(crate) fn with_barge_watch(mut self, barge: BargeWatch) -> Self {
         self.barge = barge;
         self
     }
 
     /// A note after every frame (as the actor hears frames when it runs the stage itself).
-    pub fn every_frame(mut self) -> Self {
+    pub(crate) fn every_frame(mut self) -> Self {
         self.every_frame = true;
         self
     }

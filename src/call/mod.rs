@@ -8,7 +8,7 @@
 
 pub mod action;
 pub mod actor;
-pub mod driver;
+pub(crate) mod driver;
 pub mod echo;
 pub mod eot;
 pub mod event;
@@ -18,7 +18,7 @@ pub mod log;
 pub mod mouth;
 pub mod policy;
 pub mod recording;
-pub mod registry;
+pub(crate) mod registry;
 pub mod transcript;
 pub mod turn;
 
@@ -50,13 +50,13 @@ pub struct CallSetup {
     pub to: String,
     /// We placed this call: the other party is `to`, not `from`.
     pub outbound: bool,
-    pub agent_name: String,
+    pub(crate) agent_name: String,
     pub agent: Arc<AgentConfig>,
     pub providers: AgentProviders,
     /// How long to wait for the carrier's media stream before giving up on the call.
-    pub attach_timeout: Duration,
+    pub(crate) attach_timeout: Duration,
     /// A call with no media at all for this long is ended.
-    pub media_timeout: Duration,
+    pub(crate) media_timeout: Duration,
     /// Where turns and events are persisted as the call goes (never waited on).
     pub log: Option<std::sync::Arc<dyn log::CallLog>>,
     /// The tools this call's brain may use (built per call by the composition root).
@@ -69,7 +69,7 @@ pub struct CallSetup {
 
 impl CallSetup {
     /// The number of the person on the other end (the caller, or whom we called).
-    pub fn remote_party(&self) -> &str {
+    pub(crate) fn remote_party(&self) -> &str {
         if self.outbound { &self.to } else { &self.from }
     }
 
@@ -94,7 +94,7 @@ impl CallSetup {
 
 /// Replaces each `{name}` of `vars` in `template` (one pass: values are never re-expanded;
 /// other braces are left alone).
-pub fn render_prompt(template: &str, vars: &[(&str, &str)]) -> String {
+pub(crate) fn render_prompt(template: &str, vars: &[(&str, &str)]) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(open) = rest.find('{') {
@@ -158,7 +158,7 @@ pub struct MediaAttach {
 }
 
 /// Messages a [`CallHandle`] sends to its actor.
-pub enum CallMsg {
+pub(crate) enum CallMsg {
     Attach(MediaAttach),
     /// End the call (agent, operator or shutdown); the carrier is told to hang up.
     HangUp {

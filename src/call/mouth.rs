@@ -24,11 +24,11 @@ use crate::carrier::{FRAME_BYTES, FRAME_MS, MediaCommand};
 use crate::provider::{TtsEvent, WordTiming};
 
 /// How far ahead of real time the pacer may queue audio at the carrier.
-pub const LEAD: Duration = Duration::from_millis(1000);
+pub(crate) const LEAD: Duration = Duration::from_millis(1000);
 /// Once an utterance is flowing, the pacer tops the carrier's buffer back up to [`LEAD`] when
 /// it has drained by this much: five 20 ms frames (and any mark) per wake-up and socket write
 /// instead of one. The carriers buffer what they receive and play it in real time.
-pub const TOP_UP: Duration = Duration::from_millis(100);
+pub(crate) const TOP_UP: Duration = Duration::from_millis(100);
 /// Pacer deadlines fall on this process-wide grid, so the timers of all calls expire together
 /// in one timer-wheel slot (one runtime wake-up for many calls) instead of one each.
 pub const TICK: Duration = Duration::from_millis(FRAME_MS);
@@ -38,7 +38,7 @@ const SILENCE: u8 = 0xFF;
 
 /// What a synthesis event means for the call's timeline ([`Mouth::on_tts`]).
 #[derive(Debug, Clone, PartialEq)]
-pub enum TtsNote {
+pub(crate) enum TtsNote {
     /// The utterance's synthesis failed (why).
     Failed(UttKind, String),
     /// The utterance's first audio byte arrived from `provider`, `after` its request.
@@ -114,17 +114,17 @@ pub struct Cleared {
     /// Utterances that had not finished going out (their synthesis is cancelled).
     pub dropped: Vec<Utterance>,
     /// Utterances fully sent whose mark had not come back: the caller may not have heard them.
-    pub unheard: Vec<Sent>,
+    pub(crate) unheard: Vec<Sent>,
     /// Audio may be queued at the carrier: send it a `clear`.
-    pub need_clear: bool,
+    pub(crate) need_clear: bool,
 }
 
 /// What [`Mouth::pause`] did.
 pub struct Paused {
     /// Audio may be queued at the carrier: send it a `clear`.
-    pub need_clear: bool,
+    pub(crate) need_clear: bool,
     /// Marks no longer expected (their utterances will be re-sent under new marks).
-    pub withdrawn: Vec<String>,
+    pub(crate) withdrawn: Vec<String>,
 }
 
 /// What the pacer did on a pump.
@@ -186,7 +186,7 @@ impl Mouth {
     }
 
     /// Writes the level of every frame sent, at the time it will play, to `echo`.
-    pub fn with_echo_reference(mut self, echo: EchoReference) -> Self {
+    pub(crate) fn with_echo_reference(mut self, echo: EchoReference) -> Self {
         self.echo = Some(echo);
         self
     }
@@ -227,7 +227,7 @@ impl Mouth {
     /// when none is, the next one queued. Everything after it is dropped (synthesis
     /// cancelled); audio of it already at the carrier plays on until the call is hung up or
     /// the carrier is told to `clear`.
-    pub fn keep_current(&mut self) {
+    pub(crate) fn keep_current(&mut self) {
         if self.awaiting_mark.is_empty() {
             self.drop_queued(1);
         } else {
@@ -246,12 +246,17 @@ impl Mouth {
 
     /// Utterances dropped since the last call whose synthesis was still running: the caller
     /// cancels their streams.
-    pub fn take_cancelled(&mut self) -> Vec<u64> {
+    pub(crate) fn take_cancelled(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.cancelled)
     }
 
     /// Like [`Mouth::push`] but before everything that has not started playing yet.
-    pub fn push_front_unstarted(&mut self, kind: UttKind, text: String, entry: usize) -> u64 {
+    pub(crate) fn push_front_unstarted(
+        &mut self,
+        kind: UttKind,
+        text: String,
+        entry: usize,
+    ) -> u64 {
         let id = self.push(kind, text, entry);
         if let Some(u) = self.queue.pop_back() {
             let pos = self
@@ -266,7 +271,7 @@ impl Mouth {
 
     /// Texts of queued utterances whose synthesis should start now (bounded concurrency),
     /// without asking for them (see [`Mouth::take_synthesis`]).
-    pub fn wants_tts(&self) -> Vec<(u64, String)> {
+    pub(crate) fn wants_tts(&self) -> Vec<(u64, String)> {
         let in_flight = self
             .queue
             .iter()
@@ -282,7 +287,7 @@ impl Mouth {
 
     /// [`Mouth::wants_tts`], noted as asked for: the caller starts each synthesis and hands
     /// its events to [`Mouth::on_tts`].
-    pub fn take_synthesis(&mut self) -> Vec<(u64, String)> {
+    pub(crate) fn take_synthesis(&mut self) -> Vec<(u64, String)> {
         let wanted = self.wants_tts();
         for (id, _) in &wanted {
             if let Some(u) = self.queue.iter_mut().find(|u| u.id == *id) {
@@ -294,7 +299,7 @@ impl Mouth {
 
     /// Applies a synthesis event. Returns what the call's timeline should note: a failed
     /// synthesis, a sentence's first audio byte, or a switch of the TTS chain.
-    pub fn on_tts(&mut self, id: u64, ev: Option<TtsEvent>) -> Option<TtsNote> {
+    pub(crate) fn on_tts(&mut self, id: u64, ev: Option<TtsEvent>) -> Option<TtsNote> {
         let u = self.queue.iter_mut().find(|u| u.id == id)?;
         match ev {
             Some(TtsEvent::Audio(b)) => {
@@ -424,7 +429,8 @@ impl Mouth {
 
     /// How much of what was sent the carrier has not played yet at `now` (0 when nothing is
     /// queued there): the caller has heard everything sent but this.
-    pub fn unplayed(&self, now: Instant) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn unplayed(&self, now: Instant) -> Duration {
         self.play_until
             .map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
     }
@@ -438,7 +444,7 @@ impl Mouth {
 
     /// [`Mouth::on_mark`] for a mark that came back at `now`; also learns how far behind the
     /// pacer's clock the carrier plays (the smallest delay of the last [`LAG_MARKS`] marks).
-    pub fn mark_returned(&mut self, name: &str, now: Instant) -> Option<Sent> {
+    pub(crate) fn mark_returned(&mut self, name: &str, now: Instant) -> Option<Sent> {
         let sent = self.on_mark(name)?;
         if let Some(end) = sent.ends_at {
             if self.lags.len() == LAG_MARKS {
@@ -458,7 +464,7 @@ impl Mouth {
     /// How much of each utterance whose mark has not come back had played at `at` (at or before
     /// now), in playing order: the audio sent, less what the carrier still had queued then (up
     /// to the pacer's end of playback, shifted by the carrier's lag).
-    pub fn played_at(&self, at: Instant) -> Vec<Played> {
+    pub(crate) fn played_at(&self, at: Instant) -> Vec<Played> {
         let ms = |bytes: usize| u32::try_from(bytes / 8).unwrap_or(u32::MAX);
         let mut out: Vec<Played> = self
             .awaiting_mark
@@ -587,13 +593,13 @@ impl Mouth {
     }
 
     /// True while held by [`Mouth::hold`].
-    pub fn is_held(&self) -> bool {
+    pub(crate) fn is_held(&self) -> bool {
         self.held
     }
 
     /// True while agent audio may be playing at the carrier (sent and not confirmed played,
     /// or still being sent).
-    pub fn is_playing(&self, now: Instant) -> bool {
+    pub(crate) fn is_playing(&self, now: Instant) -> bool {
         !self.paused
             && (!self.awaiting_mark.is_empty()
                 || self.queue.front().is_some_and(|u| u.sent_bytes > 0)
@@ -601,7 +607,7 @@ impl Mouth {
     }
 
     /// The kind of the utterance the caller is hearing (or would hear next).
-    pub fn current_kind(&self) -> Option<UttKind> {
+    pub(crate) fn current_kind(&self) -> Option<UttKind> {
         self.awaiting_mark
             .front()
             .map(|s| s.kind)
@@ -609,14 +615,14 @@ impl Mouth {
     }
 
     /// Text of what the agent is saying now: unconfirmed utterances and the next queued ones.
-    pub fn current_text(&self) -> String {
+    pub(crate) fn current_text(&self) -> String {
         let mut words: Vec<&str> = self.awaiting_mark.iter().map(|s| s.text.as_str()).collect();
         words.extend(self.queue.iter().take(2).map(|u| u.text.as_str()));
         words.join(" ")
     }
 
     /// Drops queued utterances matching `pred` that have not started playing.
-    pub fn drop_unstarted(&mut self, pred: impl Fn(UttKind) -> bool) {
+    pub(crate) fn drop_unstarted(&mut self, pred: impl Fn(UttKind) -> bool) {
         let cancelled = &mut self.cancelled;
         self.queue.retain(|u| {
             let keep = u.sent_bytes > 0 || !pred(u.kind);
@@ -633,7 +639,7 @@ impl Mouth {
     }
 
     /// True when any utterance of `kind` has started playing or is awaiting its mark.
-    pub fn any_audio_for(&self, pred: impl Fn(UttKind) -> bool) -> bool {
+    pub(crate) fn any_audio_for(&self, pred: impl Fn(UttKind) -> bool) -> bool {
         self.queue.iter().any(|u| u.sent_bytes > 0 && pred(u.kind))
             || self.awaiting_mark.iter().any(|s| pred(s.kind))
     }

@@ -61,12 +61,12 @@ mod speculate;
 #[cfg(test)]
 mod tests;
 
-pub use acts::TRANSFER_WAIT;
-pub use eot::TurnModelTiming;
-pub use io::{Action, Input};
+pub(crate) use eot::TurnModelTiming;
+pub(crate) use io::Action;
+pub use io::Input;
 
 /// Longest wait for the idle goodbye to play before hanging up anyway.
-pub const GOODBYE_GRACE: Duration = Duration::from_secs(15);
+pub(crate) const GOODBYE_GRACE: Duration = Duration::from_secs(15);
 
 /// What the agent is doing, as far as turn-taking is concerned. `Idle`, `Thinking` and
 /// `Speaking` follow the mouth and the brain (refreshed on every step); `BargeIn` and
@@ -129,7 +129,7 @@ enum Overlap {
 }
 
 /// One call's conversation policy.
-pub struct Policy {
+pub(crate) struct Policy {
     agent: Arc<AgentConfig>,
     /// The brain keeps its own copy of its replies (tell it what the caller heard instead).
     brain_keeps_history: bool,
@@ -197,7 +197,7 @@ struct Speculation {
 impl Policy {
     /// A policy for a call created at `now`; `stt_endpointing_ms` is the speech-to-text's own
     /// endpointing silence (see [`Endpointer::with_stt_endpointing`]).
-    pub fn new(
+    pub(crate) fn new(
         agent: Arc<AgentConfig>,
         stt_endpointing_ms: u64,
         brain_keeps_history: bool,
@@ -243,40 +243,42 @@ impl Policy {
 
     /// The speech-to-text decides the end of turns itself (see
     /// [`crate::provider::SttProvider::ends_turns`]).
-    pub fn with_stt_turns(mut self, yes: bool) -> Self {
+    pub(crate) fn with_stt_turns(mut self, yes: bool) -> Self {
         self.stt_turns = yes;
         self
     }
 
     /// An end-of-turn model judges the caller's pauses (see `policy/eot.rs`).
-    pub fn with_turn_model(mut self, timing: Option<TurnModelTiming>) -> Self {
+    pub(crate) fn with_turn_model(mut self, timing: Option<TurnModelTiming>) -> Self {
         self.gate = eot::TurnGate::new(timing);
         self
     }
 
-    pub fn phase(&self) -> Phase {
+    #[cfg(test)]
+    pub(crate) fn phase(&self) -> Phase {
         self.phase
     }
 
     /// The transcript so far (what was said, and what the caller heard of the agent).
-    pub fn transcript(&self) -> &[TranscriptEntry] {
+    pub(crate) fn transcript(&self) -> &[TranscriptEntry] {
         &self.transcript
     }
 
     /// The chat history the brain is given.
-    pub fn history(&self) -> &[ChatMessage] {
+    #[cfg(test)]
+    pub(crate) fn history(&self) -> &[ChatMessage] {
         &self.history
     }
 
     /// Caller turns sent to the brain so far.
-    pub fn turns(&self) -> u64 {
+    pub(crate) fn turns(&self) -> u64 {
         self.turns
     }
 
     /// Applies one input at `now` and queues what the actor must do, in order, before any
     /// actions still pending (see the driving rule in the module docs); take them with
     /// [`Policy::poll_action`].
-    pub fn handle(&mut self, input: Input, now: Instant, mouth: &mut Mouth) {
+    pub(crate) fn handle(&mut self, input: Input, now: Instant, mouth: &mut Mouth) {
         self.last_now = now;
         self.refresh(mouth);
         self.apply(input, now, mouth);
@@ -297,7 +299,7 @@ impl Policy {
     }
 
     /// The next action to carry out; `None` when there is none until the next input.
-    pub fn poll_action(&mut self) -> Option<Action> {
+    pub(crate) fn poll_action(&mut self) -> Option<Action> {
         self.pending.pop_front()
     }
 
@@ -434,7 +436,7 @@ impl Policy {
     /// The earliest time the policy wants an [`Input::Timer`]: the filler, the end of turn,
     /// the barge-in decision, the idle nudge or the end of the goodbye; the last input's time
     /// when a held turn or the goodbye's end became due outside a step.
-    pub fn deadline(&self, mouth: &Mouth) -> Option<Instant> {
+    pub(crate) fn deadline(&self, mouth: &Mouth) -> Option<Instant> {
         let phase_at = match self.phase {
             Phase::BargeIn { deadline, .. } => Some(deadline),
             Phase::Goodbye { until } => Some(until),

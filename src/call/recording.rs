@@ -98,7 +98,7 @@ impl Recorder {
     /// The caller's side, for whoever reads the media socket ([`super::ingress`]). It does
     /// not keep the recording open: once this `Recorder` is dropped the file is finished and
     /// caller frames are refused.
-    pub fn caller_track(&self) -> CallerTrack {
+    pub(crate) fn caller_track(&self) -> CallerTrack {
         CallerTrack {
             tx: self.tx.downgrade(),
             start: self.start,
@@ -119,7 +119,7 @@ impl Recorder {
 }
 
 /// The caller's side of a [`Recorder`] (see [`Recorder::caller_track`]).
-pub struct CallerTrack {
+pub(crate) struct CallerTrack {
     tx: mpsc::WeakSender<Msg>,
     start: Instant,
 }
@@ -127,7 +127,7 @@ pub struct CallerTrack {
 impl CallerTrack {
     /// Caller audio (μ-law) that arrived now. False when it was dropped (the queue is full or
     /// the recording is finished).
-    pub fn caller(&self, frame: Bytes) -> bool {
+    pub(crate) fn caller(&self, frame: Bytes) -> bool {
         let at = (self.start.elapsed().as_micros() as u64) * RATE / 1_000_000;
         self.tx
             .upgrade()

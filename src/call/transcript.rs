@@ -44,7 +44,7 @@ pub struct CallRecord {
     pub agent: String,
     /// Masked numbers only.
     pub from_masked: String,
-    pub to_masked: String,
+    pub(crate) to_masked: String,
     pub ended_reason: EndReason,
     pub transcript: Vec<TranscriptEntry>,
     pub events: Vec<CallEvent>,

@@ -38,7 +38,7 @@ impl Words {
     }
 
     /// Words of `text` that are not backchannels.
-    pub fn content_words(&self, text: &str) -> usize {
+    pub(crate) fn content_words(&self, text: &str) -> usize {
         words(text)
             .iter()
             .filter(|w| !self.backchannel.contains(w.as_str()))
@@ -48,7 +48,7 @@ impl Words {
     /// True when `caller` looks like the agent's own words (`agent`, what it is saying now)
     /// coming back through the phone: at least two words, and at least 70 % of them in the
     /// agent's text.
-    pub fn is_echo(&self, caller: &str, agent: &str) -> bool {
+    pub(crate) fn is_echo(&self, caller: &str, agent: &str) -> bool {
         let heard = words(caller);
         if heard.len() < 2 {
             return false;
@@ -71,7 +71,7 @@ const UNFINISHED: &[&str] = &[
 ];
 
 /// True when `text` ends on a word that usually continues ("I need to…").
-pub fn looks_unfinished(text: &str) -> bool {
+pub(crate) fn looks_unfinished(text: &str) -> bool {
     words(text)
         .last()
         .is_some_and(|w| UNFINISHED.contains(&w.as_str()))
@@ -126,7 +126,7 @@ impl std::fmt::Display for TurnEnd {
 
 /// What the endpointer wants.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Not yet; ask again at this time (or on the next event).
     Wait(Option<Instant>),
     /// Our detector is sure the caller stopped: ask the speech-to-text to finalize now.
@@ -148,7 +148,7 @@ const OWED_FOR: Duration = Duration::from_secs(5);
 const STALE_QUIET: Duration = Duration::from_millis(800);
 
 /// End-of-turn state for the caller's current turn.
-pub struct Endpointer {
+pub(crate) struct Endpointer {
     min: Duration,
     max: Duration,
     /// Silence after a phrase that looks unfinished before the turn may end (min..=max).
@@ -178,7 +178,7 @@ pub struct Endpointer {
 }
 
 impl Endpointer {
-    pub fn new(min_ms: u64, max_ms: u64) -> Self {
+    pub(crate) fn new(min_ms: u64, max_ms: u64) -> Self {
         Self {
             min: Duration::from_millis(min_ms),
             max: Duration::from_millis(max_ms.max(min_ms)),
@@ -200,20 +200,20 @@ impl Endpointer {
 
     /// The speech-to-text's own endpointing silence: a `speech_final` proves at least that
     /// much silence, even when our detector saw the speech end later.
-    pub fn with_stt_endpointing(mut self, ms: u64) -> Self {
+    pub(crate) fn with_stt_endpointing(mut self, ms: u64) -> Self {
         self.stt_endpointing = Duration::from_millis(ms);
         self
     }
 
     /// How long after the speech-to-text's end of utterance our detector's "still speaking"
     /// keeps the turn open (0: for as long as it says so).
-    pub fn with_stt_eou_override(mut self, ms: u64) -> Self {
+    pub(crate) fn with_stt_eou_override(mut self, ms: u64) -> Self {
         self.stt_eou_override = (ms > 0).then(|| Duration::from_millis(ms));
         self
     }
 
     /// The silence that ends a turn whose text looks unfinished (kept within min..=max).
-    pub fn with_unfinished_hold(mut self, ms: u64) -> Self {
+    pub(crate) fn with_unfinished_hold(mut self, ms: u64) -> Self {
         self.unfinished_hold = Duration::from_millis(ms).clamp(self.min, self.max);
         self
     }
@@ -252,7 +252,7 @@ impl Endpointer {
             .join(" ")
     }
 
-    pub fn on_speech_start(&mut self, at: Instant) {
+    pub(crate) fn on_speech_start(&mut self, at: Instant) {
         self.speaking = true;
         self.started.get_or_insert(at);
         // Whatever the speech-to-text concluded before, the caller is talking again.
@@ -260,7 +260,7 @@ impl Endpointer {
         self.finalize_sent = false;
     }
 
-    pub fn on_speech_end(&mut self, last_voiced: Instant) {
+    pub(crate) fn on_speech_end(&mut self, last_voiced: Instant) {
         self.speaking = false;
         self.quiet_since = Some(last_voiced);
         // Voice after the speech-to-text's end of utterance (while our detector bridged the
@@ -270,7 +270,7 @@ impl Endpointer {
         }
     }
 
-    pub fn on_interim(&mut self, text: &str, now: Instant) {
+    pub(crate) fn on_interim(&mut self, text: &str, now: Instant) {
         let text = self.unowed(text, false, now);
         let text = text.as_str();
         if !text.is_empty() {
@@ -295,7 +295,13 @@ impl Endpointer {
         self.interim = text.to_string();
     }
 
-    pub fn on_final(&mut self, text: &str, speech_final: bool, from_finalize: bool, now: Instant) {
+    pub(crate) fn on_final(
+        &mut self,
+        text: &str,
+        speech_final: bool,
+        from_finalize: bool,
+        now: Instant,
+    ) {
         let owed = self.owed > 0;
         let text = self.unowed(text, true, now);
         let text = text.as_str();
@@ -326,14 +332,14 @@ impl Endpointer {
         }
     }
 
-    pub fn on_utterance_end(&mut self, now: Instant) {
+    pub(crate) fn on_utterance_end(&mut self, now: Instant) {
         if self.stt_done.is_none() {
             self.arm(TurnEnd::UtteranceEnd, now);
         }
     }
 
     /// Everything the caller has said this turn (finals, then the newest interim).
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         match (self.finals.is_empty(), self.interim.is_empty()) {
             (_, true) => self.finals.clone(),
             (true, false) => self.interim.clone(),
@@ -341,18 +347,18 @@ impl Endpointer {
         }
     }
 
-    pub fn has_text(&self) -> bool {
+    pub(crate) fn has_text(&self) -> bool {
         !self.finals.is_empty() || !self.interim.is_empty()
     }
 
     /// When this turn's speech began.
-    pub fn started(&self) -> Option<Instant> {
+    pub(crate) fn started(&self) -> Option<Instant> {
         self.started
     }
 
     /// Forgets the turn (after a commit, or when it was only a backchannel); the settings,
     /// whether the caller is speaking and the words owed to a committed turn stay.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.finals.clear();
         self.interim.clear();
         self.disarm();
@@ -378,7 +384,7 @@ impl Endpointer {
         }
     }
 
-    pub fn decide(&mut self, now: Instant) -> Decision {
+    pub(crate) fn decide(&mut self, now: Instant) -> Decision {
         if !self.has_text() {
             self.disarm();
             return Decision::Wait(None);
@@ -433,23 +439,23 @@ impl Endpointer {
 /// Hooks for the end-of-turn model gate (`policy/eot.rs`), which decides around
 /// [`Endpointer::decide`] while a model judges the pause.
 impl Endpointer {
-    pub fn is_speaking(&self) -> bool {
+    pub(crate) fn is_speaking(&self) -> bool {
         self.speaking
     }
 
     /// When the caller's speech last ended (or text last arrived in silence).
-    pub fn quiet_since(&self) -> Option<Instant> {
+    pub(crate) fn quiet_since(&self) -> Option<Instant> {
         self.quiet_since
     }
 
     /// How the speech-to-text ended the utterance, if it did.
-    pub fn stt_done(&self) -> Option<TurnEnd> {
+    pub(crate) fn stt_done(&self) -> Option<TurnEnd> {
         self.stt_done
     }
 
     /// Whether a `Finalize` should be sent now (none sent yet and the speech-to-text has not
     /// ended the utterance); marks it sent.
-    pub fn take_finalize(&mut self) -> bool {
+    pub(crate) fn take_finalize(&mut self) -> bool {
         if self.finalize_sent || self.stt_done.is_some() {
             return false;
         }
@@ -459,7 +465,7 @@ impl Endpointer {
 
     /// Commits the turn now: the model judged it complete. The reason is the speech-to-text's
     /// end signal if it came, else [`TurnEnd::TurnModel`].
-    pub fn commit_now(&mut self, now: Instant) -> Decision {
+    pub(crate) fn commit_now(&mut self, now: Instant) -> Decision {
         let silence = self
             .quiet_since
             .map_or(Duration::ZERO, |q| now.saturating_duration_since(q));

@@ -13,12 +13,12 @@ use super::{CarrierError, CarrierKind};
 
 /// The keys of a `[carriers.NAME]` section other than `kind`, ready for the variant's own
 /// (`deny_unknown_fields`) struct.
-pub type Keys<E> = MapDeserializer<'static, std::vec::IntoIter<(String, KeyValue)>, E>;
+pub(crate) type Keys<E> = MapDeserializer<'static, std::vec::IntoIter<(String, KeyValue)>, E>;
 
 /// Reads a `[carriers.NAME]` table: `kind`, then every other key as a string at its own
 /// place (a wrong type is reported at that key, like in any other table), then hands the keys
 /// to `variant` for the kind's struct. Carrier keys are strings.
-pub fn deserialize_tagged<'de, D, T>(
+pub(crate) fn deserialize_tagged<'de, D, T>(
     d: D,
     variant: impl FnOnce(CarrierKind, Keys<D::Error>) -> Result<T, D::Error>,
 ) -> Result<T, D::Error>
@@ -54,7 +54,7 @@ where
 
 /// One carrier key's (string) value, as a deserializer: a string, or `Some(string)` for an
 /// optional key.
-pub struct KeyValue(String);
+pub(crate) struct KeyValue(String);
 
 impl<'de, E: de::Error> IntoDeserializer<'de, E> for KeyValue {
     type Deserializer = KeyValueDeserializer<E>;
@@ -65,7 +65,7 @@ impl<'de, E: de::Error> IntoDeserializer<'de, E> for KeyValue {
 }
 
 /// The deserializer of a [`KeyValue`].
-pub struct KeyValueDeserializer<E>(String, std::marker::PhantomData<E>);
+pub(crate) struct KeyValueDeserializer<E>(String, std::marker::PhantomData<E>);
 
 impl<'de, E: de::Error> de::Deserializer<'de> for KeyValueDeserializer<E> {
     type Error = E;
@@ -109,7 +109,7 @@ pub trait AccountConfig: Send + Sync {
 
 /// The names of the credentials whose value is empty, from `(name, is_empty)` pairs in the
 /// order they are reported (for [`AccountConfig::missing_credentials`]).
-pub fn missing_credentials(credentials: &[(&'static str, bool)]) -> Vec<&'static str> {
+pub(crate) fn missing_credentials(credentials: &[(&'static str, bool)]) -> Vec<&'static str> {
     credentials
         .iter()
         .filter(|(_, empty)| *empty)
@@ -136,7 +136,7 @@ pub(crate) use account_api_base;
 /// its REST client.
 pub struct Account<R> {
     pub name: String,
-    pub verify_key: String,
+    pub(crate) verify_key: String,
     pub rest: Arc<R>,
 }
 
@@ -190,7 +190,7 @@ impl<R> Accounts<R> {
     }
 
     /// The first account whose key verifies a webhook.
-    pub fn verifying(&self, mut verify: impl FnMut(&str) -> bool) -> Option<&Account<R>> {
+    pub(crate) fn verifying(&self, mut verify: impl FnMut(&str) -> bool) -> Option<&Account<R>> {
         self.list.iter().find(|a| verify(&a.verify_key))
     }
 }

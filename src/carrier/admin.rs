@@ -34,7 +34,7 @@ impl AdminMethod {
 
 /// How an [`AdminRequest`]'s body is encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum BodyKind {
+pub(crate) enum BodyKind {
     None,
     Form,
     Json,
@@ -46,7 +46,7 @@ pub enum BodyKind {
 pub struct AdminRequest {
     pub method: AdminMethod,
     pub url: String,
-    pub body_kind: BodyKind,
+    pub(crate) body_kind: BodyKind,
     pub body: String,
 }
 
@@ -103,14 +103,14 @@ pub struct Wiring {
     /// app, SIP trunk or missing application).
     pub voice_url: Option<String>,
     /// A short human description of the current routing.
-    pub describe: String,
+    pub(crate) describe: String,
     /// The carrier's own restore record (everything `unwire` needs to put it back).
     pub saved: serde_json::Value,
 }
 
 impl Wiring {
     /// True when the number's calls arrive at `inbound_url` (trailing slashes ignored).
-    pub fn points_at(&self, inbound_url: &str) -> bool {
+    pub(crate) fn points_at(&self, inbound_url: &str) -> bool {
         self.voice_url
             .as_deref()
             .is_some_and(|u| u.trim_end_matches('/') == inbound_url.trim_end_matches('/'))
@@ -141,7 +141,7 @@ pub trait NumberAdmin: Send + Sync {
 /// 401/403 → [`CarrierError::Unauthorized`], anything else (404 included) →
 /// [`CarrierError::Http`] with the carrier's message. Never returns or logs the body on
 /// success beyond what the caller reads.
-pub async fn send_with(
+pub(crate) async fn send_with(
     client: &reqwest::Client,
     carrier: &'static str,
     base: &str,
@@ -212,7 +212,7 @@ pub async fn send_with(
 }
 
 /// A string field of a carrier's JSON (empty when absent or null).
-pub fn str_field(v: &serde_json::Value, name: &str) -> String {
+pub(crate) fn str_field(v: &serde_json::Value, name: &str) -> String {
     v.get(name)
         .and_then(|x| x.as_str())
         .unwrap_or_default()
@@ -220,7 +220,7 @@ pub fn str_field(v: &serde_json::Value, name: &str) -> String {
 }
 
 /// The error for a restore record that is not the carrier's own shape.
-pub fn bad_record(carrier: &'static str) -> CarrierError {
+pub(crate) fn bad_record(carrier: &'static str) -> CarrierError {
     CarrierError::Config {
         carrier,
         message: "the saved wiring record is not this carrier's; was the number moved to \

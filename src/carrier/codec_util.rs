@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::{CodecError, MediaCodec, MediaCommand};
 
 /// A media frame's JSON object; a frame longer than `max_len` is refused unparsed.
-pub fn json_frame(frame: &str, max_len: usize) -> Result<Value, CodecError> {
+pub(crate) fn json_frame(frame: &str, max_len: usize) -> Result<Value, CodecError> {
     if frame.len() > max_len {
         return Err(CodecError::TooLarge(frame.len()));
     }
@@ -27,7 +27,7 @@ pub fn json_frame(frame: &str, max_len: usize) -> Result<Value, CodecError> {
 }
 
 /// An object field of a media frame: missing or not an object is an error naming the field.
-pub fn object_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a Value, CodecError> {
+pub(crate) fn object_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a Value, CodecError> {
     let field = v.get(name).ok_or(CodecError::MissingField(name))?;
     if !field.is_object() {
         return Err(CodecError::InvalidField(name));
@@ -36,7 +36,7 @@ pub fn object_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a Value, C
 }
 
 /// A string field of a media frame: missing or not a string is an error naming the field.
-pub fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecError> {
+pub(crate) fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecError> {
     v.get(name)
         .ok_or(CodecError::MissingField(name))?
         .as_str()
@@ -45,7 +45,7 @@ pub fn str_field<'a>(v: &'a Value, name: &'static str) -> Result<&'a str, CodecE
 
 /// A frame counter (`media.chunk`, …) as a string (`"3"`, Twilio's and Telnyx's spelling) or a
 /// number (Plivo's); `None` for anything else (negative, fractional, not a counter).
-pub fn counter_value(v: Option<&Value>) -> Option<u64> {
+pub(crate) fn counter_value(v: Option<&Value>) -> Option<u64> {
     match v? {
         Value::String(s) => counter_str(s),
         Value::Number(n) => n.as_u64(),
@@ -60,7 +60,10 @@ fn counter_str(s: &str) -> Option<u64> {
 /// The decoded audio of a `media` frame's `media.payload` (base64), or `None` for another
 /// track than the caller's (outbound-track echoes, with `track="both_tracks"`, are not caller
 /// audio). A payload that would decode to more than `max_bytes` is refused before decoding.
-pub fn inbound_media_payload(msg: &Value, max_bytes: usize) -> Result<Option<Vec<u8>>, CodecError> {
+pub(crate) fn inbound_media_payload(
+    msg: &Value,
+    max_bytes: usize,
+) -> Result<Option<Vec<u8>>, CodecError> {
     let media = msg.get("media").ok_or(CodecError::MissingField("media"))?;
     match media.get("track") {
         None => {}
@@ -80,7 +83,7 @@ pub fn inbound_media_payload(msg: &Value, max_bytes: usize) -> Result<Option<Vec
 }
 
 /// Escapes text for use in XML content or a double-quoted attribute.
-pub fn xml_escape(s: &str) -> String {
+pub(crate) fn xml_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -98,7 +101,7 @@ pub fn xml_escape(s: &str) -> String {
 }
 
 /// A DTMF digit as carriers send it: one of `0-9 * # A-D`.
-pub fn parse_digit(digit: &str) -> Result<char, CodecError> {
+pub(crate) fn parse_digit(digit: &str) -> Result<char, CodecError> {
     let mut chars = digit.chars();
     match (chars.next(), chars.next()) {
         (Some(c), None) if c.is_ascii_digit() || matches!(c, '*' | '#' | 'A'..='D') => Ok(c),
@@ -107,7 +110,7 @@ pub fn parse_digit(digit: &str) -> Result<char, CodecError> {
 }
 
 /// An unknown media event, its name cut to 64 characters for the log.
-pub fn unknown_event(other: &str) -> CodecError {
+pub(crate) fn unknown_event(other: &str) -> CodecError {
     let mut name: String = other.chars().take(64).collect();
     if name.len() < other.len() {
         name.push('…');
@@ -124,7 +127,7 @@ const POOL_BYTES: usize = 2 * 1024;
 /// frame: each frame is a [`Bytes`] view of the block, and the block is reused once every
 /// frame cut from it was dropped.
 #[derive(Debug, Default)]
-pub struct FramePool {
+pub(crate) struct FramePool {
     buf: BytesMut,
 }
 
@@ -137,14 +140,14 @@ impl Clone for FramePool {
 
 impl FramePool {
     /// Decodes base64 `payload` into the pool; `None` when it is not valid base64.
-    pub fn decode_base64(&mut self, payload: &str) -> Option<Bytes> {
+    pub(crate) fn decode_base64(&mut self, payload: &str) -> Option<Bytes> {
         self.decode_base64_with(payload, |audio| audio.len())
     }
 
     /// Decodes base64 `payload` into the pool, then lets `convert` rewrite the decoded bytes in
     /// place (e.g. A-law or L16 to μ-law) and say how many of them the frame keeps; `None`
     /// (and `convert` not called) when the payload is not valid base64.
-    pub fn decode_base64_with(
+    pub(crate) fn decode_base64_with(
         &mut self,
         payload: &str,
         convert: impl FnOnce(&mut [u8]) -> usize,
@@ -219,7 +222,7 @@ impl<'de> Deserialize<'de> for Counter {
 
 /// An ordinary inbound `media` frame's fields, borrowed from its text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InboundMedia<'a> {
+pub(crate) struct InboundMedia<'a> {
     /// `media.payload`: base64, without escapes, of at most `max_bytes` once decoded.
     pub payload: &'a str,
     /// `media.chunk`, when it is a counter ([`counter_value`]).
@@ -232,7 +235,7 @@ pub struct InboundMedia<'a> {
 /// strings with escapes, a frame over 2 × `max_bytes` or a payload over `max_bytes`, odd types,
 /// duplicate keys, bad JSON — which the codec's general path then decodes (and reports) as
 /// before.
-pub fn probe_inbound_media(frame: &str, max_bytes: usize) -> Option<InboundMedia<'_>> {
+pub(crate) fn probe_inbound_media(frame: &str, max_bytes: usize) -> Option<InboundMedia<'_>> {
     // A struct also deserialises from a JSON array; only objects are frames.
     if frame.len() > max_bytes.saturating_mul(2) || !frame.trim_start().starts_with('{') {
         return None;
@@ -257,18 +260,22 @@ pub fn probe_inbound_media(frame: &str, max_bytes: usize) -> Option<InboundMedia
 
 /// The caller audio of an ordinary inbound `media` frame ([`probe_inbound_media`]) decoded
 /// into `pool` as it came; `None` when the general path must decode it.
-pub fn fast_inbound_media(frame: &str, max_bytes: usize, pool: &mut FramePool) -> Option<Bytes> {
+pub(crate) fn fast_inbound_media(
+    frame: &str,
+    max_bytes: usize,
+    pool: &mut FramePool,
+) -> Option<Bytes> {
     pool.decode_base64(probe_inbound_media(frame, max_bytes)?.payload)
 }
 
 /// Appends `s` as a JSON string (quoted and escaped) without allocating.
-pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn push_json_str(out: &mut Vec<u8>, s: &str) {
     // Writing to a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
 /// Appends the base64 of `data` without allocating (beyond growing `out`).
-pub fn push_base64(out: &mut Vec<u8>, data: &[u8]) {
+pub(crate) fn push_base64(out: &mut Vec<u8>, data: &[u8]) {
     let start = out.len();
     let n = base64::encoded_len(data.len(), true).unwrap_or(0);
     out.resize(start + n, 0);
@@ -278,7 +285,7 @@ pub fn push_base64(out: &mut Vec<u8>, data: &[u8]) {
 
 /// [`MediaCodec::encode`] for a codec that writes its frames by hand in
 /// [`MediaCodec::encode_into`]: the same frame, as a `String`.
-pub fn encode_via_buffer<C: MediaCodec + ?Sized>(
+pub(crate) fn encode_via_buffer<C: MediaCodec + ?Sized>(
     codec: &mut C,
     cmd: &MediaCommand,
 ) -> Option<String> {

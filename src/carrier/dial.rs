@@ -16,7 +16,7 @@ use super::{CarrierError, CarrierKind};
 
 /// How long an ended call stays known (for its leg id and late callbacks, e.g. Plivo's hangup
 /// callback, which follows the end of the call).
-pub const KEEP_ENDED: Duration = Duration::from_secs(120);
+pub(crate) const KEEP_ENDED: Duration = Duration::from_secs(120);
 
 /// A call's status as stored and served (`calls.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -85,7 +85,7 @@ impl CallOutcome {
     }
 
     /// The status a call ends with when this outcome ends it before anyone answered.
-    pub fn unanswered_status(self) -> Option<CallStatus> {
+    pub(crate) fn unanswered_status(self) -> Option<CallStatus> {
         match self {
             CallOutcome::Busy => Some(CallStatus::Busy),
             CallOutcome::NoAnswer => Some(CallStatus::NoAnswer),
@@ -150,7 +150,7 @@ pub struct OutboundCall {
     pub machine_detection: bool,
     pub voicemail_message: Option<String>,
     /// The carrier's id for the leg, when it differs from our call id.
-    pub leg_id: Option<String>,
+    pub(crate) leg_id: Option<String>,
     pub phase: Phase,
 }
 
@@ -171,7 +171,7 @@ impl Outbound {
     }
 
     /// A call was placed (phase [`Phase::Ringing`]).
-    pub fn register(&self, call_id: &str, call: OutboundCall) {
+    pub(crate) fn register(&self, call_id: &str, call: OutboundCall) {
         let mut map = self.map();
         map.retain(|_, e| e.ended.is_none_or(|t| t.elapsed() < KEEP_ENDED));
         map.insert(call_id.to_string(), Entry { call, ended: None });
@@ -198,12 +198,12 @@ impl Outbound {
     }
 
     /// Live outbound calls.
-    pub fn live_count(&self) -> usize {
+    pub(crate) fn live_count(&self) -> usize {
         self.map().values().filter(|e| e.ended.is_none()).count()
     }
 
     /// Records the carrier's leg id of our call `call_id`.
-    pub fn set_leg(&self, call_id: &str, leg_id: &str) {
+    pub(crate) fn set_leg(&self, call_id: &str, leg_id: &str) {
         if let Some(e) = self.map().get_mut(call_id) {
             e.call.leg_id = Some(leg_id.to_string());
         }
@@ -215,7 +215,7 @@ impl Outbound {
     }
 
     /// Our call id for the carrier's leg `leg_id` (live or recently ended calls).
-    pub fn call_id_for_leg(&self, leg_id: &str) -> Option<String> {
+    pub(crate) fn call_id_for_leg(&self, leg_id: &str) -> Option<String> {
         let map = self.map();
         map.iter()
             .find(|(_, e)| {
@@ -226,7 +226,7 @@ impl Outbound {
     }
 
     /// Moves the call to `phase`.
-    pub fn set_phase(&self, call_id: &str, phase: Phase) {
+    pub(crate) fn set_phase(&self, call_id: &str, phase: Phase) {
         if let Some(e) = self.map().get_mut(call_id) {
             e.call.phase = phase;
         }
@@ -254,7 +254,7 @@ pub struct PlaceCall {
     /// Seconds the destination rings.
     pub ring_timeout_s: u32,
     /// The agent's maximum call duration.
-    pub time_limit_s: u64,
+    pub(crate) time_limit_s: u64,
     /// `server.public_url`, for the carrier's webhook URLs.
     pub public_url: String,
 }

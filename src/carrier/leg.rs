@@ -83,12 +83,12 @@ impl Leg {
     }
 
     /// Whether [`Leg::hang_up`] was called on this leg (or a clone of it).
-    pub fn is_hung_up(&self) -> bool {
+    pub(crate) fn is_hung_up(&self) -> bool {
         self.state.hung_up.load(Ordering::Acquire)
     }
 
     /// Whether the carrier accepted a transfer of this leg.
-    pub fn is_transferred(&self) -> bool {
+    pub(crate) fn is_transferred(&self) -> bool {
         self.state.transferred.load(Ordering::Acquire)
     }
 

@@ -14,12 +14,12 @@
 
 pub mod account;
 pub mod admin;
-pub mod codec_util;
+pub(crate) mod codec_util;
 pub mod dial;
 pub mod leg;
 pub mod port;
-pub mod registry;
-pub mod rest_client;
+pub(crate) mod registry;
+pub(crate) mod rest_client;
 pub mod transport;
 pub mod webhook;
 
@@ -135,7 +135,8 @@ carriers! {
 
 impl CarrierConfig {
     /// The REST API root, or the carrier's public default.
-    pub fn api_base(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn api_base(&self) -> &str {
         self.account().api_base()
     }
 
@@ -145,18 +146,18 @@ impl CarrierConfig {
     }
 
     /// The carrier's public REST API root.
-    pub fn default_api_base(&self) -> &'static str {
+    pub(crate) fn default_api_base(&self) -> &'static str {
         self.account().default_api_base()
     }
 
     /// Names of the credentials this account still lacks (empty when configured).
-    pub fn missing_credentials(&self) -> Vec<&'static str> {
+    pub(crate) fn missing_credentials(&self) -> Vec<&'static str> {
         self.account().missing_credentials()
     }
 
     /// Why this account cannot place outbound calls, if it cannot (the end of a sentence
     /// starting "… through [carriers.NAME], ").
-    pub fn outbound_problem(&self) -> Option<String> {
+    pub(crate) fn outbound_problem(&self) -> Option<String> {
         self.account().outbound_problem()
     }
 }
@@ -209,7 +210,7 @@ pub struct TransferRequest {
     /// Where to (E.164, already allowed by the agent's policy).
     pub to: String,
     /// The caller id shown to `to` (our number on this call).
-    pub caller_id: String,
+    pub(crate) caller_id: String,
     /// `server.public_url`, for carriers that fetch the transfer's document from us (Plivo);
     /// filled in by the [`Leg`].
     pub public_url: String,

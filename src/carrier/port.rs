@@ -41,7 +41,7 @@ pub struct Direct<'a> {
 /// without proxy headers), as `/v1` would decide. Carriers whose routes open calls without a
 /// carrier signature (the browser phone) require it or their own signed link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ControlAccess(pub bool);
+pub(crate) struct ControlAccess(pub bool);
 
 /// Why a call is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,12 +67,12 @@ pub enum Refusal {
 
 impl Refusal {
     /// Busy-type refusals (try again later) as opposed to rejections.
-    pub fn is_busy(self) -> bool {
+    pub(crate) fn is_busy(self) -> bool {
         matches!(self, Refusal::Draining | Refusal::Full)
     }
 
     /// Rejections a carrier reports as "rejected" rather than a plain hang-up.
-    pub fn is_rejection(self) -> bool {
+    pub(crate) fn is_rejection(self) -> bool {
         matches!(self, Refusal::CallerNotAllowed | Refusal::Disabled)
     }
 }

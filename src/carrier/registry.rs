@@ -18,10 +18,10 @@ use super::{CarrierConfig, CarrierError, CarrierKind, DtmfDelivery, TransferRequ
 use crate::net::http::Body;
 
 /// A boxed, sendable future.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// A route handler: the request and the daemon's port in, the response out.
-pub type Handler =
+pub(crate) type Handler =
     Arc<dyn Fn(Arc<dyn Host>, Request<Incoming>) -> BoxFuture<Response<Body>> + Send + Sync>;
 
 /// Which paths a route serves.
@@ -45,7 +45,7 @@ impl RoutePath {
 /// One HTTP route a carrier serves.
 #[derive(Clone)]
 pub struct Route {
-    pub methods: &'static [Method],
+    pub(crate) methods: &'static [Method],
     pub path: RoutePath,
     pub handler: Handler,
 }
@@ -103,7 +103,7 @@ pub(crate) use account_methods;
 
 /// A call operation ([`Carrier::hang_up`], [`Carrier::cancel`]) through an account's REST
 /// client: `op(rest, call_id)`, or nothing when there is no such account.
-pub fn through_rest<R, F, Fut>(
+pub(crate) fn through_rest<R, F, Fut>(
     rest: Option<Arc<R>>,
     call_id: &str,
     op: F,
@@ -210,7 +210,7 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn from_config(configs: &BTreeMap<String, CarrierConfig>) -> Self {
+    pub(crate) fn from_config(configs: &BTreeMap<String, CarrierConfig>) -> Self {
         let carriers = super::build_all(configs);
         let routes = carriers
             .iter()
@@ -228,7 +228,7 @@ impl Registry {
     }
 
     /// The carrier with the usable account `account`.
-    pub fn for_account(&self, account: &str) -> Option<&Arc<dyn Carrier>> {
+    pub(crate) fn for_account(&self, account: &str) -> Option<&Arc<dyn Carrier>> {
         self.carriers.iter().find(|c| c.has_account(account))
     }
 
@@ -252,7 +252,7 @@ impl Registry {
 }
 
 /// Runs `route` of `carrier`: 503 with what to set while the carrier has no usable account.
-pub async fn serve(
+pub(crate) async fn serve(
     carrier: &Arc<dyn Carrier>,
     route: &Route,
     host: Arc<dyn Host>,

@@ -7,10 +7,10 @@ use std::time::Duration;
 use super::CarrierError;
 
 /// Whole-request timeout for every carrier REST call.
-pub const REST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const REST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Builds the HTTP client (installs the TLS provider first).
-pub fn build_client(carrier: &'static str) -> Result<reqwest::Client, CarrierError> {
+pub(crate) fn build_client(carrier: &'static str) -> Result<reqwest::Client, CarrierError> {
     crate::util::init_tls();
     reqwest::Client::builder()
         // No redirects: the carrier credentials travel in the Authorization header, and a
@@ -24,7 +24,12 @@ pub fn build_client(carrier: &'static str) -> Result<reqwest::Client, CarrierErr
 
 /// Maps a failed send to a timeout (naming the API root `base`) or a network error naming
 /// `url`; the transport error stays the source.
-pub fn send_error(carrier: &'static str, base: &str, url: &str, e: reqwest::Error) -> CarrierError {
+pub(crate) fn send_error(
+    carrier: &'static str,
+    base: &str,
+    url: &str,
+    e: reqwest::Error,
+) -> CarrierError {
     if e.is_timeout() {
         return CarrierError::Timeout {
             carrier,
@@ -42,7 +47,7 @@ pub fn send_error(carrier: &'static str, base: &str, url: &str, e: reqwest::Erro
 
 /// True for ids that are safe to put raw into a URL path segment: printable ASCII without
 /// `/ ? # %` or whitespace (Telnyx ids contain `:`, which is fine).
-pub fn path_safe(id: &str) -> bool {
+pub(crate) fn path_safe(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 256
         && id

@@ -66,7 +66,7 @@ pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> 
 }
 
 /// The value of form field `name`, or `""`.
-pub fn field_or_empty<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
+pub(crate) fn field_or_empty<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
     fields
         .iter()
         .find(|(k, _)| k == name)

@@ -13,7 +13,7 @@ use super::source::Locator;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     /// `patter.toml:12`, `patter.toml`, or `environment variable PATTERD_SERVER__LISTEN`.
-    pub location: String,
+    pub(crate) location: String,
     pub message: String,
 }
 
@@ -52,16 +52,6 @@ pub enum ConfigError {
     Invalid(Vec<Problem>),
 }
 
-impl ConfigError {
-    /// The individual problems (one for a read or syntax error).
-    pub fn problems(&self) -> Vec<String> {
-        match self {
-            ConfigError::Invalid(p) => p.iter().map(ToString::to_string).collect(),
-            other => vec![other.to_string()],
-        }
-    }
-}
-
 fn join_lines(problems: &[Problem]) -> String {
     problems
         .iter()
@@ -94,7 +84,7 @@ fn bare(segment: &str) -> String {
 
 /// The table part of `path` as written in TOML: `[server]`, `[llm.hermes]`,
 /// `[[numbers]] entry 2`, or `the top level`.
-pub fn describe_table(path: &[String]) -> String {
+pub(crate) fn describe_table(path: &[String]) -> String {
     let depth = table_depth(path).min(path.len());
     let table = &path[..depth];
     match table {
@@ -128,7 +118,7 @@ fn key_within_table(path: &[String]) -> String {
 }
 
 /// A key for messages: `[llm.hermes] api_key`, `[server]` for a table, `sever` at top level.
-pub fn describe_key(path: &[String]) -> String {
+pub(crate) fn describe_key(path: &[String]) -> String {
     let key = key_within_table(path);
     if table_depth(path) == 0 {
         return if key.is_empty() {
@@ -146,7 +136,10 @@ pub fn describe_key(path: &[String]) -> String {
 }
 
 /// The valid name closest to `name`, if it is close enough to be a likely typo.
-pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn suggest<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let limit = (name.chars().count() / 3).clamp(1, 3);
     candidates
         .into_iter()
@@ -178,7 +171,7 @@ fn expected_in_words(expected: &str) -> String {
 }
 
 /// Turns one figment error into a located problem.
-pub fn from_figment(error: &figment::Error, locator: &Locator) -> Problem {
+pub(crate) fn from_figment(error: &figment::Error, locator: &Locator) -> Problem {
     let path = &error.path;
     let key = describe_key(path);
     let message = match &error.kind {

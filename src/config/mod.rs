@@ -10,10 +10,9 @@ mod source;
 pub mod tools;
 pub mod validate;
 
-pub use crate::util::phone::{is_e164, is_e164_prefix, normalize_e164};
 pub use error::{ConfigError, Problem};
 pub use schema::*;
-pub use source::{ENV_PREFIX, ENV_SEPARATOR, SubstError, substitute};
+pub(crate) use source::ENV_PREFIX;
 pub use tools::{BuiltinTool, ConsultConfig, WebhookToolConfig};
 
 use std::path::Path;
@@ -80,7 +79,7 @@ pub fn load_str_with_vars(
 /// The full loader: `text` (named `origin` in messages), `${VAR}` looked up through `env`,
 /// then the overrides among `overrides` (all environment variables may be passed; only
 /// `PATTERD_<SECTION>__<KEY>` ones are used) merged over the file.
-pub fn load_str_with_env_overrides(
+pub(crate) fn load_str_with_env_overrides(
     text: &str,
     origin: &str,
     env: &dyn Fn(&str) -> Option<String>,

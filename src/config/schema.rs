@@ -142,7 +142,7 @@ pub struct ServerConfig {
     /// A client must send its request headers within this time.
     pub header_timeout_s: u64,
     /// Largest webhook / API request body accepted, in bytes.
-    pub max_body_bytes: usize,
+    pub(crate) max_body_bytes: usize,
     /// Optional TLS; otherwise run behind a reverse proxy that terminates it.
     pub tls: Option<TlsConfig>,
 }
@@ -169,7 +169,7 @@ impl ServerConfig {
     /// True when both `listen` and `public_url` are loopback: the only setting in which the
     /// API may run without `api_token` (nothing outside this machine can reach it, and no
     /// carrier or proxy forwards to it).
-    pub fn api_is_local(&self) -> bool {
+    pub(crate) fn api_is_local(&self) -> bool {
         let listen = self
             .listen
             .trim()
@@ -248,7 +248,7 @@ pub struct AgentConfig {
     pub stt_connect_timeout_ms: u64,
     /// An STT of a chain that failed is skipped this long before it is tried again.
     #[serde(default = "default_tts_cooldown_s")]
-    pub stt_cooldown_s: f64,
+    pub(crate) stt_cooldown_s: f64,
     pub tts: TtsChain,
     /// A TTS that sends no audio this long after a sentence was asked for is given up for
     /// that sentence, which the next TTS of the chain speaks (only with a chain).
@@ -267,7 +267,7 @@ pub struct AgentConfig {
     pub llm_error_message: String,
     /// Seconds a brain of a fallback chain that failed is skipped before it is tried again.
     #[serde(default = "default_fallback_cooldown_s")]
-    pub fallback_cooldown_s: u64,
+    pub(crate) fallback_cooldown_s: u64,
     /// Longest a call may last before the agent hangs up.
     #[serde(default = "default_max_duration")]
     pub max_duration_s: u64,
@@ -315,7 +315,7 @@ pub struct AgentConfig {
     /// Voiced caller audio over the agent that stops sending new agent audio (no `clear`) until
     /// the stop or the end of the burst; 0 turns the hold off.
     #[serde(default = "default_barge_in_hold_ms")]
-    pub barge_in_hold_ms: u64,
+    pub(crate) barge_in_hold_ms: u64,
     /// Whether caller audio the agent's own echo explains is kept from stopping it (the
     /// echo check compares the caller's audio with what was played 0–800 ms before).
     #[serde(default = "default_true")]
@@ -369,7 +369,7 @@ impl AgentConfig {
     /// Whether this agent may transfer a call to `to` (any spelling): only numbers matching a
     /// `transfer_allowed` entry after E.164 normalisation; none when the list is empty.
     /// Returns the normalised number.
-    pub fn transfer_target(&self, to: &str) -> Result<String, TransferRefusal> {
+    pub(crate) fn transfer_target(&self, to: &str) -> Result<String, TransferRefusal> {
         if self.transfer_allowed.is_empty() {
             return Err(TransferRefusal::NoTransfers);
         }
@@ -390,7 +390,7 @@ impl AgentConfig {
 
 /// Why [`AgentConfig::transfer_target`] refused a destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TransferRefusal {
+pub(crate) enum TransferRefusal {
     #[error("this agent may not transfer calls (its transfer_allowed list is empty)")]
     NoTransfers,
     #[error("that is not a phone number; give the full international number, e.g. +14155551234")]
@@ -476,7 +476,7 @@ fn default_barge_in_min_words() -> u64 {
 }
 /// Acknowledgements that never interrupt the agent (compared per word, case- and
 /// punctuation-insensitively; "mm hmm" and "mm-hmm" both match).
-pub fn default_backchannel_words() -> Vec<String> {
+pub(crate) fn default_backchannel_words() -> Vec<String> {
     [
         "mm-hmm", "mhm", "mm", "hmm", "uh-huh", "uh", "huh", "um", "yeah", "yep", "yes", "okay",
         "ok", "right", "sure", "alright", "oh", "ah", "aha",

@@ -12,13 +12,13 @@ use toml_edit::{Item, Table};
 use super::error::{ConfigError, Problem};
 
 /// The prefix of environment overrides.
-pub const ENV_PREFIX: &str = "PATTERD_";
+pub(crate) const ENV_PREFIX: &str = "PATTERD_";
 /// The separator between the levels of an environment override's name.
-pub const ENV_SEPARATOR: &str = "__";
+pub(crate) const ENV_SEPARATOR: &str = "__";
 
 /// Maps a key path (`["server", "listen"]`, `["numbers", "0", "agent"]`) to where it was set.
 #[derive(Debug, Default, Clone)]
-pub struct Locator {
+pub(crate) struct Locator {
     origin: String,
     lines: HashMap<Vec<String>, usize>,
     env: Vec<(Vec<String>, String)>,
@@ -27,19 +27,19 @@ pub struct Locator {
 impl Locator {
     /// The 1-based line where `path` (or, failing that, its nearest enclosing table) appears
     /// in the file.
-    pub fn line(&self, path: &[String]) -> Option<usize> {
+    pub(crate) fn line(&self, path: &[String]) -> Option<usize> {
         (0..=path.len())
             .rev()
             .find_map(|n| self.lines.get(&path[..n]).copied())
     }
 
     /// The line of exactly `path`, if the file has it.
-    pub fn exact_line(&self, path: &[String]) -> Option<usize> {
+    pub(crate) fn exact_line(&self, path: &[String]) -> Option<usize> {
         self.lines.get(path).copied()
     }
 
     /// The environment variable that overrides `path`, if one does.
-    pub fn env_var(&self, path: &[String]) -> Option<&str> {
+    pub(crate) fn env_var(&self, path: &[String]) -> Option<&str> {
         self.env
             .iter()
             .find(|(p, _)| p.as_slice() == path)
@@ -48,7 +48,7 @@ impl Locator {
 
     /// Where `path` was set, for the front of a message: the environment variable when one
     /// overrides it, else `file:line` (the key's line, or its table's), else the file name.
-    pub fn locate(&self, path: &[String]) -> String {
+    pub(crate) fn locate(&self, path: &[String]) -> String {
         if let Some(var) = self.env_var(path) {
             return format!("environment variable {var}");
         }
@@ -60,14 +60,14 @@ impl Locator {
 }
 
 /// The parsed file: its values (after substitution) and where each key is.
-pub struct FileSource {
-    pub dict: Dict,
-    pub locator: Locator,
+pub(crate) struct FileSource {
+    pub(crate) dict: Dict,
+    pub(crate) locator: Locator,
 }
 
 /// Parses `text`, substitutes `${VAR}` references from `env` and indexes every key's line.
 /// A syntax error stops here; missing variables are all collected before failing.
-pub fn parse_file(
+pub(crate) fn parse_file(
     text: &str,
     origin: &str,
     env: &dyn Fn(&str) -> Option<String>,
@@ -117,7 +117,7 @@ pub fn parse_file(
 /// Builds the override dictionary from `vars` (every variable of the environment; those
 /// without the `PATTERD_` prefix or without a `__` are ignored, so `PATTERD_API_TOKEN` stays
 /// free for `${PATTERD_API_TOKEN}`), and records which variable set which path in `locator`.
-pub fn env_overrides(vars: &[(String, String)], locator: &mut Locator) -> Dict {
+pub(crate) fn env_overrides(vars: &[(String, String)], locator: &mut Locator) -> Dict {
     let mut dict = Dict::new();
     for (name, raw) in vars {
         let Some(rest) = strip_prefix_ignore_case(name, ENV_PREFIX) else {
@@ -329,7 +329,7 @@ impl Walker<'_> {
 
 /// What went wrong replacing a `${...}` reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SubstError {
+pub(crate) enum SubstError {
     /// `${VAR}` with `VAR` unset.
     Missing(String),
     /// `${` with no closing `}`.
@@ -340,7 +340,7 @@ pub enum SubstError {
 
 /// Replaces `${VAR}` (required) and `${VAR:-default}` (used when `VAR` is unset or empty) in
 /// `s`; `$${` is a literal `${`. Returns every problem found, not just the first.
-pub fn substitute(
+pub(crate) fn substitute(
     s: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<String, Vec<SubstError>> {

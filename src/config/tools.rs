@@ -61,7 +61,7 @@ pub struct ConsultConfig {
     pub allow_loopback: bool,
     /// The tool's name as the model sees it.
     #[serde(default = "default_consult_tool_name")]
-    pub tool_name: String,
+    pub(crate) tool_name: String,
     /// Spoken as soon as the consult starts; empty: nothing.
     #[serde(default = "default_reassurance")]
     pub reassurance: String,
@@ -102,10 +102,10 @@ pub struct WebhookToolConfig {
     pub allow_loopback: bool,
     /// Consecutive failed calls that open the circuit breaker (0: never).
     #[serde(default = "default_breaker_failures")]
-    pub breaker_failures: u32,
+    pub(crate) breaker_failures: u32,
     /// Seconds the open breaker refuses calls before trying again.
     #[serde(default = "default_breaker_reset")]
-    pub breaker_reset_s: u64,
+    pub(crate) breaker_reset_s: u64,
 }
 
 fn default_parameters() -> Value {
@@ -125,7 +125,7 @@ fn default_breaker_reset() -> u64 {
 }
 
 /// Whether `name` is a valid tool name for the model (`^[A-Za-z0-9_-]{1,64}$`).
-pub fn valid_tool_name(name: &str) -> bool {
+pub(crate) fn valid_tool_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .bytes()
@@ -231,7 +231,7 @@ pub(crate) fn problems(
 }
 
 /// Compiles a tool's `parameters` schema; the error says what is wrong with it.
-pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+pub(crate) fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
     if schema.get("type").and_then(Value::as_str) != Some("object") {
         return Err(
             "must be a JSON Schema with type = \"object\" (the arguments are an object)".into(),

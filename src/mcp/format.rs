@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::store::now_ms;
 
-pub fn str_of<'a>(v: &'a Value, k: &str) -> &'a str {
+pub(crate) fn str_of<'a>(v: &'a Value, k: &str) -> &'a str {
     v.get(k).and_then(Value::as_str).unwrap_or("")
 }
 
@@ -32,7 +32,7 @@ fn mcp_status(v: &Value) -> &'static str {
 }
 
 /// `[role] text` lines (`user` is the other party, `assistant` the agent), or `(no transcript)`.
-pub fn transcript_lines(v: &Value) -> String {
+pub(crate) fn transcript_lines(v: &Value) -> String {
     let turns = v
         .get("transcript")
         .and_then(Value::as_array)
@@ -65,7 +65,7 @@ pub fn transcript_lines(v: &Value) -> String {
 }
 
 /// The result of a waited call (`make_call`; `call_third_party` without id and outcome).
-pub fn call_result(v: &Value, with_id: bool) -> String {
+pub(crate) fn call_result(v: &Value, with_id: bool) -> String {
     let status = mcp_status(v);
     let verb = if status == "completed" {
         "completed"
@@ -94,7 +94,7 @@ pub fn call_result(v: &Value, with_id: bool) -> String {
 }
 
 /// `make_call` with `wait: false`.
-pub fn call_placed(v: &Value) -> String {
+pub(crate) fn call_placed(v: &Value) -> String {
     format!(
         "Call to {} placed.\nCall ID: {}\nStatus: {}\nUse get_calls or get_transcript with this \
          call id to follow it; end_call hangs it up.",
@@ -105,7 +105,7 @@ pub fn call_placed(v: &Value) -> String {
 }
 
 /// `get_calls`.
-pub fn calls_list(v: &Value) -> String {
+pub(crate) fn calls_list(v: &Value) -> String {
     let calls = v
         .get("calls")
         .and_then(Value::as_array)
@@ -292,7 +292,7 @@ pub fn dashboard(calls: &Value, metrics: &Value) -> String {
 }
 
 /// `patter://call/{callId}`.
-pub fn call_detail(v: &Value) -> String {
+pub(crate) fn call_detail(v: &Value) -> String {
     let mut s = format!("# Call {}\n\n", str_of(v, "call_id"));
     for k in [
         "direction",

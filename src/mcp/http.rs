@@ -21,12 +21,12 @@ use crate::config::Config;
 use crate::net::http::{AnyBody, json};
 
 /// The `/mcp` endpoint.
-pub struct McpHttp {
+pub(crate) struct McpHttp {
     service: StreamableHttpService<PatterMcp, LocalSessionManager>,
 }
 
 impl McpHttp {
-    pub fn new(config: &Config, app: Weak<App>) -> Self {
+    pub(crate) fn new(config: &Config, app: Weak<App>) -> Self {
         let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
         if let Ok(u) = url::Url::parse(&config.server.public_url)
             && let Some(h) = u.host_str()
@@ -45,7 +45,7 @@ impl McpHttp {
         Self { service }
     }
 
-    pub async fn handle(
+    pub(crate) async fn handle(
         &self,
         app: &App,
         peer: std::net::SocketAddr,

@@ -31,7 +31,7 @@ use crate::app::App;
 use crate::call::action::{ActionSpec, Control};
 
 /// A boxed, sendable future.
-pub type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+pub(crate) type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// Where the tools' requests go: one `/v1` route (path without `/v1`, with query).
 pub trait Backend: Send + Sync + 'static {

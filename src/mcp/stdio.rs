@@ -14,7 +14,7 @@ use super::{Backend, BoxFut, PatterMcp};
 use crate::api::{ApiError, ErrorCode};
 
 /// The daemon's REST API over HTTP.
-pub struct Remote {
+pub(crate) struct Remote {
     client: reqwest::Client,
     /// e.g. `http://127.0.0.1:8080` (no trailing slash, no `/v1`).
     base: String,
@@ -22,7 +22,7 @@ pub struct Remote {
 }
 
 impl Remote {
-    pub fn new(base: &str, token: &str) -> Result<Self, String> {
+    pub(crate) fn new(base: &str, token: &str) -> Result<Self, String> {
         crate::util::init_tls();
         let client = reqwest::Client::builder()
             // The bearer token must never follow a redirect elsewhere.

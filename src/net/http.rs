@@ -13,10 +13,10 @@ use hyper::body::Incoming;
 pub type Body = Full<Bytes>;
 
 /// Any response body: buffered for most routes, streamed (SSE) for `/mcp`.
-pub type AnyBody = BoxBody<Bytes, std::convert::Infallible>;
+pub(crate) type AnyBody = BoxBody<Bytes, std::convert::Infallible>;
 
 /// Time a client gets to send a whole request body.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn text(status: u16, body: &'static str) -> Response<Body> {
     respond(
@@ -27,7 +27,7 @@ pub fn text(status: u16, body: &'static str) -> Response<Body> {
 }
 
 /// A plain-text response with an owned body.
-pub fn text_owned(status: u16, body: String) -> Response<Body> {
+pub(crate) fn text_owned(status: u16, body: String) -> Response<Body> {
     respond(status, "text/plain; charset=utf-8", Bytes::from(body))
 }
 
@@ -50,7 +50,7 @@ pub fn xml(body: String) -> Response<Body> {
     respond(200, "text/xml; charset=utf-8", Bytes::from(body))
 }
 
-pub fn respond(status: u16, content_type: &'static str, body: Bytes) -> Response<Body> {
+pub(crate) fn respond(status: u16, content_type: &'static str, body: Bytes) -> Response<Body> {
     let mut r = Response::new(Full::new(body));
     *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::OK);
     r.headers_mut().insert(

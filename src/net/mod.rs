@@ -4,6 +4,6 @@
 //! reads), and the SSRF guard for URLs called on a tool's behalf ([`ssrf`]).
 
 pub mod http;
-pub mod ssrf;
+pub(crate) mod ssrf;
 pub mod ws_client;
 pub mod ws_pump;

@@ -28,7 +28,7 @@ const METADATA_HOSTS: &[&str] = &[
 
 /// Why a URL or an address is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SsrfError {
+pub(crate) enum SsrfError {
     #[error("`{0}` is not a valid URL")]
     Invalid(String),
     #[error("only http and https URLs are allowed, not `{0}:`")]
@@ -120,7 +120,7 @@ fn classify_v6(ip: Ipv6Addr) -> Option<(&'static str, bool)> {
 }
 
 /// Refuses `ip` unless it is a public address (or loopback/private with `allow_loopback`).
-pub fn check_ip(ip: IpAddr, allow_loopback: bool) -> Result<(), SsrfError> {
+pub(crate) fn check_ip(ip: IpAddr, allow_loopback: bool) -> Result<(), SsrfError> {
     match classify(ip) {
         Some((_, true)) if allow_loopback => Ok(()),
         Some((why, relaxable)) => Err(SsrfError::Address {
@@ -134,7 +134,7 @@ pub fn check_ip(ip: IpAddr, allow_loopback: bool) -> Result<(), SsrfError> {
 
 /// Parses and checks `url`: scheme, metadata names and a literal address. A name's addresses
 /// are checked when the guarded client resolves it.
-pub fn check_url(url: &str, allow_loopback: bool) -> Result<Url, SsrfError> {
+pub(crate) fn check_url(url: &str, allow_loopback: bool) -> Result<Url, SsrfError> {
     let parsed = Url::parse(url.trim()).map_err(|_| SsrfError::Invalid(url.to_string()))?;
     match parsed.scheme() {
         "http" | "https" => {}
@@ -159,13 +159,13 @@ fn check_name(name: &str) -> Result<(), SsrfError> {
 
 /// A resolver that keeps only allowed addresses (reqwest calls it at connect time).
 #[derive(Debug, Clone, Copy)]
-pub struct GuardedResolver {
+pub(crate) struct GuardedResolver {
     pub allow_loopback: bool,
 }
 
 impl GuardedResolver {
     /// The allowed addresses `host` resolves to; an error when there are none.
-    pub async fn lookup(&self, host: &str) -> Result<Vec<SocketAddr>, SsrfError> {
+    pub(crate) async fn lookup(&self, host: &str) -> Result<Vec<SocketAddr>, SsrfError> {
         check_name(host)?;
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, 0))
             .await
@@ -205,7 +205,10 @@ impl reqwest::dns::Resolve for GuardedResolver {
 
 /// An HTTP client for one tool URL: the guarded resolver, no redirects, no proxy, `timeout`
 /// for the whole request.
-pub fn client(allow_loopback: bool, timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+pub(crate) fn client(
+    allow_loopback: bool,
+    timeout: Duration,
+) -> Result<reqwest::Client, reqwest::Error> {
     crate::util::init_tls();
     reqwest::Client::builder()
         .dns_resolver(Arc::new(GuardedResolver { allow_loopback }))

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// The HTTP client of the operator commands: no redirects (credentials travel in headers),
 /// 5 s per request.
-pub fn http_client() -> Result<reqwest::Client, String> {
+pub(crate) fn http_client() -> Result<reqwest::Client, String> {
     crate::util::init_tls();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

@@ -20,7 +20,7 @@ pub struct WordTiming {
 
 /// Joins characters arriving in pieces (a word may straddle two chunks) into words.
 #[derive(Debug, Default)]
-pub struct CharWords {
+pub(crate) struct CharWords {
     current: String,
     start_ms: u32,
     end_ms: u32,
@@ -29,7 +29,7 @@ pub struct CharWords {
 impl CharWords {
     /// Feeds one character spoken from `start_ms` to `end_ms`; returns the word it completed
     /// (whitespace ends a word).
-    pub fn push(&mut self, c: &str, start_ms: u32, end_ms: u32) -> Option<WordTiming> {
+    pub(crate) fn push(&mut self, c: &str, start_ms: u32, end_ms: u32) -> Option<WordTiming> {
         if c.trim().is_empty() {
             return self.finish();
         }
@@ -43,7 +43,7 @@ impl CharWords {
     }
 
     /// The word still open at the end of the text, if any.
-    pub fn finish(&mut self) -> Option<WordTiming> {
+    pub(crate) fn finish(&mut self) -> Option<WordTiming> {
         if self.current.is_empty() {
             return None;
         }
@@ -92,7 +92,7 @@ fn chars<'a>(a: &'a Value, key: &str) -> Option<Vec<&'a str>> {
 /// Feeds the characters of one ElevenLabs HTTP `with-timestamps` line (times in seconds from
 /// the start of the request's audio) and returns the words they completed. A line without
 /// alignment, or with arrays of different lengths, adds nothing.
-pub fn http_words(line: &Value, words: &mut CharWords) -> Vec<WordTiming> {
+pub(crate) fn http_words(line: &Value, words: &mut CharWords) -> Vec<WordTiming> {
     let mut out = Vec::new();
     let Some(a) = pick(line, "normalized_alignment") else {
         return out;
@@ -120,7 +120,7 @@ pub fn http_words(line: &Value, words: &mut CharWords) -> Vec<WordTiming> {
 /// Feeds the characters of one ElevenLabs WebSocket audio frame (times in ms from the start of
 /// that frame's audio, which begins `offset_ms` into the utterance) and returns the words they
 /// completed. `charsStartTimesMs` (an older spelling) is accepted too.
-pub fn ws_words(frame: &Value, offset_ms: u32, words: &mut CharWords) -> Vec<WordTiming> {
+pub(crate) fn ws_words(frame: &Value, offset_ms: u32, words: &mut CharWords) -> Vec<WordTiming> {
     let mut out = Vec::new();
     let Some(a) = pick(frame, "normalizedAlignment") else {
         return out;
@@ -149,7 +149,7 @@ pub fn ws_words(frame: &Value, offset_ms: u32, words: &mut CharWords) -> Vec<Wor
 /// Cartesia's `word_timestamps` (`words`, `start`, `end` in seconds from the start of the
 /// context's audio) as word timings; `None` when the arrays are missing or
 /// of different lengths.
-pub fn cartesia_words(ts: &Value) -> Option<Vec<WordTiming>> {
+pub(crate) fn cartesia_words(ts: &Value) -> Option<Vec<WordTiming>> {
     let words = chars(ts, "words")?;
     let starts = ts.get("start")?.as_array()?;
     let ends = ts.get("end")?.as_array()?;

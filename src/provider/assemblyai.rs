@@ -30,21 +30,17 @@ const MIN_CHUNK_BYTES: usize = 400;
 /// μ-law silence.
 const MULAW_SILENCE: u8 = 0xFF;
 
-pub struct AssemblyAiStt {
+pub(crate) struct AssemblyAiStt {
     cfg: SttConfig,
     url: String,
 }
 
 impl AssemblyAiStt {
-    pub fn new(cfg: &SttConfig) -> Result<Self, SetupError> {
+    pub(crate) fn new(cfg: &SttConfig) -> Result<Self, SetupError> {
         Ok(Self {
             cfg: cfg.clone(),
             url: stream_url(cfg)?,
         })
-    }
-
-    pub fn url(&self) -> &str {
-        &self.url
     }
 }
 
@@ -186,7 +182,7 @@ fn handshake_message(e: &WsConnectError) -> String {
 }
 
 /// What an AssemblyAI close code (or `Error` `error_code`) means, and what to do.
-pub fn close_hint(code: u16) -> &'static str {
+pub(crate) fn close_hint(code: u16) -> &'static str {
     match code {
         4001 => "not authorized: check [stt] api_key",
         4002 => "insufficient funds: top up the AssemblyAI account",

@@ -35,7 +35,7 @@ use crate::util::TaskGuard;
 
 const VENDOR: &str = "Cartesia";
 /// The `Cartesia-Version` sent (the API version this client was written against).
-pub const CARTESIA_VERSION: &str = "2026-03-01";
+pub(crate) const CARTESIA_VERSION: &str = "2026-03-01";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const STALL: Duration = Duration::from_secs(10);
 

@@ -172,7 +172,7 @@ impl SentenceChunker {
 
 /// Text a voice can read: markdown markers, list bullets and heading marks removed, links
 /// replaced by their text, emoji dropped, whitespace collapsed to single spaces.
-pub fn speakable(text: &str) -> String {
+pub(crate) fn speakable(text: &str) -> String {
     let mut lines = Vec::new();
     for line in text.lines() {
         let mut l = line.trim_start();

@@ -37,7 +37,7 @@ impl DeepgramStt {
 }
 
 /// Builds the listen URL from the configuration.
-pub fn listen_url(cfg: &SttConfig) -> Result<String, SetupError> {
+pub(crate) fn listen_url(cfg: &SttConfig) -> Result<String, SetupError> {
     let base = ws_base(cfg)?;
     let mut q = form_urlencoded::Serializer::new(String::new());
     q.append_pair("model", cfg.effective_model())

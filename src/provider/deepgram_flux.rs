@@ -18,26 +18,22 @@ use super::{SttContext, SttEvent, SttInput, SttProvider, SttStream};
 use crate::config::schema::SttConfig;
 use crate::net::ws_client::WsConnectError;
 
-pub struct DeepgramFluxStt {
+pub(crate) struct DeepgramFluxStt {
     cfg: SttConfig,
     url: String,
 }
 
 impl DeepgramFluxStt {
-    pub fn new(cfg: &SttConfig) -> Result<Self, SetupError> {
+    pub(crate) fn new(cfg: &SttConfig) -> Result<Self, SetupError> {
         Ok(Self {
             cfg: cfg.clone(),
             url: flux_url(cfg)?,
         })
     }
-
-    pub fn url(&self) -> &str {
-        &self.url
-    }
 }
 
 /// The `/v2/listen` URL: model, μ-law 8 kHz, and the turn thresholds that are set.
-pub fn flux_url(cfg: &SttConfig) -> Result<String, SetupError> {
+pub(crate) fn flux_url(cfg: &SttConfig) -> Result<String, SetupError> {
     let base = ws_base(cfg)?;
     let mut q = form_urlencoded::Serializer::new(String::new());
     q.append_pair("model", cfg.effective_model())

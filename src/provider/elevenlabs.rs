@@ -18,7 +18,7 @@ use std::time::Duration;
 /// The most audio one piece of text may produce: two minutes of μ-law 8 kHz. A piece is at most
 /// [`super::chunker::MAX_PIECE_BYTES`] of text (well under a minute of speech), so a stream
 /// that goes past this is broken or hostile and is cut instead of filling the call's queue.
-pub const MAX_AUDIO_BYTES: usize = 120 * 8000;
+pub(crate) const MAX_AUDIO_BYTES: usize = 120 * 8000;
 
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -76,12 +76,6 @@ impl ElevenLabsTts {
             url,
             stall: DEFAULT_STALL,
         })
-    }
-
-    /// Overrides the read-stall timeout (response head, then each body chunk).
-    pub fn with_stall_timeout(mut self, stall: Duration) -> Self {
-        self.stall = stall;
-        self
     }
 }
 

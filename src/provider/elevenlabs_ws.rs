@@ -41,7 +41,7 @@ const VENDOR: &str = "ElevenLabs";
 /// ElevenLabs' limit of simultaneous contexts per socket (the 6th closes the socket).
 pub const MAX_CONTEXTS: usize = 5;
 /// Asked as `inactivity_timeout` (the documented maximum): a call's socket idles between turns.
-pub const INACTIVITY_TIMEOUT_S: u32 = 180;
+pub(crate) const INACTIVITY_TIMEOUT_S: u32 = 180;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for the next frame while a sentence is open.
 const STALL: Duration = Duration::from_secs(10);
@@ -73,14 +73,14 @@ enum Cmd {
 }
 
 /// One call's ElevenLabs socket. Dropping it closes the socket (after open contexts finish).
-pub struct ElevenLabsWs {
+pub(crate) struct ElevenLabsWs {
     cmd: mpsc::Sender<Cmd>,
     next_context: AtomicU64,
 }
 
 impl ElevenLabsWs {
     /// A session for one call; nothing connects before the first sentence.
-    pub fn new(cfg: &TtsConfig) -> Self {
+    pub(crate) fn new(cfg: &TtsConfig) -> Self {
         let (cmd, rx) = mpsc::channel(64);
         let mut init = json!({
             "text": " ",

@@ -142,7 +142,7 @@ impl TtsError {
 
     /// The last event of a synthesis that ended with `result`: `Done`, the failure's event
     /// (logged), or none when the stream was abandoned (nobody is listening).
-    pub fn final_event(result: Result<(), TtsError>) -> Option<super::TtsEvent> {
+    pub(crate) fn final_event(result: Result<(), TtsError>) -> Option<super::TtsEvent> {
         match result {
             Ok(()) => Some(super::TtsEvent::Done),
             Err(TtsError::Abandoned) => None,

@@ -31,7 +31,7 @@ pub struct Health {
 
 impl Health {
     /// True while the provider is cooling down after a failure.
-    pub fn is_down(&self, now: Instant) -> bool {
+    pub(crate) fn is_down(&self, now: Instant) -> bool {
         self.down_until
             .lock()
             .map(|d| d.is_some_and(|t| now < t))
@@ -39,14 +39,14 @@ impl Health {
     }
 
     /// Skips the provider until `now + cooldown`.
-    pub fn mark_down(&self, now: Instant, cooldown: Duration) {
+    pub(crate) fn mark_down(&self, now: Instant, cooldown: Duration) {
         if let Ok(mut d) = self.down_until.lock() {
             *d = Some(now + cooldown);
         }
     }
 
     /// The provider worked: no cool-down.
-    pub fn mark_up(&self) {
+    pub(crate) fn mark_up(&self) {
         if let Ok(mut d) = self.down_until.lock() {
             *d = None;
         }
@@ -54,7 +54,7 @@ impl Health {
 }
 
 /// One provider of a chain: its `[section.NAME]` name, the provider, its shared health.
-pub struct Member<P: ?Sized> {
+pub(crate) struct Member<P: ?Sized> {
     pub name: String,
     pub provider: Arc<P>,
     pub health: Arc<Health>,
@@ -71,7 +71,7 @@ impl<P: ?Sized> Clone for Member<P> {
 }
 
 /// An ordered chain of providers.
-pub struct Chain<P: ?Sized> {
+pub(crate) struct Chain<P: ?Sized> {
     members: Vec<Member<P>>,
     cooldown: Duration,
     first_byte_timeout: Duration,
@@ -84,7 +84,7 @@ pub struct Chain<P: ?Sized> {
 
 impl<P: ?Sized> Chain<P> {
     /// A chain over `members` (tried in this order). `switches` counts every switch.
-    pub fn new(
+    pub(crate) fn new(
         members: Vec<Member<P>>,
         cooldown: Duration,
         first_byte_timeout: Duration,
@@ -99,22 +99,22 @@ impl<P: ?Sized> Chain<P> {
         }
     }
 
-    pub fn members(&self) -> &[Member<P>] {
+    pub(crate) fn members(&self) -> &[Member<P>] {
         &self.members
     }
 
     /// How long a failed member is skipped.
-    pub fn cooldown(&self) -> Duration {
+    pub(crate) fn cooldown(&self) -> Duration {
         self.cooldown
     }
 
     /// The deadline a member gets to start (TTS: first audio byte; STT: session open).
-    pub fn first_byte_timeout(&self) -> Duration {
+    pub(crate) fn first_byte_timeout(&self) -> Duration {
         self.first_byte_timeout
     }
 
     /// The counter of switches.
-    pub fn switches(&self) -> &Arc<AtomicU64> {
+    pub(crate) fn switches(&self) -> &Arc<AtomicU64> {
         &self.switches
     }
 
@@ -124,7 +124,7 @@ impl<P: ?Sized> Chain<P> {
 
     /// The members to try now, in order: those not cooling down in configured order, then
     /// (as a last resort, so something is always tried) those cooling down.
-    pub fn order(&self, now: Instant) -> Vec<usize> {
+    pub(crate) fn order(&self, now: Instant) -> Vec<usize> {
         let (up, down): (Vec<usize>, Vec<usize>) =
             (0..self.members.len()).partition(|&i| !self.members[i].health.is_down(now));
         up.into_iter().chain(down).collect()

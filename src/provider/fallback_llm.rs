@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::{ChatTurn, LlmEvent, LlmProvider, LlmStream};
 use crate::util::TaskGuard;
 
-pub struct FallbackLlm {
+pub(crate) struct FallbackLlm {
     chain: Vec<(String, Arc<dyn LlmProvider>)>,
     cooldown: Duration,
     /// Per provider: skipped until then.
@@ -29,7 +29,7 @@ pub struct FallbackLlm {
 
 impl FallbackLlm {
     /// `switches` is shared by every chain (the `/metrics` counter).
-    pub fn new(
+    pub(crate) fn new(
         chain: Vec<(String, Arc<dyn LlmProvider>)>,
         cooldown: Duration,
         switches: Arc<AtomicU64>,

@@ -27,7 +27,7 @@ use super::{SttContext, SttEvent, SttInput, SttProvider, SttStream};
 use crate::util::TaskGuard;
 
 /// Caller frames kept while the chain is still opening a session (10 s of 20 ms frames).
-pub const BUFFER_FRAMES: usize = 500;
+pub(crate) const BUFFER_FRAMES: usize = 500;
 const INPUT_QUEUE: usize = 1024;
 
 /// Why an STT chain moved to its next member.

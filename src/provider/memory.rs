@@ -45,7 +45,7 @@ impl<T> Shared<T> {
 /// A recogniser that hears bursts of speech by their level and transcribes each with the next
 /// line of its script (empty when the script has run out).
 #[derive(Debug, Clone)]
-pub struct ScriptedStt {
+pub(crate) struct ScriptedStt {
     script: Arc<Shared<VecDeque<String>>>,
     sessions: Arc<Shared<u64>>,
     /// `speech_final` finals sent, over all sessions.
@@ -56,7 +56,7 @@ pub struct ScriptedStt {
 
 impl ScriptedStt {
     /// A recogniser with `endpointing_ms` of server-side endpointing and a 1 s `UtteranceEnd`.
-    pub fn new(script: &[&str], endpointing_ms: u64) -> Self {
+    pub(crate) fn new(script: &[&str], endpointing_ms: u64) -> Self {
         Self {
             script: Arc::new(Shared(Mutex::new(
                 script.iter().map(|s| s.to_string()).collect(),
@@ -68,18 +68,8 @@ impl ScriptedStt {
         }
     }
 
-    /// Adds a line to the end of the script.
-    pub fn push(&self, line: &str) {
-        self.script.with(|q| q.push_back(line.to_string()));
-    }
-
-    /// Sessions opened so far.
-    pub fn sessions(&self) -> u64 {
-        self.sessions.with(|n| *n)
-    }
-
     /// `speech_final` finals (segments ended by the recogniser's endpointing) sent so far.
-    pub fn finals(&self) -> u64 {
+    pub(crate) fn finals(&self) -> u64 {
         self.finals.with(|n| *n)
     }
 }
@@ -219,18 +209,16 @@ impl Ears {
 
 /// One scripted answer of the brain.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// Streams `text` word by word, the first word after `first_token`.
     Text { text: String, first_token: Duration },
     /// Fails the turn after `after` (nothing is spoken from the error).
     Fail { message: String, after: Duration },
-    /// Never answers (until the turn is cancelled).
-    Silent,
 }
 
 impl Answer {
     /// `text`, its first word after 100 ms.
-    pub fn text(text: &str) -> Self {
+    pub(crate) fn text(text: &str) -> Self {
         Self::Text {
             text: text.to_string(),
             first_token: Duration::from_millis(100),
@@ -238,7 +226,7 @@ impl Answer {
     }
 
     /// `text`, its first word after `ms`.
-    pub fn after(ms: u64, text: &str) -> Self {
+    pub(crate) fn after(ms: u64, text: &str) -> Self {
         Self::Text {
             text: text.to_string(),
             first_token: Duration::from_millis(ms),
@@ -249,32 +237,27 @@ impl Answer {
 /// A brain that answers each turn with the next [`Answer`] of its script (`"OK."` when the
 /// script has run out) and records the history of every turn it was sent.
 #[derive(Debug, Clone, Default)]
-pub struct ScriptedBrain {
+pub(crate) struct ScriptedBrain {
     script: Arc<Shared<VecDeque<Answer>>>,
     turns: Arc<Shared<Vec<Vec<ChatMessage>>>>,
     seen: Arc<tokio::sync::Notify>,
 }
 
 impl ScriptedBrain {
-    pub fn new(script: Vec<Answer>) -> Self {
+    pub(crate) fn new(script: Vec<Answer>) -> Self {
         Self {
             script: Arc::new(Shared(Mutex::new(script.into()))),
             ..Self::default()
         }
     }
 
-    /// Adds an answer to the end of the script.
-    pub fn push(&self, answer: Answer) {
-        self.script.with(|q| q.push_back(answer));
-    }
-
     /// The history each turn carried, in order.
-    pub fn turns(&self) -> Vec<Vec<ChatMessage>> {
+    pub(crate) fn turns(&self) -> Vec<Vec<ChatMessage>> {
         self.turns.with(|t| t.clone())
     }
 
     /// The newest message of each turn (the caller's words).
-    pub fn last_messages(&self) -> Vec<String> {
+    pub(crate) fn last_messages(&self) -> Vec<String> {
         self.turns.with(|t| {
             t.iter()
                 .filter_map(|h| h.last().map(|m| m.content.clone()))
@@ -283,7 +266,7 @@ impl ScriptedBrain {
     }
 
     /// Waits until at least `n` turns have reached the brain.
-    pub async fn wait_turns(&self, n: usize) {
+    pub(crate) async fn wait_turns(&self, n: usize) {
         loop {
             let seen = self.seen.notified();
             if self.turns.with(|t| t.len()) >= n {
@@ -321,7 +304,6 @@ impl LlmProvider for ScriptedBrain {
                     tokio::time::sleep(after).await;
                     let _ = tx.send(LlmEvent::Error(message)).await;
                 }
-                Answer::Silent => std::future::pending::<()>().await,
             }
         });
         LlmStream {
@@ -337,7 +319,7 @@ impl LlmProvider for ScriptedBrain {
 /// audio after `first_audio`, in 100 ms chunks, with word timings; records what it was asked
 /// to say.
 #[derive(Debug, Clone)]
-pub struct MeteredTts {
+pub(crate) struct MeteredTts {
     voice: Bytes,
     ms_per_char: u64,
     first_audio: Duration,
@@ -345,7 +327,7 @@ pub struct MeteredTts {
 }
 
 impl MeteredTts {
-    pub fn new(voice: Vec<u8>, ms_per_char: u64, first_audio: Duration) -> Self {
+    pub(crate) fn new(voice: Vec<u8>, ms_per_char: u64, first_audio: Duration) -> Self {
         let voice = if voice.is_empty() {
             // A steady tone, loud enough for any detector, when no recording is given.
             (0..800u32)
@@ -363,12 +345,12 @@ impl MeteredTts {
     }
 
     /// Every text it was asked to speak, in order.
-    pub fn spoken(&self) -> Vec<String> {
+    pub(crate) fn spoken(&self) -> Vec<String> {
         self.spoken.with(|s| s.clone())
     }
 
     /// The length of `text`'s audio.
-    pub fn duration_ms(&self, text: &str) -> u64 {
+    pub(crate) fn duration_ms(&self, text: &str) -> u64 {
         (text.chars().count() as u64 * self.ms_per_char).max(20)
     }
 

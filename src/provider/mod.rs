@@ -15,10 +15,11 @@ pub mod elevenlabs;
 pub mod elevenlabs_ws;
 pub mod error;
 pub mod fallback;
-pub mod fallback_llm;
+pub(crate) mod fallback_llm;
 pub mod fallback_stt;
 pub(crate) mod kinds;
-pub mod memory;
+#[cfg(test)]
+pub(crate) mod memory;
 pub mod openai;
 pub mod openai_realtime;
 pub mod openai_speech;
@@ -38,7 +39,8 @@ use crate::util::TaskGuard;
 
 pub use alignment::WordTiming;
 pub use error::{LlmError, SetupError, TtsError};
-pub use tools::{ToolCall, ToolFuture, ToolOutput, ToolRunner, ToolSpec, Tools};
+pub(crate) use tools::ToolFuture;
+pub use tools::{ToolCall, ToolOutput, ToolRunner, ToolSpec, Tools};
 
 // ---------------------------------------------------------------- speech to text
 
@@ -304,9 +306,9 @@ pub struct Providers {
     pub tts: BTreeMap<String, Arc<dyn TtsProvider>>,
     pub llm: BTreeMap<String, Arc<dyn LlmProvider>>,
     /// Each `[tts.NAME]`'s health, shared by every chain naming it (cool-downs).
-    pub tts_health: BTreeMap<String, Arc<fallback::Health>>,
+    pub(crate) tts_health: BTreeMap<String, Arc<fallback::Health>>,
     /// Each `[stt.NAME]`'s health, shared by every chain naming it (cool-downs).
-    pub stt_health: BTreeMap<String, Arc<fallback::Health>>,
+    pub(crate) stt_health: BTreeMap<String, Arc<fallback::Health>>,
     /// STT chain switches (the typed count per reason is `patterd_stt_switches_total`,
     /// derived from the calls' `stt_switched` events).
     pub stt_switches: Arc<std::sync::atomic::AtomicU64>,

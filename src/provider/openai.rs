@@ -82,7 +82,7 @@ impl OpenAiChat {
     }
 
     /// The request headers and body for one turn.
-    pub fn build_request(&self, turn: &ChatTurn) -> (Vec<(String, String)>, Value) {
+    pub(crate) fn build_request(&self, turn: &ChatTurn) -> (Vec<(String, String)>, Value) {
         let mut headers = vec![
             (
                 "Authorization".to_string(),
@@ -494,7 +494,7 @@ async fn send(tx: &mpsc::Sender<LlmEvent>, ev: LlmEvent) -> Result<(), LlmError>
 
 /// Removes `<think>…</think>` spans from streamed text, tags possibly split across deltas.
 #[derive(Debug, Default)]
-pub struct ThinkFilter {
+pub(crate) struct ThinkFilter {
     in_think: bool,
     pending: String,
 }
@@ -503,7 +503,7 @@ const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
 
 impl ThinkFilter {
-    pub fn push(&mut self, text: &str) -> String {
+    pub(crate) fn push(&mut self, text: &str) -> String {
         self.pending.push_str(text);
         let mut out = String::new();
         loop {
@@ -530,7 +530,7 @@ impl ThinkFilter {
         }
     }
 
-    pub fn finish(&mut self) -> String {
+    pub(crate) fn finish(&mut self) -> String {
         let rest = std::mem::take(&mut self.pending);
         if self.in_think { String::new() } else { rest }
     }

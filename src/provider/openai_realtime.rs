@@ -59,7 +59,7 @@ pub fn stream_url(cfg: &SttConfig) -> Result<String, SetupError> {
 }
 
 /// The `session.update` sent after `session.created` (GA transcription shape).
-pub fn session_update(cfg: &SttConfig) -> Value {
+pub(crate) fn session_update(cfg: &SttConfig) -> Value {
     let mut transcription = json!({"model": cfg.effective_model()});
     if !cfg.language.trim().is_empty() {
         transcription["language"] = json!(cfg.language.trim());
@@ -131,7 +131,7 @@ fn handshake_message(e: &WsConnectError) -> String {
 }
 
 /// What an OpenAI Realtime error code means, and what to do.
-pub fn error_hint(code: &str) -> &'static str {
+pub(crate) fn error_hint(code: &str) -> &'static str {
     match code {
         "invalid_api_key" => "check [stt] api_key",
         "model_not_found" => "check [stt] model (e.g. gpt-4o-transcribe)",
@@ -290,7 +290,7 @@ impl SttWire for Wire {
 /// Maps one server event (other than `session.*` and `error`) onto an STT event: speech
 /// start, interim text (the item's deltas so far, kept in `partial`), the item's final text.
 /// `from_finalize`: the final answers our commit. Public for the parser tests.
-pub fn map_event(
+pub(crate) fn map_event(
     v: &Value,
     partial: &mut HashMap<String, String>,
     from_finalize: bool,

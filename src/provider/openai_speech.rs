@@ -24,7 +24,7 @@ use crate::audio::resample::Resampler;
 use crate::config::schema::{TtsConfig, TtsKind};
 
 /// The PCM rate of `response_format = "pcm"` when none is asked for (OpenAI, Kokoro).
-pub const DEFAULT_PCM_RATE: u32 = 24_000;
+pub(crate) const DEFAULT_PCM_RATE: u32 = 24_000;
 
 /// Default longest wait for the response head or the next body chunk.
 const DEFAULT_STALL: Duration = Duration::from_secs(10);
@@ -64,12 +64,6 @@ impl OpenAiSpeech {
             pcm_rate,
             stall: DEFAULT_STALL,
         })
-    }
-
-    /// Overrides the read-stall timeout (response head, then each body chunk).
-    pub fn with_stall_timeout(mut self, stall: Duration) -> Self {
-        self.stall = stall;
-        self
     }
 
     /// The request body for `text` (OpenAI's fields; `sample_rate` is speaches' own).

@@ -32,7 +32,7 @@ use crate::util::TaskGuard;
 /// Audio kept before the detector's onset (its start decision lags the first syllable).
 const PREROLL_MS: u64 = 300;
 /// Utterances with less speech than this are not uploaded (Whisper hallucinates on them).
-pub const MIN_SPEECH_MS: u64 = 120;
+pub(crate) const MIN_SPEECH_MS: u64 = 120;
 /// The longest utterance uploaded as one file; a longer one is cut and sent in parts.
 const MAX_UTTERANCE_MS: u64 = 30_000;
 /// Longest wait for one transcription.
@@ -44,14 +44,14 @@ const INPUT_QUEUE: usize = 1024;
 /// μ-law bytes per millisecond at 8 kHz.
 const BYTES_PER_MS: u64 = 8;
 
-pub struct OpenAiFileStt {
+pub(crate) struct OpenAiFileStt {
     cfg: SttConfig,
     client: reqwest::Client,
     url: String,
 }
 
 impl OpenAiFileStt {
-    pub fn new(cfg: &SttConfig) -> Result<Self, SetupError> {
+    pub(crate) fn new(cfg: &SttConfig) -> Result<Self, SetupError> {
         crate::util::init_tls();
         let base = cfg.effective_base_url().trim().trim_end_matches('/');
         if !(base.starts_with("http://") || base.starts_with("https://")) {
@@ -69,11 +69,6 @@ impl OpenAiFileStt {
             client,
             url: format!("{base}/audio/transcriptions"),
         })
-    }
-
-    /// The transcription endpoint this provider posts to.
-    pub fn url(&self) -> &str {
-        &self.url
     }
 }
 
@@ -119,7 +114,7 @@ pub struct Utterance {
 
 /// Cuts caller audio into utterances with the voice-activity detector. Pure (no I/O), so it
 /// is unit-tested on its own.
-pub struct Cutter {
+pub(crate) struct Cutter {
     vad: Vad,
     /// Audio since `buf_start_ms` (μ-law).
     buf: VecDeque<u8>,
@@ -133,7 +128,7 @@ pub struct Cutter {
 }
 
 impl Cutter {
-    pub fn new(silence_ms: u64) -> Self {
+    pub(crate) fn new(silence_ms: u64) -> Self {
         Self {
             vad: Vad::new(VadConfig {
                 stop_ms: silence_ms.max(32),
@@ -148,12 +143,12 @@ impl Cutter {
     }
 
     /// True while the caller is speaking.
-    pub fn speaking(&self) -> bool {
+    pub(crate) fn speaking(&self) -> bool {
         self.onset.is_some()
     }
 
     /// Feeds caller audio; returns the utterances it completed.
-    pub fn push(&mut self, ulaw: &[u8]) -> Vec<Utterance> {
+    pub(crate) fn push(&mut self, ulaw: &[u8]) -> Vec<Utterance> {
         self.buf.extend(ulaw.iter().copied());
         self.total_ms_x8 += ulaw.len() as u64;
         let mut out = Vec::new();
@@ -191,7 +186,7 @@ impl Cutter {
     }
 
     /// Our endpointer is sure the caller stopped: the utterance in progress, if any, now.
-    pub fn finalize(&mut self) -> Option<Utterance> {
+    pub(crate) fn finalize(&mut self) -> Option<Utterance> {
         let onset = self.onset?;
         self.voiced_ms += self.now_ms().saturating_sub(onset);
         let u = self.cut(true);
@@ -254,7 +249,7 @@ pub fn wav_from_ulaw(ulaw: &[u8]) -> Vec<u8> {
 
 /// Why one transcription failed.
 #[derive(Debug, thiserror::Error)]
-pub enum TranscribeError {
+pub(crate) enum TranscribeError {
     #[error("transcription request failed: {}", describe_reqwest(.0))]
     Request(#[source] reqwest::Error),
     #[error("no transcription within {0:?}")]
@@ -271,7 +266,7 @@ pub enum TranscribeError {
 
 impl TranscribeError {
     /// Errors every later upload would repeat: the session gives up.
-    pub fn fatal(&self) -> bool {
+    pub(crate) fn fatal(&self) -> bool {
         matches!(self, TranscribeError::Http { status, .. } if matches!(status, 401 | 403 | 404))
     }
 }

@@ -11,7 +11,7 @@
 //! reports [`SseParser::overflowed`], which the client treats as a broken stream.
 
 /// The longest line kept (a chat-completion chunk is a few hundred bytes).
-pub const MAX_LINE_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 256 * 1024;
 /// The most `data:` one event may accumulate.
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 
@@ -79,7 +79,7 @@ impl SseParser {
 
     /// True once a line or an event went over its limit ([`MAX_LINE_BYTES`],
     /// [`MAX_EVENT_BYTES`]): the stream is not what a chat server sends and should be dropped.
-    pub fn overflowed(&self) -> bool {
+    pub(crate) fn overflowed(&self) -> bool {
         self.overflowed
     }
 

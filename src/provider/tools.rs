@@ -21,7 +21,7 @@ pub struct ToolSpec {
 
 impl ToolSpec {
     /// The entry of the request's `tools` array.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "type": "function",
             "function": {
@@ -43,7 +43,7 @@ pub struct ToolCall {
 
 impl ToolCall {
     /// The entry of the assistant message's `tool_calls` array.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "id": self.id,
             "type": "function",
@@ -82,7 +82,7 @@ impl ToolOutput {
 }
 
 /// A boxed tool future (tools run inside the brain's stream task, never in the call actor).
-pub type ToolFuture = Pin<Box<dyn Future<Output = ToolOutput> + Send>>;
+pub(crate) type ToolFuture = Pin<Box<dyn Future<Output = ToolOutput> + Send>>;
 
 /// The tools one call's brain may use.
 pub trait ToolRunner: Send + Sync {
@@ -111,13 +111,13 @@ impl std::fmt::Debug for Tools {
 
 /// Tool-call fragments of one streamed response, accumulated by `index`.
 #[derive(Debug, Default)]
-pub struct ToolCallAccumulator {
+pub(crate) struct ToolCallAccumulator {
     calls: Vec<(u64, ToolCall)>,
 }
 
 impl ToolCallAccumulator {
     /// Adds one `delta.tool_calls` array.
-    pub fn push(&mut self, deltas: &Value) {
+    pub(crate) fn push(&mut self, deltas: &Value) {
         let Some(items) = deltas.as_array() else {
             return;
         };
@@ -159,12 +159,8 @@ impl ToolCallAccumulator {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.calls.is_empty()
-    }
-
     /// The calls in index order; a missing id is synthesised (`call_<index>`).
-    pub fn finish(mut self) -> Vec<ToolCall> {
+    pub(crate) fn finish(mut self) -> Vec<ToolCall> {
         self.calls.sort_by_key(|(k, _)| *k);
         self.calls
             .into_iter()

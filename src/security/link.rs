@@ -81,7 +81,7 @@ impl PhoneLinks {
     }
 
     /// A fresh call id for a browser call (`web-` + 24 hex digits).
-    pub fn new_call_id() -> String {
+    pub(crate) fn new_call_id() -> String {
         let mut raw = [0u8; 12];
         let _ = SystemRandom::new().fill(&mut raw);
         let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();

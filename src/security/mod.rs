@@ -9,12 +9,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The longest a peer-controlled field may be in a log line before authentication.
-pub const LOG_FIELD_MAX: usize = 64;
+pub(crate) const LOG_FIELD_MAX: usize = 64;
 
 /// A peer-controlled string for a log line: cut to `max` characters (with `…` when cut) and
 /// with control characters escaped, so an unauthenticated peer can neither flood nor forge
 /// log lines.
-pub fn truncate_for_log(s: &str, max: usize) -> String {
+pub(crate) fn truncate_for_log(s: &str, max: usize) -> String {
     let mut out: String = s.chars().take(max).flat_map(char::escape_debug).collect();
     if s.chars().nth(max).is_some() {
         out.push('…');
@@ -24,7 +24,7 @@ pub fn truncate_for_log(s: &str, max: usize) -> String {
 
 /// The process-wide limit for warnings unauthenticated peers trigger in carrier webhook
 /// handlers (20 a second): `Some(suppressed)` when one may be logged now.
-pub fn peer_warning_allowed() -> Option<u64> {
+pub(crate) fn peer_warning_allowed() -> Option<u64> {
     static LIMIT: std::sync::LazyLock<LogLimiter> =
         std::sync::LazyLock::new(|| LogLimiter::new(20, Duration::from_secs(1)));
     LIMIT.allow()
@@ -33,14 +33,14 @@ pub fn peer_warning_allowed() -> Option<u64> {
 /// Rate limit for warnings a peer can trigger before authentication: at most `per_window`
 /// lines per window; the rest are counted and the count is reported with the next line let
 /// through.
-pub struct LogLimiter {
+pub(crate) struct LogLimiter {
     per_window: u32,
     window: Duration,
     state: Mutex<(Instant, u32, u64)>,
 }
 
 impl LogLimiter {
-    pub fn new(per_window: u32, window: Duration) -> Self {
+    pub(crate) fn new(per_window: u32, window: Duration) -> Self {
         Self {
             per_window,
             window,
@@ -50,7 +50,7 @@ impl LogLimiter {
 
     /// `Some(suppressed)` when a line may be logged now (with how many were suppressed since
     /// the last one), `None` when it must be dropped.
-    pub fn allow(&self) -> Option<u64> {
+    pub(crate) fn allow(&self) -> Option<u64> {
         self.allow_at(Instant::now())
     }
 

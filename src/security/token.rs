@@ -173,7 +173,7 @@ impl MediaTokens {
 
     /// Checks a token before its call id is known (a URL token, before the WebSocket
     /// upgrade): it must be one this process minted, unexpired and unused. Does not use it.
-    pub fn precheck(&self, token: Option<&str>) -> Result<(), TokenError> {
+    pub(crate) fn precheck(&self, token: Option<&str>) -> Result<(), TokenError> {
         let (expiry, nonce, tag) = Self::parse(token)?;
         let now = Self::now();
         let mut st = self.state();

@@ -11,7 +11,7 @@ use crate::app::App;
 use crate::net::http::{Body, respond};
 
 /// Gauges read from live state when the page is rendered: name, help, value.
-pub fn gauges(app: &App) -> Vec<(&'static str, &'static str, u64)> {
+pub(crate) fn gauges(app: &App) -> Vec<(&'static str, &'static str, u64)> {
     let sockets_in_use = crate::app::media_socket_limit(&app.config())
         .saturating_sub(app.media_sockets.available_permits());
     vec![

@@ -32,7 +32,7 @@ use crate::carrier::port::Host;
 use crate::carrier::registry::{Resolved, RoutePath, serve};
 use crate::config::{Config, LoadedConfig};
 use crate::mcp::http::McpHttp;
-pub use crate::net::http::AnyBody;
+pub(crate) use crate::net::http::AnyBody;
 use crate::net::http::{Body, text};
 use crate::util::sd_notify::{self, Notify};
 
@@ -70,7 +70,7 @@ pub struct Running {
 
 impl Running {
     /// Stops accepting connections (live connections and calls go on).
-    pub fn stop_accepting(&self) {
+    pub(crate) fn stop_accepting(&self) {
         self.accept.abort();
     }
 }

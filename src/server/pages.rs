@@ -19,7 +19,7 @@ use crate::config::ServerConfig;
 use crate::net::http::{Body, respond};
 
 /// The page cookie's name.
-pub const COOKIE: &str = "patterd_page";
+pub(crate) const COOKIE: &str = "patterd_page";
 
 /// Which page a request is for, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub enum Page {
 
 /// The page a `/v1` request asks for: the timeline always; the call list when HTML is
 /// preferred over JSON (a browser), so JSON clients keep the API unchanged.
-pub fn page_for(method: &Method, path: &str, headers: &HeaderMap) -> Option<Page> {
+pub(crate) fn page_for(method: &Method, path: &str, headers: &HeaderMap) -> Option<Page> {
     if method != Method::GET {
         return None;
     }
@@ -57,7 +57,7 @@ fn wants_html(headers: &HeaderMap) -> bool {
 }
 
 /// True when the request carries a valid page cookie.
-pub fn has_cookie(server: &ServerConfig, headers: &HeaderMap) -> bool {
+pub(crate) fn has_cookie(server: &ServerConfig, headers: &HeaderMap) -> bool {
     headers
         .get_all(hyper::header::COOKIE)
         .iter()
@@ -70,7 +70,11 @@ pub fn has_cookie(server: &ServerConfig, headers: &HeaderMap) -> bool {
 /// `?token=` on a page: with the right token, a 303 to the same page without it that sets the
 /// page cookie; `None` when the query has no token (or the wrong one: the caller then refuses
 /// as for any unauthenticated request).
-pub fn exchange_token(server: &ServerConfig, path: &str, query: &str) -> Option<Response<Body>> {
+pub(crate) fn exchange_token(
+    server: &ServerConfig,
+    path: &str,
+    query: &str,
+) -> Option<Response<Body>> {
     let token = form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v.into_owned())?;

@@ -31,7 +31,7 @@ use queue::{Pushed, WriteQueue};
 use writer::writer_loop;
 
 /// File name of the database inside `data_dir`.
-pub const DB_FILE: &str = "patterd.db";
+pub(crate) const DB_FILE: &str = "patterd.db";
 
 /// Numbered schema migrations; `PRAGMA user_version` is how many have run.
 const MIGRATIONS: &[&str] = &[
@@ -280,7 +280,7 @@ impl StoreTx {
     }
 
     /// Writes waiting for the store thread now.
-    pub fn queue_depth(&self) -> usize {
+    pub(crate) fn queue_depth(&self) -> usize {
         self.sender.queue.len()
     }
 
@@ -304,7 +304,7 @@ impl StoreTx {
 
     /// The agent's first audio for the caller's latest turn went out `latency_us` after the turn
     /// ended (stored on that caller turn as `response_latency_ms`).
-    pub fn reply_latency(&self, call_id: &str, latency_us: u64) {
+    pub(crate) fn reply_latency(&self, call_id: &str, latency_us: u64) {
         self.send(Write::ReplyLatency {
             call_id: call_id.to_string(),
             latency_us,
@@ -344,7 +344,7 @@ impl StoreTx {
     }
 
     /// Flushes at shutdown, waiting at most `limit`; says how it went.
-    pub async fn flush_within(&self, limit: Duration) -> Result<(), StoreError> {
+    pub(crate) async fn flush_within(&self, limit: Duration) -> Result<(), StoreError> {
         match tokio::time::timeout(limit, self.flush()).await {
             Ok(r) => r,
             Err(_) => Err(StoreError::Busy),
@@ -374,7 +374,7 @@ pub(crate) fn open_conn(path: &Path) -> Result<Connection, StoreError> {
 }
 
 /// Runs the migrations that have not run yet; returns the schema version.
-pub fn migrate(conn: &mut Connection) -> Result<usize, StoreError> {
+pub(crate) fn migrate(conn: &mut Connection) -> Result<usize, StoreError> {
     let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let current = usize::try_from(current).unwrap_or(0);
     if current > MIGRATIONS.len() {
@@ -502,7 +502,7 @@ impl Store {
     }
 
     /// Outbound calls created since `since_ms`.
-    pub async fn outbound_since(&self, since_ms: i64) -> Result<u64, StoreError> {
+    pub(crate) async fn outbound_since(&self, since_ms: i64) -> Result<u64, StoreError> {
         self.read(move |c| {
             c.query_row(
                 "SELECT COUNT(*) FROM calls WHERE direction = 'outbound' AND created_at >= ?1",
@@ -515,7 +515,7 @@ impl Store {
     }
 
     /// A setting, read synchronously (startup only).
-    pub fn setting_blocking(&self, key: &str) -> Result<Option<String>, StoreError> {
+    pub(crate) fn setting_blocking(&self, key: &str) -> Result<Option<String>, StoreError> {
         let conn = self.read.lock().unwrap_or_else(|e| e.into_inner());
         conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
             r.get(0)
@@ -526,7 +526,7 @@ impl Store {
 
     /// True when the store has a row for `call_id` (a primary-key lookup, read synchronously
     /// by admission to refuse replayed webhooks).
-    pub fn has_call_blocking(&self, call_id: &str) -> Result<bool, StoreError> {
+    pub(crate) fn has_call_blocking(&self, call_id: &str) -> Result<bool, StoreError> {
         let conn = self.read.lock().unwrap_or_else(|e| e.into_inner());
         conn.query_row("SELECT 1 FROM calls WHERE call_id = ?1", [call_id], |_| {
             Ok(())
@@ -549,7 +549,7 @@ impl Store {
 }
 
 /// Statuses after which a call is over.
-pub const TERMINAL: &[&str] = &["completed", "busy", "failed", "no-answer", "canceled"];
+pub(crate) const TERMINAL: &[&str] = &["completed", "busy", "failed", "no-answer", "canceled"];
 
 #[cfg(test)]
 mod tests {

@@ -23,8 +23,8 @@ pub struct CallRow {
     pub answered_by: Option<String>,
     pub ended_reason: Option<String>,
     /// Milliseconds since the Unix epoch.
-    pub created_at: i64,
-    pub answered_at: Option<i64>,
+    pub(crate) created_at: i64,
+    pub(crate) answered_at: Option<i64>,
     pub ended_at: Option<i64>,
     /// Answer to end (0 if never answered); `None` while live.
     pub duration_ms: Option<i64>,
@@ -38,11 +38,6 @@ pub struct CallRow {
 }
 
 impl CallRow {
-    /// True once the call has ended.
-    pub fn is_over(&self) -> bool {
-        self.ended_at.is_some()
-    }
-
     /// Seconds, for display: the stored duration, or the time since answer while live.
     pub fn duration_s(&self, now_ms: i64) -> i64 {
         match (self.duration_ms, self.answered_at) {
@@ -86,7 +81,7 @@ pub struct CallFilter {
     /// Matches either party.
     pub number: Option<String>,
     /// Created at or after (ms since the epoch).
-    pub since_ms: Option<i64>,
+    pub(crate) since_ms: Option<i64>,
     pub limit: usize,
 }
 
@@ -97,18 +92,18 @@ pub struct Metrics {
     pub answered: i64,
     pub turns: i64,
     pub caller_turns: i64,
-    pub agent_turns: i64,
+    pub(crate) agent_turns: i64,
     pub interruptions: i64,
-    pub duration_s_total: i64,
+    pub(crate) duration_s_total: i64,
     /// Caller turn end → first reply audio.
-    pub response_latency_ms_avg: Option<f64>,
-    pub response_latency_ms_p50: Option<i64>,
-    pub response_latency_ms_max: Option<i64>,
+    pub(crate) response_latency_ms_avg: Option<f64>,
+    pub(crate) response_latency_ms_p50: Option<i64>,
+    pub(crate) response_latency_ms_max: Option<i64>,
     /// Media start → first greeting audio.
-    pub greeting_latency_ms_avg: Option<f64>,
-    pub llm_errors: i64,
-    pub tts_errors: i64,
-    pub stt_errors: i64,
+    pub(crate) greeting_latency_ms_avg: Option<f64>,
+    pub(crate) llm_errors: i64,
+    pub(crate) tts_errors: i64,
+    pub(crate) stt_errors: i64,
     pub fillers: i64,
     /// Sum of the calls' `cost_usd` (ended calls with a cost).
     pub cost_usd_total: f64,
@@ -146,7 +141,7 @@ fn call_row(r: &Row<'_>) -> Result<CallRow, rusqlite::Error> {
     })
 }
 
-pub fn list_calls(c: &Connection, f: &CallFilter) -> Result<Vec<CallRow>, rusqlite::Error> {
+pub(crate) fn list_calls(c: &Connection, f: &CallFilter) -> Result<Vec<CallRow>, rusqlite::Error> {
     let mut sql = format!("SELECT {CALL_COLUMNS} FROM calls c WHERE 1 = 1");
     let mut args: Vec<Value> = Vec::new();
     if let Some(s) = &f.status {
@@ -178,7 +173,7 @@ pub fn list_calls(c: &Connection, f: &CallFilter) -> Result<Vec<CallRow>, rusqli
     rows.collect()
 }
 
-pub fn get_call(c: &Connection, call_id: &str) -> Result<Option<CallRow>, rusqlite::Error> {
+pub(crate) fn get_call(c: &Connection, call_id: &str) -> Result<Option<CallRow>, rusqlite::Error> {
     c.query_row(
         &format!("SELECT {CALL_COLUMNS} FROM calls c WHERE c.call_id = ?1"),
         [call_id],

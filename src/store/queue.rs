@@ -21,7 +21,7 @@ use super::Write;
 
 /// What became of a pushed write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pushed {
+pub(crate) enum Pushed {
     Queued,
     /// The queue was full and the write was droppable.
     Dropped,
@@ -30,7 +30,7 @@ pub enum Pushed {
 }
 
 /// What the writer got.
-pub enum Popped {
+pub(crate) enum Popped {
     Batch(Vec<Write>),
     /// Nothing arrived within the timeout.
     Idle,
@@ -59,14 +59,14 @@ struct State {
     batch: usize,
 }
 
-pub struct WriteQueue {
+pub(crate) struct WriteQueue {
     state: Mutex<State>,
     ready: Condvar,
     cap: usize,
 }
 
 impl WriteQueue {
-    pub fn new(cap: usize) -> Self {
+    pub(super) fn new(cap: usize) -> Self {
         Self {
             state: Mutex::new(State {
                 items: VecDeque::new(),
@@ -84,7 +84,7 @@ impl WriteQueue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn push(&self, w: Write) -> Pushed {
+    pub(super) fn push(&self, w: Write) -> Pushed {
         let mut s = self.lock();
         if s.closed {
             return Pushed::Closed;
@@ -136,7 +136,7 @@ impl WriteQueue {
     /// Waits up to `timeout` for writes, then, unless one is urgent, up to `linger` more for
     /// others to join them (ended early by an urgent write, `max` writes or the close), and
     /// takes up to `max` of them, oldest first.
-    pub fn pop_batch(&self, max: usize, timeout: Duration, linger: Duration) -> Popped {
+    pub(crate) fn pop_batch(&self, max: usize, timeout: Duration, linger: Duration) -> Popped {
         let mut s = self.lock();
         let max = max.max(1);
         s.batch = max;
@@ -163,13 +163,13 @@ impl WriteQueue {
     }
 
     /// No more writes will come; the writer ends once it has drained the rest.
-    pub fn close(&self) {
+    pub(super) fn close(&self) {
         self.lock().closed = true;
         self.ready.notify_all();
     }
 
     /// Writes waiting for the writer thread (the `/metrics` queue depth).
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.lock().items.len()
     }
 }

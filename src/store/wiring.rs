@@ -28,7 +28,7 @@ pub struct WiringRecord {
     pub carrier_account: String,
     /// The carrier's previous settings (JSON).
     pub previous: String,
-    pub wired_at: i64,
+    pub(crate) wired_at: i64,
 }
 
 /// Saves the settings `number` had before patterd wired it. An existing record is kept (it

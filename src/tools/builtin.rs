@@ -15,7 +15,7 @@ use crate::config::BuiltinTool;
 use crate::provider::{ToolFuture, ToolOutput, ToolSpec};
 
 /// The agent's built-ins, in the order configured.
-pub fn build(env: &ToolEnv) -> Result<Vec<Arc<dyn Tool>>, ToolSetupError> {
+pub(crate) fn build(env: &ToolEnv) -> Result<Vec<Arc<dyn Tool>>, ToolSetupError> {
     let mut seen = Vec::new();
     let mut tools = Vec::new();
     for t in &env.agent.tools {

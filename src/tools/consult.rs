@@ -27,7 +27,8 @@ use crate::util::secret::Secret;
 pub const FALLBACK_LINE: &str = "I'm sorry, I couldn't get an answer on that right now.";
 
 /// The reply fields tried, in order.
-pub const REPLY_FIELDS: [&str; 6] = ["reply", "response", "text", "result", "answer", "message"];
+pub(crate) const REPLY_FIELDS: [&str; 6] =
+    ["reply", "response", "text", "result", "answer", "message"];
 
 pub fn build(env: &ToolEnv) -> Result<Vec<Arc<dyn Tool>>, ToolSetupError> {
     let Some(cfg) = &env.agent.consult else {
@@ -217,7 +218,7 @@ async fn ask(target: &Target, ctx: &CallCtx, request: &str) -> Result<String, St
 }
 
 /// The first string among [`REPLY_FIELDS`] (or the body itself when it is a string).
-pub fn reply_text(v: &Value) -> Option<String> {
+pub(crate) fn reply_text(v: &Value) -> Option<String> {
     if let Value::String(s) = v {
         return Some(s.clone());
     }

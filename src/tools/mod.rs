@@ -7,7 +7,7 @@
 //! tool's schema before anything runs. Adding a kind of tool is one file here plus one line in
 //! [`KINDS`].
 
-pub mod builtin;
+pub(crate) mod builtin;
 pub mod consult;
 pub mod webhook;
 
@@ -21,7 +21,7 @@ use crate::config::AgentConfig;
 use crate::provider::{LlmProvider, ToolCall, ToolFuture, ToolOutput, ToolRunner, ToolSpec, Tools};
 
 /// Longest reply body read from a consult or webhook endpoint.
-pub const MAX_REPLY_BYTES: usize = 1 << 20;
+pub(crate) const MAX_REPLY_BYTES: usize = 1 << 20;
 
 /// The call a tool runs for.
 #[derive(Clone)]
@@ -50,10 +50,10 @@ pub trait Tool: Send + Sync {
 
 /// What a tool kind may use to build its tools.
 pub struct ToolEnv<'a> {
-    pub agent_name: &'a str,
+    pub(crate) agent_name: &'a str,
     pub agent: &'a AgentConfig,
     /// Every `[llm.*]` entry (for `consult.llm`).
-    pub llms: &'a BTreeMap<String, Arc<dyn LlmProvider>>,
+    pub(crate) llms: &'a BTreeMap<String, Arc<dyn LlmProvider>>,
 }
 
 /// Why an agent's tools could not be built.
@@ -85,7 +85,7 @@ pub struct AgentTools {
 }
 
 impl AgentTools {
-    pub fn build(env: &ToolEnv) -> Result<Arc<Self>, ToolSetupError> {
+    pub(crate) fn build(env: &ToolEnv) -> Result<Arc<Self>, ToolSetupError> {
         let mut entries = Vec::new();
         for kind in KINDS {
             for tool in kind(env)? {
@@ -111,12 +111,12 @@ impl AgentTools {
         }))
     }
 
-    pub fn names(&self) -> Vec<&str> {
+    pub(crate) fn names(&self) -> Vec<&str> {
         self.entries.iter().map(|e| e.spec.name.as_str()).collect()
     }
 
     /// One call's tools; `None` when the agent has none.
-    pub fn for_call(self: &Arc<Self>, ctx: CallCtx) -> Option<Tools> {
+    pub(crate) fn for_call(self: &Arc<Self>, ctx: CallCtx) -> Option<Tools> {
         if self.entries.is_empty() || self.max_rounds == 0 {
             return None;
         }
@@ -132,7 +132,7 @@ impl AgentTools {
 }
 
 /// Builds every agent's tools.
-pub fn build_all(
+pub(crate) fn build_all(
     agents: &BTreeMap<String, AgentConfig>,
     llms: &BTreeMap<String, Arc<dyn LlmProvider>>,
 ) -> Result<BTreeMap<String, Arc<AgentTools>>, ToolSetupError> {

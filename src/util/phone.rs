@@ -2,7 +2,7 @@
 //! validation, call admission, the API), kept here so none of them imports another for it.
 
 /// True when `s` is an E.164 number: `+`, then 8 to 15 digits, the first not `0`.
-pub fn is_e164(s: &str) -> bool {
+pub(crate) fn is_e164(s: &str) -> bool {
     let Some(digits) = s.strip_prefix('+') else {
         return false;
     };
@@ -12,7 +12,7 @@ pub fn is_e164(s: &str) -> bool {
 }
 
 /// True when `s` is an E.164 prefix (for `allowed_destinations`): `+` then 1 to 15 digits.
-pub fn is_e164_prefix(s: &str) -> bool {
+pub(crate) fn is_e164_prefix(s: &str) -> bool {
     let Some(digits) = s.strip_prefix('+') else {
         return false;
     };
@@ -21,7 +21,7 @@ pub fn is_e164_prefix(s: &str) -> bool {
 
 /// Normalizes a number as carriers and people write it (`+1 (555) 000-1234`, `0044…`,
 /// Plivo's `15550001234`) to E.164, or `None` when it cannot be one.
-pub fn normalize_e164(s: &str) -> Option<String> {
+pub(crate) fn normalize_e164(s: &str) -> Option<String> {
     let cleaned: String = s
         .trim()
         .chars()

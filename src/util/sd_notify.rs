@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// A message to systemd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Notify {
+pub(crate) enum Notify {
     /// The listener is up: startup is complete.
     Ready,
     /// Still alive (sent from the async runtime at half the watchdog interval).
@@ -23,7 +23,7 @@ pub enum Notify {
 
 impl Notify {
     /// The datagram's text.
-    pub fn message(self) -> String {
+    pub(crate) fn message(self) -> String {
         match self {
             Notify::Ready => "READY=1".into(),
             Notify::Watchdog => "WATCHDOG=1".into(),
@@ -48,7 +48,7 @@ fn monotonic_usec() -> u64 {
 }
 
 /// Sends `msg` to `NOTIFY_SOCKET`; `Ok(false)` when there is none.
-pub fn notify(msg: Notify) -> io::Result<bool> {
+pub(crate) fn notify(msg: Notify) -> io::Result<bool> {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
         return Ok(false);
     };
@@ -66,7 +66,7 @@ pub fn notify(msg: Notify) -> io::Result<bool> {
 }
 
 /// How often to send `WATCHDOG=1`: half of `WATCHDOG_USEC`, when it is set for this process.
-pub fn watchdog_interval() -> Option<Duration> {
+pub(crate) fn watchdog_interval() -> Option<Duration> {
     if let Ok(pid) = std::env::var("WATCHDOG_PID")
         && pid.trim().parse::<u32>().ok() != Some(std::process::id())
     {

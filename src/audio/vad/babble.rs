@@ -163,13 +163,13 @@ pub(super) fn timeline(bed: Bed, snr_db: f32, with_speech: bool) -> Timeline {
 /// What the VAD did on a timeline.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Score {
-    pub recall: f32,
-    pub false_alarm: f32,
+    pub(crate) recall: f32,
+    pub(crate) false_alarm: f32,
     /// Share of the whole timeline spent "speaking".
     pub speaking: f32,
     pub segments: usize,
     /// Speaking at the end of the timeline (after 1.5 s of bed only).
-    pub speaking_at_end: bool,
+    pub(crate) speaking_at_end: bool,
     /// Share of 16 ms frames the network scored.
     pub scored: f32,
 }

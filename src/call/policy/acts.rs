@@ -21,7 +21,7 @@ use crate::carrier::ActionResult;
 use crate::security::mask_number;
 
 /// Longest wait for the carrier to answer a transfer request before the call goes on.
-pub const TRANSFER_WAIT: Duration = Duration::from_secs(15);
+pub(crate) const TRANSFER_WAIT: Duration = Duration::from_secs(15);
 
 /// What the goodbye phase ends in.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,13 +28,13 @@ use crate::call::turn::looks_unfinished;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TurnModelTiming {
     /// Longest wait for an answer before the silence rules decide the pause.
-    pub answer_wait: Duration,
+    pub(crate) answer_wait: Duration,
     /// After "complete" and `min_endpointing_ms`, longest wait for the speech-to-text's end
     /// signal (the answer to our `Finalize`) before committing with the words there are.
-    pub finalize_grace: Duration,
+    pub(crate) finalize_grace: Duration,
     /// Silence after the caller's speech that a pause judged "incomplete" is held (at most
     /// `max_endpointing_ms`) before the silence rules decide it.
-    pub incomplete_hold: Duration,
+    pub(crate) incomplete_hold: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -22,21 +22,21 @@ use tokio::time::Instant;
 use crate::call::turn::{Words, words};
 
 /// Longest hold without a stop before sending goes on (the carrier's buffer is about a second).
-pub const HOLD_MAX: Duration = Duration::from_millis(600);
+pub(crate) const HOLD_MAX: Duration = Duration::from_millis(600);
 
 /// Share of the run's audio time (percent) that must be voiced for the stop: a laugh or a
 /// string of clicks accumulates voiced audio with gaps between. Audio time, not wall time:
 /// caller audio that reaches the actor late on a busy machine must not look gappy.
-pub const VOICED_SHARE_PCT: u64 = 60;
+pub(crate) const VOICED_SHARE_PCT: u64 = 60;
 
 /// Pitched audio (`audio::pitch`) a run needs before its duration can stop the agent: a
 /// cough, a click or a breath is noise-like and has none; a spoken word's vowels have it
 /// from its first syllable.
-pub const PITCHED_MIN_MS: u64 = 40;
+pub(crate) const PITCHED_MIN_MS: u64 = 40;
 
 /// What to do about the current voiced run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(super) enum Verdict {
     /// Nothing to do.
     Nothing,
     /// Start holding (stop sending new agent audio).
@@ -51,7 +51,7 @@ pub enum Verdict {
 
 /// What the speech-to-text has recognised of the caller during the current run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Heard {
+pub(super) enum Heard {
     /// No words yet: the voiced duration decides.
     #[default]
     Nothing,
@@ -67,7 +67,7 @@ impl Heard {
     /// Classifies the caller's text `caller` against what the agent is saying (`agent`): echo
     /// by [`Words::is_echo`] (two words or more); a single word the agent's text has too is
     /// not evidence either way ([`Heard::Nothing`]).
-    pub fn of(classes: &Words, caller: &str, agent: &str) -> Heard {
+    pub(super) fn of(classes: &Words, caller: &str, agent: &str) -> Heard {
         let heard = words(caller);
         if heard.is_empty() {
             return Heard::Nothing;
@@ -94,27 +94,27 @@ impl Heard {
 
 /// The caller's current speech run as the detector measured it, in audio time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Run {
+pub(super) struct Run {
     /// Voiced audio in the run (0: not speaking).
-    pub voiced_ms: u64,
+    pub(crate) voiced_ms: u64,
     /// Audio since the run's onset, voiced and gaps.
-    pub span_ms: u64,
+    pub(crate) span_ms: u64,
     /// Voiced audio with a pitch (`audio::pitch`), not counting echo.
-    pub pitched_ms: u64,
+    pub(crate) pitched_ms: u64,
     /// Voiced audio the agent's own echo explains (`audio::echo`): not the caller's.
-    pub echo_ms: u64,
+    pub(crate) echo_ms: u64,
 }
 
 impl Run {
     /// The caller's own voiced audio: the run's, less what the agent's echo explains.
-    pub fn own_ms(&self) -> u64 {
+    pub(crate) fn own_ms(&self) -> u64 {
         self.voiced_ms.saturating_sub(self.echo_ms)
     }
 }
 
 /// The current voiced run of caller audio over agent audio, as the hold sees it.
 #[derive(Debug, Default)]
-pub struct Burst {
+pub(super) struct Burst {
     /// When the run started (its first report less its voiced audio).
     run_start: Option<Instant>,
     /// When the hold started.
@@ -127,12 +127,12 @@ pub struct Burst {
 
 impl Burst {
     /// True while holding.
-    pub fn held_at(&self) -> Option<Instant> {
+    pub(crate) fn held_at(&self) -> Option<Instant> {
         self.held_at
     }
 
     /// Wall time since the run started (0 without a run).
-    pub fn run_ms(&self, now: Instant) -> u64 {
+    pub(crate) fn run_ms(&self, now: Instant) -> u64 {
         self.run_start
             .map(|t| now.saturating_duration_since(t).as_millis() as u64)
             .unwrap_or(0)
@@ -140,31 +140,31 @@ impl Burst {
 
     /// The speech-to-text's words changed; kept only during a run (words that come between
     /// runs belong to the one that ended).
-    pub fn set_heard(&mut self, heard: Heard) {
+    pub(crate) fn set_heard(&mut self, heard: Heard) {
         if self.run_start.is_some() {
             self.heard = heard;
         }
     }
 
     /// True when this run released a hold for good (backchannels, or too long).
-    pub fn is_spent(&self) -> bool {
+    pub(crate) fn is_spent(&self) -> bool {
         self.spent
     }
 
     /// What the speech-to-text said during the run.
-    pub fn heard(&self) -> Heard {
+    pub(super) fn heard(&self) -> Heard {
         self.heard
     }
 
     /// The hold was released (`spent`: for the rest of this run) or became a stop.
-    pub fn end_hold(&mut self, spent: bool) {
+    pub(crate) fn end_hold(&mut self, spent: bool) {
         self.held_at = None;
         self.spent |= spent;
     }
 
     /// Judges the speech run `run` at `now`; `hold_ms` starts the hold (0: no hold, the
     /// duration alone stops), `stop_ms` stops the agent.
-    pub fn judge(&mut self, run: Run, now: Instant, hold_ms: u64, stop_ms: u64) -> Verdict {
+    pub(super) fn judge(&mut self, run: Run, now: Instant, hold_ms: u64, stop_ms: u64) -> Verdict {
         let run_ms = run.voiced_ms;
         if run_ms == 0 {
             if self.run_start.take().is_some() {

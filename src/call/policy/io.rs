@@ -78,7 +78,7 @@ pub enum Input {
 
 /// What the actor must do, in order.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Tell the carrier to drop the audio it has queued.
     Clear,
     /// An utterance was queued on the mouth: pump (its synthesis is asked for apart).

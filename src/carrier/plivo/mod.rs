@@ -17,8 +17,9 @@ pub use numbers::admin;
 pub use routes::build;
 pub use codec::PlivoCodec;
 pub use rest::PlivoRest;
-pub use signature::{Nonces, string_to_sign_v3, validate_request, validate_v3};
-pub use xml::{dial_xml, hangup_xml, speak_hangup_xml, stream_xml};
+pub use signature::{Nonces, string_to_sign_v3, validate_request};
+pub use xml::{speak_hangup_xml, stream_xml};
+pub(crate) use xml::{dial_xml, hangup_xml};
 
 /// The WebSocket subprotocol Plivo's media client asks for; the handshake fails unless we
 /// select it.

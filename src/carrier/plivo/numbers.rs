@@ -22,7 +22,7 @@ const CARRIER: &str = "Plivo";
 const APP_FIELDS: &[&str] = &["answer_url", "answer_method", "hangup_url", "hangup_method"];
 
 /// [`NumberAdmin`] for one Plivo account.
-pub struct PlivoNumbers(pub PlivoRest);
+pub(crate) struct PlivoNumbers(pub PlivoRest);
 
 impl PlivoNumbers {
     fn account_url(&self) -> String {

@@ -16,7 +16,7 @@ use crate::carrier::AccountConfig;
 
 const CARRIER: &str = "Plivo";
 /// Plivo's public API root.
-pub const DEFAULT_API_BASE: &str = "https://api.plivo.com";
+pub(crate) const DEFAULT_API_BASE: &str = "https://api.plivo.com";
 
 /// An outbound call to place (`POST Call/`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -93,7 +93,7 @@ impl PlivoRest {
     }
 
     /// From a `[carriers.*]` entry of kind plivo.
-    pub fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
+    pub(crate) fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
         Self::new(
             cfg.api_base(),
             cfg.auth_id.expose(),
@@ -115,7 +115,7 @@ impl PlivoRest {
     }
 
     /// Places an outbound call; returns its `request_uuid`.
-    pub async fn make_call(&self, c: &MakeCall) -> Result<String, CarrierError> {
+    pub(crate) async fn make_call(&self, c: &MakeCall) -> Result<String, CarrierError> {
         let url = format!("{}/v1/Account/{}/Call/", self.base, self.auth_id);
         let resp = self
             .client
@@ -160,7 +160,7 @@ impl PlivoRest {
     }
 
     /// Cancels a call that has not been answered yet, by its `request_uuid`.
-    pub async fn cancel_request(&self, request_uuid: &str) -> Result<(), CarrierError> {
+    pub(crate) async fn cancel_request(&self, request_uuid: &str) -> Result<(), CarrierError> {
         let url = format!(
             "{}/v1/Account/{}/Request/{request_uuid}/",
             self.base, self.auth_id

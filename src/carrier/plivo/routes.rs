@@ -37,7 +37,7 @@ use crate::net::http::{Body, empty, read_body, text, xml};
 use crate::security::mask_number;
 
 /// Every configured Plivo account.
-pub struct PlivoCarrier {
+pub(crate) struct PlivoCarrier {
     accounts: Accounts<PlivoRest>,
     /// V3 nonces that verified: each signature is good once.
     nonces: pv::Nonces,
@@ -48,7 +48,7 @@ pub struct PlivoCarrier {
 /// Most transfers waiting for Plivo's `aleg_url` request at once.
 const MAX_PENDING_TRANSFERS: usize = 10_000;
 /// How long a transfer's destination rings (`<Dial timeout>`; Plivo has no default).
-pub const TRANSFER_RING_S: u32 = 30;
+pub(crate) const TRANSFER_RING_S: u32 = 30;
 
 /// The Plivo carrier with its usable accounts.
 pub fn build(configs: Vec<(String, Config)>) -> Arc<dyn Carrier> {

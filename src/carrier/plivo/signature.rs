@@ -91,7 +91,7 @@ fn any_matches(expected: &str, header: &str) -> bool {
 }
 
 /// Validates a V3 header value (possibly a comma-separated list).
-pub fn validate_v3(
+pub(crate) fn validate_v3(
     auth_token: &str,
     method: &str,
     url: &str,
@@ -106,7 +106,7 @@ pub fn validate_v3(
 }
 
 /// The V3 nonce header's name.
-pub const NONCE_HEADER: &str = "X-Plivo-Signature-V3-Nonce";
+pub(crate) const NONCE_HEADER: &str = "X-Plivo-Signature-V3-Nonce";
 
 /// Validates a request's V3 headers (`X-Plivo-Signature-V3` and `-Ma-V3`, joined) with the V3
 /// nonce. A request signed only with V2 (or not at all) is refused. `header` looks a header
@@ -135,14 +135,14 @@ pub fn validate_request(
 /// How long a verified V3 nonce is remembered: a replay inside this window is refused. Plivo's
 /// nonce carries no timestamp, so the window is ours: a day covers any retry or capture that
 /// is still worth replaying while the call it names can matter.
-pub const NONCE_WINDOW: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const NONCE_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// At most this many nonces are remembered (only signed requests are recorded, so only Plivo's
 /// own traffic fills it); past it the oldest is forgotten first.
-pub const NONCE_CAPACITY: usize = 65_536;
+pub(crate) const NONCE_CAPACITY: usize = 65_536;
 
 /// Longest nonce recorded; longer ones are refused (Plivo's are about 20 digits).
-pub const NONCE_MAX_LEN: usize = 128;
+pub(crate) const NONCE_MAX_LEN: usize = 128;
 
 /// V3 nonces that already verified, oldest first, each kept for the window.
 pub struct Nonces {
@@ -173,7 +173,7 @@ impl Nonces {
     }
 
     /// Records `nonce`; false if it was seen inside the window (a replay) or is unusable.
-    pub fn first_use(&self, nonce: &str) -> bool {
+    pub(crate) fn first_use(&self, nonce: &str) -> bool {
         self.first_use_at(nonce, Instant::now())
     }
 

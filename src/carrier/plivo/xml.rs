@@ -19,7 +19,7 @@ pub fn stream_xml(ws_url: &str, content_type: &str) -> String {
 /// `<Dial callerId timeout><Number>to</Number></Dial>`: the cold transfer Plivo fetches from
 /// the transfer's `aleg_url`. No `action`: when the dialled leg ends,
 /// the caller's leg hangs up.
-pub fn dial_xml(to: &str, caller_id: &str, timeout_s: u32) -> String {
+pub(crate) fn dial_xml(to: &str, caller_id: &str, timeout_s: u32) -> String {
     format!(
         "{XML_DECL}<Response><Dial callerId=\"{}\" timeout=\"{timeout_s}\">\
          <Number>{}</Number></Dial></Response>",
@@ -30,7 +30,7 @@ pub fn dial_xml(to: &str, caller_id: &str, timeout_s: u32) -> String {
 
 /// `<Hangup reason=…/>`: refuse without answering. `reason` may be `busy` or `rejected`;
 /// anything else is left out.
-pub fn hangup_xml(reason: Option<&str>) -> String {
+pub(crate) fn hangup_xml(reason: Option<&str>) -> String {
     match reason {
         Some(r @ ("busy" | "rejected")) => {
             format!("{XML_DECL}<Response><Hangup reason=\"{r}\"/></Response>")

@@ -28,7 +28,7 @@ use crate::carrier::{CodecError, MAX_MEDIA_MESSAGE, MediaCodec, MediaCommand, Me
 /// Early frames held back waiting for a missing one before giving up on it.
 pub const MAX_HELD: usize = 3;
 /// A `chunk` this far (1 s of frames) behind the expected one means the counter restarted.
-pub const RESYNC_BACK: u64 = 50;
+pub(crate) const RESYNC_BACK: u64 = 50;
 
 /// The audio encoding of the caller track Telnyx streams to us (from the `start` frame).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,7 +55,7 @@ pub struct TelnyxCodec {
 /// The largest `chunk` counter ordered by the jitter buffer (at 50 frames a second a real
 /// stream never gets near it); a larger one is delivered unordered, so the buffer's counter
 /// arithmetic cannot overflow on a hostile value.
-pub const MAX_CHUNK: u64 = u64::MAX / 2;
+pub(crate) const MAX_CHUNK: u64 = u64::MAX / 2;
 
 /// Rewrites A-law bytes as μ-law in place (the core speaks μ-law).
 fn alaw_to_ulaw_in_place(audio: &mut [u8]) {

@@ -16,11 +16,12 @@ pub use config::Config;
 pub use numbers::admin;
 pub use routes::build;
 pub use codec::TelnyxCodec;
-pub use rest::{StreamParams, TelnyxRest};
-pub use signature::{SignatureError, TOLERANCE_S, verify_webhook};
+pub use rest::StreamParams;
+pub(crate) use rest::TelnyxRest;
+pub use signature::{SignatureError, verify_webhook};
 pub use webhook::{CallEvent, WebhookEnvelope, WebhookError};
 
 /// Header carrying the base64 Ed25519 signature.
 pub const SIGNATURE_HEADER: &str = "telnyx-signature-ed25519";
 /// Header carrying the Unix timestamp that is part of the signed message.
-pub const TIMESTAMP_HEADER: &str = "telnyx-timestamp";
+pub(crate) const TIMESTAMP_HEADER: &str = "telnyx-timestamp";

@@ -21,7 +21,7 @@ use crate::carrier::webhook::public_request_url;
 const CARRIER: &str = "Telnyx";
 
 /// [`NumberAdmin`] for one Telnyx account.
-pub struct TelnyxNumbers {
+pub(crate) struct TelnyxNumbers {
     pub rest: TelnyxRest,
     /// The account's own Call Control application (`connection_id`), possibly empty.
     pub connection_id: String,

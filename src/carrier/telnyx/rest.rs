@@ -13,9 +13,9 @@ use super::Config;
 use crate::carrier::AccountConfig;
 
 /// How long a transfer's destination rings (`timeout_secs`, 5–600).
-pub const TRANSFER_RING_S: u32 = 30;
+pub(crate) const TRANSFER_RING_S: u32 = 30;
 /// Tone length per DTMF digit (`duration_millis`, 100–500).
-pub const DTMF_DURATION_MS: u32 = 250;
+pub(crate) const DTMF_DURATION_MS: u32 = 250;
 
 /// A fresh `command_id` suffix: Telnyx de-duplicates commands by id per call, and two
 /// transfers or digit strings asked for in one call are two commands.
@@ -26,11 +26,11 @@ fn next_command() -> u64 {
 
 const CARRIER: &str = "Telnyx";
 /// Telnyx's public API root (the `/v2` is appended).
-pub const DEFAULT_API_BASE: &str = "https://api.telnyx.com";
+pub(crate) const DEFAULT_API_BASE: &str = "https://api.telnyx.com";
 /// `client_state` of the calls patterd dials: base64 of `outbound`.
-pub const OUTBOUND_CLIENT_STATE: &str = "b3V0Ym91bmQ=";
+pub(crate) const OUTBOUND_CLIENT_STATE: &str = "b3V0Ym91bmQ=";
 /// Telnyx's error code for "Call has already ended".
-pub const ALREADY_ENDED: &str = "90018";
+pub(crate) const ALREADY_ENDED: &str = "90018";
 
 /// The media stream patterd asks for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -136,7 +136,7 @@ pub fn dial_body(d: &Dial) -> Value {
 
 /// Client for Telnyx's Call Control commands.
 #[derive(Clone)]
-pub struct TelnyxRest {
+pub(crate) struct TelnyxRest {
     pub client: reqwest::Client,
     /// API root without trailing slash and without `/v2`.
     pub base: String,
@@ -153,7 +153,7 @@ impl std::fmt::Debug for TelnyxRest {
 }
 
 impl TelnyxRest {
-    pub fn new(base: &str, api_key: &str) -> Result<Self, CarrierError> {
+    pub(crate) fn new(base: &str, api_key: &str) -> Result<Self, CarrierError> {
         if api_key.trim().is_empty() {
             return Err(CarrierError::Config {
                 carrier: CARRIER,
@@ -173,12 +173,12 @@ impl TelnyxRest {
     }
 
     /// From a `[carriers.*]` entry of kind telnyx.
-    pub fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
+    pub(crate) fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
         Self::new(cfg.api_base(), cfg.api_key.expose())
     }
 
     /// `POST /v2/calls/{id}/actions/{action}` with `body`.
-    pub async fn command(
+    pub(crate) async fn command(
         &self,
         call_control_id: &str,
         action: &str,
@@ -195,7 +195,7 @@ impl TelnyxRest {
     }
 
     /// Places an outbound call; returns its `call_control_id`.
-    pub async fn dial(&self, d: &Dial) -> Result<String, CarrierError> {
+    pub(crate) async fn dial(&self, d: &Dial) -> Result<String, CarrierError> {
         let url = format!("{}/v2/calls", self.base);
         let v = self.post(&url, "(dial)", &dial_body(d)).await?;
         v.get("data")
@@ -211,7 +211,7 @@ impl TelnyxRest {
     }
 
     /// Speaks `text` with Telnyx's own TTS (voicemail messages); `call.speak.ended` follows.
-    pub async fn speak(&self, call_control_id: &str, text: &str) -> Result<(), CarrierError> {
+    pub(crate) async fn speak(&self, call_control_id: &str, text: &str) -> Result<(), CarrierError> {
         let body = json!({
             "payload": text,
             "voice": "female",
@@ -279,7 +279,7 @@ impl TelnyxRest {
     }
 
     /// Answers a parked call, optionally starting the stream with it.
-    pub async fn answer(
+    pub(crate) async fn answer(
         &self,
         call_control_id: &str,
         command_id: &str,
@@ -292,7 +292,7 @@ impl TelnyxRest {
     }
 
     /// Starts the bidirectional media stream on an answered call.
-    pub async fn streaming_start(
+    pub(crate) async fn streaming_start(
         &self,
         call_control_id: &str,
         command_id: &str,
@@ -305,7 +305,7 @@ impl TelnyxRest {
     }
 
     /// Refuses a parked call without answering it; `cause` is `CALL_REJECTED` or `USER_BUSY`.
-    pub async fn reject(&self, call_control_id: &str, cause: &str) -> Result<(), CarrierError> {
+    pub(crate) async fn reject(&self, call_control_id: &str, cause: &str) -> Result<(), CarrierError> {
         let body = json!({"cause": cause, "command_id": format!("reject-{call_control_id}")});
         self.command(call_control_id, "reject", &body)
             .await
@@ -314,7 +314,7 @@ impl TelnyxRest {
 
     /// Cold-transfers a live call: `actions/transfer` with the
     /// destination, our caller id and a ring timeout.
-    pub async fn transfer(
+    pub(crate) async fn transfer(
         &self,
         call_control_id: &str,
         to: &str,
@@ -332,7 +332,7 @@ impl TelnyxRest {
     }
 
     /// Sends DTMF from this leg: `actions/send_dtmf`.
-    pub async fn send_dtmf(&self, call_control_id: &str, digits: &str) -> Result<(), CarrierError> {
+    pub(crate) async fn send_dtmf(&self, call_control_id: &str, digits: &str) -> Result<(), CarrierError> {
         let body = json!({
             "digits": digits,
             "duration_millis": DTMF_DURATION_MS,
@@ -344,7 +344,7 @@ impl TelnyxRest {
     }
 
     /// Hangs up; a call that has already ended counts as hung up.
-    pub async fn hang_up(&self, call_control_id: &str) -> Result<(), CarrierError> {
+    pub(crate) async fn hang_up(&self, call_control_id: &str) -> Result<(), CarrierError> {
         let body = json!({"command_id": format!("hangup-{call_control_id}")});
         match self.command(call_control_id, "hangup", &body).await {
             Ok(_) => Ok(()),

@@ -48,7 +48,7 @@ const SEEN_MAX: usize = 100_000;
 const DETECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Every configured Telnyx account, and the event ids already handled.
-pub struct TelnyxCarrier {
+pub(crate) struct TelnyxCarrier {
     accounts: Accounts<TelnyxRest>,
     /// `connection_id` of each account (outbound calls).
     connections: Vec<(String, String)>,

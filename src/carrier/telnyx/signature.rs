@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use ring::signature::{ED25519, UnparsedPublicKey};
 
 /// Largest accepted distance between the webhook's timestamp and our clock, in seconds.
-pub const TOLERANCE_S: u64 = 300;
+pub(crate) const TOLERANCE_S: u64 = 300;
 
 /// Why a Telnyx webhook signature was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,7 +29,7 @@ pub enum SignatureError {
 }
 
 /// Decodes a configured public key (base64 of the raw 32 bytes; base64url tolerated).
-pub fn decode_public_key(public_key_b64: &str) -> Result<[u8; 32], SignatureError> {
+pub(crate) fn decode_public_key(public_key_b64: &str) -> Result<[u8; 32], SignatureError> {
     let s = public_key_b64.trim();
     let raw = STANDARD
         .decode(s)

@@ -55,7 +55,7 @@ pub struct CallEvent {
     /// `streaming.*`.
     pub stream_url: Option<String>,
     /// `streaming.failed`.
-    pub failure_reason: Option<String>,
+    pub(crate) failure_reason: Option<String>,
     /// `call.machine.detection.ended`: `human`, `machine`, `not_sure`.
     pub result: Option<String>,
 }

@@ -29,7 +29,7 @@ const SAVED: &[&str] = &[
 ];
 
 /// [`NumberAdmin`] for one Twilio account.
-pub struct TwilioNumbers(pub TwilioRest);
+pub(crate) struct TwilioNumbers(pub TwilioRest);
 
 impl TwilioNumbers {
     fn account_url(&self) -> String {

@@ -12,15 +12,14 @@ use crate::carrier::rest_client::{build_client, send_error};
 
 const CARRIER: &str = "Twilio";
 /// Whole-request timeout for every REST call.
-pub use crate::carrier::rest_client::REST_TIMEOUT;
 /// How long a transfer's destination rings (`<Dial timeout>`).
-pub const TRANSFER_RING_S: u32 = 30;
+pub(crate) const TRANSFER_RING_S: u32 = 30;
 /// Twilio's public API root.
-pub const DEFAULT_API_BASE: &str = "https://api.twilio.com";
+pub(crate) const DEFAULT_API_BASE: &str = "https://api.twilio.com";
 
 /// Encodes form pairs exactly like Python's `urllib.parse.urlencode` (what the Twilio SDK
 /// sends): unreserved `A-Za-z0-9_.-~` kept, space → `+`, everything else `%XX` (uppercase).
-pub fn encode_form(pairs: &[(&str, &str)]) -> String {
+pub(crate) fn encode_form(pairs: &[(&str, &str)]) -> String {
     fn push(out: &mut String, s: &str) {
         for &b in s.as_bytes() {
             match b {
@@ -152,7 +151,7 @@ impl TwilioRest {
     }
 
     /// From a `[carriers.*]` entry of kind twilio.
-    pub fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
+    pub(crate) fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
         use crate::carrier::AccountConfig;
         Self::new(
             cfg.api_base(),
@@ -226,7 +225,7 @@ impl TwilioRest {
     }
 
     /// Updates a live call with the given form fields.
-    pub async fn update_call(
+    pub(crate) async fn update_call(
         &self,
         call_sid: &str,
         fields: &[(&str, &str)],

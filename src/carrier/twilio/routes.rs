@@ -27,7 +27,7 @@ use crate::net::http::{Body, empty, read_body, text, xml};
 use crate::security::{LOG_FIELD_MAX, mask_number, peer_warning_allowed, truncate_for_log};
 
 /// Every configured Twilio account.
-pub struct TwilioCarrier {
+pub(crate) struct TwilioCarrier {
     accounts: Accounts<TwilioRest>,
 }
 

@@ -22,7 +22,7 @@ pub enum SignatureAlgorithm {
 impl SignatureAlgorithm {
     /// Reads `X-Twilio-Webhooks-Signature-Settings` (`key=KS...,algorithm=HMAC_SHA256`).
     /// Absent header → SHA-1; an unknown or missing algorithm → `None` (reject the request).
-    pub fn from_settings_header(header: Option<&str>) -> Option<Self> {
+    pub(crate) fn from_settings_header(header: Option<&str>) -> Option<Self> {
         let Some(header) = header else {
             return Some(Self::HmacSha1);
         };

@@ -4,7 +4,7 @@
 
 const XML_DECL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>"#;
 
-pub use crate::carrier::codec_util::xml_escape;
+pub(crate) use crate::carrier::codec_util::xml_escape;
 
 /// `<Connect><Stream url=..>` with one `<Parameter>` per pair (they arrive in the media
 /// socket's `start.customParameters`) and an optional stream status callback (POST).
@@ -50,7 +50,7 @@ pub fn twiml_reject(reason: Option<&str>) -> String {
 /// `<Dial>`: the cold transfer of a live call, sent inline as the call
 /// update's `Twiml`. No `action`: when the dialled leg ends, the document runs out and the
 /// caller's leg hangs up.
-pub fn twiml_dial(to: &str, caller_id: &str, timeout_s: u32) -> String {
+pub(crate) fn twiml_dial(to: &str, caller_id: &str, timeout_s: u32) -> String {
     format!(
         "{XML_DECL}<Response><Dial callerId=\"{}\" timeout=\"{timeout_s}\" \
          answerOnBridge=\"true\">{}</Dial></Response>",

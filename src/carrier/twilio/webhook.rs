@@ -33,16 +33,16 @@ pub struct VoiceWebhook {
     /// `inbound`, `outbound-api`, `outbound-dial`.
     pub direction: String,
     /// `ringing`, `in-progress`, `completed`, ...
-    pub call_status: String,
+    pub(crate) call_status: String,
     pub api_version: Option<String>,
-    pub caller_name: Option<String>,
-    pub forwarded_from: Option<String>,
-    pub parent_call_sid: Option<String>,
+    pub(crate) caller_name: Option<String>,
+    pub(crate) forwarded_from: Option<String>,
+    pub(crate) parent_call_sid: Option<String>,
     /// Answering-machine detection result, when AMD ran.
     pub answered_by: Option<String>,
     /// Seconds, on status callbacks for completed calls.
-    pub call_duration: Option<u64>,
-    pub stir_verstat: Option<String>,
+    pub(crate) call_duration: Option<u64>,
+    pub(crate) stir_verstat: Option<String>,
     pub params: Vec<(String, String)>,
 }
 

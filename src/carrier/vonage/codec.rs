@@ -23,11 +23,12 @@ use crate::carrier::{
 };
 
 /// Bytes of one 20 ms binary frame (L16, 16 kHz, mono).
-pub const L16_FRAME_BYTES: usize = 640;
+#[cfg(test)]
+pub(crate) const L16_FRAME_BYTES: usize = 640;
 
 /// Per-socket Vonage codec, made by the media route for the call it admitted.
 #[derive(Debug, Clone)]
-pub struct VonageCodec {
+pub(crate) struct VonageCodec {
     call_uuid: String,
     connected: bool,
     /// At 16 kHz, a sample waiting for its pair (frames always hold whole pairs; kept anyway).
@@ -37,7 +38,7 @@ pub struct VonageCodec {
 }
 
 impl VonageCodec {
-    pub fn new(call_uuid: &str) -> Self {
+    pub(crate) fn new(call_uuid: &str) -> Self {
         Self {
             call_uuid: call_uuid.to_string(),
             connected: false,

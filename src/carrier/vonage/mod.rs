@@ -14,9 +14,9 @@ pub mod rest;
 pub mod routes;
 pub mod signature;
 
-pub use codec::VonageCodec;
+pub(crate) use codec::VonageCodec;
 pub use config::Config;
-pub use rest::VonageRest;
+pub(crate) use rest::VonageRest;
 pub use routes::build;
 
 /// The media format patterd asks Vonage to stream in (both directions).

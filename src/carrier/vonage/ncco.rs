@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 /// Connects the call to our media socket at `uri` with `headers` (echoed in
 /// `websocket:connected`).
-pub fn connect_websocket(uri: &str, headers: &BTreeMap<String, String>) -> Value {
+pub(crate) fn connect_websocket(uri: &str, headers: &BTreeMap<String, String>) -> Value {
     json!([{
         "action": "connect",
         "endpoint": [{
@@ -29,12 +29,12 @@ pub fn hang_up() -> Value {
 }
 
 /// Speaks `text` and ends the call (voicemail on a call we placed).
-pub fn talk_then_hang_up(text: &str) -> Value {
+pub(crate) fn talk_then_hang_up(text: &str) -> Value {
     json!([{"action": "talk", "text": text}])
 }
 
 /// Cold-transfers the call to `to` (E.164), showing `caller_id`; `ring_s` seconds of ringing.
-pub fn connect_phone(to: &str, caller_id: &str, ring_s: u32) -> Value {
+pub(crate) fn connect_phone(to: &str, caller_id: &str, ring_s: u32) -> Value {
     json!([{
         "action": "connect",
         "from": caller_id.trim_start_matches('+'),

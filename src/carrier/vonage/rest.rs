@@ -20,11 +20,11 @@ use crate::carrier::{AccountConfig, CarrierError};
 
 const CARRIER: &str = "Vonage";
 /// Vonage's public Voice API root.
-pub const DEFAULT_API_BASE: &str = "https://api.nexmo.com";
+pub(crate) const DEFAULT_API_BASE: &str = "https://api.nexmo.com";
 /// How long an application JWT is good for.
-pub const JWT_TTL_S: u64 = 300;
+pub(crate) const JWT_TTL_S: u64 = 300;
 /// How long a transfer's destination rings.
-pub const TRANSFER_RING_S: u32 = 30;
+pub(crate) const TRANSFER_RING_S: u32 = 30;
 
 /// An outbound call to place (`POST /v1/calls`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,11 +34,11 @@ pub struct CreateCall {
     pub answer_url: String,
     pub event_url: String,
     pub ringing_timer: u32,
-    pub length_timer: u64,
+    pub(crate) length_timer: u64,
 }
 
 /// Body of `POST /v1/calls` (numbers without `+`, as Vonage writes them).
-pub fn create_call_body(c: &CreateCall) -> Value {
+pub(crate) fn create_call_body(c: &CreateCall) -> Value {
     json!({
         "to": [{"type": "phone", "number": c.to.trim_start_matches('+')}],
         "from": {"type": "phone", "number": c.from.trim_start_matches('+')},
@@ -63,7 +63,7 @@ fn pem_der(pem: &str) -> Option<Vec<u8>> {
 }
 
 /// Client for Vonage's Voice API.
-pub struct VonageRest {
+pub(crate) struct VonageRest {
     pub client: reqwest::Client,
     pub base: String,
     pub application_id: String,
@@ -81,7 +81,7 @@ impl std::fmt::Debug for VonageRest {
 }
 
 impl VonageRest {
-    pub fn new(base: &str, application_id: &str, private_key_pem: &str) -> Result<Self, CarrierError> {
+    pub(crate) fn new(base: &str, application_id: &str, private_key_pem: &str) -> Result<Self, CarrierError> {
         let config = |message: &str| CarrierError::Config {
             carrier: CARRIER,
             message: message.to_string(),
@@ -102,12 +102,12 @@ impl VonageRest {
     }
 
     /// From a `[carriers.*]` entry of kind vonage.
-    pub fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
+    pub(crate) fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
         Self::new(cfg.api_base(), cfg.application_id.expose(), cfg.private_key.expose())
     }
 
     /// A fresh application JWT (RS256) issued at `now`.
-    pub fn jwt(&self, now: u64) -> Result<String, CarrierError> {
+    pub(crate) fn jwt(&self, now: u64) -> Result<String, CarrierError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256","typ":"JWT"}"#);
@@ -129,7 +129,7 @@ impl VonageRest {
     }
 
     /// Places an outbound call; returns its `uuid`.
-    pub async fn create_call(&self, c: &CreateCall) -> Result<String, CarrierError> {
+    pub(crate) async fn create_call(&self, c: &CreateCall) -> Result<String, CarrierError> {
         let url = format!("{}/v1/calls", self.base);
         let (status, v) = self.send(reqwest::Method::POST, &url, &create_call_body(c)).await?;
         match status {
@@ -148,19 +148,19 @@ impl VonageRest {
     }
 
     /// Hangs up a call; one that has already ended counts as hung up.
-    pub async fn hang_up(&self, uuid: &str) -> Result<(), CarrierError> {
+    pub(crate) async fn hang_up(&self, uuid: &str) -> Result<(), CarrierError> {
         self.modify(uuid, "", &json!({"action": "hangup"}), true).await
     }
 
     /// Cold-transfers a live call to `to` with a `connect` NCCO.
-    pub async fn transfer(&self, uuid: &str, to: &str, caller_id: &str) -> Result<(), CarrierError> {
+    pub(crate) async fn transfer(&self, uuid: &str, to: &str, caller_id: &str) -> Result<(), CarrierError> {
         let ncco = super::ncco::connect_phone(to, caller_id, TRANSFER_RING_S);
         let body = json!({"action": "transfer", "destination": {"type": "ncco", "ncco": ncco}});
         self.modify(uuid, "", &body, false).await
     }
 
     /// Sends DTMF digits into a live call.
-    pub async fn send_dtmf(&self, uuid: &str, digits: &str) -> Result<(), CarrierError> {
+    pub(crate) async fn send_dtmf(&self, uuid: &str, digits: &str) -> Result<(), CarrierError> {
         self.modify(uuid, "/dtmf", &json!({"digits": digits}), false).await
     }
 

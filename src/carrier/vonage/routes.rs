@@ -35,7 +35,7 @@ use crate::net::http::{Body, empty, json, read_body, text};
 use crate::security::mask_number;
 
 /// Every configured Vonage account.
-pub struct VonageCarrier {
+pub(crate) struct VonageCarrier {
     accounts: Accounts<VonageRest>,
     /// `jti`s of webhook tokens that verified: each is good once.
     jtis: Jtis,

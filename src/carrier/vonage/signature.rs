@@ -13,9 +13,9 @@ use ring::{digest, hmac};
 use serde::Deserialize;
 
 /// How far a token's `iat` may be from our clock, either way.
-pub const MAX_SKEW_S: u64 = 300;
+pub(crate) const MAX_SKEW_S: u64 = 300;
 /// Most `jti`s remembered for replay detection (the oldest are forgotten first).
-pub const MAX_JTIS: usize = 100_000;
+pub(crate) const MAX_JTIS: usize = 100_000;
 
 /// Why a webhook's token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -97,7 +97,8 @@ pub fn verify(secret: &str, token: &str, body: &[u8], now: u64) -> Result<Claims
 
 /// Signs `claims` (a JSON object) as an HS256 JWT with `secret`: what Vonage sends, for tests
 /// and the simulator.
-pub fn sign_hs256(secret: &str, claims: &serde_json::Value) -> String {
+#[cfg(test)]
+pub(crate) fn sign_hs256(secret: &str, claims: &serde_json::Value) -> String {
     let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
     let payload = URL_SAFE_NO_PAD.encode(claims.to_string());
     let signed = format!("{header}.{payload}");
@@ -108,11 +109,11 @@ pub fn sign_hs256(secret: &str, claims: &serde_json::Value) -> String {
 
 /// The `jti`s of tokens that verified: each token is good once.
 #[derive(Default)]
-pub struct Jtis(Mutex<(HashSet<String>, VecDeque<String>)>);
+pub(crate) struct Jtis(Mutex<(HashSet<String>, VecDeque<String>)>);
 
 impl Jtis {
     /// True the first time `jti` is seen.
-    pub fn first_use(&self, jti: &str) -> bool {
+    pub(crate) fn first_use(&self, jti: &str) -> bool {
         let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let (seen, order) = &mut *guard;
         if seen.contains(jti) {

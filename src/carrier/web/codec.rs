@@ -22,12 +22,12 @@ const MAX_AUDIO_BYTES: usize = 8000;
 
 /// Per-socket codec; the call id is known before the socket opens (the route admitted it).
 #[derive(Debug, Clone)]
-pub struct WebCodec {
+pub(crate) struct WebCodec {
     call_id: String,
 }
 
 impl WebCodec {
-    pub fn new(call_id: &str) -> Self {
+    pub(crate) fn new(call_id: &str) -> Self {
         Self {
             call_id: call_id.to_string(),
         }

@@ -13,7 +13,7 @@ pub mod config;
 pub mod page;
 pub mod routes;
 
-pub use codec::WebCodec;
+pub(crate) use codec::WebCodec;
 pub use config::Config;
 pub use routes::build;
 

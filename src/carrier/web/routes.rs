@@ -24,10 +24,10 @@ use crate::net::http::{Body, text, text_owned};
 use crate::security::link::{LinkError, unix_now};
 
 /// The account name of browser calls when no `[carriers.NAME]` of kind `web` exists.
-pub const DEFAULT_ACCOUNT: &str = "web";
+pub(crate) const DEFAULT_ACCOUNT: &str = "web";
 
 /// The browser phone (always served; its routes authenticate every request themselves).
-pub struct WebCarrier {
+pub(crate) struct WebCarrier {
     account: String,
     agent: Option<String>,
 }
@@ -105,7 +105,7 @@ fn has_control_access(req: &Request<Incoming>) -> bool {
 
 /// An `Origin` a socket may come from: none (not a browser), a loopback page, or a page of
 /// `public_url`.
-pub fn origin_allowed(origin: Option<&str>, public_url: &str) -> bool {
+pub(crate) fn origin_allowed(origin: Option<&str>, public_url: &str) -> bool {
     let Some(origin) = origin else {
         return true;
     };

@@ -31,7 +31,7 @@ pub struct LlmConfig {
     #[serde(default = "default_first_token_timeout")]
     pub first_token_timeout_s: u64,
     #[serde(default = "default_connect_timeout")]
-    pub connect_timeout_s: u64,
+    pub(crate) connect_timeout_s: u64,
     /// Hermes memory scope: `caller_hash` derives `X-Hermes-Session-Key` from the caller's
     /// number (an HMAC under `session_key_secret`). Mutually exclusive with `session_key`.
     #[serde(default)]
@@ -43,7 +43,7 @@ pub struct LlmConfig {
     #[serde(default)]
     pub session_key: Option<String>,
     #[serde(default)]
-    pub temperature: Option<f32>,
+    pub(crate) temperature: Option<f32>,
     #[serde(default)]
     pub max_tokens: Option<u32>,
 }
@@ -64,7 +64,7 @@ impl LlmConfig {
     /// `base_url`, or the preset's or kind's default: Hermes' API server on 8642, OpenClaw's
     /// Gateway on 18789 (its `/v1/chat/completions`, docs.openclaw.ai/gateway/openai-http-api),
     /// Ollama 11434, vLLM 8000, LM Studio 1234.
-    pub fn effective_base_url(&self) -> &str {
+    pub(crate) fn effective_base_url(&self) -> &str {
         if !self.base_url.trim().is_empty() {
             return &self.base_url;
         }
@@ -93,7 +93,7 @@ impl LlmConfig {
         c
     }
 
-    pub fn effective_timeout_s(&self) -> u64 {
+    pub(crate) fn effective_timeout_s(&self) -> u64 {
         self.timeout_s.unwrap_or(self.kind.default_timeout_s())
     }
 }
@@ -174,7 +174,7 @@ pub(super) fn default_true() -> bool {
 
 impl SttConfig {
     /// `base_url`, or the kind's default.
-    pub fn effective_base_url(&self) -> &str {
+    pub(crate) fn effective_base_url(&self) -> &str {
         if self.base_url.trim().is_empty() {
             self.kind.default_base_url()
         } else {

@@ -36,7 +36,7 @@ pub struct TurnModelConfig {
     /// After "complete" and `min_endpointing_ms`, longest wait for the speech-to-text's final
     /// words before the turn is committed with what there is.
     #[serde(default = "default_finalize_grace_ms")]
-    pub finalize_grace_ms: u64,
+    pub(crate) finalize_grace_ms: u64,
     /// Silence after the caller's speech a pause judged "incomplete" is held before the
     /// silence rules decide it (at most `max_endpointing_ms`; a phrase that looks unfinished
     /// still waits `unfinished_hold_ms`).

@@ -4,7 +4,7 @@
 use super::Finding;
 use crate::config::Config;
 
-pub fn check(config: &Config) -> Vec<Finding> {
+pub(super) fn check(config: &Config) -> Vec<Finding> {
     let mut out = Vec::new();
     if config.numbers.is_empty() {
         out.push(Finding::NoNumbers);

@@ -11,7 +11,7 @@ use crate::carrier::registry::BoxFuture;
 use crate::config::Config;
 use crate::config::schema::{LlmConfig, LlmKind};
 
-pub fn checks(config: &Config, client: &reqwest::Client) -> Vec<BoxFuture<Vec<Finding>>> {
+pub(super) fn checks(config: &Config, client: &reqwest::Client) -> Vec<BoxFuture<Vec<Finding>>> {
     config
         .llm
         .iter()

@@ -12,7 +12,7 @@ use crate::carrier::registry::BoxFuture;
 use crate::config::Config;
 use crate::provider::kinds;
 
-pub fn checks(config: &Config, client: &reqwest::Client) -> Vec<BoxFuture<Vec<Finding>>> {
+pub(super) fn checks(config: &Config, client: &reqwest::Client) -> Vec<BoxFuture<Vec<Finding>>> {
     let mut out: Vec<BoxFuture<Vec<Finding>>> = Vec::new();
     for (name, c) in &config.carriers {
         if !c.missing_credentials().is_empty() {

@@ -7,7 +7,7 @@ use crate::carrier::CarrierError;
 use crate::carrier::registry::BoxFuture;
 use crate::config::Config;
 
-pub fn checks(config: &Config) -> Vec<BoxFuture<Vec<Finding>>> {
+pub(super) fn checks(config: &Config) -> Vec<BoxFuture<Vec<Finding>>> {
     let public = config.server.public_url.trim().to_string();
     config
         .numbers

@@ -9,10 +9,10 @@ use crate::carrier::webhook::public_request_url;
 use crate::config::Config;
 
 /// The headers `/healthz` echoes (see `server::health`).
-pub const NONCE_HEADER: &str = "x-patterd-nonce";
-pub const INSTANCE_HEADER: &str = "x-patterd-instance";
+pub(crate) const NONCE_HEADER: &str = "x-patterd-nonce";
+pub(crate) const INSTANCE_HEADER: &str = "x-patterd-instance";
 
-pub fn check(config: &Config, client: &reqwest::Client) -> BoxFuture<Vec<Finding>> {
+pub(super) fn check(config: &Config, client: &reqwest::Client) -> BoxFuture<Vec<Finding>> {
     let public = config.server.public_url.trim().to_string();
     let listen = config.server.listen.trim().to_string();
     let tls = config.server.tls.is_some();
