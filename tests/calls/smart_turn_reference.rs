@@ -11,7 +11,7 @@ use patterd::audio::whisper_mel::{FRAMES, N_MELS};
 use patterd::call::eot::CallerRing;
 use patterd::call::eot::smart_turn::SmartTurn;
 
-use super::smart_turn::{model_files, reference_cpu};
+use super::smart_turn::{LIVE_TOLERANCE, model_files, python_onnxruntime, reference_cpu};
 use crate::common::fixtures::path;
 
 /// One 20 ms frame of μ-law silence.
@@ -138,8 +138,8 @@ fn feature_gap(features: &[f32], e: &Entry, tail: usize) -> (f32, f32, f32) {
     (mel, frame, worst(true))
 }
 
-/// Our probability and feature gaps for one entry.
-fn judge(model: &mut SmartTurn, r: &Reference, e: &Entry) -> (f32, (f32, f32, f32)) {
+/// Our probability, feature gaps and features for one entry.
+fn judge(model: &mut SmartTurn, r: &Reference, e: &Entry) -> (f32, (f32, f32, f32), Vec<f32>) {
     let (audio, pushed) = ring_audio(&suite_clip(&e.clip), r.lead_ms, e.trail_ms);
     assert_eq!(
         2 * pushed - audio.len().min(2 * pushed),
@@ -148,24 +148,29 @@ fn judge(model: &mut SmartTurn, r: &Reference, e: &Entry) -> (f32, (f32, f32, f3
     );
     let features = model.features(&audio);
     let p = model.run_features(&features).expect("inference");
-    (p, feature_gap(&features, e, r.tail_frames))
+    let gap = feature_gap(&features, e, r.tail_frames);
+    (p, gap, features)
 }
 
-/// The entries with features (a handful of clips): features and probability match pipecat's.
+/// The entries with features (a handful of clips): features match pipecat's everywhere; the
+/// probability matches Python onnxruntime's run live on the same features everywhere, and
+/// pipecat's stored figure on CPUs like the one it was made on ([`reference_cpu`]).
 #[test]
 fn suite_clips_match_pipecat_reference() {
     let Some((lib, model)) = model_files() else {
         return;
     };
-    if !reference_cpu() {
-        return;
-    }
     let mut m = SmartTurn::load(&lib, &model).expect("load Smart Turn");
     let r = reference();
     let checked: Vec<&Entry> = r.entries.iter().filter(|e| e.mel_means.is_some()).collect();
     assert!(checked.len() >= 4, "the fixture has too few checked clips");
+    let stored_applies = reference_cpu();
+    let mut ours = Vec::new();
+    let mut blocks = Vec::new();
     for e in checked {
-        let (p, (mel, frame, edge)) = judge(&mut m, &r, e);
+        let (p, (mel, frame, edge), features) = judge(&mut m, &r, e);
+        ours.push((e.clip.as_str(), p));
+        blocks.push(features);
         let others = e.other_resamplers.clone().unwrap_or_default();
         eprintln!(
             "{} +{} ms: patterd {p:.4}, pipecat {:.4} (other soxr filters {others:?}); \
@@ -177,6 +182,9 @@ fn suite_clips_match_pipecat_reference() {
             "{}: features differ from pipecat's by {mel} (mel), {frame} (frame)",
             e.clip
         );
+        if !stored_applies {
+            continue;
+        }
         // Inside the model's spread over resamplers (soxr HQ/VHQ/MQ), give or take 0.05.
         let lo = others.iter().fold(e.probability, |a, b| a.min(*b)) - 0.05;
         let hi = others.iter().fold(e.probability, |a, b| a.max(*b)) + 0.05;
@@ -187,6 +195,14 @@ fn suite_clips_match_pipecat_reference() {
             e.trail_ms,
             e.probability
         );
+    }
+    if let Some(live) = python_onnxruntime(&model, &blocks) {
+        for ((clip, p), want) in ours.iter().zip(&live) {
+            assert!(
+                (p - want).abs() < LIVE_TOLERANCE,
+                "{clip}: patterd {p}, Python onnxruntime on the same features here {want}"
+            );
+        }
     }
 }
 
@@ -204,7 +220,7 @@ fn smart_turn_reference_table() {
     );
     let mut worst = 0f32;
     for e in &r.entries {
-        let (p, _) = judge(&mut m, &r, e);
+        let (p, _, _) = judge(&mut m, &r, e);
         worst = worst.max((p - e.probability).abs());
         println!(
             "| {} | {} | {:.3} | {p:.3} | {:+.3} |",

@@ -3,10 +3,15 @@
 # for trying it locally: onnxruntime's shared library from the onnxruntime 1.32.0 wheel (MIT) and
 # the Smart Turn v3.2 model from the pipecat-ai 1.14.0 wheel (BSD-2-Clause, © Daily), both from
 # PyPI through `pip download`, each wheel's sha256 checked against the values below. Idempotent.
-# Files go to $PATTERD_MODELS_DIR (default ~/.cache/patterd-models); the last two lines printed
+# Files go to $PATTERD_MODELS_DIR (default ~/.cache/patterd-models); the last three lines printed
 # are the exports the tests read:
 #   PATTERD_ORT_LIBRARY=…/libonnxruntime.so.1.32.0
 #   PATTERD_SMART_TURN_MODEL=…/smart-turn-v3.2-cpu.onnx
+#   PATTERD_ORT_PYTHON=…/venv/bin/python
+# The last is a venv holding the same onnxruntime wheel (plus numpy from PyPI), so the tests can
+# compare patterd's inference with Python onnxruntime's on this very CPU: the int8 kernels
+# onnxruntime picks depend on the CPU (VNNI or AVX2), so figures stored from another machine
+# only hold where the CPU matches.
 # Not run by tests/setup.sh unless PATTERD_MODELS=1 (the default build needs neither file).
 set -euo pipefail
 
@@ -57,5 +62,12 @@ echo "$MODEL_SHA256  $MODEL" | sha256sum --check --quiet || {
   echo "tests/models/setup.sh: $MODEL does not have the expected sha256; delete $DIR and retry" >&2
   exit 1
 }
+VENV="$DIR/venv"
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import onnxruntime, numpy' 2>/dev/null; then
+  fetch "$ORT_WHEEL" "$ORT_SHA256" onnxruntime==1.32.0
+  python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet "$DIR/wheels/$ORT_WHEEL" "numpy>=1.26,<3"
+fi
 echo "PATTERD_ORT_LIBRARY=$LIB"
 echo "PATTERD_SMART_TURN_MODEL=$MODEL"
+echo "PATTERD_ORT_PYTHON=$VENV/bin/python"
