@@ -32,7 +32,11 @@ impl Call {
 fn keys_until_the_hash_are_one_turn() {
     let mut c = Call::answered("");
     c.press("123", 200);
-    assert!(c.brain_starts().is_empty(), "no request per key: {:?}", c.log);
+    assert!(
+        c.brain_starts().is_empty(),
+        "no request per key: {:?}",
+        c.log
+    );
     c.press("#", 0);
     assert_eq!(c.keypad_turns(), ["The caller pressed 123#."]);
     assert_eq!(c.details(EventKind::Dtmf), ["1", "2", "3", "#"]);
@@ -111,7 +115,11 @@ fn keys_over_the_rate_limit_are_counted_not_acted_on() {
     assert_eq!(c.details(EventKind::DtmfDropped), ["1", "10"]);
     c.run(1000);
     c.step(Input::Dtmf('#'));
-    assert_eq!(c.count(EventKind::Dtmf), 6, "a second later keys count again");
+    assert_eq!(
+        c.count(EventKind::Dtmf),
+        6,
+        "a second later keys count again"
+    );
     assert_eq!(c.keypad_turns(), ["The caller pressed 11111#."]);
 }
 
@@ -131,7 +139,15 @@ fn the_policy_keeps_only_the_newest_turns_of_history() {
         .collect();
     assert_eq!(
         users,
-        ["question number 3", "question number 4", "question number 5"]
+        [
+            "question number 3",
+            "question number 4",
+            "question number 5"
+        ]
     );
-    assert_eq!(history[0].role, Role::User, "the history starts with a caller turn");
+    assert_eq!(
+        history[0].role,
+        Role::User,
+        "the history starts with a caller turn"
+    );
 }
