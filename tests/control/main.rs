@@ -14,6 +14,7 @@ mod mcp;
 mod ops;
 mod outbound;
 mod outbound_caps;
+mod phone_view;
 mod reload;
 mod security;
 mod systemd;
