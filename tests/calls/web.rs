@@ -148,7 +148,10 @@ async fn the_page_talks_plays_and_is_interrupted() {
     // The page is sent what is new and keeps a bounded list; a link shows no tool internals.
     let kept = stats["events"].as_array().map_or(0, Vec::len) as u64;
     assert!(
-        stats["eventsSeen"].as_u64().is_some_and(|n| n >= kept && kept > 0) && kept <= 500,
+        stats["eventsSeen"]
+            .as_u64()
+            .is_some_and(|n| n >= kept && kept > 0)
+            && kept <= 500,
         "{stats}"
     );
 
