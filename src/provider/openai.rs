@@ -670,6 +670,42 @@ mod tests {
     }
 
     #[test]
+    fn a_compatible_request_carries_a_bounded_history_and_the_system_prompt() {
+        let history: Vec<ChatMessage> = (0..100)
+            .flat_map(|n| {
+                [
+                    ChatMessage {
+                        role: Role::User,
+                        content: format!("question {n}"),
+                    },
+                    ChatMessage {
+                        role: Role::Assistant,
+                        content: format!("answer {n}"),
+                    },
+                ]
+            })
+            .collect();
+        let turn = ChatTurn {
+            call_id: "CA1".into(),
+            caller: None,
+            system_prompt: "You are the front desk.".into(),
+            history,
+            history_limits: crate::provider::history::HistoryLimits {
+                max_turns: 3,
+                max_bytes: 1 << 20,
+            },
+            tools: None,
+        };
+        let (_, body) = client("openai_compatible").build_request(&turn);
+        let messages = body["messages"].as_array().expect("messages");
+        assert_eq!(messages.len(), 1 + 2 * 3, "{body}");
+        assert_eq!(messages[0]["role"], "system");
+        assert_eq!(messages[0]["content"], "You are the front desk.");
+        assert_eq!(messages[1]["content"], "question 97");
+        assert_eq!(messages[6]["content"], "answer 99");
+    }
+
+    #[test]
     fn caller_key_is_stable() {
         let secret = "s".repeat(32);
         let key = |c: &str| caller_key(&secret, c);
