@@ -33,6 +33,7 @@ use super::mouth::{Mouth, Pumped};
 use super::policy::{Action, Input, Policy};
 use super::recording::Recorder;
 use super::registry::InsertError;
+use super::timeline::EventLog;
 use super::transcript::{CallEvent, CallRecord};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
 use crate::audio::vad::{Vad, VadConfig, VadEngine};
@@ -111,7 +112,8 @@ struct Actor {
     policy: Policy,
     /// The detector until media attaches (it then moves into the caller-audio stage).
     vad: Option<Vad>,
-    events: Vec<CallEvent>,
+    /// The newest events (all of them are in the store).
+    events: EventLog,
     frames_dropped: u64,
     stt_frames_dropped: u64,
     /// Who asked for each agent action in progress (by the policy's action id).
@@ -220,7 +222,7 @@ impl Actor {
             .with_stt_turns(stt.ends_turns())
             .with_turn_model(setup.turn_model.as_ref().map(|w| w.timing())),
             vad: Some(vad(&setup.agent)),
-            events: Vec::new(),
+            events: EventLog::default(),
             frames_dropped: 0,
             stt_frames_dropped: 0,
             replies: HashMap::new(),
@@ -241,11 +243,10 @@ impl Actor {
         let t_ms = Instant::now()
             .saturating_duration_since(self.created)
             .as_millis() as u64;
-        self.events.push(CallEvent { t_ms, kind, detail });
+        let n = self.events.push(CallEvent { t_ms, kind, detail });
         if let (Some(store), Some(e)) = (&self.setup.log, self.events.last()) {
             store.event(&self.setup.call_id, e, &typed);
         }
-        let n = self.events.len() as u64;
         self.changes.send_replace(n);
     }
 
@@ -265,7 +266,7 @@ impl Actor {
             to_masked: mask_number(&self.setup.to),
             ended_reason: reason.clone(),
             transcript: self.policy.transcript().to_vec(),
-            events: self.events.clone(),
+            events: self.events.to_vec(),
         }
     }
 

@@ -42,6 +42,9 @@ event_kinds! {
     MediaStart = "media_start",
     /// The caller pressed a key (detail: the key).
     Dtmf = "dtmf",
+    /// Caller keys over the keypad's rate limit were not acted on (detail: how many so far;
+    /// noted at 1, 10, 100, …).
+    DtmfDropped = "dtmf_dropped",
     /// The carrier said the stream stopped.
     CarrierStop = "carrier_stop",
     /// The carrier played everything up to a mark (detail: the mark name).

@@ -19,6 +19,7 @@ pub mod mouth;
 pub mod policy;
 pub mod recording;
 pub(crate) mod registry;
+pub mod timeline;
 pub mod transcript;
 pub mod turn;
 
@@ -35,6 +36,7 @@ pub use action::{ActionOutcome, CallAction};
 pub use event::{EndReason, EventDetail, EventKind};
 pub use log::{CallLog, Dropped, Usage};
 pub use registry::CallRegistry;
+pub use timeline::{ProgressCursor, ProgressDelta};
 pub use transcript::{CallEvent, CallRecord, Speaker, TranscriptEntry};
 
 /// Everything an actor needs to know about its call when it is created (at webhook time).
@@ -168,6 +170,8 @@ pub(crate) enum CallMsg {
     Say(String),
     /// A copy of the call's record so far.
     Snapshot(oneshot::Sender<CallRecord>),
+    /// What is new for a progress reader at this cursor.
+    Progress(ProgressCursor, oneshot::Sender<ProgressDelta>),
     /// Carry out an action (tools, MCP, REST) and say what came of it.
     Act {
         action: CallAction,
@@ -246,6 +250,17 @@ impl CallHandle {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(CallMsg::Snapshot(tx))
+            .await
+            .map_err(|_| CallError::Ended)?;
+        rx.await.map_err(|_| CallError::Ended)
+    }
+
+    /// What is new in the call's timeline and transcript since `cursor` (a delta, never the
+    /// whole record; see [`timeline`]).
+    pub async fn progress(&self, cursor: ProgressCursor) -> Result<ProgressDelta, CallError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(CallMsg::Progress(cursor, tx))
             .await
             .map_err(|_| CallError::Ended)?;
         rx.await.map_err(|_| CallError::Ended)

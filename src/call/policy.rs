@@ -56,6 +56,7 @@ mod barge;
 mod eot;
 mod hold;
 mod io;
+mod keypad;
 mod speaking;
 mod speculate;
 #[cfg(test)]
@@ -103,6 +104,8 @@ struct Turn {
     /// Transcript entry of the agent's reply, created with its first sentence.
     entry: Option<usize>,
     reply_text: String,
+    /// The turn came from the keypad (a keypad turn waits for its reply stream).
+    keypad: bool,
     /// Tool calling: when the model's latest tool call arrived, whether a tool result is
     /// waiting for the reply's next sentence, and that sentence's utterance.
     tools: TurnTools,
@@ -166,6 +169,8 @@ pub(crate) struct Policy {
     ended: bool,
     /// A DTMF action waiting for the carrier.
     dtmf_pending: Option<(u64, String)>,
+    /// The caller's keys being collected into one turn, and their rate limit.
+    keypad: keypad::Keypad,
     /// The speech-to-text ends turns itself ([`Input::EndOfTurn`]): our endpointer only
     /// listens.
     stt_turns: bool,
@@ -203,7 +208,9 @@ impl Policy {
         brain_keeps_history: bool,
         now: Instant,
     ) -> Self {
+        let keypad = keypad::Keypad::new(&agent, now);
         Self {
+            keypad,
             endpointer: Endpointer::new(agent.min_endpointing_ms, agent.max_endpointing_ms)
                 .with_stt_endpointing(stt_endpointing_ms)
                 .with_stt_eou_override(agent.stt_eou_override_ms)
@@ -268,6 +275,11 @@ impl Policy {
     #[cfg(test)]
     pub(crate) fn history(&self) -> &[ChatMessage] {
         &self.history
+    }
+
+    /// Caller keys not acted on (over the keypad's rate limit).
+    pub(crate) fn dtmf_dropped(&self) -> u64 {
+        self.keypad.dropped()
     }
 
     /// Caller turns sent to the brain so far.
@@ -377,15 +389,7 @@ impl Policy {
             },
             Input::Mark(name) => self.on_mark(&name, now, mouth),
             Input::Started(started) => self.on_started(&started, now),
-            Input::Dtmf(d) => {
-                self.event(EventKind::Dtmf, d.to_string());
-                self.caller_turn(
-                    format!("The caller pressed {d}."),
-                    TurnEnd::Dtmf,
-                    now,
-                    mouth,
-                );
-            }
+            Input::Dtmf(d) => self.on_dtmf(d, now, mouth),
             Input::Say(text) => self.enqueue(UttKind::Say, &text, now, mouth),
             Input::Act { id, action } => self.act(id, action, now, mouth),
             Input::ActionDone { id, result } => self.action_done(id, result, now, mouth),
@@ -446,6 +450,7 @@ impl Policy {
             self.settle_due(mouth).then_some(self.last_now),
             self.filler_deadline(mouth),
             self.eot_at,
+            self.keypad.deadline(),
             phase_at,
             self.idle_deadline(mouth),
         ]
@@ -538,6 +543,7 @@ impl Policy {
             self.eot_at = None;
             self.check_end_of_turn(now, mouth);
         }
+        self.keypad_timer(now, mouth);
         if let Phase::BargeIn { at, deadline } = self.phase
             && deadline <= now
         {
@@ -579,7 +585,8 @@ impl Policy {
         if self.ended {
             return false;
         }
-        let turn = self.held_turn.is_some() && !self.brain && !mouth.is_speaking();
+        let turn =
+            (self.held_turn.is_some() && !self.brain && !mouth.is_speaking()) || self.keypad_due();
         let goodbye = matches!(self.phase, Phase::Goodbye { .. })
             && self.transfer_requested().is_none()
             && !mouth.is_speaking();
@@ -596,6 +603,7 @@ impl Policy {
         {
             self.caller_turn(text, reason, now, mouth);
         }
+        self.keypad_turn(now, mouth);
         if let Phase::Goodbye { until } = self.phase {
             // A transfer the carrier was asked for waits for its answer (or the deadline).
             let waiting = self.transfer_requested().is_some();
@@ -614,6 +622,7 @@ impl Policy {
             || self.held_turn.is_some()
             || self.caller_speaking
             || self.endpointer.has_text()
+            || self.keypad.collecting()
         {
             return None;
         }
@@ -720,6 +729,7 @@ impl Policy {
             role: Role::User,
             content,
         });
+        self.forget_old_turns();
         let speculated = match self.speculation.take() {
             Some(spec) if spec.text == said => Some(spec.events),
             Some(_) => {
@@ -743,6 +753,7 @@ impl Policy {
             filler_done: false,
             entry: None,
             reply_text: String::new(),
+            keypad: dtmf,
             tools: TurnTools::default(),
         });
         self.event(EventKind::LlmRequest, self.turns.to_string());
@@ -752,6 +763,26 @@ impl Policy {
                 self.on_llm(ev, now, mouth);
             }
         }
+    }
+}
+
+impl Policy {
+    /// Keeps the history to the newest `max_history_turns` caller turns (what a request may
+    /// carry at most; the request itself is trimmed by `provider::history::bound`).
+    fn forget_old_turns(&mut self) {
+        let max = usize::try_from(self.agent.max_history_turns.max(1)).unwrap_or(usize::MAX);
+        let users = self.history.iter().filter(|m| m.role == Role::User).count();
+        if users <= max {
+            return;
+        }
+        let cut = self
+            .history
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.role == Role::User)
+            .nth(users - max)
+            .map_or(0, |(i, _)| i);
+        self.history.drain(..cut);
     }
 }
 

@@ -411,10 +411,27 @@ pub trait MediaCodec: Send {
     fn wants_progress(&self) -> bool {
         false
     }
+    /// How much of the call's progress the other end may see (only with
+    /// [`Self::wants_progress`]).
+    fn progress_view(&self) -> ProgressView {
+        ProgressView::Caller
+    }
     /// Encodes one progress update as a text frame.
     fn encode_progress(&mut self, _progress: &CallProgress) -> Option<String> {
         None
     }
+}
+
+/// Who watches a call's progress, and so how much of it they get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProgressView {
+    /// The caller (a phone link, or a page opened without the API token): the transcript,
+    /// the agent's state and the turn latencies, never tool arguments, tool results or
+    /// provider errors.
+    #[default]
+    Caller,
+    /// Someone with control access (the API token): the whole timeline.
+    Full,
 }
 
 /// What a call's watcher (the browser phone's page) is told as the call goes, from the call's

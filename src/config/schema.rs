@@ -341,6 +341,25 @@ pub struct AgentConfig {
     #[serde(default = "default_idle_goodbye_message")]
     pub idle_goodbye_message: String,
 
+    // The keypad and the brain's history (docs/configuration.md, "Keypad and history").
+    /// Keys without another key this long end the caller's keypad turn.
+    #[serde(default = "default_dtmf_inter_digit_ms")]
+    pub dtmf_inter_digit_ms: u64,
+    /// Keys collected into one keypad turn at most (`#` ends one sooner).
+    #[serde(default = "default_dtmf_max_digits")]
+    pub dtmf_max_digits: u64,
+    /// Keys per second a caller may press; more are counted and not acted on.
+    #[serde(default = "default_dtmf_max_per_s")]
+    pub dtmf_max_per_s: u64,
+    /// Caller turns of history sent to the brain at most (the oldest go first; the system
+    /// prompt always stays).
+    #[serde(default = "default_max_history_turns")]
+    pub max_history_turns: u64,
+    /// Bytes of history (the messages as sent) sent to the brain at most; the oldest turns
+    /// go first, the newest is always sent.
+    #[serde(default = "default_max_history_bytes")]
+    pub max_history_bytes: u64,
+
     // Actions on the call (docs/configuration.md, "Agent actions").
     /// Numbers (E.164) or prefixes (`+` then digits) the agent may transfer a call to; empty
     /// means transfers are refused.
@@ -397,6 +416,22 @@ pub(crate) enum TransferRefusal {
     NotANumber,
     #[error("that number is not one this agent may transfer to (transfer_allowed)")]
     NotAllowed,
+}
+
+fn default_dtmf_inter_digit_ms() -> u64 {
+    1500
+}
+fn default_dtmf_max_digits() -> u64 {
+    20
+}
+fn default_dtmf_max_per_s() -> u64 {
+    10
+}
+fn default_max_history_turns() -> u64 {
+    40
+}
+fn default_max_history_bytes() -> u64 {
+    64 * 1024
 }
 
 fn default_transfer_message() -> String {

@@ -578,6 +578,21 @@ fn agent_turn_taking(c: &mut Check, name: &str, agent: &AgentConfig) {
         ),
         ("barge_in_min_words", agent.barge_in_min_words, 1, 20),
         ("idle_max_nudges", agent.idle_max_nudges, 0, 20),
+        (
+            "dtmf_inter_digit_ms",
+            agent.dtmf_inter_digit_ms,
+            100,
+            10_000,
+        ),
+        ("dtmf_max_digits", agent.dtmf_max_digits, 1, 64),
+        ("dtmf_max_per_s", agent.dtmf_max_per_s, 1, 50),
+        ("max_history_turns", agent.max_history_turns, 1, 1000),
+        (
+            "max_history_bytes",
+            agent.max_history_bytes,
+            1024,
+            16 * 1024 * 1024,
+        ),
     ] {
         if !(lo..=hi).contains(&value) {
             c.fail(

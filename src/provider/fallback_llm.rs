@@ -182,6 +182,7 @@ mod tests {
             caller: None,
             system_prompt: String::new(),
             history: Vec::new(),
+            history_limits: Default::default(),
             tools: None,
         }
     }

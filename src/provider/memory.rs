@@ -465,6 +465,7 @@ mod tests {
                 role: super::super::Role::User,
                 content: text.into(),
             }],
+            history_limits: Default::default(),
             tools: None,
         };
         let started = tokio::time::Instant::now();

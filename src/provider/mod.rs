@@ -17,6 +17,7 @@ pub mod error;
 pub mod fallback;
 pub(crate) mod fallback_llm;
 pub mod fallback_stt;
+pub mod history;
 pub(crate) mod kinds;
 #[cfg(test)]
 pub(crate) mod memory;
@@ -227,6 +228,8 @@ pub struct ChatTurn {
     /// The conversation so far, ending with the new caller message. A stateless brain gets it
     /// all; Hermes keeps its own transcript and gets only the last message.
     pub history: Vec<ChatMessage>,
+    /// How much of `history` a request may carry ([`history::bound`]).
+    pub history_limits: history::HistoryLimits,
     /// The tools the model may call this turn (never sent to kind `hermes`, which runs its
     /// own); `None` for none.
     pub tools: Option<Tools>,

@@ -33,9 +33,7 @@ use tokio::time::Instant;
 use super::error::{LlmError, SetupError};
 use super::sse::{SseEvent, SseParser};
 use super::tools::ToolCallAccumulator;
-use super::{
-    ChatMessage, ChatTurn, LlmEvent, LlmProvider, LlmStream, Role, TokenUsage, ToolCall, Tools,
-};
+use super::{ChatTurn, LlmEvent, LlmProvider, LlmStream, Role, TokenUsage, ToolCall, Tools};
 use crate::config::schema::{LlmConfig, LlmKind, SessionKeyFrom};
 use crate::util::TaskGuard;
 
@@ -90,13 +88,9 @@ impl OpenAiChat {
             ),
             ("Accept".to_string(), "text/event-stream".to_string()),
         ];
-        let mut messages: Vec<&ChatMessage> = Vec::new();
-        let system = ChatMessage {
-            role: Role::System,
-            content: turn.system_prompt.clone(),
-        };
+        let mut messages: Vec<Value> = Vec::new();
         if !turn.system_prompt.trim().is_empty() {
-            messages.push(&system);
+            messages.push(json!({"role": Role::System, "content": turn.system_prompt}));
         }
         let mut body = json!({
             "model": self.cfg.model,
@@ -124,11 +118,12 @@ impl OpenAiChat {
                 .rev()
                 .find(|m| m.role == Role::User)
                 .or(turn.history.last());
-            messages.extend(last);
+            messages.extend(last.map(|m| json!(m)));
         } else {
-            messages.extend(turn.history.iter());
+            messages.extend(turn.history.iter().map(|m| json!(m)));
+            messages = super::history::bound(messages, turn.history_limits);
         }
-        body["messages"] = json!(messages);
+        body["messages"] = Value::Array(messages);
         if let Some(t) = self.cfg.temperature {
             body["temperature"] = json!(t);
         }
@@ -610,6 +605,7 @@ impl super::kinds::LlmKindImpl for OpenAiChat {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::ChatMessage;
 
     fn filt(parts: &[&str]) -> String {
         let mut f = ThinkFilter::default();
@@ -663,6 +659,7 @@ mod tests {
                 role: Role::User,
                 content: "bye".into(),
             }],
+            history_limits: Default::default(),
             tools: Some(Tools(std::sync::Arc::new(OneTool))),
         };
         let (_, body) = client("openai_compatible").build_request(&turn);
@@ -670,6 +667,42 @@ mod tests {
         assert_eq!(body["tools"][0]["function"]["name"], "end_call");
         let (_, body) = client("hermes").build_request(&turn);
         assert!(body.get("tools").is_none(), "{body}");
+    }
+
+    #[test]
+    fn a_compatible_request_carries_a_bounded_history_and_the_system_prompt() {
+        let history: Vec<ChatMessage> = (0..100)
+            .flat_map(|n| {
+                [
+                    ChatMessage {
+                        role: Role::User,
+                        content: format!("question {n}"),
+                    },
+                    ChatMessage {
+                        role: Role::Assistant,
+                        content: format!("answer {n}"),
+                    },
+                ]
+            })
+            .collect();
+        let turn = ChatTurn {
+            call_id: "CA1".into(),
+            caller: None,
+            system_prompt: "You are the front desk.".into(),
+            history,
+            history_limits: crate::provider::history::HistoryLimits {
+                max_turns: 3,
+                max_bytes: 1 << 20,
+            },
+            tools: None,
+        };
+        let (_, body) = client("openai_compatible").build_request(&turn);
+        let messages = body["messages"].as_array().expect("messages");
+        assert_eq!(messages.len(), 1 + 2 * 3, "{body}");
+        assert_eq!(messages[0]["role"], "system");
+        assert_eq!(messages[0]["content"], "You are the front desk.");
+        assert_eq!(messages[1]["content"], "question 97");
+        assert_eq!(messages[6]["content"], "answer 99");
     }
 
     #[test]

@@ -190,6 +190,7 @@ async fn ask(target: &Target, ctx: &CallCtx, request: &str) -> Result<String, St
                         ctx.agent, ctx.call_id, caller, callee
                     ),
                 }],
+                history_limits: Default::default(),
                 tools: None,
             };
             let mut stream = llm.stream(turn);

@@ -145,6 +145,15 @@ async fn the_page_talks_plays_and_is_interrupted() {
         stats["samplesReceived"].as_u64() >= stats["samplesPlayed"].as_u64(),
         "played more than received: {stats}"
     );
+    // The page is sent what is new and keeps a bounded list; a link shows no tool internals.
+    let kept = stats["events"].as_array().map_or(0, Vec::len) as u64;
+    assert!(
+        stats["eventsSeen"]
+            .as_u64()
+            .is_some_and(|n| n >= kept && kept > 0)
+            && kept <= 500,
+        "{stats}"
+    );
 
     // Hang up from the page; the stored call is a `web` call with the interruption.
     browser

@@ -1,6 +1,7 @@
 //! The control surfaces, one binary: the REST API (`api`), outbound calls over every carrier
 //! (`outbound`), the outbound caps under a race (`outbound_caps`), MCP with the official Python
-//! client (`mcp`), the daemon as a child process (`daemon`), and the security holes
+//! client (`mcp`), the daemon as a child process (`daemon`), the caller's keypad against it
+//! (`keypad`), and the security holes
 //! across the daemon's edges (`security`).
 
 #[path = "../common/mod.rs"]
@@ -8,10 +9,12 @@ mod common;
 
 mod api;
 mod daemon;
+mod keypad;
 mod mcp;
 mod ops;
 mod outbound;
 mod outbound_caps;
+mod phone_view;
 mod reload;
 mod security;
 mod systemd;

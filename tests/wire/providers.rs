@@ -445,6 +445,7 @@ fn turn() -> ChatTurn {
             m(Role::Assistant, "Hello! How can I help?"),
             m(Role::User, "What time is it?"),
         ],
+        history_limits: Default::default(),
         tools: None,
     }
 }

@@ -226,7 +226,8 @@ pub(super) async fn write_loop<S: MediaSender>(
     // (The channel only then: its first block would be 2.5 KiB of every call.)
     let (progress, mut progress_rx) = if encoder.wants_progress() {
         let (tx, rx) = mpsc::channel(crate::app::progress::QUEUE);
-        let watch = tokio::spawn(crate::app::progress::watch(call.handle.clone(), tx));
+        let view = encoder.progress_view();
+        let watch = tokio::spawn(crate::app::progress::watch(call.handle.clone(), view, tx));
         (Some(crate::util::TaskGuard::new(watch)), Some(rx))
     } else {
         (None, None)

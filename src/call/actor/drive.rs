@@ -111,6 +111,7 @@ impl Actor {
             caller: crate::util::phone::known_number(self.setup.remote_party()),
             system_prompt: self.setup.system_prompt(),
             history,
+            history_limits: crate::provider::history::HistoryLimits::of(&self.setup.agent),
             tools: self.setup.tools.clone(),
         }));
     }

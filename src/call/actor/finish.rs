@@ -62,6 +62,7 @@ impl Actor {
             transcript_entries = self.policy.transcript().len(),
             frames_dropped = self.frames_dropped,
             stt_frames_dropped = self.stt_frames_dropped,
+            dtmf_dropped = self.policy.dtmf_dropped(),
             wakes = self.wakes,
             "call ended"
         );

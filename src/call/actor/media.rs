@@ -18,6 +18,9 @@ impl Actor {
             CallMsg::Snapshot(tx) => {
                 let _ = tx.send(self.record(&EndReason::InProgress));
             }
+            CallMsg::Progress(cursor, tx) => {
+                let _ = tx.send(self.events.delta(self.policy.transcript(), cursor));
+            }
             CallMsg::Act { action, reply } => {
                 if self.media_tx.is_none() {
                     let _ = reply.send(ActionOutcome::Refused {

@@ -681,7 +681,8 @@ fn a_caller_who_answers_a_nudge_resets_the_count() {
 fn dtmf_is_a_turn_that_cuts_even_a_reply_that_cannot_be_interrupted() {
     let mut c = Call::replying("barge_in = false");
     c.step(Input::Dtmf('5'));
-    assert_eq!(c.details(EventKind::Dtmf), vec!["5"]);
+    c.step(Input::Dtmf('#'));
+    assert_eq!(c.details(EventKind::Dtmf), vec!["5", "#"]);
     assert_eq!(c.count(EventKind::TurnEnd), 0);
     assert_eq!(c.count(EventKind::TurnHeld), 0, "keys are never held");
     assert_eq!(c.count(EventKind::Interrupted), 1);
@@ -690,7 +691,7 @@ fn dtmf_is_a_turn_that_cuts_even_a_reply_that_cannot_be_interrupted() {
     assert_eq!(starts.len(), 1);
     assert_eq!(
         starts[0].last().map(|m| m.content.as_str()),
-        Some("The caller pressed 5.")
+        Some("The caller pressed 5#.")
     );
 }
 
@@ -782,3 +783,6 @@ mod split;
 
 /// The speech-to-text's words during the barge-in hold.
 mod hold_words;
+
+/// The caller's keypad and the history kept.
+mod keypad;

@@ -4,8 +4,9 @@
 //! microphone). Page → daemon: `{"event":"start"}`, `{"event":"media","payload":…}`,
 //! `{"event":"mark","name":…}` (sent when the audio before the mark has really been played,
 //! or dropped by a clear), `{"event":"dtmf","digit":…}`, `{"event":"stop"}`. Daemon → page:
-//! `media`, `mark`, `clear`, and `progress` (the call's timeline events and transcript
-//! entries, for the page to show).
+//! `media`, `mark`, `clear`, and `progress` (what is new of the call's transcript entries and
+//! timeline events, for the page to show: a caller sees the transcript, the agent's state
+//! and the turn latencies; the whole timeline only with the API token, [`ProgressView`]).
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -14,7 +15,8 @@ use serde_json::{Value, json};
 
 use crate::carrier::codec_util::{json_frame, parse_digit, str_field, unknown_event};
 use crate::carrier::{
-    CallProgress, CodecError, MAX_MEDIA_MESSAGE, MediaCodec, MediaCommand, MediaEvent, StreamStart,
+    CallProgress, CodecError, MAX_MEDIA_MESSAGE, MediaCodec, MediaCommand, MediaEvent,
+    ProgressView, StreamStart,
 };
 
 /// Largest decoded audio payload accepted (one second).
@@ -24,12 +26,15 @@ const MAX_AUDIO_BYTES: usize = 8000;
 #[derive(Debug, Clone)]
 pub(crate) struct WebCodec {
     call_id: String,
+    view: ProgressView,
 }
 
 impl WebCodec {
-    pub(crate) fn new(call_id: &str) -> Self {
+    /// The codec of call `call_id`, whose page may see `view` of its progress.
+    pub(crate) fn new(call_id: &str, view: ProgressView) -> Self {
         Self {
             call_id: call_id.to_string(),
+            view,
         }
     }
 }
@@ -82,6 +87,10 @@ impl MediaCodec for WebCodec {
         true
     }
 
+    fn progress_view(&self) -> ProgressView {
+        self.view
+    }
+
     fn encode_progress(&mut self, p: &CallProgress) -> Option<String> {
         let v: Value = match p {
             CallProgress::Event { t_ms, kind, detail } => json!({
@@ -109,7 +118,7 @@ mod tests {
 
     #[test]
     fn frames_decode_to_the_call_the_route_admitted() {
-        let mut c = WebCodec::new("web-1");
+        let mut c = WebCodec::new("web-1", ProgressView::Caller);
         match c.decode(r#"{"event":"start"}"#) {
             Ok(Some(MediaEvent::Start(s))) => assert_eq!(s.call_id, "web-1"),
             other => panic!("{other:?}"),
@@ -132,7 +141,7 @@ mod tests {
 
     #[test]
     fn bad_frames_are_refused_with_why() {
-        let mut c = WebCodec::new("web-1");
+        let mut c = WebCodec::new("web-1", ProgressView::Caller);
         assert!(matches!(c.decode("nope"), Err(CodecError::BadJson(_))));
         assert_eq!(
             c.decode(r#"{"event":"media"}"#),
@@ -159,7 +168,7 @@ mod tests {
 
     #[test]
     fn commands_and_progress_encode() {
-        let mut c = WebCodec::new("web-1");
+        let mut c = WebCodec::new("web-1", ProgressView::Caller);
         assert_eq!(
             c.encode(&MediaCommand::Clear).as_deref(),
             Some(r#"{"event":"clear"}"#)

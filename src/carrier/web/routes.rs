@@ -19,7 +19,7 @@ use super::{Config, WebCodec, page};
 use crate::carrier::dial::{Outbound, PlaceCall, PlaceError};
 use crate::carrier::port::{ControlAccess, Direct, Host, MediaSocket, Refusal, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath};
-use crate::carrier::{Carrier, CarrierError, CarrierKind};
+use crate::carrier::{Carrier, CarrierError, CarrierKind, ProgressView};
 use crate::net::http::{Body, text, text_owned};
 use crate::security::link::{LinkError, unix_now};
 
@@ -262,7 +262,16 @@ async fn socket(me: Arc<WebCarrier>, host: Arc<dyn Host>, req: Request<Incoming>
         req,
         MediaSocket {
             carrier: me,
-            codec: Box::new(WebCodec::new(&call_id)),
+            // The whole timeline only with the API token (a link or a token-less loopback
+            // page sees what a caller may: `ProgressView::Caller`).
+            codec: Box::new(WebCodec::new(
+                &call_id,
+                if controlled && host.phone_links().is_some() {
+                    ProgressView::Full
+                } else {
+                    ProgressView::Caller
+                },
+            )),
             token: TokenSource::Url(Some(token)),
             subprotocol: None,
         },
