@@ -654,15 +654,17 @@ impl Store {
     /// Outbound calls created since `since_ms`.
     pub(crate) async fn outbound_since(&self, since_ms: i64) -> Result<u64, StoreError> {
         match &self.read {
-            Reads::Sqlite(c) => Self::read_sqlite(c, move |c| {
-                c.query_row(
+            Reads::Sqlite(c) => {
+                Self::read_sqlite(c, move |c| {
+                    c.query_row(
                     "SELECT COUNT(*) FROM calls WHERE direction = 'outbound' AND created_at >= ?1",
                     [since_ms],
                     |r| r.get::<_, i64>(0),
                 )
                 .map(|n| n.max(0) as u64)
-            })
-            .await,
+                })
+                .await
+            }
             #[cfg(feature = "postgres")]
             Reads::Postgres(p) => p.outbound_since(since_ms).await,
         }

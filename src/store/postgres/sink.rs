@@ -182,21 +182,21 @@ async fn apply(conn: &mut PgConnection, owner: &str, c: &Columns) -> Result<(), 
         single(&mut tx, w).await?;
     }
     if !c.turns.is_empty() {
-        let mut cols: (Vec<&str>, Vec<i64>, Vec<&str>, Vec<&str>, Vec<&str>) = Default::default();
-        let mut more: (Vec<bool>, Vec<i64>, Vec<i64>) = Default::default();
-        for (call_id, seq, e) in &c.turns {
-            cols.0.push(call_id);
-            cols.1.push(*seq);
-            cols.2.push(match e.speaker {
+        let ids: Vec<&str> = c.turns.iter().map(|t| t.0.as_str()).collect();
+        let seqs: Vec<i64> = c.turns.iter().map(|t| t.1).collect();
+        let speakers: Vec<&str> = c
+            .turns
+            .iter()
+            .map(|t| match t.2.speaker {
                 crate::call::Speaker::Caller => "caller",
                 crate::call::Speaker::Agent => "agent",
-            });
-            cols.3.push(&e.text);
-            cols.4.push(&e.heard_text);
-            more.0.push(e.interrupted);
-            more.1.push(e.start_ms as i64);
-            more.2.push(e.end_ms as i64);
-        }
+            })
+            .collect();
+        let texts: Vec<&str> = c.turns.iter().map(|t| t.2.text.as_str()).collect();
+        let heard: Vec<&str> = c.turns.iter().map(|t| t.2.heard_text.as_str()).collect();
+        let cut: Vec<bool> = c.turns.iter().map(|t| t.2.interrupted).collect();
+        let starts: Vec<i64> = c.turns.iter().map(|t| t.2.start_ms as i64).collect();
+        let ends: Vec<i64> = c.turns.iter().map(|t| t.2.end_ms as i64).collect();
         query::<Postgres>(
             "INSERT INTO turns (call_id, seq, speaker, text, heard_text, interrupted, start_ms,
                end_ms)
@@ -206,14 +206,14 @@ async fn apply(conn: &mut PgConnection, owner: &str, c: &Columns) -> Result<(), 
                heard_text = excluded.heard_text, interrupted = excluded.interrupted,
                start_ms = excluded.start_ms, end_ms = excluded.end_ms",
         )
-        .bind(&cols.0)
-        .bind(&cols.1)
-        .bind(&cols.2)
-        .bind(&cols.3)
-        .bind(&cols.4)
-        .bind(&more.0)
-        .bind(&more.1)
-        .bind(&more.2)
+        .bind(&ids)
+        .bind(&seqs)
+        .bind(&speakers)
+        .bind(&texts)
+        .bind(&heard)
+        .bind(&cut)
+        .bind(&starts)
+        .bind(&ends)
         .execute(&mut *tx)
         .await?;
     }
