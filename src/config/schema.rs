@@ -74,10 +74,16 @@ pub struct LlmPrice {
     pub usd_per_1m_output_tokens: f64,
 }
 
-/// `[store]`: the call store (SQLite at `server.data_dir/patterd.db`).
+/// `[store]`: the call store (SQLite at `server.data_dir/patterd.db`, or a shared PostgreSQL).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
+    /// `sqlite` (embedded, the default) or `postgres` (shared by several instances).
+    pub backend: StoreBackend,
+    /// PostgreSQL's URL (`postgres://user:password@host:5432/db`); a secret (`${VAR}`-able).
+    pub url: Option<Secret>,
+    /// Connections in the PostgreSQL read pool (the writer keeps one more of its own).
+    pub pool: u32,
     /// Calls (with their turns and events) older than this many days are deleted; 0 keeps
     /// everything.
     pub retention_days: u32,
@@ -85,9 +91,21 @@ pub struct StoreConfig {
     pub queue: usize,
 }
 
+/// `[store] backend`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    #[default]
+    Sqlite,
+    Postgres,
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
+            backend: StoreBackend::Sqlite,
+            url: None,
+            pool: 4,
             retention_days: 30,
             queue: 4096,
         }

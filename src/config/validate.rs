@@ -265,9 +265,40 @@ fn server(c: &mut Check, config: &Config) {
     }
 }
 
+/// `[store] backend = "postgres"` needs a PostgreSQL URL, a pool, and a build that has it.
+fn store_backend(c: &mut Check, store: &crate::config::schema::StoreConfig) {
+    use crate::config::schema::StoreBackend;
+    if store.backend != StoreBackend::Postgres {
+        return;
+    }
+    if !cfg!(feature = "postgres") {
+        c.fail(
+            &["store", "backend"],
+            "[store] backend = \"postgres\" but this patterd was built without the `postgres` \
+             feature; rebuild with default features, or use backend = \"sqlite\""
+                .to_string(),
+        );
+    }
+    match store.url.as_ref().map(|u| u.expose()) {
+        None | Some("") => c.fail(
+            &["store", "backend"],
+            "[store] backend = \"postgres\" needs url = \"postgres://user:password@host:5432/db\" \
+             (e.g. url = \"${PATTERD_DATABASE_URL}\")"
+                .to_string(),
+        ),
+        Some(u) if !(u.starts_with("postgres://") || u.starts_with("postgresql://")) => c.fail(
+            &["store", "url"],
+            "[store] url must start with postgres:// or postgresql://".to_string(),
+        ),
+        Some(_) => {}
+    }
+    c.at_least_one(&["store", "pool"], u64::from(store.pool));
+}
+
 /// `[store]`, `[outbound]` and `[log]` limits.
 fn limits(c: &mut Check, config: &Config) {
     c.at_least_one(&["store", "queue"], config.store.queue as u64);
+    store_backend(c, &config.store);
     c.at_least_one(
         &["outbound", "max_concurrent"],
         config.outbound.max_concurrent as u64,

@@ -11,6 +11,8 @@
 //! its call id, sequence number and heard length (never its text).
 
 pub mod model;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod queue;
 pub mod wiring;
 mod writer;
@@ -120,6 +122,18 @@ pub enum StoreError {
     Busy,
     #[error("the call store has stopped")]
     Stopped,
+    #[error(
+        "cannot use the call store at store.url = {url}: {message} (check [store] url, and that \
+         PostgreSQL is running and reachable)"
+    )]
+    Postgres { url: String, message: String },
+    #[error("call store query failed: {0}")]
+    Remote(String),
+    #[error(
+        "[store] backend = \"postgres\" but this patterd was built without the `postgres` \
+         feature; rebuild with default features, or use backend = \"sqlite\""
+    )]
+    NoPostgres,
 }
 
 /// A new call, written when it is created (webhook or originate time).
@@ -197,6 +211,18 @@ pub enum Write {
     },
     /// Answered once everything queued before it is committed.
     Flush(oneshot::Sender<()>),
+    /// A lookup someone waits on synchronously, answered by the writer after the batch it came
+    /// in committed (the PostgreSQL store's blocking reads).
+    Ask(Ask),
+}
+
+/// A synchronous lookup the writer thread answers ([`Write::Ask`]).
+pub enum Ask {
+    HasCall(String, std::sync::mpsc::SyncSender<Result<bool, String>>),
+    Setting(
+        String,
+        std::sync::mpsc::SyncSender<Result<Option<String>, String>>,
+    ),
 }
 
 impl Write {
@@ -213,7 +239,7 @@ impl Write {
     fn urgent(&self) -> bool {
         matches!(
             self,
-            Write::Flush(_) | Write::Call(_) | Write::Setting { .. }
+            Write::Flush(_) | Write::Call(_) | Write::Setting { .. } | Write::Ask(_)
         )
     }
 }
@@ -352,12 +378,25 @@ impl StoreTx {
     }
 }
 
-/// The store: a writer thread plus a read connection.
+/// The store: a writer thread plus the read side of its backend.
 pub struct Store {
+    /// Where the store is, for messages: the SQLite file, or the PostgreSQL URL (password
+    /// redacted).
     pub path: PathBuf,
     pub tx: StoreTx,
-    read: Arc<Mutex<Connection>>,
+    read: Reads,
 }
+
+/// The read side of each backend.
+enum Reads {
+    Sqlite(Arc<Mutex<Connection>>),
+    #[cfg(feature = "postgres")]
+    Postgres(postgres::Reads),
+}
+
+/// How long a blocking lookup on the PostgreSQL store waits for the writer's answer.
+#[cfg(feature = "postgres")]
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(crate) fn open_conn(path: &Path) -> Result<Connection, StoreError> {
     let map = |source| StoreError::Open {
@@ -392,8 +431,85 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<usize, StoreError> {
     Ok(MIGRATIONS.len())
 }
 
+/// This instance's name, written as the owner of the calls it admits (the host name).
+pub(crate) fn instance_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "patterd".into())
+}
+
 impl Store {
-    /// Opens (creating the directory and database if needed) and starts the writer thread.
+    /// Opens the store `[store]` configures: SQLite in `data_dir`, or PostgreSQL at `url`
+    /// (connected and migrated before this returns; must run inside a tokio runtime).
+    pub fn open_configured(
+        store: &crate::config::schema::StoreConfig,
+        data_dir: &Path,
+    ) -> Result<Self, StoreError> {
+        use crate::config::schema::StoreBackend;
+        match store.backend {
+            StoreBackend::Sqlite => Self::open(data_dir, store.retention_days, store.queue),
+            StoreBackend::Postgres => {
+                let url = store.url.as_ref().map(|u| u.expose().to_string());
+                Self::open_postgres(
+                    url.as_deref().unwrap_or_default(),
+                    store.pool,
+                    &instance_name(),
+                    data_dir,
+                    store.retention_days,
+                    store.queue,
+                )
+            }
+        }
+    }
+
+    /// Opens the PostgreSQL store at `url` for the instance `owner`.
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres(
+        url: &str,
+        pool: u32,
+        owner: &str,
+        data_dir: &Path,
+        retention_days: u32,
+        queue: usize,
+    ) -> Result<Self, StoreError> {
+        crate::util::create_private_dir(data_dir).map_err(|source| StoreError::Dir {
+            path: data_dir.display().to_string(),
+            source,
+        })?;
+        let queue = Arc::new(WriteQueue::new(queue));
+        let target = postgres::PgTarget {
+            url: url.to_string(),
+            pool,
+        };
+        let reads = postgres::open(&target, owner, data_dir, retention_days, queue.clone())?;
+        Ok(Self {
+            path: PathBuf::from(postgres::redact(url)),
+            tx: StoreTx {
+                sender: Arc::new(Sender { queue }),
+                dropped: Arc::new(AtomicU64::new(0)),
+                warned: Arc::new(Mutex::new(None)),
+            },
+            read: Reads::Postgres(reads),
+        })
+    }
+
+    /// Without the `postgres` feature: says how to get it.
+    #[cfg(not(feature = "postgres"))]
+    pub fn open_postgres(
+        _url: &str,
+        _pool: u32,
+        _owner: &str,
+        _data_dir: &Path,
+        _retention_days: u32,
+        _queue: usize,
+    ) -> Result<Self, StoreError> {
+        Err(StoreError::NoPostgres)
+    }
+
+    /// Opens the SQLite store in `data_dir` (creating the directory and database if needed) and
+    /// starts the writer thread.
     pub fn open(data_dir: &Path, retention_days: u32, queue: usize) -> Result<Self, StoreError> {
         crate::util::create_private_dir(data_dir).map_err(|source| StoreError::Dir {
             path: data_dir.display().to_string(),
@@ -433,7 +549,17 @@ impl Store {
         let thread_path = path.clone();
         std::thread::Builder::new()
             .name("patterd-store".into())
-            .spawn(move || writer_loop(writer, &rx, retention_days, &thread_path))
+            .spawn(move || {
+                let data_dir = thread_path.parent().unwrap_or(Path::new(".")).to_path_buf();
+                let what = thread_path.display().to_string();
+                writer_loop(
+                    writer::SqliteSink { conn: writer },
+                    &rx,
+                    retention_days,
+                    &data_dir,
+                    &what,
+                )
+            })
             .map_err(|e| StoreError::Dir {
                 path: path.display().to_string(),
                 source: e,
@@ -446,17 +572,17 @@ impl Store {
                 dropped: Arc::new(AtomicU64::new(0)),
                 warned: Arc::new(Mutex::new(None)),
             },
-            read: Arc::new(Mutex::new(read)),
+            read: Reads::Sqlite(Arc::new(Mutex::new(read))),
         })
     }
 
-    /// Runs `f` on the read connection on the blocking pool.
-    pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    /// Runs `f` on the SQLite read connection on the blocking pool.
+    async fn read_sqlite<T, F>(conn: &Arc<Mutex<Connection>>, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, rusqlite::Error> + Send + 'static,
     {
-        let conn = self.read.clone();
+        let conn = conn.clone();
         tokio::task::spawn_blocking(move || {
             let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
             f(&conn).map_err(StoreError::from)
@@ -469,82 +595,151 @@ impl Store {
     /// below flush first: a reader sees everything logged before it asked. A full queue or a
     /// stopped writer still lets the read go on.
     async fn settle(&self) {
-        let _ = self.tx.flush().await;
+        // Bounded: a database that is down must not hang the reader (its reads fail on their
+        // own, with a message).
+        let _ = self.tx.flush_within(Duration::from_secs(5)).await;
     }
 
     pub async fn calls(&self, filter: CallFilter) -> Result<Vec<CallRow>, StoreError> {
         self.settle().await;
-        self.read(move |c| model::list_calls(c, &filter)).await
+        match &self.read {
+            Reads::Sqlite(c) => Self::read_sqlite(c, move |c| model::list_calls(c, &filter)).await,
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.calls(&filter).await,
+        }
     }
 
     pub async fn call(&self, call_id: &str) -> Result<Option<CallRow>, StoreError> {
         self.settle().await;
         let id = call_id.to_string();
-        self.read(move |c| model::get_call(c, &id)).await
+        match &self.read {
+            Reads::Sqlite(c) => Self::read_sqlite(c, move |c| model::get_call(c, &id)).await,
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.call(&id).await,
+        }
     }
 
     pub async fn turns(&self, call_id: &str) -> Result<Vec<TurnRow>, StoreError> {
         self.settle().await;
         let id = call_id.to_string();
-        self.read(move |c| model::turns(c, &id)).await
+        match &self.read {
+            Reads::Sqlite(c) => Self::read_sqlite(c, move |c| model::turns(c, &id)).await,
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.turns(&id).await,
+        }
     }
 
     pub async fn events(&self, call_id: &str) -> Result<Vec<EventRow>, StoreError> {
         self.settle().await;
         let id = call_id.to_string();
-        self.read(move |c| model::events(c, &id)).await
+        match &self.read {
+            Reads::Sqlite(c) => Self::read_sqlite(c, move |c| model::events(c, &id)).await,
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.events(&id).await,
+        }
     }
 
     pub async fn metrics(&self, call_id: Option<&str>) -> Result<Metrics, StoreError> {
         self.settle().await;
         let id = call_id.map(str::to_string);
-        self.read(move |c| model::metrics(c, id.as_deref())).await
+        match &self.read {
+            Reads::Sqlite(c) => {
+                Self::read_sqlite(c, move |c| model::metrics(c, id.as_deref())).await
+            }
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.metrics(id.as_deref()).await,
+        }
     }
 
     /// Outbound calls created since `since_ms`.
     pub(crate) async fn outbound_since(&self, since_ms: i64) -> Result<u64, StoreError> {
-        self.read(move |c| {
-            c.query_row(
-                "SELECT COUNT(*) FROM calls WHERE direction = 'outbound' AND created_at >= ?1",
-                [since_ms],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|n| n.max(0) as u64)
-        })
-        .await
+        match &self.read {
+            Reads::Sqlite(c) => {
+                Self::read_sqlite(c, move |c| {
+                    c.query_row(
+                    "SELECT COUNT(*) FROM calls WHERE direction = 'outbound' AND created_at >= ?1",
+                    [since_ms],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map(|n| n.max(0) as u64)
+                })
+                .await
+            }
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.outbound_since(since_ms).await,
+        }
+    }
+
+    /// Asks the writer thread (PostgreSQL: the blocking lookups of a sync caller).
+    #[cfg(feature = "postgres")]
+    fn ask<T>(
+        &self,
+        make: impl FnOnce(std::sync::mpsc::SyncSender<Result<T, String>>) -> Ask,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        match self.tx.sender.queue.push(Write::Ask(make(tx))) {
+            Pushed::Queued => {}
+            Pushed::Dropped => return Err(StoreError::Busy),
+            Pushed::Closed => return Err(StoreError::Stopped),
+        }
+        match rx.recv_timeout(ASK_TIMEOUT) {
+            Ok(r) => r.map_err(StoreError::Remote),
+            Err(_) => Err(StoreError::Remote(format!(
+                "no answer from the store within {} s",
+                ASK_TIMEOUT.as_secs()
+            ))),
+        }
     }
 
     /// A setting, read synchronously (startup only).
     pub(crate) fn setting_blocking(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let conn = self.read.lock().unwrap_or_else(|e| e.into_inner());
-        conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
-            r.get(0)
-        })
-        .optional()
-        .map_err(StoreError::from)
+        match &self.read {
+            Reads::Sqlite(c) => {
+                let conn = c.lock().unwrap_or_else(|e| e.into_inner());
+                conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(StoreError::from)
+            }
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(_) => self.ask(|tx| Ask::Setting(key.to_string(), tx)),
+        }
     }
 
     /// True when the store has a row for `call_id` (a primary-key lookup, read synchronously
     /// by admission to refuse replayed webhooks).
     pub(crate) fn has_call_blocking(&self, call_id: &str) -> Result<bool, StoreError> {
-        let conn = self.read.lock().unwrap_or_else(|e| e.into_inner());
-        conn.query_row("SELECT 1 FROM calls WHERE call_id = ?1", [call_id], |_| {
-            Ok(())
-        })
-        .optional()
-        .map(|r| r.is_some())
-        .map_err(StoreError::from)
+        match &self.read {
+            Reads::Sqlite(c) => {
+                let conn = c.lock().unwrap_or_else(|e| e.into_inner());
+                conn.query_row("SELECT 1 FROM calls WHERE call_id = ?1", [call_id], |_| {
+                    Ok(())
+                })
+                .optional()
+                .map(|r| r.is_some())
+                .map_err(StoreError::from)
+            }
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(_) => self.ask(|tx| Ask::HasCall(call_id.to_string(), tx)),
+        }
     }
 
     pub async fn setting(&self, key: &str) -> Result<Option<String>, StoreError> {
         let key = key.to_string();
-        self.read(move |c| {
-            c.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
-                r.get(0)
-            })
-            .optional()
-        })
-        .await
+        match &self.read {
+            Reads::Sqlite(c) => {
+                Self::read_sqlite(c, move |c| {
+                    c.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
+                        r.get(0)
+                    })
+                    .optional()
+                })
+                .await
+            }
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.setting(&key).await,
+        }
     }
 }
 
@@ -622,6 +817,9 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod contract_tests;
 
 #[cfg(test)]
 mod restart_tests {

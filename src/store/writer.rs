@@ -1,17 +1,18 @@
-//! The store's writer thread: drains the write queue in batches, applies each typed [`Write`]
-//! inside one transaction per batch, answers flushes after the commit, and prunes calls (and
-//! their recordings) older than the retention at start and hourly. The thread runs at a lower
+//! The store's writer thread: drains the write queue in batches, hands each batch to its
+//! backend's [`Sink`] (SQLite here, PostgreSQL in `postgres/`) to apply in one transaction,
+//! answers flushes after the commit, and prunes calls (and their recordings) older than the
+//! retention at start and hourly. The thread runs at a lower
 //! CPU priority than the runtime (nice [`WRITER_NICE`]): on a busy core a commit yields to the
 //! calls' media instead of holding it up for a scheduler slice.
 
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use tracing::{Level, debug, enabled, info, warn};
 
 use super::queue::{Popped, WriteQueue};
-use super::{TERMINAL, Write, now_ms};
+use super::{Ask, TERMINAL, Write, now_ms};
 
 /// The writer thread's nice value (Linux). Its work can wait a few milliseconds; the runtime's
 /// workers, which pace every call's audio, cannot. When both want the core, the kernel gives
@@ -38,91 +39,156 @@ fn lower_own_priority() {
     }
 }
 
-pub(super) fn writer_loop(mut conn: Connection, rx: &WriteQueue, retention_days: u32, path: &Path) {
+/// A backend's side of the writer thread: commits a batch in one transaction, prunes.
+pub(super) trait Sink {
+    /// Applies `batch` (no flushes in it) in one transaction; the error says what failed.
+    fn commit(&mut self, batch: Vec<Write>) -> Result<(), String>;
+    /// Deletes the ended calls created before `cutoff_ms` and returns their ids.
+    fn prune(&mut self, cutoff_ms: i64) -> Result<Vec<String>, String>;
+    /// Answers a lookup a caller waits on synchronously (after the batch it came in committed).
+    fn ask(&mut self, ask: Ask);
+}
+
+/// The SQLite backend's writer: one connection, the typed writes applied statement by statement.
+pub(super) struct SqliteSink {
+    pub(super) conn: Connection,
+}
+
+impl Sink for SqliteSink {
+    fn commit(&mut self, batch: Vec<Write>) -> Result<(), String> {
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|e| format!("cannot begin a transaction: {e}"))?;
+        for w in batch {
+            if let Err(e) = apply(&tx, w) {
+                warn!(error = %e, "call store write failed");
+            }
+        }
+        tx.commit().map_err(|e| format!("commit failed: {e}"))
+    }
+
+    fn prune(&mut self, cutoff_ms: i64) -> Result<Vec<String>, String> {
+        self.conn
+            .prepare(
+                "DELETE FROM calls WHERE created_at < ?1 AND ended_at IS NOT NULL RETURNING call_id",
+            )
+            .and_then(|mut q| {
+                q.query_map([cutoff_ms], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    fn ask(&mut self, ask: Ask) {
+        match ask {
+            Ask::HasCall(id, reply) => {
+                let r = self
+                    .conn
+                    .query_row("SELECT 1 FROM calls WHERE call_id = ?1", [id], |_| Ok(()))
+                    .optional()
+                    .map(|r| r.is_some())
+                    .map_err(|e| e.to_string());
+                let _ = reply.send(r);
+            }
+            Ask::Setting(key, reply) => {
+                let r = self
+                    .conn
+                    .query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
+                        r.get(0)
+                    })
+                    .optional()
+                    .map_err(|e| e.to_string());
+                let _ = reply.send(r);
+            }
+        }
+    }
+}
+
+/// The writer thread: batches from the queue to `sink`, flushes answered after each commit,
+/// retention applied at start and hourly. `data_dir` holds the recordings pruned with their calls;
+/// `what` names the store in logs.
+pub(super) fn writer_loop(
+    mut sink: impl Sink,
+    rx: &WriteQueue,
+    retention_days: u32,
+    data_dir: &Path,
+    what: &str,
+) {
     const PRUNE_EVERY: Duration = Duration::from_secs(3600);
     // How long a batch waits for more writes after its first (a flush ends it at once).
     const LINGER: Duration = Duration::from_millis(100);
     lower_own_priority();
-    prune(&conn, retention_days, path);
+    prune(&mut sink, retention_days, data_dir);
     let mut last_prune = std::time::Instant::now();
     loop {
         let batch = match rx.pop_batch(256, PRUNE_EVERY, LINGER) {
             Popped::Batch(b) => b,
             Popped::Idle => {
-                prune(&conn, retention_days, path);
+                prune(&mut sink, retention_days, data_dir);
                 last_prune = std::time::Instant::now();
                 continue;
             }
             Popped::Closed => return,
         };
         let mut flushes = Vec::new();
+        let mut asks = Vec::new();
         // Turns of this batch, logged at debug once committed (tests wait on these lines).
         let log_turns = enabled!(Level::DEBUG);
         let mut stored = Vec::new();
-        match conn.transaction() {
-            Ok(tx) => {
-                for w in batch {
-                    match w {
-                        Write::Flush(done) => flushes.push(done),
-                        w => {
-                            if let (
-                                true,
-                                Write::Turn {
-                                    call_id,
-                                    seq,
-                                    entry,
-                                },
-                            ) = (log_turns, &w)
-                            {
-                                stored.push((call_id.clone(), *seq, entry.heard_text.len()));
-                            }
-                            if let Err(e) = apply(&tx, w) {
-                                warn!(error = %e, "call store write failed");
-                            }
-                        }
+        let mut writes = Vec::with_capacity(batch.len());
+        for w in batch {
+            match w {
+                Write::Flush(done) => flushes.push(done),
+                Write::Ask(ask) => asks.push(ask),
+                w => {
+                    if let (
+                        true,
+                        Write::Turn {
+                            call_id,
+                            seq,
+                            entry,
+                        },
+                    ) = (log_turns, &w)
+                    {
+                        stored.push((call_id.clone(), *seq, entry.heard_text.len()));
                     }
-                }
-                match tx.commit() {
-                    Ok(()) => {
-                        for (call_id, seq, heard_bytes) in stored {
-                            debug!(%call_id, seq, heard_bytes, "turn stored");
-                        }
-                    }
-                    Err(e) => {
-                        warn!(error = %e, path = %path.display(), "call store commit failed")
-                    }
+                    writes.push(w);
                 }
             }
-            Err(e) => warn!(error = %e, "call store: cannot begin a transaction"),
+        }
+        if !writes.is_empty() {
+            match sink.commit(writes) {
+                Ok(()) => {
+                    for (call_id, seq, heard_bytes) in stored {
+                        debug!(%call_id, seq, heard_bytes, "turn stored");
+                    }
+                }
+                Err(e) => warn!(error = %e, store = what, "call store commit failed"),
+            }
+        }
+        for ask in asks {
+            sink.ask(ask);
         }
         for done in flushes {
             let _ = done.send(());
         }
         if last_prune.elapsed() >= PRUNE_EVERY {
-            prune(&conn, retention_days, path);
+            prune(&mut sink, retention_days, data_dir);
             last_prune = std::time::Instant::now();
         }
     }
 }
 
-/// Deletes calls older than the retention, and their recordings (next to the database `db`).
-fn prune(conn: &Connection, retention_days: u32, db: &Path) {
+/// Deletes calls older than the retention, and their recordings (in `data_dir`).
+fn prune(sink: &mut impl Sink, retention_days: u32, data_dir: &Path) {
     if retention_days == 0 {
         return;
     }
     let cutoff = now_ms() - i64::from(retention_days) * 86_400_000;
-    let deleted = conn
-        .prepare(
-            "DELETE FROM calls WHERE created_at < ?1 AND ended_at IS NOT NULL RETURNING call_id",
-        )
-        .and_then(|mut q| {
-            q.query_map([cutoff], |r| r.get::<_, String>(0))?
-                .collect::<Result<Vec<_>, _>>()
-        });
-    match deleted {
+    match sink.prune(cutoff) {
         Ok(ids) if ids.is_empty() => {}
         Ok(ids) => {
-            let data_dir = db.parent().unwrap_or(Path::new("."));
             let mut recordings = 0;
             for id in &ids {
                 let Some(file) = crate::call::recording::path(data_dir, id) else {
@@ -245,7 +311,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error
                 params![key, value],
             )?;
         }
-        Write::Flush(_) => {}
+        Write::Flush(_) | Write::Ask(_) => {}
     }
     Ok(())
 }

@@ -215,12 +215,39 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
 
 #[test]
 fn turns_survive_sigkill_mid_call() {
+    turns_survive_sigkill_on("", |d| {
+        patterd::store::Store::open(d.data_dir(), 30, 16).expect("reopen store")
+    });
+}
+
+/// The same on the PostgreSQL store: what the killed daemon committed is in the database, and
+/// the next start of the same instance closes its call as failed.
+#[test]
+fn turns_survive_sigkill_mid_call_on_postgres() {
+    let Some(db) = patterd_sim::postgres::TestDatabase::create() else {
+        return;
+    };
+    let extra = format!("\n[store]\nbackend = \"postgres\"\nurl = \"{}\"\n", db.url);
+    let url = db.url.clone();
+    turns_survive_sigkill_on(&extra, move |d| {
+        // The daemon owns its calls under the host name; reopening as it closes them.
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+        patterd::store::Store::open_postgres(&url, 1, host.trim(), d.data_dir(), 30, 16)
+            .expect("reopen store")
+    });
+    drop(db);
+}
+
+fn turns_survive_sigkill_on(
+    extra_config: &str,
+    reopen: impl FnOnce(&Daemon) -> patterd::store::Store,
+) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         use patterd_sim::hermes::HermesReply;
         let fakes = Fakes::start(vec!["book a table for two".into()]).await;
         fakes.hermes.push(HermesReply::text("Sure, for what time?"));
-        let text = fakes.config_text();
+        let text = fakes.config_text() + extra_config;
         // The store says at debug when a turn is committed.
         let text = text.replace("level = \"info\"", "level = \"info,patterd::store=debug\"");
         let d = Daemon::start(&text);
@@ -268,7 +295,7 @@ fn turns_survive_sigkill_mid_call() {
         let d = code.1;
 
         // Reopen the database (migrations run again, idempotently) and read the call back.
-        let store = patterd::store::Store::open(d.data_dir(), 30, 16).expect("reopen store");
+        let store = reopen(&d);
         let call = store.call(&call_sid).await.unwrap().expect("call row");
         assert_eq!(call.direction, "inbound");
         assert_eq!(call.from, CALLER);

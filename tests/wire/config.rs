@@ -1211,3 +1211,33 @@ fn vad_engine_loads_earshot_and_names_the_feature_silero_needs() {
     let e = load_err(&with_agent_lines("vad_engine = \"webrtc\""));
     assert!(e.contains("vad_engine"), "{e}");
 }
+
+#[test]
+fn a_postgres_store_needs_a_postgres_url() {
+    let err = load_err(&format!("{BASE}\n[store]\nbackend = \"postgres\"\n"));
+    assert!(
+        err.contains("[store] backend") && err.contains("needs url"),
+        "{err}"
+    );
+    let err = load_err(&format!(
+        "{BASE}\n[store]\nbackend = \"postgres\"\nurl = \"mysql://db/x\"\n"
+    ));
+    assert!(
+        err.contains("[store] url") && err.contains("postgres://"),
+        "{err}"
+    );
+    let err = load_err(&format!("{BASE}\n[store]\nbackend = \"mongodb\"\n"));
+    assert!(err.contains("backend"), "{err}");
+    let ok = load(&format!(
+        "{BASE}\n[store]\nbackend = \"postgres\"\nurl = \"${{DB}}\"\npool = 2\n"
+    ));
+    // `${DB}` is unset here: the error is about the variable, not the store.
+    if let Err(e) = ok {
+        assert!(e.to_string().contains("DB"), "{e}");
+    }
+    let loaded = load_err_env(
+        &format!("{BASE}\n[store]\nbackend = \"postgres\"\nurl = \"${{DB}}\"\npool = 0\n"),
+        &[("DB", "postgres://u:p@h/db")],
+    );
+    assert!(loaded.contains("pool"), "{loaded}");
+}

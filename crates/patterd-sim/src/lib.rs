@@ -21,6 +21,7 @@ pub mod http;
 pub mod openai_realtime;
 pub mod openai_speech;
 pub mod plivo;
+pub mod postgres;
 pub mod stream;
 pub mod telnyx;
 pub mod tone;
