@@ -98,6 +98,8 @@ pub struct Reloaded {
     /// `server.api_token` changed: the new token, and the phone links and page cookies made
     /// with it, are in force; the old ones are refused.
     pub token_rotated: bool,
+    /// `[[server.api_tokens]]` changed: the new entries are in force, removed ones refused.
+    pub tokens_changed: bool,
 }
 
 /// Shared, read-mostly state of the daemon. Everything mutable is behind its own small owner
@@ -129,6 +131,10 @@ pub struct App {
     pub(crate) media_sockets: Arc<tokio::sync::Semaphore>,
     /// Rate limit for warnings unauthenticated peers can trigger.
     pub(crate) peer_warnings: LogLimiter,
+    /// The calls' API tokens (scope `call`), handed to each call's brain.
+    pub(crate) call_tokens: crate::security::call_token::CallTokens,
+    /// Failed API authentications per peer (429 past the limit).
+    pub(crate) auth_failures: crate::api::auth::AuthFailures,
     /// One inference worker per `[turn_model.NAME]`, as the daemon started (a reload keeps
     /// them: onnxruntime is loaded once per process).
     turn_models: BTreeMap<String, crate::call::eot::TurnModelWorker>,
@@ -182,6 +188,8 @@ impl App {
             started: Instant::now(),
             media_sockets,
             peer_warnings: LogLimiter::new(20, Duration::from_secs(1)),
+            call_tokens: Default::default(),
+            auth_failures: Default::default(),
             turn_models,
         }))
     }
@@ -222,6 +230,7 @@ impl App {
         Ok(Reloaded {
             needs_restart: plan.needs_restart,
             token_rotated: plan.token_rotated,
+            tokens_changed: plan.tokens_changed,
         })
     }
 
@@ -360,6 +369,13 @@ pub(crate) fn with_tools(
     }
     setup.turn_model =
         (setup.agent.turn_model.as_ref()).and_then(|name| app.turn_models.get(name).cloned());
+    // The brain gets the call's own API token when there are tokens at all (token-less, the
+    // API needs none).
+    if !generation.config.server.api_token.is_empty() {
+        setup.call_token = Some(crate::util::secret::Secret::new(
+            app.call_tokens.mint(&setup.call_id),
+        ));
+    }
     let (caller, callee) = (setup.from.clone(), setup.to.clone());
     setup.tools = generation.tools.get(&setup.agent_name).and_then(|t| {
         t.for_call(crate::tools::CallCtx {

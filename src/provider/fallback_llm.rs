@@ -183,6 +183,7 @@ mod tests {
             system_prompt: String::new(),
             history: Vec::new(),
             tools: None,
+            call_token: None,
         }
     }
 

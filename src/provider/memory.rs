@@ -466,6 +466,7 @@ mod tests {
                 content: text.into(),
             }],
             tools: None,
+            call_token: None,
         };
         let started = tokio::time::Instant::now();
         let mut a = brain.stream(turn("hi"));

@@ -1,7 +1,8 @@
 //! Security primitives shared by every carrier and the control plane: phone-number masking for
 //! logs, constant-time comparison, and (in submodules) webhook signature checks and per-call
-//! media tokens. Nothing here knows about sockets or call state.
+//! media tokens, and the per-call API tokens. Nothing here knows about sockets or call state.
 
+pub mod call_token;
 pub mod link;
 pub mod token;
 

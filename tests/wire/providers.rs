@@ -446,6 +446,7 @@ fn turn() -> ChatTurn {
             m(Role::User, "What time is it?"),
         ],
         tools: None,
+        call_token: None,
     }
 }
 

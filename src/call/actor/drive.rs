@@ -112,6 +112,7 @@ impl Actor {
             system_prompt: self.setup.system_prompt(),
             history,
             tools: self.setup.tools.clone(),
+            call_token: self.setup.call_token.clone(),
         }));
     }
 
