@@ -55,7 +55,7 @@ impl LogLimiter {
         self.allow_at(Instant::now())
     }
 
-    fn allow_at(&self, now: Instant) -> Option<u64> {
+    pub(crate) fn allow_at(&self, now: Instant) -> Option<u64> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if now.duration_since(st.0) >= self.window {
             st.0 = now;
