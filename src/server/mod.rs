@@ -348,8 +348,8 @@ fn metrics_guarded(app: &App, peer: SocketAddr, headers: &hyper::HeaderMap) -> R
     } else if server.metrics_public {
         Ok(())
     } else {
-        auth::admit_request(app, peer, headers, |server, _| {
-            auth::check_bearer(server, headers, auth::NO_CALL_TOKENS)
+        auth::admit_request(app, peer, headers, |server, calls| {
+            auth::check_bearer(server, headers, calls)
         })
         .and_then(|g| g.permits(crate::api::Permission::ReadAll, None))
     };

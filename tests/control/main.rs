@@ -1,7 +1,7 @@
 //! The control surfaces, one binary: the REST API (`api`), outbound calls over every carrier
 //! (`outbound`), the outbound caps under a race (`outbound_caps`), MCP with the official Python
-//! client (`mcp`), the daemon as a child process (`daemon`), and the security holes
-//! across the daemon's edges (`security`).
+//! client (`mcp`), the daemon as a child process (`daemon`), the security holes
+//! across the daemon's edges (`security`) and the API tokens' scopes (`scopes`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -13,6 +13,7 @@ mod ops;
 mod outbound;
 mod outbound_caps;
 mod reload;
+mod scopes;
 mod security;
 mod systemd;
 mod web;
