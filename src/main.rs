@@ -405,7 +405,8 @@ fn run_cmd(config: Option<PathBuf>) -> ExitCode {
 
 fn main() -> ExitCode {
     let matches = <Cli as clap::CommandFactory>::command().get_matches();
-    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // `--token` on the command line is visible to every user of the machine (`ps`, /proc).
     let token_in_argv = matches
         .subcommand_matches("mcp")

@@ -377,35 +377,48 @@ impl AuthFailures {
     }
 }
 
-/// An API request's access check with the daemon's state: refused with 429 while its peer has
-/// used up its failed authentications ([`AuthFailures`]), else `check` with the configuration
-/// in force and the live calls' tokens; a 401 counts against the peer.
+/// 429 `too_many_failures` (with `Retry-After`) while the request's peer has used up its
+/// failed authentications ([`AuthFailures`]).
+pub(crate) fn throttled(
+    app: &crate::app::App,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+) -> Result<(), ApiError> {
+    let Some(wait) = app
+        .auth_failures
+        .blocked(peer_key(peer, headers), Instant::now())
+    else {
+        return Ok(());
+    };
+    let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+    let mut e = ApiError::new(
+        429,
+        ErrorCode::TooManyFailures,
+        format!(
+            "too many failed authentications from this address ({AUTH_FAILURES_PER_WINDOW} a \
+             minute); wait {secs} s and send the right bearer token"
+        ),
+    );
+    e.retry_after_s = Some(secs);
+    Err(e)
+}
+
+/// An API request's access check with the daemon's state: refused while its peer is
+/// [`throttled`], else `check` with the configuration in force and the live calls' tokens; a
+/// 401 counts against the peer.
 pub(crate) fn admit_request(
     app: &crate::app::App,
     peer: SocketAddr,
     headers: &HeaderMap,
     check: impl FnOnce(&ServerConfig, CallTokenCheck<'_>) -> Result<Grant, ApiError>,
 ) -> Result<Grant, ApiError> {
-    let key = peer_key(peer, headers);
-    let now = Instant::now();
-    if let Some(wait) = app.auth_failures.blocked(key, now) {
-        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        let mut e = ApiError::new(
-            429,
-            ErrorCode::TooManyFailures,
-            format!(
-                "too many failed authentications from this address ({AUTH_FAILURES_PER_WINDOW} \
-                 a minute); wait {secs} s and send the right bearer token"
-            ),
-        );
-        e.retry_after_s = Some(secs.max(1));
-        return Err(e);
-    }
+    throttled(app, peer, headers)?;
     let config = app.config();
     let calls = live_call_tokens(&app.call_tokens, &app.calls);
     let r = check(&config.server, &calls);
     if matches!(&r, Err(e) if e.status == 401) {
-        app.auth_failures.failed(key, now);
+        app.auth_failures
+            .failed(peer_key(peer, headers), Instant::now());
     }
     r
 }
@@ -594,10 +607,16 @@ mod tests {
         let grant = |token: &str, calls: CallTokenCheck<'_>| {
             check_bearer(&s, &bearer(token), calls).map_err(|e| e.status)
         };
-        assert_eq!(grant(OPERATOR, NO_CALL_TOKENS), Ok(Grant::operator("api_token")));
+        assert_eq!(
+            grant(OPERATOR, NO_CALL_TOKENS),
+            Ok(Grant::operator("api_token"))
+        );
         assert_eq!(grant(SECOND_OP, NO_CALL_TOKENS), Ok(Grant::operator("ops")));
         let read = grant(READER, NO_CALL_TOKENS).expect("read token");
-        assert_eq!((read.scope.clone(), read.name.as_str()), (Scope::Read, "dashboard"));
+        assert_eq!(
+            (read.scope.clone(), read.name.as_str()),
+            (Scope::Read, "dashboard")
+        );
         assert_eq!(grant("nope", NO_CALL_TOKENS), Err(401));
 
         let tokens = CallTokens::new();
@@ -644,8 +663,14 @@ mod tests {
         assert_eq!(status(&call, ReadCall, Some("CA2")), forbidden);
         assert_eq!(status(&call, ReadAll, None), forbidden);
         assert_eq!(status(&call, Operator, None), forbidden);
-        let e = call.permits(ActOnCall, Some("CA2")).expect_err("other call");
-        assert!(e.message.contains("`CA1`") && e.message.contains("`CA2`"), "{}", e.message);
+        let e = call
+            .permits(ActOnCall, Some("CA2"))
+            .expect_err("other call");
+        assert!(
+            e.message.contains("`CA1`") && e.message.contains("`CA2`"),
+            "{}",
+            e.message
+        );
         let e = read.permits(ActOnCall, Some("CA1")).expect_err("read acts");
         assert!(e.message.contains("scope `read`"), "{}", e.message);
     }
@@ -674,7 +699,11 @@ mod tests {
         assert!(!page_cookie_ok(&s, &extended, now + PAGE_COOKIE_TTL_S));
         // The old cookie (a bare MAC, no expiry) is refused.
         assert!(!page_cookie_ok(&s, mac, now));
-        let other = server("another-0123456789abcdef0123456789", "127.0.0.1:8080", "https://v");
+        let other = server(
+            "another-0123456789abcdef0123456789",
+            "127.0.0.1:8080",
+            "https://v",
+        );
         assert!(!page_cookie_ok(&other, &c, now));
     }
 
@@ -694,7 +723,11 @@ mod tests {
         let wait = l.blocked(a, t0 + Duration::from_secs(10)).expect("blocked");
         assert_eq!(wait, Duration::from_secs(50));
         assert_eq!(l.blocked(b, t0), None, "another peer is not blocked");
-        assert_eq!(l.blocked(a, t0 + Duration::from_secs(60)), None, "a new window");
+        assert_eq!(
+            l.blocked(a, t0 + Duration::from_secs(60)),
+            None,
+            "a new window"
+        );
         // One IPv6 /64 is one peer; a loopback peer counts as the proxy's forwarded client.
         let v6 = |s: &str| peer_key(s.parse().expect("peer"), &none);
         assert_eq!(v6("[2001:db8::1]:1"), v6("[2001:db8::ffff]:2"));

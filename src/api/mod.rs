@@ -39,7 +39,11 @@ pub(crate) fn route_permission<'a>(
         (Method::GET, ["calls", id]) => (ReadCall, Some(*id)),
         (
             Method::GET,
-            ["calls", id, "transcript" | "events" | "metrics" | "recording" | "timeline"],
+            [
+                "calls",
+                id,
+                "transcript" | "events" | "metrics" | "recording" | "timeline",
+            ],
         ) => (ReadCall, Some(*id)),
         (Method::POST, ["calls", id, "hangup"]) => (ActOnCall, Some(*id)),
         (Method::POST, ["calls", id, verb]) if ActionSpec::by_verb(verb).is_some() => {
@@ -70,8 +74,16 @@ pub(crate) async fn dispatch(
         .map(decode_segment)
         .collect::<Result<_, _>>()?;
     let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
-    if let Some((permission, call)) = route_permission(method, &segments) {
-        grant.permits(permission, call)?;
+    if let Some((permission, call)) = route_permission(method, &segments)
+        && let Err(e) = grant.permits(permission, call)
+    {
+        tracing::info!(
+            token = %auth::for_log(&grant.name, 64),
+            %method,
+            path = %auth::for_log(path, 96),
+            "API request refused: beyond the token's scope"
+        );
+        return Err(e);
     }
     let q: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
         .into_owned()
@@ -407,9 +419,16 @@ mod tests {
     async fn since_that_is_not_a_time_is_a_400() {
         let (_dir, app) = test_app();
         for q in ["since=%E2%82%AC", "since=9223372036854775807d", "since=-3m"] {
-            let e = dispatch(&app, &Grant::operator("test"), &Method::GET, "/calls", q, None)
-                .await
-                .expect_err(q);
+            let e = dispatch(
+                &app,
+                &Grant::operator("test"),
+                &Method::GET,
+                "/calls",
+                q,
+                None,
+            )
+            .await
+            .expect_err(q);
             assert_eq!((e.status, e.code.as_str()), (400, "invalid_request"), "{q}");
             assert!(e.message.contains("since must be"), "{}", e.message);
         }
@@ -438,9 +457,16 @@ mod tests {
                 .expect(path);
             assert_eq!(v["call_id"], json!(id), "{path}");
         }
-        let e = dispatch(&app, &Grant::operator("test"), &Method::GET, "/calls/%FF", "", None)
-            .await
-            .expect_err("not UTF-8");
+        let e = dispatch(
+            &app,
+            &Grant::operator("test"),
+            &Method::GET,
+            "/calls/%FF",
+            "",
+            None,
+        )
+        .await
+        .expect_err("not UTF-8");
         assert_eq!(e.status, 400);
     }
 
@@ -448,18 +474,39 @@ mod tests {
     #[tokio::test]
     async fn operations_run_without_the_listener() {
         let (_dir, app) = test_app();
-        let (status, v) = dispatch(&app, &Grant::operator("test"), &Method::GET, "/calls", "", None)
-            .await
-            .expect("list calls");
+        let (status, v) = dispatch(
+            &app,
+            &Grant::operator("test"),
+            &Method::GET,
+            "/calls",
+            "",
+            None,
+        )
+        .await
+        .expect("list calls");
         assert_eq!(status, 200);
         assert_eq!(v, json!({"calls": []}));
-        let (_, v) = dispatch(&app, &Grant::operator("test"), &Method::GET, "/inbound", "", None)
-            .await
-            .expect("inbound");
+        let (_, v) = dispatch(
+            &app,
+            &Grant::operator("test"),
+            &Method::GET,
+            "/inbound",
+            "",
+            None,
+        )
+        .await
+        .expect("inbound");
         assert_eq!(v, json!({"overrides": {}}));
-        let e = dispatch(&app, &Grant::operator("test"), &Method::GET, "/calls/CAnope", "", None)
-            .await
-            .expect_err("unknown call");
+        let e = dispatch(
+            &app,
+            &Grant::operator("test"),
+            &Method::GET,
+            "/calls/CAnope",
+            "",
+            None,
+        )
+        .await
+        .expect_err("unknown call");
         assert_eq!((e.status, e.code.as_str()), (404, "not_found"));
         let e = dispatch(
             &app,

@@ -273,7 +273,10 @@ mod log_tests {
 
     impl std::io::Write for Captured {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(buf);
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(buf);
             Ok(buf.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -310,11 +313,18 @@ mod log_tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 20, "{text}");
         for l in &lines {
-            assert!(l.contains("malformed media frame") && l.contains("\\n2026"), "{l}");
+            assert!(
+                l.contains("malformed media frame") && l.contains("\\n2026"),
+                "{l}"
+            );
             assert!(!l.contains('\u{1b}'), "{l:?}");
         }
         let later = std::time::Instant::now() + Duration::from_secs(3601);
-        assert_eq!(limit.allow_at(later), Some(180), "the suppressed lines are counted");
+        assert_eq!(
+            limit.allow_at(later),
+            Some(180),
+            "the suppressed lines are counted"
+        );
     }
 }
 

@@ -145,7 +145,10 @@ mod tests {
         let with = config('a', 't', &entry('r'));
         let rotated = plan(&with, config('a', 't', &entry('s')));
         assert!(rotated.tokens_changed);
-        assert_eq!(rotated.config.server.api_tokens[0].token.expose(), "s".repeat(32));
+        assert_eq!(
+            rotated.config.server.api_tokens[0].token.expose(),
+            "s".repeat(32)
+        );
         assert!(!plan(&with, config('a', 't', &entry('r'))).tokens_changed);
     }
 

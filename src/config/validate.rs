@@ -708,7 +708,9 @@ fn api_tokens(c: &mut Check, server: &crate::config::ServerConfig) {
         if t.name.trim().is_empty() || !names.insert(t.name.trim().to_string()) {
             c.fail(
                 &["server", "api_tokens"],
-                format!("{at}: every entry needs a name of its own (it names the holder in the logs)"),
+                format!(
+                    "{at}: every entry needs a name of its own (it names the holder in the logs)"
+                ),
             );
         }
         let value = t.token.expose().trim();
@@ -729,7 +731,9 @@ fn api_tokens(c: &mut Check, server: &crate::config::ServerConfig) {
         } else if crate::security::call_token::CallTokens::looks_like(value) {
             c.fail(
                 &["server", "api_tokens"],
-                format!("{at}: tokens starting with `pdc1.` are patterd's call tokens; pick another"),
+                format!(
+                    "{at}: tokens starting with `pdc1.` are patterd's call tokens; pick another"
+                ),
             );
         } else if seen.iter().any(|s| s == value) {
             c.fail(

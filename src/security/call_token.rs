@@ -99,7 +99,14 @@ mod tests {
         let (_, tag) = tok.rsplit_once('.').expect("tag");
         let forged = format!("{PREFIX}{}.{tag}", URL_SAFE_NO_PAD.encode("CA2"));
         assert_eq!(t.verify(&forged), None);
-        for bad in ["", "pdc1.", "pdc1.x", "pdc1.!!.!!", "Bearer x", &tok[..tok.len() - 2]] {
+        for bad in [
+            "",
+            "pdc1.",
+            "pdc1.x",
+            "pdc1.!!.!!",
+            "Bearer x",
+            &tok[..tok.len() - 2],
+        ] {
             assert_eq!(t.verify(bad), None, "{bad:?}");
         }
     }

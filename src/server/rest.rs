@@ -11,7 +11,7 @@ use hyper::{Request, Response};
 use serde_json::Value;
 use tracing::info;
 
-use crate::api::auth::{Access, CallTokenCheck, admit_request, authorize, for_log};
+use crate::api::auth::{Access, CallTokenCheck, admit_request, authorize, for_log, throttled};
 use crate::api::{self, ApiError, ErrorCode, Permission};
 use crate::app::App;
 use crate::net::http::{Body, BodyError, json as json_response, read_body, respond};
@@ -34,7 +34,10 @@ pub(crate) fn error_headers(e: &ApiError, headers: &mut hyper::HeaderMap) {
         );
     }
     if let Some(s) = e.retry_after_s {
-        headers.insert(hyper::header::RETRY_AFTER, hyper::header::HeaderValue::from(s));
+        headers.insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from(s),
+        );
     }
 }
 
@@ -48,6 +51,10 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
     let check = |server: &_, calls: CallTokenCheck<'_>| authorize(server, access, calls);
     let v1_path = req.uri().path().strip_prefix("/v1").unwrap_or("");
     if let Some(page) = pages::page_for(req.method(), v1_path, req.headers()) {
+        // A blocked peer gets no `?token=` exchange either (no guessing through it).
+        if let Err(e) = throttled(&app, peer, req.headers()) {
+            return error(&e);
+        }
         let config = app.config();
         let server = &config.server;
         let query = req.uri().query().unwrap_or("");
@@ -55,13 +62,19 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
             info!(%peer, "page token exchanged for a page cookie");
             return redirect;
         }
-        let (permission, call) = page.permission();
-        if pages::has_cookie(server, req.headers())
-            || admit_request(&app, peer, req.headers(), check)
-                .is_ok_and(|g| g.permits(permission, call).is_ok())
-        {
+        if pages::has_cookie(server, req.headers()) {
             return pages::render(&app, page).await;
         }
+        let (permission, call) = page.permission();
+        return match admit_request(&app, peer, req.headers(), check)
+            .and_then(|g| g.permits(permission, call))
+        {
+            Ok(()) => pages::render(&app, page).await,
+            Err(e) => {
+                info!(%peer, path = %for_log(req.uri().path(), 64), code = e.code.as_str(), "page request refused");
+                error(&e)
+            }
+        };
     }
     let grant = match admit_request(&app, peer, req.headers(), check) {
         Ok(g) => g,

@@ -122,7 +122,10 @@ impl McpSession {
             .await;
         let r = &v["result"];
         (
-            r["content"][0]["text"].as_str().unwrap_or_default().to_string(),
+            r["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
             r["isError"] == json!(true),
         )
     }
@@ -170,14 +173,30 @@ async fn a_call_token_reaches_its_own_call_only() {
     assert_eq!(s, 200, "{v}");
     // Another caller's call: 403 with a message naming both calls.
     for (method, path, body) in [
-        (Method::POST, format!("/v1/calls/{other}/say"), Some(json!({"text": "Hi"}))),
-        (Method::POST, format!("/v1/calls/{other}/dtmf"), Some(json!({"digits": "1"}))),
-        (Method::POST, format!("/v1/calls/{other}/hangup"), Some(json!({}))),
+        (
+            Method::POST,
+            format!("/v1/calls/{other}/say"),
+            Some(json!({"text": "Hi"})),
+        ),
+        (
+            Method::POST,
+            format!("/v1/calls/{other}/dtmf"),
+            Some(json!({"digits": "1"})),
+        ),
+        (
+            Method::POST,
+            format!("/v1/calls/{other}/hangup"),
+            Some(json!({})),
+        ),
         (Method::GET, format!("/v1/calls/{other}/transcript"), None),
         (Method::GET, format!("/v1/calls/{other}/events"), None),
     ] {
         let (s, v) = api.send(method, &path, body).await;
-        assert_eq!((s, v["error"]["code"].as_str()), (403, Some("forbidden_scope")), "{path}");
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (403, Some("forbidden_scope")),
+            "{path}"
+        );
         let m = v["error"]["message"].as_str().unwrap_or_default();
         assert!(m.contains(&own) && m.contains(&other), "{m}");
     }
@@ -185,11 +204,23 @@ async fn a_call_token_reaches_its_own_call_only() {
     for (method, path, body) in [
         (Method::GET, "/v1/calls".to_string(), None),
         (Method::GET, "/v1/metrics".to_string(), None),
-        (Method::POST, "/v1/calls".to_string(), Some(json!({"to": "+15557654321"}))),
-        (Method::PUT, "/v1/inbound".to_string(), Some(json!({"enabled": false}))),
+        (
+            Method::POST,
+            "/v1/calls".to_string(),
+            Some(json!({"to": "+15557654321"})),
+        ),
+        (
+            Method::PUT,
+            "/v1/inbound".to_string(),
+            Some(json!({"enabled": false})),
+        ),
     ] {
         let (s, v) = api.send(method, &path, body).await;
-        assert_eq!((s, v["error"]["code"].as_str()), (403, Some("forbidden_scope")), "{path}");
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (403, Some("forbidden_scope")),
+            "{path}"
+        );
     }
     let metrics = reqwest::Client::new()
         .get(format!("{}/metrics", stack.base))
@@ -216,12 +247,18 @@ async fn a_call_token_reaches_its_own_call_only() {
     let (text, err) = mcp.call("get_calls", json!({})).await;
     assert!(err && text.contains("reaches only its own call"), "{text}");
     let (text, err) = mcp
-        .call("make_call", json!({"to": "+15557654321", "systemPrompt": "x"}))
+        .call(
+            "make_call",
+            json!({"to": "+15557654321", "systemPrompt": "x"}),
+        )
         .await;
     assert!(err && text.contains("reaches only its own call"), "{text}");
     let (text, err) = mcp.call("get_transcript", json!({})).await;
     assert!(!err && text.contains(&own), "{text}");
-    assert!(stack.server.app.calls.get(&other).is_some(), "the other call lives on");
+    assert!(
+        stack.server.app.calls.get(&other).is_some(),
+        "the other call lives on"
+    );
 
     // Its call ends: the token is refused (401), the other call is untouched.
     let (s, _) = api
@@ -230,7 +267,11 @@ async fn a_call_token_reaches_its_own_call_only() {
     assert_eq!(s, 200);
     drop(own_sim);
     let (s, v) = api.get(&format!("/v1/calls/{own}/transcript")).await;
-    assert_eq!((s, v["error"]["code"].as_str()), (401, Some("unauthorized")), "{v}");
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{v}"
+    );
     assert!(stack.server.app.calls.get(&other).is_some());
 }
 
@@ -261,15 +302,34 @@ async fn a_read_token_reads_but_never_acts() {
         .expect("GET");
     assert_eq!(metrics.status(), 200);
     for (method, path, body) in [
-        (Method::POST, format!("/v1/calls/{id}/say"), json!({"text": "Hi"})),
+        (
+            Method::POST,
+            format!("/v1/calls/{id}/say"),
+            json!({"text": "Hi"}),
+        ),
         (Method::POST, format!("/v1/calls/{id}/hangup"), json!({})),
-        (Method::POST, "/v1/calls".to_string(), json!({"to": "+15557654321"})),
-        (Method::PUT, "/v1/inbound".to_string(), json!({"enabled": false})),
+        (
+            Method::POST,
+            "/v1/calls".to_string(),
+            json!({"to": "+15557654321"}),
+        ),
+        (
+            Method::PUT,
+            "/v1/inbound".to_string(),
+            json!({"enabled": false}),
+        ),
     ] {
         let (s, v) = api.send(method, &path, Some(body)).await;
-        assert_eq!((s, v["error"]["code"].as_str()), (403, Some("forbidden_scope")), "{path}");
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (403, Some("forbidden_scope")),
+            "{path}"
+        );
         let m = v["error"]["message"].as_str().unwrap_or_default();
-        assert!(m.contains("`dashboard`") && m.contains("scope `read`"), "{m}");
+        assert!(
+            m.contains("`dashboard`") && m.contains("scope `read`"),
+            "{m}"
+        );
     }
     let mut mcp = McpSession::open(&stack, READ_TOKEN).await;
     assert_eq!(
@@ -278,7 +338,10 @@ async fn a_read_token_reads_but_never_acts() {
     );
     let (text, err) = mcp.call("end_call", json!({"callId": id})).await;
     assert!(err && text.contains("scope `read`"), "{text}");
-    assert!(stack.server.app.calls.get(&id).is_some(), "the call lives on");
+    assert!(
+        stack.server.app.calls.get(&id).is_some(),
+        "the call lives on"
+    );
     // The operator token still does everything.
     let (s, _) = Api::authed(&stack)
         .post(&format!("/v1/calls/{id}/hangup"), json!({}))
@@ -335,6 +398,15 @@ async fn failed_authentications_are_limited_per_peer() {
     assert_eq!(v["error"]["code"], "too_many_failures");
     // The right token from the blocked peer is not even checked...
     let r = from("203.0.113.9", API_TOKEN).await.expect("GET");
+    assert_eq!(r.status(), 429);
+    // ...nor exchanged for a page cookie...
+    let r = c
+        .get(format!("{}/v1/calls?token={API_TOKEN}", stack.base))
+        .header("Accept", "text/html")
+        .header("X-Forwarded-For", "203.0.113.9")
+        .send()
+        .await
+        .expect("GET");
     assert_eq!(r.status(), 429);
     // ...and /mcp is behind the same limit.
     let r = c
@@ -411,7 +483,11 @@ async fn tokenless_phone_socket_needs_our_own_origin() {
                 .map_err(|e| e.to_string())
         }
     };
-    for foreign in ["http://localhost:3000", "http://127.0.0.1:5173", "http://[::1]:8080"] {
+    for foreign in [
+        "http://localhost:3000",
+        "http://127.0.0.1:5173",
+        "http://[::1]:8080",
+    ] {
         let e = open(foreign).await.expect_err(foreign);
         assert!(e.contains("Invalid status code: 403"), "{foreign}: {e}");
     }
@@ -443,7 +519,10 @@ async fn mcp_stdio_warns_about_a_token_on_the_command_line() {
         flag.contains("--token is visible") && flag.contains("PATTERD_API_TOKEN"),
         "{flag}"
     );
-    assert!(!flag.contains("visible-token-0123"), "the warning never shows the token: {flag}");
+    assert!(
+        !flag.contains("visible-token-0123"),
+        "the warning never shows the token: {flag}"
+    );
     let env = run(&[], Some("env-token-0123456789abcdef0123456"));
     assert!(!env.contains("--token is visible"), "{env}");
 }
