@@ -111,7 +111,7 @@ pub struct App {
     /// Reloads by result (`patterd_config_reloads_total`).
     pub reloads: Reloads,
     /// `[server]` as the daemon started: it never changes on reload (except its
-    /// `api_token`, which is read from [`App::config`], never from here).
+    /// `api_token` and `api_tokens`, which are read from [`App::config`], never from here).
     pub server: crate::config::schema::ServerConfig,
     pub tokens: MediaTokens,
     pub calls: Arc<CallRegistry>,
@@ -169,6 +169,7 @@ impl App {
         };
         let server = crate::config::schema::ServerConfig {
             api_token: Default::default(),
+            api_tokens: Vec::new(),
             ..config.server.clone()
         };
         let media_sockets = Arc::new(tokio::sync::Semaphore::new(media_socket_limit(&config)));
@@ -215,7 +216,7 @@ impl App {
     }
 
     /// Applies a re-read configuration to new calls: agents, numbers, prompts, allow-lists,
-    /// providers, outbound limits and `server.api_token`. The rest of `[server]` (the listener,
+    /// providers, outbound limits, `server.api_token` and `[[server.api_tokens]]`. The rest of `[server]` (the listener,
     /// TLS, public_url, limits), `[log]`, `[store]`, `[carriers.*]` and `[turn_model.*]` are
     /// kept as the daemon started — they need a restart — and each changed key is named in
     /// [`Reloaded::needs_restart`] ([`reload::plan`]). The new generation is swapped in one
