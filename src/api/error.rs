@@ -153,6 +153,23 @@ impl ApiError {
         )
     }
 
+    /// The headers this error's status calls for: `WWW-Authenticate` on 401, `Retry-After`
+    /// when it says how long to wait.
+    pub(crate) fn add_headers(&self, headers: &mut hyper::HeaderMap) {
+        if self.status == 401 {
+            headers.insert(
+                hyper::header::WWW_AUTHENTICATE,
+                hyper::header::HeaderValue::from_static("Bearer realm=\"patterd\""),
+            );
+        }
+        if let Some(s) = self.retry_after_s {
+            headers.insert(
+                hyper::header::RETRY_AFTER,
+                hyper::header::HeaderValue::from(s),
+            );
+        }
+    }
+
     /// The JSON error body: `{"error": {"code", "message"}}`.
     pub fn body(&self) -> Value {
         json!({"error": {"code": self.code, "message": self.message}})

@@ -134,7 +134,7 @@ pub struct App {
     /// The calls' API tokens (scope `call`), handed to each call's brain.
     pub(crate) call_tokens: crate::security::call_token::CallTokens,
     /// Failed API authentications per peer (429 past the limit).
-    pub(crate) auth_failures: crate::api::auth::AuthFailures,
+    pub(crate) auth_failures: crate::security::auth_limit::AuthFailures,
     /// One inference worker per `[turn_model.NAME]`, as the daemon started (a reload keeps
     /// them: onnxruntime is loaded once per process).
     turn_models: BTreeMap<String, crate::call::eot::TurnModelWorker>,

@@ -66,7 +66,7 @@ impl McpHttp {
             Err(e) => {
                 let r = json(e.status, &e.body());
                 let mut r = r.map(|b: Full<Bytes>| b.boxed());
-                crate::server::rest::error_headers(&e, r.headers_mut());
+                e.add_headers(r.headers_mut());
                 return r;
             }
         };

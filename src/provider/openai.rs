@@ -40,6 +40,9 @@ use super::{
 use crate::config::schema::{LlmConfig, LlmKind, SessionKeyFrom};
 use crate::util::TaskGuard;
 
+/// The request header the brain gets the call's own API token in (scope `call`).
+pub const CALL_TOKEN_HEADER: &str = "X-Patterd-Call-Token";
+
 /// Longest error body read from a failed response.
 const MAX_ERROR_BODY: usize = 16 * 1024;
 
@@ -94,10 +97,7 @@ impl OpenAiChat {
         if self.cfg.sends_call_token()
             && let Some(t) = &turn.call_token
         {
-            headers.push((
-                crate::security::call_token::CALL_TOKEN_HEADER.to_string(),
-                t.expose().to_string(),
-            ));
+            headers.push((CALL_TOKEN_HEADER.to_string(), t.expose().to_string()));
         }
         let mut messages: Vec<&ChatMessage> = Vec::new();
         let system = ChatMessage {

@@ -1,5 +1,6 @@
 //! Per-call API tokens (scope `call`): patterd mints one for each call and hands it to the
-//! call's brain in the `X-Patterd-Call-Token` request header; presented as a bearer token on
+//! call's brain in the `X-Patterd-Call-Token` request header
+//! (`crate::provider::openai::CALL_TOKEN_HEADER`); presented as a bearer token on
 //! `/v1` or `/mcp` it allows only reads of, and actions on, that one call. A token is
 //! `pdc1.<base64url(call id)>.<base64url(HMAC-SHA256(key, label + call id))>` under a key
 //! drawn at process start, so nothing is stored per call: a token names its call and proves
@@ -11,11 +12,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
-/// The request header the brain gets the call's token in.
-pub const CALL_TOKEN_HEADER: &str = "X-Patterd-Call-Token";
-
 /// The prefix that tells a call token from a configured one.
-const PREFIX: &str = "pdc1.";
+const PREFIX: &str = crate::util::secret::CALL_TOKEN_PREFIX;
 /// Domain separation from the key's other uses (none today).
 const LABEL: &[u8] = b"patterd call token v1\n";
 /// The longest call id a token is minted or checked for (carrier ids are far shorter).

@@ -1,7 +1,8 @@
 //! Security primitives shared by every carrier and the control plane: phone-number masking for
 //! logs, constant-time comparison, and (in submodules) webhook signature checks and per-call
-//! media tokens, and the per-call API tokens. Nothing here knows about sockets or call state.
+//! media tokens, the per-call API tokens and the count of failed authentications per peer. Nothing here knows about sockets or call state.
 
+pub(crate) mod auth_limit;
 pub mod call_token;
 pub mod link;
 pub mod token;

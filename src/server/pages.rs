@@ -12,12 +12,12 @@ use std::sync::Arc;
 use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Method, Response};
 
+use crate::api::auth::unix_now;
 use crate::api::auth::{PAGE_COOKIE_TTL_S, page_cookie, page_cookie_ok, token_ok};
 use crate::api::{Permission, pages};
 use crate::app::App;
 use crate::config::ServerConfig;
 use crate::net::http::{Body, respond};
-use crate::security::link::unix_now;
 
 /// The page cookie's name.
 pub(crate) const COOKIE: &str = "patterd_page";

@@ -20,25 +20,8 @@ use crate::server::pages;
 /// The JSON error response (with `WWW-Authenticate` on 401, `Retry-After` on 429).
 pub fn error(e: &ApiError) -> Response<Body> {
     let mut r = json_response(e.status, &e.body());
-    error_headers(e, r.headers_mut());
+    e.add_headers(r.headers_mut());
     r
-}
-
-/// The headers an error's status calls for: `WWW-Authenticate` on 401, `Retry-After` when the
-/// error says how long to wait.
-pub(crate) fn error_headers(e: &ApiError, headers: &mut hyper::HeaderMap) {
-    if e.status == 401 {
-        headers.insert(
-            hyper::header::WWW_AUTHENTICATE,
-            hyper::header::HeaderValue::from_static("Bearer realm=\"patterd\""),
-        );
-    }
-    if let Some(s) = e.retry_after_s {
-        headers.insert(
-            hyper::header::RETRY_AFTER,
-            hyper::header::HeaderValue::from(s),
-        );
-    }
 }
 
 /// `/v1/*`.
