@@ -342,6 +342,17 @@ async fn a_read_token_reads_but_never_acts() {
         stack.server.app.calls.get(&id).is_some(),
         "the call lives on"
     );
+    // Opening a browser call without a link is an operator's.
+    let bearer = format!("Bearer {READ_TOKEN}");
+    let e = patterd::net::ws_client::connect(
+        &format!("{}/phone/socket", stack.ws_base()),
+        &[("Authorization", &bearer)],
+        WAIT,
+    )
+    .await
+    .map(|_| ())
+    .expect_err("a read token opens no browser call");
+    assert!(e.to_string().contains("Invalid status code: 401"), "{e}");
     // The operator token still does everything.
     let (s, _) = Api::authed(&stack)
         .post(&format!("/v1/calls/{id}/hangup"), json!({}))
