@@ -77,6 +77,15 @@ impl Grant {
         }
     }
 
+    /// True when this grant covers `permission` on some call (what MCP's `tools/list` offers).
+    pub fn may_use(&self, permission: Permission) -> bool {
+        match &self.scope {
+            Scope::Operator => true,
+            Scope::Read => matches!(permission, Permission::ReadAll | Permission::ReadCall),
+            Scope::Call(_) => matches!(permission, Permission::ReadCall | Permission::ActOnCall),
+        }
+    }
+
     /// `Ok` when this grant covers `permission` (for the per-call permissions, on `call`);
     /// otherwise a 403 `forbidden_scope` that says what the token may do.
     pub fn permits(&self, permission: Permission, call: Option<&str>) -> Result<(), ApiError> {

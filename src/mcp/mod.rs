@@ -5,8 +5,11 @@
 //! call's actor, so the agent's policies apply), `get_metrics` and `configure_inbound`, and the resources `patter://dashboard` and
 //! `patter://call/{callId}`. Tools speak to a [`Backend`]: the daemon itself for Streamable HTTP
 //! at `/mcp` ([`http`]), or the running daemon's REST API for `patterd mcp --stdio`
-//! ([`stdio`]); either way the same `/v1` routes run. Validation, policy and carrier failures
-//! come back as `isError` results whose text says what to do.
+//! ([`stdio`]); either way the same `/v1` routes run. Each tool declares its
+//! [`Permission`]; a request runs with its token's [`Grant`] (over `/mcp`, the one its access
+//! check put in the request's extensions): `tools/list` shows what the grant can use, and a
+//! call token's tools default `callId` to its call. Validation, policy, scope and carrier
+//! failures come back as `isError` results whose text says what to do.
 
 pub mod format;
 pub mod http;
@@ -140,15 +143,6 @@ fn tool_permission(name: &str) -> Option<Permission> {
         .into_iter()
         .find(|(t, _)| t.name == name)
         .map(|(_, p)| p)
-}
-
-/// True when `grant` can use a tool of `permission` on some call (what `tools/list` shows).
-fn may_use(grant: &Grant, permission: Permission) -> bool {
-    match &grant.scope {
-        Scope::Operator => true,
-        Scope::Read => matches!(permission, Permission::ReadAll | Permission::ReadCall),
-        Scope::Call(_) => matches!(permission, Permission::ReadCall | Permission::ActOnCall),
-    }
 }
 
 /// The tools that are not live-call actions, with their permissions.
@@ -348,7 +342,7 @@ impl PatterMcp {
     pub(crate) fn visible_tools(&self) -> Vec<Tool> {
         scoped_tools()
             .into_iter()
-            .filter(|(_, p)| may_use(&self.grant, *p))
+            .filter(|(_, p)| self.grant.may_use(*p))
             .map(|(t, _)| t)
             .collect()
     }
@@ -367,7 +361,7 @@ impl PatterMcp {
                 args.entry("callId")
                     .or_insert_with(|| Value::String(own.clone()));
             }
-            if !may_use(&self.grant, permission) {
+            if !self.grant.may_use(permission) {
                 let call = args.get("callId").and_then(Value::as_str);
                 if let Err(e) = self.grant.permits(permission, call) {
                     return Err(format!("{name} refused: {}", e.message));
