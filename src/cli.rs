@@ -106,8 +106,9 @@ pub enum Command {
     /// Serve the MCP tools on stdin/stdout, talking to the running daemon's REST API.
     ///
     /// For agents that spawn their MCP servers (Hermes `mcp_servers` with `command`/`args`).
-    /// The daemon must be running; its URL and token come from --url/--token, else from the
-    /// configuration (server.listen, server.api_token).
+    /// The daemon must be running; its URL and token come from --url and PATTERD_API_TOKEN
+    /// (or --token, visible in `ps`), else from the configuration (server.listen,
+    /// server.api_token).
     Mcp {
         /// Speak MCP over stdin/stdout (the only transport of this subcommand; the daemon
         /// itself serves Streamable HTTP at /mcp).
@@ -116,7 +117,9 @@ pub enum Command {
         /// The daemon's base URL, e.g. http://127.0.0.1:8080.
         #[arg(long, env = "PATTERD_URL")]
         url: Option<String>,
-        /// The daemon's API token (server.api_token).
+        /// The daemon's API token (server.api_token, or a [[server.api_tokens]] entry).
+        /// Prefer the environment variable PATTERD_API_TOKEN: a token on the command line
+        /// is visible to every user of the machine in `ps` (patterd warns).
         #[arg(long, env = "PATTERD_API_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Parser;
 use patterd::cli::{Cli, Command};
 use patterd::config;
 
@@ -405,7 +404,14 @@ fn run_cmd(config: Option<PathBuf>) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // `--token` on the command line is visible to every user of the machine (`ps`, /proc).
+    let token_in_argv = matches
+        .subcommand_matches("mcp")
+        .and_then(|m| m.value_source("token"))
+        == Some(clap::parser::ValueSource::CommandLine);
     match cli.command.as_ref().cloned().unwrap_or(Command::Run) {
         Command::Check { strict } => check_cmd(cli.config.as_deref(), strict),
         Command::Doctor { offline, json } => doctor_cmd(cli.config.as_deref(), offline, json),
@@ -420,7 +426,17 @@ fn main() -> ExitCode {
             let unwire = matches!(cli.command, Some(Command::Unwire { .. }));
             wire(cli.config.as_deref(), number, dry_run, unwire)
         }
-        Command::Mcp { stdio, url, token } => mcp_cmd(cli.config.as_deref(), stdio, url, token),
+        Command::Mcp { stdio, url, token } => {
+            if token_in_argv {
+                eprintln!(
+                    "warning: --token is visible to every user of this machine (ps, \
+                     /proc/PID/cmdline); pass the token in the environment variable \
+                     PATTERD_API_TOKEN instead, or let patterd read server.api_token from \
+                     --config"
+                );
+            }
+            mcp_cmd(cli.config.as_deref(), stdio, url, token)
+        }
         Command::Healthcheck { url, timeout } => {
             healthcheck_cmd(cli.config.as_deref(), url, timeout)
         }

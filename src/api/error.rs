@@ -52,6 +52,11 @@ error_codes! {
     ProxiedRequest = "proxied_request",
     /// The `Origin` is not `public_url`'s.
     ForbiddenOrigin = "forbidden_origin",
+    /// The token's scope does not cover the request (a `read` token acting, a `call` token
+    /// on another call).
+    ForbiddenScope = "forbidden_scope",
+    /// Too many failed authentications from this peer: wait `Retry-After` seconds.
+    TooManyFailures = "too_many_failures",
     /// A `POST`/`PUT` without `Content-Type: application/json`.
     UnsupportedMediaType = "unsupported_media_type",
     /// No call (or number) by that name.
@@ -119,6 +124,8 @@ pub struct ApiError {
     pub status: u16,
     pub code: ErrorCode,
     pub message: String,
+    /// Seconds for a `Retry-After` header (a 429).
+    pub retry_after_s: Option<u64>,
 }
 
 impl ApiError {
@@ -127,6 +134,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after_s: None,
         }
     }
 
@@ -143,6 +151,23 @@ impl ApiError {
                 call_id.escape_default()
             ),
         )
+    }
+
+    /// The headers this error's status calls for: `WWW-Authenticate` on 401, `Retry-After`
+    /// when it says how long to wait.
+    pub(crate) fn add_headers(&self, headers: &mut hyper::HeaderMap) {
+        if self.status == 401 {
+            headers.insert(
+                hyper::header::WWW_AUTHENTICATE,
+                hyper::header::HeaderValue::from_static("Bearer realm=\"patterd\""),
+            );
+        }
+        if let Some(s) = self.retry_after_s {
+            headers.insert(
+                hyper::header::RETRY_AFTER,
+                hyper::header::HeaderValue::from(s),
+            );
+        }
     }
 
     /// The JSON error body: `{"error": {"code", "message"}}`.

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use hyper::Method;
 use serde_json::{Value, json};
 
+pub use auth::{Grant, Permission, Scope};
 pub use error::{ApiError, ErrorCode};
 
 use crate::app::App;
@@ -24,10 +25,42 @@ use crate::call::action::ActionSpec;
 use crate::call::{ActionOutcome, CallAction, CallError};
 use crate::store::{CallFilter, now_ms};
 
-/// Runs one API request. `path` is the path under `/v1` (e.g. `/calls/CA1/transcript`),
-/// `query` the raw query string; `body` the parsed JSON body for POST/PUT.
+/// What each route does, for the scope check ([`auth::Grant::permits`]): the permission and
+/// the call it is on. `None` for a path that is no route (404/405 follow, whatever the
+/// scope). The recording (`GET /calls/{id}/recording`, served by the HTTP edge) is here too.
+pub(crate) fn route_permission<'a>(
+    method: &Method,
+    segments: &[&'a str],
+) -> Option<(Permission, Option<&'a str>)> {
+    use Permission::{ActOnCall, Operator, ReadAll, ReadCall};
+    Some(match (method.clone(), segments) {
+        (Method::GET, ["calls"] | ["metrics"] | ["inbound"]) => (ReadAll, None),
+        (Method::POST, ["calls"]) => (Operator, None),
+        (Method::GET, ["calls", id]) => (ReadCall, Some(*id)),
+        (
+            Method::GET,
+            [
+                "calls",
+                id,
+                "transcript" | "events" | "metrics" | "recording" | "timeline",
+            ],
+        ) => (ReadCall, Some(*id)),
+        (Method::POST, ["calls", id, "hangup"]) => (ActOnCall, Some(*id)),
+        (Method::POST, ["calls", id, verb]) if ActionSpec::by_verb(verb).is_some() => {
+            (ActOnCall, Some(*id))
+        }
+        (Method::PUT | Method::POST, ["inbound"]) => (Operator, None),
+        _ => return None,
+    })
+}
+
+/// Runs one API request for a caller holding `grant` (refused with 403 `forbidden_scope`
+/// when the route's [`route_permission`] is beyond it). `path` is the path under `/v1`
+/// (e.g. `/calls/CA1/transcript`), `query` the raw query string; `body` the parsed JSON body
+/// for POST/PUT.
 pub(crate) async fn dispatch(
     app: &Arc<App>,
+    grant: &Grant,
     method: &Method,
     path: &str,
     query: &str,
@@ -41,6 +74,17 @@ pub(crate) async fn dispatch(
         .map(decode_segment)
         .collect::<Result<_, _>>()?;
     let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
+    if let Some((permission, call)) = route_permission(method, &segments)
+        && let Err(e) = grant.permits(permission, call)
+    {
+        tracing::info!(
+            token = %auth::for_log(&grant.name, 64),
+            %method,
+            path = %auth::for_log(path, 96),
+            "API request refused: beyond the token's scope"
+        );
+        return Err(e);
+    }
     let q: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
         .into_owned()
         .collect();
@@ -375,9 +419,16 @@ mod tests {
     async fn since_that_is_not_a_time_is_a_400() {
         let (_dir, app) = test_app();
         for q in ["since=%E2%82%AC", "since=9223372036854775807d", "since=-3m"] {
-            let e = dispatch(&app, &Method::GET, "/calls", q, None)
-                .await
-                .expect_err(q);
+            let e = dispatch(
+                &app,
+                &Grant::operator("test"),
+                &Method::GET,
+                "/calls",
+                q,
+                None,
+            )
+            .await
+            .expect_err(q);
             assert_eq!((e.status, e.code.as_str()), (400, "invalid_request"), "{q}");
             assert!(e.message.contains("since must be"), "{}", e.message);
         }
@@ -401,14 +452,21 @@ mod tests {
             }));
         app.store.tx.flush().await.expect("flush");
         for path in ["/calls/v3%3Aabc_DEF-1", "/calls/v3:abc_DEF-1/transcript"] {
-            let (_, v) = dispatch(&app, &Method::GET, path, "", None)
+            let (_, v) = dispatch(&app, &Grant::operator("test"), &Method::GET, path, "", None)
                 .await
                 .expect(path);
             assert_eq!(v["call_id"], json!(id), "{path}");
         }
-        let e = dispatch(&app, &Method::GET, "/calls/%FF", "", None)
-            .await
-            .expect_err("not UTF-8");
+        let e = dispatch(
+            &app,
+            &Grant::operator("test"),
+            &Method::GET,
+            "/calls/%FF",
+            "",
+            None,
+        )
+        .await
+        .expect_err("not UTF-8");
         assert_eq!(e.status, 400);
     }
 
@@ -416,21 +474,43 @@ mod tests {
     #[tokio::test]
     async fn operations_run_without_the_listener() {
         let (_dir, app) = test_app();
-        let (status, v) = dispatch(&app, &Method::GET, "/calls", "", None)
-            .await
-            .expect("list calls");
+        let (status, v) = dispatch(
+            &app,
+            &Grant::operator("test"),
+            &Method::GET,
+            "/calls",
+            "",
+            None,
+        )
+        .await
+        .expect("list calls");
         assert_eq!(status, 200);
         assert_eq!(v, json!({"calls": []}));
-        let (_, v) = dispatch(&app, &Method::GET, "/inbound", "", None)
-            .await
-            .expect("inbound");
+        let (_, v) = dispatch(
+            &app,
+            &Grant::operator("test"),
+            &Method::GET,
+            "/inbound",
+            "",
+            None,
+        )
+        .await
+        .expect("inbound");
         assert_eq!(v, json!({"overrides": {}}));
-        let e = dispatch(&app, &Method::GET, "/calls/CAnope", "", None)
-            .await
-            .expect_err("unknown call");
+        let e = dispatch(
+            &app,
+            &Grant::operator("test"),
+            &Method::GET,
+            "/calls/CAnope",
+            "",
+            None,
+        )
+        .await
+        .expect_err("unknown call");
         assert_eq!((e.status, e.code.as_str()), (404, "not_found"));
         let e = dispatch(
             &app,
+            &Grant::operator("test"),
             &Method::POST,
             "/calls",
             "",

@@ -142,6 +142,7 @@ fn launch(app: &App, generation: &Generation, l: Launch<'_>) -> Result<(), Refus
         tools: None,
         recording: None,
         turn_model: None,
+        call_token: None,
     };
     let setup = CallSetup {
         log: Some(app.call_log(&setup)),

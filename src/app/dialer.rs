@@ -353,6 +353,7 @@ async fn place_if(
         tools: None,
         recording: None,
         turn_model: None,
+        call_token: None,
     };
     let setup = CallSetup {
         log: Some(app.call_log(&setup)),

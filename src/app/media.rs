@@ -33,6 +33,7 @@ use crate::carrier::{
     CodecError, Leg, MediaCodec, MediaCommand, MediaEvent, SharedCodec, StreamStart,
 };
 use crate::net::http::{Body, text};
+use crate::security::LogLimiter;
 use crate::security::token::TokenError;
 use connection::{
     MediaConnection, ReadHalfState, WriteHalfState, authenticate, await_start, read_loop,
@@ -104,10 +105,11 @@ pub fn accept(
             return text(400, "bad WebSocket upgrade\n");
         }
     };
+    let app_for_log = app.clone();
     tokio::spawn(async move {
         match fut.await {
             Ok(ws) => serve(app, WebSocketTransport::new(ws), carrier, codec, token).await,
-            Err(e) => warn!(%path, error = %e, "WebSocket upgrade failed"),
+            Err(e) => app_for_log.log_limited(&format!("WebSocket upgrade failed on {path}: {e}")),
         }
         drop(permit);
     });
@@ -243,14 +245,86 @@ impl BadFrames {
         self.in_a_row = 0;
     }
 
-    /// Counts a bad frame; true when the socket should be closed.
-    fn record(&mut self, e: &CodecError) -> bool {
+    /// Counts a bad frame; true when the socket should be closed. Its warning (the first five
+    /// of a socket, then at powers of two) goes through `limit`, shared by every socket (a
+    /// peer sends bad frames before authentication, from as many sockets as it likes), and
+    /// its error text, which may quote the peer, is cut and escaped.
+    fn record(&mut self, e: &CodecError, limit: &LogLimiter) -> bool {
         self.in_a_row += 1;
         self.total += 1;
-        if self.total <= 5 || self.total.is_power_of_two() {
-            warn!(error = %e, total = self.total, "malformed media frame");
+        if (self.total <= 5 || self.total.is_power_of_two())
+            && let Some(suppressed) = limit.allow()
+        {
+            let error = crate::security::truncate_for_log(&e.to_string(), 160);
+            warn!(%error, total = self.total, suppressed, "malformed media frame");
         }
         self.in_a_row >= MAX_BAD_IN_A_ROW || self.total >= MAX_BAD_TOTAL
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A log sink for one test's subscriber.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+        type Writer = Captured;
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    /// 200 sockets each sending one frame whose event name forges a log line: at most the
+    /// limit's 20 lines are written, each one line (the peer's newline and escape sequence
+    /// escaped), and the rest are counted.
+    #[test]
+    fn bad_frame_warnings_are_escaped_and_limited_across_sockets() {
+        let sink = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(sink.clone())
+            .with_ansi(false)
+            .finish();
+        let limit = LogLimiter::new(20, Duration::from_secs(3600));
+        let forged = "x\n2026-12-02T00:00:00Z ERROR patterd: forged\u{1b}[2J";
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..200 {
+                let e = crate::carrier::codec_util::unknown_event(forged);
+                assert!(!BadFrames::default().record(&e, &limit));
+            }
+        });
+        let text = String::from_utf8(sink.0.lock().expect("sink").clone()).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 20, "{text}");
+        for l in &lines {
+            assert!(
+                l.contains("malformed media frame") && l.contains("\\n2026"),
+                "{l}"
+            );
+            assert!(!l.contains('\u{1b}'), "{l:?}");
+        }
+        let later = std::time::Instant::now() + Duration::from_secs(3601);
+        assert_eq!(
+            limit.allow_at(later),
+            Some(180),
+            "the suppressed lines are counted"
+        );
     }
 }
 

@@ -98,6 +98,8 @@ pub struct Reloaded {
     /// `server.api_token` changed: the new token, and the phone links and page cookies made
     /// with it, are in force; the old ones are refused.
     pub token_rotated: bool,
+    /// `[[server.api_tokens]]` changed: the new entries are in force, removed ones refused.
+    pub tokens_changed: bool,
 }
 
 /// Shared, read-mostly state of the daemon. Everything mutable is behind its own small owner
@@ -109,7 +111,7 @@ pub struct App {
     /// Reloads by result (`patterd_config_reloads_total`).
     pub reloads: Reloads,
     /// `[server]` as the daemon started: it never changes on reload (except its
-    /// `api_token`, which is read from [`App::config`], never from here).
+    /// `api_token` and `api_tokens`, which are read from [`App::config`], never from here).
     pub server: crate::config::schema::ServerConfig,
     pub tokens: MediaTokens,
     pub calls: Arc<CallRegistry>,
@@ -129,6 +131,10 @@ pub struct App {
     pub(crate) media_sockets: Arc<tokio::sync::Semaphore>,
     /// Rate limit for warnings unauthenticated peers can trigger.
     pub(crate) peer_warnings: LogLimiter,
+    /// The calls' API tokens (scope `call`), handed to each call's brain.
+    pub(crate) call_tokens: crate::security::call_token::CallTokens,
+    /// Failed API authentications per peer (429 past the limit).
+    pub(crate) auth_failures: crate::security::auth_limit::AuthFailures,
     /// One inference worker per `[turn_model.NAME]`, as the daemon started (a reload keeps
     /// them: onnxruntime is loaded once per process).
     turn_models: BTreeMap<String, crate::call::eot::TurnModelWorker>,
@@ -159,6 +165,7 @@ impl App {
         };
         let server = crate::config::schema::ServerConfig {
             api_token: Default::default(),
+            api_tokens: Vec::new(),
             ..config.server.clone()
         };
         let media_sockets = Arc::new(tokio::sync::Semaphore::new(media_socket_limit(&config)));
@@ -178,6 +185,8 @@ impl App {
             started: Instant::now(),
             media_sockets,
             peer_warnings: LogLimiter::new(20, Duration::from_secs(1)),
+            call_tokens: Default::default(),
+            auth_failures: Default::default(),
             turn_models,
         }))
     }
@@ -203,7 +212,7 @@ impl App {
     }
 
     /// Applies a re-read configuration to new calls: agents, numbers, prompts, allow-lists,
-    /// providers, outbound limits and `server.api_token`. The rest of `[server]` (the listener,
+    /// providers, outbound limits, `server.api_token` and `[[server.api_tokens]]`. The rest of `[server]` (the listener,
     /// TLS, public_url, limits), `[log]`, `[store]`, `[carriers.*]` and `[turn_model.*]` are
     /// kept as the daemon started — they need a restart — and each changed key is named in
     /// [`Reloaded::needs_restart`] ([`reload::plan`]). The new generation is swapped in one
@@ -218,6 +227,7 @@ impl App {
         Ok(Reloaded {
             needs_restart: plan.needs_restart,
             token_rotated: plan.token_rotated,
+            tokens_changed: plan.tokens_changed,
         })
     }
 
@@ -356,6 +366,13 @@ pub(crate) fn with_tools(
     }
     setup.turn_model =
         (setup.agent.turn_model.as_ref()).and_then(|name| app.turn_models.get(name).cloned());
+    // The brain gets the call's own API token when there are tokens at all (token-less, the
+    // API needs none).
+    if !generation.config.server.api_token.is_empty() {
+        setup.call_token = Some(crate::util::secret::Secret::new(
+            app.call_tokens.mint(&setup.call_id),
+        ));
+    }
     let (caller, callee) = (setup.from.clone(), setup.to.clone());
     setup.tools = generation.tools.get(&setup.agent_name).and_then(|t| {
         t.for_call(crate::tools::CallCtx {

@@ -1,7 +1,8 @@
 //! What a reload applies and what it keeps. [`plan`] takes the re-read configuration and keeps
 //! `[server]`, `[log]`, `[store]`, `[carriers.*]` and `[turn_model.*]` as the daemon started
-//! (they need a restart), except `server.api_token`, which takes effect: the API's bearer
-//! check, the phone-link key and the page cookie all derive from the configuration in force.
+//! (they need a restart), except `server.api_token` and `[[server.api_tokens]]`, which take
+//! effect: the API's bearer check and scopes, the phone-link key and the page cookie all
+//! derive from the configuration in force.
 //! Each kept key whose value changed is named in [`Plan::needs_restart`]. Sections are
 //! compared through their serialized form with secrets fingerprinted
 //! ([`crate::util::secret::fingerprinted`]), so a rotated secret counts as a change.
@@ -21,6 +22,8 @@ pub struct Plan {
     pub needs_restart: Vec<String>,
     /// `server.api_token` changed and is in force.
     pub token_rotated: bool,
+    /// `[[server.api_tokens]]` changed (added, removed, rotated, rescoped) and is in force.
+    pub tokens_changed: bool,
 }
 
 /// What a reload of `new` over the running `old` applies ([`Plan`]).
@@ -28,7 +31,7 @@ pub fn plan(old: &Config, mut new: Config) -> Plan {
     let mut needs_restart = Vec::new();
     let mut kept = |section: &str, a: &dyn Erased, b: &dyn Erased, why: &str| {
         for key in changed_keys(section, &a.value(), &b.value()) {
-            if key != "server.api_token" {
+            if key != "server.api_token" && key != "server.api_tokens" {
                 needs_restart.push(format!(
                     "{key} changed: {why}; restart to apply (the running value stays in force)"
                 ));
@@ -61,9 +64,19 @@ pub fn plan(old: &Config, mut new: Config) -> Plan {
         "end-of-turn models load at start",
     );
     let token_rotated = old.server.api_token != new.server.api_token;
+    let tokens_changed = changed_keys(
+        "server",
+        &old.server.api_tokens.value(),
+        &new.server.api_tokens.value(),
+    )
+    .into_iter()
+    .next()
+    .is_some();
     let token = std::mem::take(&mut new.server.api_token);
+    let tokens = std::mem::take(&mut new.server.api_tokens);
     new.server = old.server.clone();
     new.server.api_token = token;
+    new.server.api_tokens = tokens;
     new.log = old.log.clone();
     new.store = old.store.clone();
     new.carriers = old.carriers.clone();
@@ -72,6 +85,7 @@ pub fn plan(old: &Config, mut new: Config) -> Plan {
         config: new,
         needs_restart,
         token_rotated,
+        tokens_changed,
     }
 }
 
@@ -116,6 +130,28 @@ fn diff(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
 mod tests {
     use super::*;
 
+    const READ_TOKEN: &str = "[[server.api_tokens]]\nname = \"dash\"\nscope = \"read\"\ntoken = ";
+
+    /// `[[server.api_tokens]]` added, rotated or rescoped takes effect, and is never named as
+    /// needing a restart.
+    #[test]
+    fn scoped_tokens_take_effect() {
+        let entry = |t: char| format!("{READ_TOKEN}\"{}\"\n", t.to_string().repeat(32));
+        let old = config('a', 't', "");
+        let p = plan(&old, config('a', 't', &entry('r')));
+        assert!(p.tokens_changed && !p.token_rotated);
+        assert!(p.needs_restart.is_empty(), "{:?}", p.needs_restart);
+        assert_eq!(p.config.server.api_tokens[0].token.expose(), "r".repeat(32));
+        let with = config('a', 't', &entry('r'));
+        let rotated = plan(&with, config('a', 't', &entry('s')));
+        assert!(rotated.tokens_changed);
+        assert_eq!(
+            rotated.config.server.api_tokens[0].token.expose(),
+            "s".repeat(32)
+        );
+        assert!(!plan(&with, config('a', 't', &entry('r'))).tokens_changed);
+    }
+
     fn config(token: char, carrier_token: char, extra: &str) -> Config {
         let text = format!(
             "[server]\napi_token = \"{}\"\n{extra}\n[carriers.tw]\nkind = \"twilio\"\n\
@@ -145,7 +181,7 @@ mod tests {
         assert!(!p.needs_restart.iter().any(|n| n.contains("uuuu")));
 
         let same = plan(&old, config('a', 't', ""));
-        assert!(!same.token_rotated);
+        assert!(!same.token_rotated && !same.tokens_changed);
         assert!(same.needs_restart.is_empty(), "{:?}", same.needs_restart);
     }
 }

@@ -553,6 +553,7 @@ pub(crate) fn memory_setup(
         tools: None,
         recording: None,
         turn_model: None,
+        call_token: None,
     }
 }
 

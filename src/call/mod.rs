@@ -67,6 +67,9 @@ pub struct CallSetup {
     pub recording: Option<std::path::PathBuf>,
     /// The agent's end-of-turn model (`[agents.X] turn_model`; `None`: silence decides).
     pub turn_model: Option<eot::TurnModelWorker>,
+    /// The call's own API token (scope `call`), sent to the brain in `X-Patterd-Call-Token`
+    /// (`None` in token-less mode).
+    pub(crate) call_token: Option<crate::util::secret::Secret>,
 }
 
 impl CallSetup {

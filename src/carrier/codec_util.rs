@@ -109,13 +109,10 @@ pub(crate) fn parse_digit(digit: &str) -> Result<char, CodecError> {
     }
 }
 
-/// An unknown media event, its name cut to 64 characters for the log.
+/// An unknown media event, its name cut to 64 characters and its control characters escaped
+/// for the log (a peer sends it before any authentication).
 pub(crate) fn unknown_event(other: &str) -> CodecError {
-    let mut name: String = other.chars().take(64).collect();
-    if name.len() < other.len() {
-        name.push('…');
-    }
-    CodecError::UnknownEvent(name)
+    CodecError::UnknownEvent(crate::security::truncate_for_log(other, 64))
 }
 
 /// Bytes a [`FramePool`] reserves at a time: a dozen 20 ms μ-law frames, so decoding

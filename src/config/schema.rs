@@ -146,6 +146,9 @@ pub struct ServerConfig {
     /// Bearer token for `/v1/*`, `/mcp` and `/metrics`; required unless both `listen` and
     /// `public_url` are loopback (local development).
     pub api_token: Secret,
+    /// `[[server.api_tokens]]`: more bearer tokens, each named and scoped (`operator`: what
+    /// `api_token` may do; `read`: reads only). Needs `api_token`. A reload applies them.
+    pub api_tokens: Vec<ApiTokenConfig>,
     /// Serve `/metrics` without the bearer token even when `api_token` is set (for a
     /// Prometheus that cannot send one). Default false.
     pub metrics_public: bool,
@@ -171,6 +174,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8080".into(),
             public_url: "http://127.0.0.1:8080".into(),
             api_token: Secret::default(),
+            api_tokens: Vec::new(),
             metrics_public: false,
             data_dir: PathBuf::from("/var/lib/patterd"),
             drain_timeout_s: 300,
@@ -201,6 +205,27 @@ impl ServerConfig {
         });
         listen && public
     }
+}
+
+/// One `[[server.api_tokens]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiTokenConfig {
+    /// Who holds it, for the logs (never the token).
+    pub name: String,
+    pub token: Secret,
+    pub scope: TokenScope,
+}
+
+/// What a configured token may do. (The third scope, `call`, is never configured: patterd
+/// mints a call's token itself, `crate::security::call_token`.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenScope {
+    /// Everything `api_token` may do.
+    Operator,
+    /// Reads only: calls, transcripts, events, metrics, recordings, the pages.
+    Read,
 }
 
 /// `[server.tls]`: PEM files for the listener.

@@ -234,6 +234,7 @@ fn server(c: &mut Check, config: &Config) {
             ),
         );
     }
+    api_tokens(c, server);
     c.url(
         &["server", "public_url"],
         &server.public_url,
@@ -729,6 +730,64 @@ fn numbers(c: &mut Check, config: &Config) {
                 );
             }
         }
+    }
+}
+
+/// `[[server.api_tokens]]`: they need `api_token` (the operator's, from which phone links and
+/// page cookies derive), a unique non-empty name, a token of their own that is long enough
+/// on a daemon reachable from the network (a call token's shape is reserved).
+fn api_tokens(c: &mut Check, server: &crate::config::ServerConfig) {
+    if server.api_tokens.is_empty() {
+        return;
+    }
+    if server.api_token.is_empty() {
+        c.fail(
+            &["server", "api_tokens"],
+            "[[server.api_tokens]] needs [server] api_token as well (the operator token, from              which phone links and page cookies derive); set api_token =              \"${PATTERD_API_TOKEN}\""
+                .to_string(),
+        );
+    }
+    let mut names = std::collections::BTreeSet::new();
+    let mut seen = vec![server.api_token.expose().trim().to_string()];
+    for (i, t) in server.api_tokens.iter().enumerate() {
+        let at = format!("[[server.api_tokens]] #{} ({:?})", i + 1, t.name);
+        if t.name.trim().is_empty() || !names.insert(t.name.trim().to_string()) {
+            c.fail(
+                &["server", "api_tokens"],
+                format!(
+                    "{at}: every entry needs a name of its own (it names the holder in the logs)"
+                ),
+            );
+        }
+        let value = t.token.expose().trim();
+        let chars = value.chars().count();
+        if t.token.is_empty() {
+            c.fail(
+                &["server", "api_tokens"],
+                format!("{at}: token is empty; set token = \"${{SOME_VARIABLE}}\""),
+            );
+        } else if chars < MIN_API_TOKEN_CHARS && !server.api_is_local() {
+            c.fail(
+                &["server", "api_tokens"],
+                format!(
+                    "{at}: token has {chars} characters; a token of an API reachable from the \
+                     network needs at least {MIN_API_TOKEN_CHARS} (`openssl rand -hex 32`)"
+                ),
+            );
+        } else if value.starts_with(crate::util::secret::CALL_TOKEN_PREFIX) {
+            c.fail(
+                &["server", "api_tokens"],
+                format!(
+                    "{at}: tokens starting with `pdc1.` are patterd's call tokens; pick another"
+                ),
+            );
+        } else if seen.iter().any(|s| s == value) {
+            c.fail(
+                &["server", "api_tokens"],
+                format!("{at}: this token is already api_token or another entry's; every token must differ"),
+            );
+        }
+        seen.push(value.to_string());
     }
 }
 

@@ -1,7 +1,10 @@
-//! `/mcp`: rmcp's Streamable HTTP service, mounted on the daemon's listener by the server. In front of it: the
-//! same access check as `/v1` ([`crate::api::auth`]: bearer `server.api_token`, or in
-//! token-less local mode a loopback peer and `Host` without proxy headers; our own `Origin`
-//! only; `POST` with `Content-Type: application/json`). rmcp itself checks `Host` against loopback names plus the host of
+//! `/mcp`: rmcp's Streamable HTTP service, mounted on the daemon's listener by the server. In
+//! front of it: the same access check as `/v1` ([`crate::api::auth`]: 429 past a peer's
+//! failed authentications; a bearer token — `server.api_token`, a `[[server.api_tokens]]`
+//! entry, a live call's token — or in token-less local mode a loopback peer and `Host`
+//! without proxy headers; our own `Origin` only; `POST` with `Content-Type:
+//! application/json`). Each request's [`crate::api::Grant`] rides in its extensions to the
+//! tools, which run with that scope. rmcp itself checks `Host` against loopback names plus the host of
 //! `server.public_url` (DNS-rebinding protection). Session `DELETE` answers 204 (rmcp says 202,
 //! which the Python client logs as a failed termination).
 
@@ -15,7 +18,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::{Local, PatterMcp};
-use crate::api::auth::{Access, authorize};
+use crate::api::auth::{Access, admit_request, authorize};
 use crate::app::App;
 use crate::config::Config;
 use crate::net::http::{AnyBody, json};
@@ -38,7 +41,7 @@ impl McpHttp {
             .with_max_request_body_bytes(config.server.max_body_bytes.max(64 * 1024));
         let backend: Arc<dyn super::Backend> = Arc::new(Local(app));
         let service = StreamableHttpService::new(
-            move || Ok(PatterMcp::new(backend.clone())),
+            move || Ok(PatterMcp::per_request(backend.clone())),
             Arc::new(LocalSessionManager::default()),
             cfg,
         );
@@ -56,17 +59,21 @@ impl McpHttp {
             method: req.method(),
             headers: req.headers(),
         };
-        if let Err(e) = authorize(&app.config().server, access) {
-            let r = json(e.status, &e.body());
-            let mut r = r.map(|b: Full<Bytes>| b.boxed());
-            if e.status == 401 {
-                r.headers_mut().insert(
-                    hyper::header::WWW_AUTHENTICATE,
-                    hyper::header::HeaderValue::from_static("Bearer realm=\"patterd\""),
-                );
+        let grant = match admit_request(app, peer, req.headers(), |server, calls| {
+            authorize(server, access, calls)
+        }) {
+            Ok(g) => g,
+            Err(e) => {
+                let r = json(e.status, &e.body());
+                let mut r = r.map(|b: Full<Bytes>| b.boxed());
+                e.add_headers(r.headers_mut());
+                return r;
             }
-            return r;
-        }
+        };
+        // The tools run with this request's grant (rmcp hands the request's parts, extensions
+        // included, to the handler).
+        let mut req = req;
+        req.extensions_mut().insert(grant);
         let delete = req.method() == Method::DELETE;
         let mut resp = self.service.handle(req).await;
         if delete && resp.status() == hyper::StatusCode::ACCEPTED {

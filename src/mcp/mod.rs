@@ -5,8 +5,11 @@
 //! call's actor, so the agent's policies apply), `get_metrics` and `configure_inbound`, and the resources `patter://dashboard` and
 //! `patter://call/{callId}`. Tools speak to a [`Backend`]: the daemon itself for Streamable HTTP
 //! at `/mcp` ([`http`]), or the running daemon's REST API for `patterd mcp --stdio`
-//! ([`stdio`]); either way the same `/v1` routes run. Validation, policy and carrier failures
-//! come back as `isError` results whose text says what to do.
+//! ([`stdio`]); either way the same `/v1` routes run. Each tool declares its
+//! [`Permission`]; a request runs with its token's [`Grant`] (over `/mcp`, the one its access
+//! check put in the request's extensions): `tools/list` shows what the grant can use, and a
+//! call token's tools default `callId` to its call. Validation, policy, scope and carrier
+//! failures come back as `isError` results whose text says what to do.
 
 pub mod format;
 pub mod http;
@@ -26,17 +29,19 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
-use crate::api::{ApiError, ErrorCode};
+use crate::api::{ApiError, ErrorCode, Grant, Permission, Scope};
 use crate::app::App;
 use crate::call::action::{ActionSpec, Control};
 
 /// A boxed, sendable future.
 pub(crate) type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// Where the tools' requests go: one `/v1` route (path without `/v1`, with query).
+/// Where the tools' requests go: one `/v1` route (path without `/v1`, with query), for a
+/// caller holding `grant` (the daemon itself checks it; the REST API checks its own token).
 pub trait Backend: Send + Sync + 'static {
     fn request(
         &self,
+        grant: &Grant,
         method: Method,
         path: String,
         body: Option<Value>,
@@ -49,16 +54,18 @@ pub struct Local(pub Weak<App>);
 impl Backend for Local {
     fn request(
         &self,
+        grant: &Grant,
         method: Method,
         path: String,
         body: Option<Value>,
     ) -> BoxFut<Result<Value, ApiError>> {
         let app = self.0.upgrade();
+        let grant = grant.clone();
         Box::pin(async move {
             let app = app
                 .ok_or_else(|| ApiError::new(503, ErrorCode::Stopping, "the daemon is stopping"))?;
             let (path, query) = path.split_once('?').unwrap_or((&path, ""));
-            crate::api::dispatch(&app, &method, path, query, body)
+            crate::api::dispatch(&app, &grant, &method, path, query, body)
                 .await
                 .map(|(_, v)| v)
         })
@@ -69,6 +76,11 @@ impl Backend for Local {
 #[derive(Clone)]
 pub struct PatterMcp {
     backend: Arc<dyn Backend>,
+    /// The grant tools run with.
+    grant: Grant,
+    /// Over HTTP (`/mcp`) each request brings its own grant (in its extensions); a request
+    /// without one is refused.
+    per_request: bool,
 }
 
 const THIRD_PARTY_PROMPT: &str = "You are calling on behalf of your user to get a task done. \
@@ -83,8 +95,14 @@ fn schema(v: Value) -> Arc<Map<String, Value>> {
     }
 }
 
-fn tool(name: &'static str, description: &'static str, input: Value) -> Tool {
-    Tool::new(name, description, schema(input))
+/// A tool and what it does.
+fn tool(
+    name: &'static str,
+    permission: Permission,
+    description: &'static str,
+    input: Value,
+) -> (Tool, Permission) {
+    (Tool::new(name, description, schema(input)), permission)
 }
 
 /// The description of the call id the live-call actions take first.
@@ -102,23 +120,39 @@ fn action_tool(spec: &ActionSpec, control: &Control) -> Tool {
 /// The ten tools with their input schemas: the live-call actions (`call::action`) after
 /// `end_call`.
 pub fn tools() -> Vec<Tool> {
+    scoped_tools().into_iter().map(|(t, _)| t).collect()
+}
+
+/// Every tool with what it does ([`Permission`]: reads, acts on a call, operator-only), in
+/// the order of [`tools`]. The live-call actions act on their call.
+pub(crate) fn scoped_tools() -> Vec<(Tool, Permission)> {
     let mut tools = own_tools();
     let at = tools
         .iter()
-        .position(|t| t.name == "end_call")
+        .position(|(t, _)| t.name == "end_call")
         .map_or(0, |i| i + 1);
-    let actions = ActionSpec::controls().map(|(spec, control)| action_tool(spec, control));
+    let actions = ActionSpec::controls()
+        .map(|(spec, control)| (action_tool(spec, control), Permission::ActOnCall));
     tools.splice(at..at, actions);
     tools
 }
 
-/// The tools that are not live-call actions.
-fn own_tools() -> Vec<Tool> {
+/// The permission of the tool `name`; `None` for no such tool.
+fn tool_permission(name: &str) -> Option<Permission> {
+    scoped_tools()
+        .into_iter()
+        .find(|(t, _)| t.name == name)
+        .map(|(_, p)| p)
+}
+
+/// The tools that are not live-call actions, with their permissions.
+fn own_tools() -> Vec<(Tool, Permission)> {
     let s = |d: &str| json!({"type": "string", "description": d});
     let b = |d: &str| json!({"type": "boolean", "description": d});
     vec![
         tool(
             "make_call",
+            Permission::Operator,
             "Place an outbound phone call with an AI voice agent. With wait (the default) it \
              blocks until the call ends and returns the outcome, duration and transcript; with \
              wait:false it returns the call id at once (poll get_calls / get_transcript).",
@@ -138,6 +172,7 @@ fn own_tools() -> Vec<Tool> {
         ),
         tool(
             "call_third_party",
+            Permission::Operator,
             "Call a business or person to get a task done; an autonomous voice agent handles \
              the conversation. Waits for the call to end and returns the transcript.",
             json!({
@@ -152,11 +187,13 @@ fn own_tools() -> Vec<Tool> {
         ),
         tool(
             "get_calls",
+            Permission::ReadAll,
             "List recent calls (newest first) with direction, status, duration, cost and turn count.",
             json!({"type": "object", "properties": {}}),
         ),
         tool(
             "get_transcript",
+            Permission::ReadCall,
             "Get the full transcript of a call.",
             json!({
                 "type": "object",
@@ -166,6 +203,7 @@ fn own_tools() -> Vec<Tool> {
         ),
         tool(
             "end_call",
+            Permission::ActOnCall,
             "Hang up a live call.",
             json!({
                 "type": "object",
@@ -173,8 +211,10 @@ fn own_tools() -> Vec<Tool> {
                 "required": ["callId"]
             }),
         ),
+        // Without a call id it reads the totals (`ReadAll`): the route checks that.
         tool(
             "get_metrics",
+            Permission::ReadCall,
             "Latency breakdown and counts for one call, or totals over all stored calls when \
              callId is omitted.",
             json!({
@@ -184,6 +224,7 @@ fn own_tools() -> Vec<Tool> {
         ),
         tool(
             "configure_inbound",
+            Permission::Operator,
             "Change how inbound calls are answered, at runtime and persisted: the system prompt, \
              first message and voice, or switch inbound calls off. Applies to one number, or to \
              all numbers when number is omitted.",
@@ -243,20 +284,90 @@ fn seg(id: &str) -> String {
 }
 
 impl PatterMcp {
+    /// The handler of `patterd mcp --stdio`: its requests carry its own token to the REST
+    /// API, which decides what they may do.
     pub fn new(backend: Arc<dyn Backend>) -> Self {
-        Self { backend }
+        Self {
+            backend,
+            grant: Grant::operator("mcp --stdio"),
+            per_request: false,
+        }
+    }
+
+    /// The handler of `/mcp`: each request runs with the grant its access check gave it.
+    pub(crate) fn per_request(backend: Arc<dyn Backend>) -> Self {
+        Self {
+            per_request: true,
+            ..Self::new(backend)
+        }
+    }
+
+    /// This handler with `grant` (what one request may do).
+    pub(crate) fn with_grant(&self, grant: Grant) -> Self {
+        Self {
+            grant,
+            ..self.clone()
+        }
+    }
+
+    /// The handler for one request: with the grant the access check put in its extensions,
+    /// for `/mcp`; an error when a `/mcp` request has none (never run unchecked).
+    fn for_request(&self, context: &RequestContext<RoleServer>) -> Result<Self, ErrorData> {
+        if !self.per_request {
+            return Ok(self.clone());
+        }
+        context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Grant>())
+            .map(|g| self.with_grant(g.clone()))
+            .ok_or_else(|| {
+                ErrorData::internal_error("the request carries no access grant; refused", None)
+            })
     }
 
     async fn get(&self, path: String) -> Result<Value, ApiError> {
-        self.backend.request(Method::GET, path, None).await
+        self.backend
+            .request(&self.grant, Method::GET, path, None)
+            .await
     }
 
     async fn post(&self, path: String, body: Value) -> Result<Value, ApiError> {
-        self.backend.request(Method::POST, path, Some(body)).await
+        self.backend
+            .request(&self.grant, Method::POST, path, Some(body))
+            .await
     }
 
-    /// Runs a tool; `Err` is the text of an `isError` result.
-    pub async fn run_tool(&self, name: &str, args: Map<String, Value>) -> Result<String, String> {
+    /// The tools this handler's grant can use (all of them for an operator).
+    pub(crate) fn visible_tools(&self) -> Vec<Tool> {
+        scoped_tools()
+            .into_iter()
+            .filter(|(_, p)| self.grant.may_use(*p))
+            .map(|(t, _)| t)
+            .collect()
+    }
+
+    /// Runs a tool; `Err` is the text of an `isError` result. A tool beyond the grant is
+    /// refused before it runs; with a call token, `callId` defaults to the token's call.
+    pub async fn run_tool(
+        &self,
+        name: &str,
+        mut args: Map<String, Value>,
+    ) -> Result<String, String> {
+        if let Some(permission) = tool_permission(name) {
+            if let (Scope::Call(own), Permission::ReadCall | Permission::ActOnCall) =
+                (&self.grant.scope, permission)
+            {
+                args.entry("callId")
+                    .or_insert_with(|| Value::String(own.clone()));
+            }
+            if !self.grant.may_use(permission) {
+                let call = args.get("callId").and_then(Value::as_str);
+                if let Err(e) = self.grant.permits(permission, call) {
+                    return Err(format!("{name} refused: {}", e.message));
+                }
+            }
+        }
         let a = Args(args);
         if let Some((spec, control)) = ActionSpec::by_name(name)
             .and_then(|spec| spec.control.as_ref().map(|control| (spec, control)))
@@ -358,13 +469,17 @@ impl PatterMcp {
                 );
                 let v = self
                     .backend
-                    .request(Method::PUT, "/inbound".into(), Some(body))
+                    .request(&self.grant, Method::PUT, "/inbound".into(), Some(body))
                     .await
                     .map_err(api)?;
                 Ok(format::inbound(&v))
             }
             other => {
-                let names: Vec<String> = tools().into_iter().map(|t| t.name.into()).collect();
+                let names: Vec<String> = self
+                    .visible_tools()
+                    .into_iter()
+                    .map(|t| t.name.into())
+                    .collect();
                 Err(format!(
                     "unknown tool `{other}`; the tools are {}",
                     names.join(", ")
@@ -447,9 +562,10 @@ impl ServerHandler for PatterMcp {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        serde_json::from_value(json!({"tools": tools()}))
+        let me = self.for_request(&context)?;
+        serde_json::from_value(json!({"tools": me.visible_tools()}))
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 
@@ -460,10 +576,11 @@ impl ServerHandler for PatterMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let me = self.for_request(&context)?;
         let args = request.arguments.unwrap_or_default();
-        let result = match self.run_tool(&request.name, args).await {
+        let result = match me.run_tool(&request.name, args).await {
             Ok(text) => text_result(text, false),
             Err(text) => text_result(text, true),
         };
@@ -501,9 +618,9 @@ impl ServerHandler for PatterMcp {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let text = self.read(&request.uri).await?;
+        let text = self.for_request(&context)?.read(&request.uri).await?;
         let v =
             json!({"contents": [{"uri": request.uri, "mimeType": "text/markdown", "text": text}]});
         let r: ReadResourceResult = serde_json::from_value(v)

@@ -41,6 +41,7 @@ impl Remote {
 impl Backend for Remote {
     fn request(
         &self,
+        _grant: &super::Grant,
         method: Method,
         path: String,
         body: Option<Value>,

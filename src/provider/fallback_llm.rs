@@ -184,6 +184,7 @@ mod tests {
             history: Vec::new(),
             history_limits: Default::default(),
             tools: None,
+            call_token: None,
         }
     }
 

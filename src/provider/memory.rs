@@ -467,6 +467,7 @@ mod tests {
             }],
             history_limits: Default::default(),
             tools: None,
+            call_token: None,
         };
         let started = tokio::time::Instant::now();
         let mut a = brain.stream(turn("hi"));

@@ -233,6 +233,10 @@ pub struct ChatTurn {
     /// The tools the model may call this turn (never sent to kind `hermes`, which runs its
     /// own); `None` for none.
     pub tools: Option<Tools>,
+    /// The call's own API token (scope `call`: this call only), for a brain that acts on the
+    /// call through patterd's MCP or REST API; sent in `X-Patterd-Call-Token` where the
+    /// brain's `[llm.*] send_call_token` says so.
+    pub call_token: Option<crate::util::secret::Secret>,
 }
 
 /// What a streamed chat turn reports.

@@ -5,7 +5,8 @@
 //! (ephemeral in Hermes, resent each turn) and the newest user message, plus an optional
 //! `X-Hermes-Session-Key` memory scope (fixed, or per caller: [`caller_key`], an HMAC of the
 //! caller's E.164 number under `session_key_secret`; none for a caller that is not a number,
-//! or without the secret).
+//! or without the secret). A brain with `send_call_token` (default for `hermes`) also gets
+//! `X-Patterd-Call-Token`: the call's own API token, which reads and acts on this call only.
 //! The stream is decoded by [`super::sse`]: `: keepalive` comments are skipped, named
 //! `hermes.tool.progress` events become [`LlmEvent::ToolProgress`], other named events are
 //! ignored; `delta.content` becomes [`LlmEvent::Delta`] with inline `<think>…</think>` removed,
@@ -36,6 +37,9 @@ use super::tools::ToolCallAccumulator;
 use super::{ChatTurn, LlmEvent, LlmProvider, LlmStream, Role, TokenUsage, ToolCall, Tools};
 use crate::config::schema::{LlmConfig, LlmKind, SessionKeyFrom};
 use crate::util::TaskGuard;
+
+/// The request header the brain gets the call's own API token in (scope `call`).
+pub const CALL_TOKEN_HEADER: &str = "X-Patterd-Call-Token";
 
 /// Longest error body read from a failed response.
 const MAX_ERROR_BODY: usize = 16 * 1024;
@@ -88,6 +92,11 @@ impl OpenAiChat {
             ),
             ("Accept".to_string(), "text/event-stream".to_string()),
         ];
+        if self.cfg.sends_call_token()
+            && let Some(t) = &turn.call_token
+        {
+            headers.push((CALL_TOKEN_HEADER.to_string(), t.expose().to_string()));
+        }
         let mut messages: Vec<Value> = Vec::new();
         if !turn.system_prompt.trim().is_empty() {
             messages.push(json!({"role": Role::System, "content": turn.system_prompt}));
@@ -661,12 +670,40 @@ mod tests {
             }],
             history_limits: Default::default(),
             tools: Some(Tools(std::sync::Arc::new(OneTool))),
+            call_token: Some(crate::util::secret::Secret::new("pdc1.x.y")),
         };
         let (_, body) = client("openai_compatible").build_request(&turn);
         assert_eq!(body["tools"][0]["type"], "function");
         assert_eq!(body["tools"][0]["function"]["name"], "end_call");
         let (_, body) = client("hermes").build_request(&turn);
         assert!(body.get("tools").is_none(), "{body}");
+    }
+
+    /// The call token goes to Hermes (the brain that holds patterd's MCP), not to a hosted
+    /// model unless its entry says `send_call_token = true`.
+    #[test]
+    fn the_call_token_goes_to_hermes_only_by_default() {
+        let turn = ChatTurn {
+            call_id: "CA1".into(),
+            caller: None,
+            system_prompt: String::new(),
+            history: Vec::new(),
+            history_limits: Default::default(),
+            tools: None,
+            call_token: Some(crate::util::secret::Secret::new("pdc1.Q0Ex.tag")),
+        };
+        let token = |c: &OpenAiChat| {
+            let (headers, _) = c.build_request(&turn);
+            headers
+                .into_iter()
+                .find(|(k, _)| k == "X-Patterd-Call-Token")
+                .map(|(_, v)| v)
+        };
+        assert_eq!(token(&client("hermes")).as_deref(), Some("pdc1.Q0Ex.tag"));
+        assert_eq!(token(&client("openai_compatible")), None);
+        let mut opted = client("openai_compatible");
+        opted.cfg.send_call_token = Some(true);
+        assert_eq!(token(&opted).as_deref(), Some("pdc1.Q0Ex.tag"));
     }
 
     #[test]
@@ -695,6 +732,7 @@ mod tests {
                 max_bytes: 1 << 20,
             },
             tools: None,
+            call_token: None,
         };
         let (_, body) = client("openai_compatible").build_request(&turn);
         let messages = body["messages"].as_array().expect("messages");

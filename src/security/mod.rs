@@ -1,7 +1,9 @@
 //! Security primitives shared by every carrier and the control plane: phone-number masking for
 //! logs, constant-time comparison, and (in submodules) webhook signature checks and per-call
-//! media tokens. Nothing here knows about sockets or call state.
+//! media tokens, the per-call API tokens and the count of failed authentications per peer. Nothing here knows about sockets or call state.
 
+pub(crate) mod auth_limit;
+pub mod call_token;
 pub mod link;
 pub mod token;
 
@@ -54,7 +56,7 @@ impl LogLimiter {
         self.allow_at(Instant::now())
     }
 
-    fn allow_at(&self, now: Instant) -> Option<u64> {
+    pub(crate) fn allow_at(&self, now: Instant) -> Option<u64> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if now.duration_since(st.0) >= self.window {
             st.0 = now;

@@ -254,7 +254,7 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
             Some(Own::Health) => health(req.uri().query()),
             Some(Own::Ready) if app.is_draining() => text(503, "draining\n"),
             Some(Own::Ready) => text(200, "ready\n"),
-            Some(Own::Metrics) => metrics_guarded(&app, req.headers()),
+            Some(Own::Metrics) => metrics_guarded(&app, peer, req.headers()),
             None => text(405, "method not allowed\n"),
         }
     } else {
@@ -267,7 +267,14 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
                     method: &method,
                     headers: req.headers(),
                 };
-                let ok = crate::api::auth::check_caller(&app.config().server, access).is_ok();
+                // Opening calls without a carrier signature is an operator's (never a read or
+                // call token's); failures here are not counted (carriers send no token).
+                let ok = crate::api::auth::check_caller(
+                    &app.config().server,
+                    access,
+                    crate::api::auth::NO_CALL_TOKENS,
+                )
+                .is_ok_and(|g| g.scope == crate::api::Scope::Operator);
                 req.extensions_mut()
                     .insert(crate::carrier::port::ControlAccess(ok));
                 serve(&carrier, &r, app as Arc<dyn Host>, req).await
@@ -319,17 +326,37 @@ fn health(query: Option<&str>) -> Response<Body> {
     resp
 }
 
-/// `/metrics`: with `api_token` set it needs the bearer token too, unless
-/// `server.metrics_public = true`.
-fn metrics_guarded(app: &App, headers: &hyper::HeaderMap) -> Response<Body> {
-    let server = &app.config().server;
-    if !server.api_token.is_empty()
-        && !server.metrics_public
-        && let Err(e) = crate::api::auth::check_bearer(server, headers)
-    {
-        return rest::error(&e);
+/// `/metrics`: with `api_token` set it needs a token that may read (an operator or `read`
+/// token; failures count against the peer), unless `server.metrics_public = true`. In
+/// token-less local mode it takes `/v1`'s local check (loopback peer and `Host`, no proxy
+/// headers: DNS rebinding); with `metrics_public`, the `Host` check alone.
+fn metrics_guarded(app: &App, peer: SocketAddr, headers: &hyper::HeaderMap) -> Response<Body> {
+    use crate::api::auth;
+    let config = app.config();
+    let server = &config.server;
+    let checked = if server.api_token.is_empty() {
+        let access = auth::Access {
+            peer,
+            method: &Method::GET,
+            headers,
+        };
+        if server.metrics_public {
+            auth::check_local_host(headers)
+        } else {
+            auth::check_caller(server, access, auth::NO_CALL_TOKENS).map(|_| ())
+        }
+    } else if server.metrics_public {
+        Ok(())
+    } else {
+        auth::admit_request(app, peer, headers, |server, calls| {
+            auth::check_bearer(server, headers, calls)
+        })
+        .and_then(|g| g.permits(crate::api::Permission::ReadAll, None))
+    };
+    match checked {
+        Ok(()) => metrics::render(app),
+        Err(e) => rest::error(&e),
     }
-    metrics::render(app)
 }
 
 /// Runs the daemon until a signal: the first SIGTERM/SIGINT drains (no new calls, live calls
@@ -438,6 +465,12 @@ fn reload(app: &App, path: Option<&std::path::Path>) {
                 warn!(
                     "reload: server.api_token changed: the new token is in force; the old \
                      token, its phone links and page cookies are refused"
+                );
+            }
+            if done.tokens_changed {
+                warn!(
+                    "reload: [[server.api_tokens]] changed: the new entries and scopes are in \
+                     force; removed or rotated tokens are refused"
                 );
             }
             info!(

@@ -3,8 +3,8 @@
 //! client prefers `text/html` (JSON clients keep the API) — and how a browser gets in. A
 //! browser cannot send the bearer header, so a page may be opened once with
 //! `?token=<api_token>`: the token is checked, exchanged for an `HttpOnly; SameSite=Strict`
-//! cookie holding an HMAC derived from it (never the token itself), and the browser is
-//! redirected (303) to the same page without the token. That cookie opens pages only, never
+//! cookie holding its expiry and an HMAC over it derived from the token (never the token
+//! itself; refused once expired, whatever the browser keeps), and the browser is redirected (303) to the same page without the token. That cookie opens pages only, never
 //! the JSON API.
 
 use std::sync::Arc;
@@ -12,8 +12,9 @@ use std::sync::Arc;
 use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Method, Response};
 
-use crate::api::auth::{page_cookie, page_cookie_ok, token_ok};
-use crate::api::pages;
+use crate::api::auth::unix_now;
+use crate::api::auth::{PAGE_COOKIE_TTL_S, page_cookie, page_cookie_ok, token_ok};
+use crate::api::{Permission, pages};
 use crate::app::App;
 use crate::config::ServerConfig;
 use crate::net::http::{Body, respond};
@@ -26,6 +27,17 @@ pub(crate) const COOKIE: &str = "patterd_page";
 pub enum Page {
     Calls,
     Timeline(String),
+}
+
+impl Page {
+    /// What the page reads, for the scope check: the call list every call, a timeline its
+    /// call.
+    pub(crate) fn permission(&self) -> (Permission, Option<&str>) {
+        match self {
+            Page::Calls => (Permission::ReadAll, None),
+            Page::Timeline(id) => (Permission::ReadCall, Some(id)),
+        }
+    }
 }
 
 /// The page a `/v1` request asks for: the timeline always; the call list when HTML is
@@ -64,7 +76,7 @@ pub(crate) fn has_cookie(server: &ServerConfig, headers: &HeaderMap) -> bool {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .any(|(k, v)| k == COOKIE && page_cookie_ok(server, v))
+        .any(|(k, v)| k == COOKIE && page_cookie_ok(server, v, unix_now()))
 }
 
 /// `?token=` on a page: with the right token, a 303 to the same page without it that sets the
@@ -100,8 +112,8 @@ pub(crate) fn exchange_token(
         ""
     };
     let cookie = format!(
-        "{COOKIE}={}; Path=/v1; HttpOnly; SameSite=Strict; Max-Age=43200{secure}",
-        page_cookie(server)
+        "{COOKIE}={}; Path=/v1; HttpOnly; SameSite=Strict; Max-Age={PAGE_COOKIE_TTL_S}{secure}",
+        page_cookie(server, unix_now())
     );
     let mut r = respond(303, "text/plain; charset=utf-8", "see the page\n".into());
     let h = r.headers_mut();

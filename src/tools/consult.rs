@@ -192,6 +192,7 @@ async fn ask(target: &Target, ctx: &CallCtx, request: &str) -> Result<String, St
                 }],
                 history_limits: Default::default(),
                 tools: None,
+                call_token: None,
             };
             let mut stream = llm.stream(turn);
             let mut text = String::new();

@@ -8,6 +8,10 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// How every call token (`crate::security::call_token`) starts: a configured token may not
+/// (config validation), and the access check tells call tokens by it.
+pub const CALL_TOKEN_PREFIX: &str = "pdc1.";
+
 /// A secret value (API key, auth token). Never printed: `Debug` and `Serialize` show `***`
 /// (or an empty string when unset, so `check` still shows what is unconfigured).
 #[derive(Clone, Default, PartialEq, Eq)]

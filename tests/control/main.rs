@@ -1,8 +1,8 @@
 //! The control surfaces, one binary: the REST API (`api`), outbound calls over every carrier
 //! (`outbound`), the outbound caps under a race (`outbound_caps`), MCP with the official Python
 //! client (`mcp`), the daemon as a child process (`daemon`), the caller's keypad against it
-//! (`keypad`), and the security holes
-//! across the daemon's edges (`security`).
+//! (`keypad`), the security holes across the daemon's edges (`security`) and the API tokens'
+//! scopes (`scopes`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -16,6 +16,7 @@ mod outbound;
 mod outbound_caps;
 mod phone_view;
 mod reload;
+mod scopes;
 mod security;
 mod systemd;
 mod web;

@@ -1241,3 +1241,51 @@ fn a_postgres_store_needs_a_postgres_url() {
     );
     assert!(loaded.contains("pool"), "{loaded}");
 }
+
+/// `[[server.api_tokens]]`: a read and an operator entry load; a `call` scope (minted, never
+/// configured), a short token, a duplicate name or token, a call token's shape and entries
+/// without `api_token` are refused, never printing a token.
+#[test]
+fn scoped_api_tokens_load_and_bad_entries_are_refused() {
+    let entry = |name: &str, token: &str, scope: &str| {
+        format!(
+            "\n[[server.api_tokens]]\nname = \"{name}\"\ntoken = \"{token}\"\nscope = \"{scope}\"\n"
+        )
+    };
+    let read = entry("grafana", "grafana-read-token-0123456789abcdef", "read");
+    let ops = entry("ops", "ops-operator-token-0123456789abcdef", "operator");
+    let loaded = load(&format!("{BASE}{read}{ops}")).expect("two entries load");
+    let tokens = &loaded.config.server.api_tokens;
+    assert_eq!(tokens.len(), 2);
+    assert_eq!(tokens[0].scope, config::TokenScope::Read);
+    assert_eq!(tokens[1].scope, config::TokenScope::Operator);
+
+    let call = load_err(&format!(
+        "{BASE}{}",
+        entry("x", "call-scope-token-0123456789abcdefgh", "call")
+    ));
+    assert!(call.contains("call") && call.contains("operator"), "{call}");
+    let short = load_err(&format!("{BASE}{}", entry("x", "short-secret", "read")));
+    assert!(short.contains("token has 12 characters"), "{short}");
+    assert!(
+        !short.contains("short-secret"),
+        "the token is printed: {short}"
+    );
+    let twice = load_err(&format!("{BASE}{read}{read}"));
+    assert!(twice.contains("name of its own"), "{twice}");
+    let same = load_err(&format!(
+        "{BASE}{}",
+        entry("x", "wire-test-api-token-0123456789abcdef", "read")
+    ));
+    assert!(same.contains("already api_token"), "{same}");
+    let shaped = load_err(&format!(
+        "{BASE}{}",
+        entry("x", "pdc1.Q0ExMjM0NTY3ODkw.abcdefghijklmnop", "read")
+    ));
+    assert!(shaped.contains("pdc1."), "{shaped}");
+    let local = BASE
+        .replace("https://voice.example.com", "http://127.0.0.1:8080")
+        .replace("api_token = \"wire-test-api-token-0123456789abcdef\"", "");
+    let alone = load_err(&format!("{local}{read}"));
+    assert!(alone.contains("needs [server] api_token"), "{alone}");
+}

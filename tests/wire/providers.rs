@@ -447,6 +447,7 @@ fn turn() -> ChatTurn {
         ],
         history_limits: Default::default(),
         tools: None,
+        call_token: None,
     }
 }
 

@@ -61,7 +61,7 @@ pub(super) async fn await_start<T: MediaTransport>(
                     Decoded::Event(_) | Decoded::Nothing => {}
                     Decoded::Bad(e) => {
                         Metrics::inc(&app.metrics.media_frames_bad);
-                        if bad.record(&e) {
+                        if bad.record(&e, &app.peer_warnings) {
                             return None;
                         }
                     }
@@ -191,7 +191,7 @@ pub(super) async fn read_loop<R: MediaReceiver>(
             }
             Decoded::Bad(e) => {
                 Metrics::inc(&app.metrics.media_frames_bad);
-                if r.bad.record(&e) {
+                if r.bad.record(&e, &app.peer_warnings) {
                     warn!(
                         bad_total = r.bad.total,
                         "too many malformed media frames; ending this call"

@@ -113,6 +113,7 @@ impl Actor {
             history,
             history_limits: crate::provider::history::HistoryLimits::of(&self.setup.agent),
             tools: self.setup.tools.clone(),
+            call_token: self.setup.call_token.clone(),
         }));
     }
 

@@ -4,8 +4,9 @@
 //! decided, [`ControlAccess`]) or a valid phone link (signed, unexpired; the socket also uses it
 //! up — its call id is admitted once). A link opens only the one agent it names; choosing an
 //! agent and seeing the configured agents' names need the control API's credentials. The
-//! socket refuses an `Origin` that is neither
-//! loopback nor `public_url`'s, so another web site cannot open a microphone stream. A call
+//! socket refuses an `Origin` that is not `public_url`'s — with a phone link, a loopback
+//! page's too — so another web site (or, in token-less mode, another local web server's page)
+//! cannot open a microphone stream. A call
 //! here goes through [`Host::admit_direct`]: the same checks, call actor, providers, store and
 //! events as a phone call, with carrier kind `web`.
 
@@ -103,9 +104,12 @@ fn has_control_access(req: &Request<Incoming>) -> bool {
         .is_some_and(|a| a.0)
 }
 
-/// An `Origin` a socket may come from: none (not a browser), a loopback page, or a page of
-/// `public_url`.
-pub(crate) fn origin_allowed(origin: Option<&str>, public_url: &str) -> bool {
+/// An `Origin` a socket may come from: none (not a browser), a page of `public_url`, or — when
+/// `loopback_ok` (the caller brings a phone link, its own credential) — any loopback page.
+/// A caller let in by the control API's verdict gets `public_url`'s origin only, as `/v1`
+/// does: in token-less mode that verdict is ambient (any loopback peer), so another local web
+/// server's page must not ride on it.
+pub(crate) fn origin_allowed(origin: Option<&str>, public_url: &str, loopback_ok: bool) -> bool {
     let Some(origin) = origin else {
         return true;
     };
@@ -122,7 +126,7 @@ pub(crate) fn origin_allowed(origin: Option<&str>, public_url: &str) -> bool {
         .ok()
         .map(|u| u.origin().ascii_serialization())
         .filter(|s| s != "null");
-    loopback || ours.is_some_and(|ours| ours == o.origin().ascii_serialization())
+    (loopback && loopback_ok) || ours.is_some_and(|ours| ours == o.origin().ascii_serialization())
 }
 
 fn link_refusal(e: &LinkError) -> Response<Body> {
@@ -182,21 +186,26 @@ async fn phone_page(
 /// `GET /phone/socket`: checks the origin and the caller, admits the call, then hands the
 /// upgrade to the media pump.
 async fn socket(me: Arc<WebCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
+    let link = query_param(&req, "link");
+    let asked = query_param(&req, "agent");
+    let controlled = has_control_access(&req) && link.is_none();
     let origin = req
         .headers()
         .get(hyper::header::ORIGIN)
         .map(|v| v.to_str().unwrap_or("\u{0}"));
-    if !origin_allowed(origin, host.public_url()) {
+    if !origin_allowed(origin, host.public_url(), !controlled) {
         host.count(crate::carrier::port::Counter::MediaRejected);
         return text(
             403,
-            "the browser phone only accepts pages served by this daemon (a loopback origin \
-             or server.public_url)\n",
+            if controlled {
+                "the browser phone without a link only accepts pages of server.public_url \
+                 (open /phone at public_url's address)\n"
+            } else {
+                "the browser phone only accepts pages served by this daemon (a loopback origin \
+                 or server.public_url)\n"
+            },
         );
     }
-    let link = query_param(&req, "link");
-    let asked = query_param(&req, "agent");
-    let controlled = has_control_access(&req) && link.is_none();
     let (call_id, agent) = if controlled {
         (
             crate::security::link::PhoneLinks::new_call_id(),
@@ -289,14 +298,28 @@ mod tests {
     #[test]
     fn origins_loopback_or_our_own() {
         let public = "https://voice.example.com/pd";
-        assert!(origin_allowed(None, public));
-        assert!(origin_allowed(Some("http://127.0.0.1:8080"), public));
-        assert!(origin_allowed(Some("http://localhost:3000"), public));
-        assert!(origin_allowed(Some("http://[::1]:8080"), public));
-        assert!(origin_allowed(Some("https://voice.example.com"), public));
-        assert!(!origin_allowed(Some("https://evil.example.com"), public));
-        assert!(!origin_allowed(Some("http://voice.example.com"), public));
-        assert!(!origin_allowed(Some("null"), public));
-        assert!(!origin_allowed(Some("http://127.0.0.1.evil.com"), public));
+        let allowed = |o| origin_allowed(o, public, true);
+        assert!(allowed(None));
+        assert!(allowed(Some("http://127.0.0.1:8080")));
+        assert!(allowed(Some("http://localhost:3000")));
+        assert!(allowed(Some("http://[::1]:8080")));
+        assert!(allowed(Some("https://voice.example.com")));
+        assert!(!allowed(Some("https://evil.example.com")));
+        assert!(!allowed(Some("http://voice.example.com")));
+        assert!(!allowed(Some("null")));
+        assert!(!allowed(Some("http://127.0.0.1.evil.com")));
+    }
+
+    /// Without a link (the control API's verdict, ambient in token-less mode) only
+    /// `public_url`'s own origin passes: another local web server's page does not.
+    #[test]
+    fn without_a_link_only_our_own_origin() {
+        let public = "http://127.0.0.1:8080";
+        let allowed = |o| origin_allowed(o, public, false);
+        assert!(allowed(None));
+        assert!(allowed(Some("http://127.0.0.1:8080")));
+        assert!(!allowed(Some("http://localhost:3000")));
+        assert!(!allowed(Some("http://127.0.0.1:3000")));
+        assert!(!allowed(Some("http://[::1]:8080")));
     }
 }

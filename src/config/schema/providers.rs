@@ -46,6 +46,18 @@ pub struct LlmConfig {
     pub(crate) temperature: Option<f32>,
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// Send the call's own API token (scope `call`) in `X-Patterd-Call-Token`, for a brain
+    /// that acts on the call through patterd's MCP or REST API. Default: true for kind
+    /// `hermes`, false otherwise (a hosted model needs no patterd credential).
+    #[serde(default)]
+    pub send_call_token: Option<bool>,
+}
+
+impl LlmConfig {
+    /// Whether this brain gets `X-Patterd-Call-Token` ([`Self::send_call_token`]).
+    pub fn sends_call_token(&self) -> bool {
+        self.send_call_token.unwrap_or(self.kind == LlmKind::Hermes)
+    }
 }
 
 /// Local OpenAI-compatible servers with known defaults (`[llm.NAME] preset`).
