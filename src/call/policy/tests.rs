@@ -782,3 +782,6 @@ mod split;
 
 /// The speech-to-text's words during the barge-in hold.
 mod hold_words;
+
+/// The brain's outages: retries, the budget, the polite hang-up.
+mod retry;
