@@ -243,7 +243,10 @@ mod tests {
             );
         }
         for status in [400, 401, 404, 500, 504] {
-            assert!(matches!(http(status).event(), LlmEvent::Error(_)), "{status}");
+            assert!(
+                matches!(http(status).event(), LlmEvent::Error(_)),
+                "{status}"
+            );
         }
         assert!(LlmError::Truncated.unavailable());
         assert!(!LlmError::NoFirstToken(Duration::from_secs(1)).unavailable());

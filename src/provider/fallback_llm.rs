@@ -301,7 +301,10 @@ mod tests {
             Arc::new(Down(Some(Duration::from_secs(5)), p_calls.clone()));
         let (backup, b_calls) = brain("backup", vec![Some("backup here"), None]);
         let llm = FallbackLlm::new(
-            vec![("hermes".into(), primary.clone()), ("backup".into(), backup)],
+            vec![
+                ("hermes".into(), primary.clone()),
+                ("backup".into(), backup),
+            ],
             Duration::ZERO,
             Arc::new(AtomicU64::new(0)),
         );
@@ -319,8 +322,10 @@ mod tests {
         assert_eq!(p_calls.load(Ordering::Relaxed), 2);
         assert_eq!(b_calls.load(Ordering::Relaxed), 2);
         // Two members down: the shortest hint wins.
-        let other: Arc<dyn LlmProvider> =
-            Arc::new(Down(Some(Duration::from_secs(1)), Arc::new(AtomicU64::new(0))));
+        let other: Arc<dyn LlmProvider> = Arc::new(Down(
+            Some(Duration::from_secs(1)),
+            Arc::new(AtomicU64::new(0)),
+        ));
         let llm = FallbackLlm::new(
             vec![("a".into(), primary), ("b".into(), other)],
             Duration::ZERO,

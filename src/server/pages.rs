@@ -38,9 +38,9 @@ pub(crate) fn page_for(method: &Method, path: &str, headers: &HeaderMap) -> Opti
     match parts.as_slice() {
         // The segment as the client escaped it, decoded (a segment that does not decode is
         // left to the API, which refuses it with 400).
-        ["calls", id, "timeline"] if !id.is_empty() => crate::api::decode_segment(id)
-            .ok()
-            .map(Page::Timeline),
+        ["calls", id, "timeline"] if !id.is_empty() => {
+            crate::api::decode_segment(id).ok().map(Page::Timeline)
+        }
         ["calls"] if wants_html(headers) => Some(Page::Calls),
         _ => None,
     }

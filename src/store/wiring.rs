@@ -92,7 +92,8 @@ pub fn of_account(
             wired_at: r.get(3)?,
         })
     })?;
-    rows.collect::<Result<Vec<_>, _>>().map_err(StoreError::from)
+    rows.collect::<Result<Vec<_>, _>>()
+        .map_err(StoreError::from)
 }
 
 /// Saves application `app_id`'s settings before patterd first rewrote it. An existing record
@@ -128,7 +129,11 @@ pub fn get_app(
 }
 
 /// Forgets application `app_id`'s record (after it was restored).
-pub fn delete_app(conn: &Connection, carrier_account: &str, app_id: &str) -> Result<(), StoreError> {
+pub fn delete_app(
+    conn: &Connection,
+    carrier_account: &str,
+    app_id: &str,
+) -> Result<(), StoreError> {
     conn.execute(
         "DELETE FROM wiring_apps WHERE carrier_account = ?1 AND app_id = ?2",
         [carrier_account, app_id],

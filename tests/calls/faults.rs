@@ -41,7 +41,9 @@ async fn apologised_then_next_turn_works(reply: HermesReply) -> Vec<String> {
 /// hears the hold line once and the answer, never the apology.
 async fn busy_brain_is_retried_after_its_hint(status: u16) {
     let stack = Stack::start(Opts::default()).await;
-    stack.hermes.push(HermesReply::http(status, "boom: busy, retry later"));
+    stack
+        .hermes
+        .push(HermesReply::http(status, "boom: busy, retry later"));
     let (call_sid, sim) = stack.call_and_one_answered_turn().await;
     let rec = stack
         .hermes
@@ -63,7 +65,10 @@ async fn busy_brain_is_retried_after_its_hint(status: u16) {
     assert!(!spoken.iter().any(|t| t == LLM_ERROR), "{spoken:?}");
     sim.hang_up().await;
     let r = stack.finished(&call_sid).await;
-    let retries: Vec<&str> = r.events_of("llm_retry").map(|e| e.detail.as_str()).collect();
+    let retries: Vec<&str> = r
+        .events_of("llm_retry")
+        .map(|e| e.detail.as_str())
+        .collect();
     assert_eq!(retries.len(), 1, "{retries:?}");
     assert!(
         retries[0].starts_with("attempt=1 in_ms=2000:"),
@@ -176,7 +181,10 @@ async fn brain_down_for_good_ends_the_call_once_politely() {
     sim.wait_for("the apology", WAIT, |s| s.marks_echoed.len() >= 4)
         .await
         .unwrap();
-    assert_eq!(stack.spoken()[2..], [FILLER.to_string(), LLM_ERROR.to_string()]);
+    assert_eq!(
+        stack.spoken()[2..],
+        [FILLER.to_string(), LLM_ERROR.to_string()]
+    );
     // The caller tries again, the brain down for 2 s by the time the turn ends.
     speak(&sim, 600);
     let reqs = stack
@@ -189,7 +197,11 @@ async fn brain_down_for_good_ends_the_call_once_politely() {
         Some("Sorry, I cannot help right now. Goodbye."),
         "{spoken:?}"
     );
-    assert_eq!(spoken.iter().filter(|t| *t == LLM_ERROR).count(), 1, "{spoken:?}");
+    assert_eq!(
+        spoken.iter().filter(|t| *t == LLM_ERROR).count(),
+        1,
+        "{spoken:?}"
+    );
     let r = stack.finished(&call_sid).await;
     assert_eq!(r.events_of("brain_down").count(), 1);
     assert_eq!(r.events_of("call_end").count(), 1);

@@ -133,17 +133,28 @@ async fn hermes_down_speaks_the_error_message() {
         .unwrap();
     assert_eq!(
         stack.spoken(),
-        vec![GREETING.to_string(), FILLER.to_string(), LLM_ERROR.to_string()]
+        vec![
+            GREETING.to_string(),
+            FILLER.to_string(),
+            LLM_ERROR.to_string()
+        ]
     );
     assert!(!sim.state().is_closed(), "the call goes on");
     sim.hang_up().await;
     let rec = stack.finished(&call_sid).await;
     assert_eq!(rec.events_of("llm_error").count(), 1);
     let retried: Vec<u64> = rec.events_of("llm_retry").map(|e| e.t_ms).collect();
-    let apology = rec.events_of("llm_error").map(|e| e.t_ms).next().unwrap_or(0);
+    let apology = rec
+        .events_of("llm_error")
+        .map(|e| e.t_ms)
+        .next()
+        .unwrap_or(0);
     assert!(retried.len() >= 3, "{retried:?}");
     let spent = apology - retried[0];
-    assert!((2000..2600).contains(&spent), "apologised {spent} ms after the first failure");
+    assert!(
+        (2000..2600).contains(&spent),
+        "apologised {spent} ms after the first failure"
+    );
 }
 
 #[tokio::test]

@@ -731,7 +731,10 @@ async fn wire_refuses_a_shared_application_without_force() {
                 assert!(text.contains(o), "{text}");
             }
             assert!(text.contains("--force"), "{text}");
-            assert!(!text.contains("7001") || text.contains("***7001"), "masked: {text}");
+            assert!(
+                !text.contains("7001") || text.contains("***7001"),
+                "masked: {text}"
+            );
         }
     }
     assert!(w.plivo.writes().is_empty(), "nothing written");
@@ -747,7 +750,10 @@ async fn wire_refuses_a_shared_application_without_force() {
         assert!(matches!(out, WireOutcome::Restored { .. }), "{out:?}");
     }
     let after = w.telnyx.account();
-    assert_eq!((after.numbers, after.apps), (telnyx_before.numbers, telnyx_before.apps));
+    assert_eq!(
+        (after.numbers, after.apps),
+        (telnyx_before.numbers, telnyx_before.apps)
+    );
     assert_eq!(w.plivo.account().apps, plivo_before.apps);
 }
 
@@ -798,7 +804,10 @@ agent = "a"
             .expect("unwire the first");
     }
     let app = &w.plivo.account().apps[0];
-    assert_eq!(app["answer_url"], plivo_answer, "the second number still wired");
+    assert_eq!(
+        app["answer_url"], plivo_answer,
+        "the second number still wired"
+    );
     let t = w.telnyx.account();
     let ours = t.apps.iter().find(|a| a["id"] == TELNYX_APP).expect("ours");
     assert_eq!(ours["webhook_event_url"], telnyx_hook);
@@ -816,6 +825,9 @@ agent = "a"
     }
     assert_eq!(w.plivo.account().apps, plivo_before);
     let after = w.telnyx.account();
-    assert_eq!(after.apps, telnyx_before.apps, "webhook and API version as saved");
+    assert_eq!(
+        after.apps, telnyx_before.apps,
+        "webhook and API version as saved"
+    );
     assert_eq!(after.numbers, telnyx_before.numbers);
 }

@@ -422,9 +422,11 @@ async fn the_call_list_links_open_web_and_telnyx_timelines() {
         .await
         .expect("a browser call");
     let telnyx_id = "v3:list-link_call-0001";
-    let body = stack
-        .telnyx
-        .initiated(telnyx_id, crate::common::CALLER, crate::common::TELNYX_NUMBER);
+    let body = stack.telnyx.initiated(
+        telnyx_id,
+        crate::common::CALLER,
+        crate::common::TELNYX_NUMBER,
+    );
     assert_eq!(stack.telnyx.post(&body).await.expect("post").status, 200);
     tokio::time::timeout(WAIT, async {
         while stack.server.app.calls.len() < 2 {
@@ -463,7 +465,10 @@ async fn the_call_list_links_open_web_and_telnyx_timelines() {
         .iter()
         .find(|(h, _)| h.starts_with("calls/web-"))
         .unwrap_or_else(|| panic!("no web call link in {hrefs:?}"));
-    let web_id = web.0.trim_start_matches("calls/").trim_end_matches("/timeline");
+    let web_id = web
+        .0
+        .trim_start_matches("calls/")
+        .trim_end_matches("/timeline");
     assert!(web.1.contains(web_id), "the web call's own page");
     let telnyx = opened
         .iter()

@@ -140,7 +140,11 @@ where
     H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    serve_on("127.0.0.1:0".parse().expect("an address"), Arc::new(handler)).await
+    serve_on(
+        "127.0.0.1:0".parse().expect("an address"),
+        Arc::new(handler),
+    )
+    .await
 }
 
 /// Serves `handler` on `addr` until the guard is dropped (which closes the listener and cuts
@@ -184,9 +188,8 @@ pub trait FakeState: Send + Sync + 'static {
     fn tasks(&self) -> &Tasks;
 }
 
-type Handler = dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>>
-    + Send
-    + Sync;
+type Handler =
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync;
 
 /// A fake's server on 127.0.0.1:0 and its shared state, handed to the handler with each
 /// request. Dropping it stops the server and aborts the fake's tasks (they hold the shared

@@ -83,7 +83,11 @@ fn account_api(
                 .cloned()
                 .collect();
             let total_pages = matching.len().div_ceil(size).max(1);
-            let data: Vec<Value> = matching.into_iter().skip((page - 1) * size).take(size).collect();
+            let data: Vec<Value> = matching
+                .into_iter()
+                .skip((page - 1) * size)
+                .take(size)
+                .collect();
             Some(json_resp(
                 200,
                 &json!({"data": data, "meta": {"page_number": page, "page_size": size,

@@ -64,7 +64,10 @@ async fn a_turn_is_answered_after_the_brain_restarts_with_no_apology() {
         .find(|e| e.kind == EventKind::TtsFirstAudio && e.t_ms >= first_token)
         .map(|e| e.t_ms)
         .expect("the reply's first audio");
-    assert!(first_token >= back_ms, "answered only once the brain was back");
+    assert!(
+        first_token >= back_ms,
+        "answered only once the brain was back"
+    );
     let after_restart = first_audio - back_ms;
     // The last backoff before the brain came back was at most 2 s; then its first token
     // (100 ms) and the synthesis' first audio (100 ms).
@@ -88,7 +91,13 @@ async fn a_turn_is_answered_after_the_brain_restarts_with_no_apology() {
 async fn a_brain_down_for_40_s_ends_the_call_once_politely() {
     let created = tokio::time::Instant::now();
     let kit = call(
-        &["hello", "hello, are you there", "can you hear me", "hello?", "anyone?"],
+        &[
+            "hello",
+            "hello, are you there",
+            "can you hear me",
+            "hello?",
+            "anyone?",
+        ],
         vec![],
         "idle_nudge_after_s = 0",
     );
@@ -108,8 +117,7 @@ async fn a_brain_down_for_40_s_ends_the_call_once_politely() {
                     || r.ended_reason != EndReason::InProgress
             })
             .await;
-        if r.ended_reason != EndReason::InProgress
-            || r.events_of(EventKind::BrainDown).count() > 0
+        if r.ended_reason != EndReason::InProgress || r.events_of(EventKind::BrainDown).count() > 0
         {
             break kit.call.finished().await;
         }
@@ -128,7 +136,11 @@ async fn a_brain_down_for_40_s_ends_the_call_once_politely() {
         .iter()
         .filter(|s| **s == agent.llm_error_message)
         .count();
-    assert_eq!(apologies, turns - 1, "one apology per earlier turn: {spoken:?}");
+    assert_eq!(
+        apologies,
+        turns - 1,
+        "one apology per earlier turn: {spoken:?}"
+    );
     let ended_at = r
         .events_of(EventKind::BrainDown)
         .next()

@@ -73,17 +73,26 @@ fn a_brain_that_comes_back_answers_the_turn_with_the_filler_once_and_no_apology(
     for _ in 0..3 {
         c.step(refused());
         assert!(c.did(&Action::CancelBrain));
-        assert!(c.policy.brain, "still the brain's turn (thinking, or the filler playing)");
+        assert!(
+            c.policy.brain,
+            "still the brain's turn (thinking, or the filler playing)"
+        );
         waits.push(c.until_brain_start(5000).expect("asked again"));
     }
     // 250 ms doubling, each a random half to all of it (5 ms steps of the harness).
     for (i, w) in waits.iter().enumerate() {
         let base = (RETRY_FIRST * (1 << i)).min(RETRY_MAX).as_millis() as u64;
-        assert!(*w >= base / 2 && *w <= base + 5, "retry {i}: {w} ms of {base}");
+        assert!(
+            *w >= base / 2 && *w <= base + 5,
+            "retry {i}: {w} ms of {base}"
+        );
     }
     let starts = c.brain_starts();
     assert_eq!(starts.len(), 4);
-    assert!(starts.iter().all(|h| *h == asked), "the same turn each time");
+    assert!(
+        starts.iter().all(|h| *h == asked),
+        "the same turn each time"
+    );
     assert_eq!(c.count(EventKind::LlmRetry), 3);
     c.step(Input::Llm(LlmEvent::Delta(REPLY.into())));
     c.step(Input::Llm(LlmEvent::Done));
@@ -101,12 +110,18 @@ fn retry_after_is_honoured_and_capped_by_the_budget() {
     c.caller_says("what are your opening hours");
     c.step(busy(3));
     let w = c.until_brain_start(10_000).expect("asked again");
-    assert!((3000..=3005).contains(&w), "waited {w} ms for a Retry-After of 3 s");
+    assert!(
+        (3000..=3005).contains(&w),
+        "waited {w} ms for a Retry-After of 3 s"
+    );
     // A hint longer than what is left of the budget: the last try is at the budget's end
     // (8 s after the first failure, 3 s of it gone).
     c.step(busy(120));
     let w = c.until_brain_start(10_000).expect("asked again");
-    assert!((4995..=5005).contains(&w), "waited {w} ms, the rest of the budget");
+    assert!(
+        (4995..=5005).contains(&w),
+        "waited {w} ms, the rest of the budget"
+    );
     assert_eq!(c.apologies(), 0, "no apology while the budget lasts");
     // That try fails too: now the caller hears the apology, and no more tries.
     c.step(busy(1));
@@ -218,7 +233,10 @@ fn a_brain_down_for_brain_down_hangup_s_ends_the_call_once_politely() {
         .and_then(|m| m.parse().ok())
         .expect("down_ms");
     assert!((30_000..31_000).contains(&ms), "ended after {ms} ms down");
-    assert_eq!(c.spoken(|k| matches!(k, UttKind::Error { .. })).last(), Some(&goodbye));
+    assert_eq!(
+        c.spoken(|k| matches!(k, UttKind::Error { .. })).last(),
+        Some(&goodbye)
+    );
     assert_eq!(
         c.log
             .iter()
@@ -227,7 +245,11 @@ fn a_brain_down_for_brain_down_hangup_s_ends_the_call_once_politely() {
         1
     );
     // Before the end, each turn got one apology after its own budget: not one per retry.
-    assert!(c.apologies() >= 1 && c.apologies() < turns, "{} of {turns}", c.apologies());
+    assert!(
+        c.apologies() >= 1 && c.apologies() < turns,
+        "{} of {turns}",
+        c.apologies()
+    );
     assert_eq!(c.count(EventKind::LlmError), c.apologies() + 1);
 }
 
