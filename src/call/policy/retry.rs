@@ -91,8 +91,12 @@ impl Policy {
         (after > 0.0).then(|| since + Duration::from_secs_f64(after))
     }
 
-    /// When the next retry of the current turn goes out.
+    /// When the next retry of the current turn goes out (none once the turn is no longer the
+    /// brain's: the call is ending or being transferred).
     pub(super) fn retry_deadline(&self) -> Option<Instant> {
+        if !self.brain || self.closing.is_some() {
+            return None;
+        }
         self.turn.as_ref()?.retry?.next_at
     }
 
@@ -153,6 +157,9 @@ impl Policy {
 
     /// A retry whose time has come: the same history goes to the brain again.
     pub(super) fn retry_due(&mut self, now: Instant) {
+        if self.retry_deadline().is_none_or(|t| t > now) {
+            return;
+        }
         let Some(retry) = self.turn.as_mut().and_then(|t| t.retry.as_mut()) else {
             return;
         };

@@ -269,3 +269,23 @@ fn a_brain_that_answers_in_between_is_not_down() {
     assert_eq!(c.count(EventKind::BrainDown), 0);
     assert_eq!(c.apologies(), 0);
 }
+
+#[test]
+fn a_transfer_while_a_retry_waits_stops_the_retries() {
+    let mut c = Call::answered("transfer_allowed = [\"+1415555\"]");
+    c.caller_says("put me through to sales");
+    c.step(busy(3));
+    c.step(Input::Act {
+        id: 7,
+        action: CallAction::Transfer {
+            to: "+14155550100".into(),
+        },
+    });
+    // The carrier takes its time: the turn is no longer the brain's, nothing asks it again.
+    assert_eq!(
+        c.until_brain_start(10_000),
+        None,
+        "no retry after the transfer"
+    );
+    assert!(c.log.iter().any(|a| matches!(a, Action::Transfer { .. })));
+}
