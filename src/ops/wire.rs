@@ -8,10 +8,10 @@
 //! Telnyx and Plivo route numbers through an application several numbers may share, and wiring
 //! rewrites it: a wire that would move other numbers' calls (the application points elsewhere
 //! and routes numbers that are neither wired by patterd nor in its `[[numbers]]`) lists them
-//! and is refused unless `--force`. The
-//! application's settings are kept once per application, from before the first wire through
-//! it (a second number's wire does not replace them); `unwire` restores the number's own
-//! settings, and the application only with the last number wired through it.
+//! and is refused unless `--force`. The application's settings are kept once per application,
+//! from before the first wire through it (a second number's wire does not replace them);
+//! `unwire` restores the number's own settings, and the application only with the last number
+//! wired through it.
 
 use std::path::Path;
 
