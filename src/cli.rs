@@ -88,12 +88,20 @@ pub enum Command {
     ///
     /// NUMBER must be in [[numbers]]. Its current settings are saved in the store first, so
     /// `patterd unwire NUMBER` restores exactly them.
+    ///
+    /// On Telnyx and Plivo the number's calls go through an application other numbers may
+    /// share; when it routes numbers patterd did not wire, they are listed and the wire is
+    /// refused unless --force.
     Wire {
         /// The number, E.164 (e.g. +14155550100).
         number: String,
         /// Read the number, print the requests that would change it, change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Rewrite the number's application even when other numbers use it (their calls come
+        /// to patterd too; `unwire` of the last wired number puts it back).
+        #[arg(long)]
+        force: bool,
     },
     /// Restore the voice webhook settings NUMBER had before `patterd wire`.
     Unwire {

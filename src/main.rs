@@ -32,7 +32,7 @@ fn runtime(worker_threads: Option<usize>) -> Option<tokio::runtime::Runtime> {
 }
 
 /// `patterd wire` / `unwire`.
-fn wire(config: Option<&Path>, number: &str, dry_run: bool, unwire: bool) -> ExitCode {
+fn wire(config: Option<&Path>, number: &str, dry_run: bool, force: bool, unwire: bool) -> ExitCode {
     use patterd::ops::wire::{self, WireOutcome};
     let loaded = match load(config) {
         Ok(l) => l,
@@ -50,7 +50,7 @@ fn wire(config: Option<&Path>, number: &str, dry_run: bool, unwire: bool) -> Exi
         if unwire {
             wire::unwire(cfg, &data_dir, number, dry_run).await
         } else {
-            wire::wire(cfg, &data_dir, number, dry_run).await
+            wire::wire(cfg, &data_dir, number, dry_run, force).await
         }
     });
     let masked = patterd::security::mask_number(number);
@@ -418,14 +418,12 @@ fn main() -> ExitCode {
         Command::Wire {
             ref number,
             dry_run,
-        }
-        | Command::Unwire {
+            force,
+        } => wire(cli.config.as_deref(), number, dry_run, force, false),
+        Command::Unwire {
             ref number,
             dry_run,
-        } => {
-            let unwire = matches!(cli.command, Some(Command::Unwire { .. }));
-            wire(cli.config.as_deref(), number, dry_run, unwire)
-        }
+        } => wire(cli.config.as_deref(), number, dry_run, false, true),
         Command::Mcp { stdio, url, token } => {
             if token_in_argv {
                 eprintln!(

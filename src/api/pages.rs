@@ -86,6 +86,23 @@ fn shell(title: &str, body: &str) -> String {
     )
 }
 
+/// What a call id must have escaped to be one path segment of a link in an HTML attribute:
+/// everything but RFC 3986's unreserved characters and `:` / `@` (allowed in a segment that is
+/// not the first of a relative reference; web call ids have `-`, Telnyx's `v3:`). The server
+/// decodes the segment before matching it (`server::pages::page_for`).
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b':')
+    .remove(b'@');
+
+/// `id` as one path segment.
+pub(crate) fn encode_segment(id: &str) -> String {
+    percent_encoding::utf8_percent_encode(id, SEGMENT).to_string()
+}
+
 fn calls_page(calls: &[CallRow]) -> String {
     let mut b = String::from(
         "<h1>Recent calls</h1><div class=\"sub\">Newest first; open a call for its timeline.</div>\
@@ -94,10 +111,7 @@ fn calls_page(calls: &[CallRow]) -> String {
     );
     for c in calls {
         let id = esc(&c.call_id);
-        let href = format!(
-            "calls/{}/timeline",
-            percent_encoding::utf8_percent_encode(&c.call_id, percent_encoding::NON_ALPHANUMERIC)
-        );
+        let href = format!("calls/{}/timeline", encode_segment(&c.call_id));
         let _ = write!(
             b,
             "<tr class=\"call\"><td><a href=\"{href}\">{id}</a></td><td>{}</td><td>{}</td><td>{}</td>\

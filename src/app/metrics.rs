@@ -181,6 +181,7 @@ label_enum!(
         MaxDuration => "max_duration",
         CallerSilent => "caller_silent",
         Transferred => "transferred",
+        BrainDown => "brain_down",
         Shutdown => "shutdown",
     }
 );
@@ -196,6 +197,7 @@ impl From<&EndReason> for Outcome {
             EndReason::MaxDuration => Outcome::MaxDuration,
             EndReason::CallerSilent => Outcome::CallerSilent,
             EndReason::Transferred(_) => Outcome::Transferred,
+            EndReason::BrainDown => Outcome::BrainDown,
             EndReason::HandlesDropped | EndReason::InProgress => Outcome::Shutdown,
         }
     }

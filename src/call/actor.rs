@@ -132,6 +132,19 @@ struct Actor {
 }
 
 /// Microseconds from `at` to now.
+/// A random seed for the call's brain-retry jitter (the standard library's per-process
+/// random hash keys, mixed with the time).
+fn jitter_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
 fn micros_since(at: Instant) -> u64 {
     at.elapsed().as_micros() as u64
 }
@@ -220,7 +233,8 @@ impl Actor {
                 now,
             )
             .with_stt_turns(stt.ends_turns())
-            .with_turn_model(setup.turn_model.as_ref().map(|w| w.timing())),
+            .with_turn_model(setup.turn_model.as_ref().map(|w| w.timing()))
+            .with_jitter_seed(jitter_seed()),
             vad: Some(vad(&setup.agent)),
             events: EventLog::default(),
             frames_dropped: 0,
@@ -360,7 +374,7 @@ impl Actor {
     /// An event of the brain's reply stream (one that ends early is an error).
     fn on_llm(&mut self, ev: Option<LlmEvent>) -> Option<EndReason> {
         let ev = ev.unwrap_or_else(|| LlmEvent::Error("the reply stream ended early".into()));
-        if let LlmEvent::Error(message) = &ev {
+        if let LlmEvent::Error(message) | LlmEvent::Unavailable { message, .. } = &ev {
             warn!(%message, "the brain failed this turn");
         }
         if let LlmEvent::Usage(u) = ev {

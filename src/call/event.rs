@@ -98,6 +98,12 @@ event_kinds! {
     SpeculationUsed = "speculation_used",
     /// The brain failed (detail: why); the caller hears `llm_error_message`.
     LlmError = "llm_error",
+    /// The brain was unavailable before any of the reply (no connection, a cut stream,
+    /// 429/502/503): the turn is asked again (detail: `attempt=N in_ms=WAIT: why`).
+    LlmRetry = "llm_retry",
+    /// The brain has answered nothing for `brain_down_hangup_s`: the call ends with
+    /// `brain_down_message` (detail: `down_ms=…`).
+    BrainDown = "brain_down",
     /// The brain reported tool progress (detail: the tool's label).
     ToolProgress = "tool_progress",
     /// The in-call model called a tool (detail: JSON `turn`, `id`, `name`, `arguments`).
@@ -295,6 +301,8 @@ pub enum EndReason {
     HandlesDropped,
     /// The agent transferred the caller to this number (E.164) and the carrier accepted it.
     Transferred(String),
+    /// The brain answered nothing for `brain_down_hangup_s`; the agent said goodbye.
+    BrainDown,
 }
 
 impl EndReason {
@@ -310,6 +318,7 @@ impl EndReason {
             EndReason::MaxDuration => "maximum call duration reached",
             EndReason::CallerSilent => "caller silent",
             EndReason::HandlesDropped => "handles dropped",
+            EndReason::BrainDown => "the brain was unavailable",
             EndReason::HungUp(why) => return Cow::Owned(format!("hung up: {why}")),
             EndReason::Transferred(to) => return Cow::Owned(format!("transferred to {to}")),
         })

@@ -57,6 +57,7 @@ mod eot;
 mod hold;
 mod io;
 mod keypad;
+mod retry;
 mod speaking;
 mod speculate;
 #[cfg(test)]
@@ -109,6 +110,10 @@ struct Turn {
     /// Tool calling: when the model's latest tool call arrived, whether a tool result is
     /// waiting for the reply's next sentence, and that sentence's utterance.
     tools: TurnTools,
+    /// Some of the reply came (text, a tool call or its progress): a failure is not retried.
+    streamed: bool,
+    /// The brain was unavailable for this turn: its retries (`retry.rs`).
+    retry: Option<retry::Retrying>,
 }
 
 /// A turn's tool-call bookkeeping (for the `tool_reply_first_frame` latency).
@@ -190,6 +195,10 @@ pub(crate) struct Policy {
     pending: VecDeque<Action>,
     /// The time of the last input handled.
     last_now: Instant,
+    /// The brain's first failure since it last answered (`brain_down_hangup_s`).
+    brain_down_since: Option<Instant>,
+    /// The jitter of the brain's retry backoff.
+    jitter: retry::Jitter,
 }
 
 /// A speculative brain request: the text it was started on and the reply events held back
@@ -245,7 +254,16 @@ impl Policy {
             out: Vec::new(),
             pending: VecDeque::new(),
             last_now: now,
+            brain_down_since: None,
+            jitter: retry::Jitter::new(0x5EED),
         }
+    }
+
+    /// The seed of the brain retries' jitter (the actor gives each call its own, so calls
+    /// that lost the brain together do not all retry at the same instants).
+    pub(crate) fn with_jitter_seed(mut self, seed: u64) -> Self {
+        self.jitter = retry::Jitter::new(seed);
+        self
     }
 
     /// The speech-to-text decides the end of turns itself (see
@@ -380,7 +398,10 @@ impl Policy {
             }
             Input::Llm(ev) => match self.speculation.as_mut() {
                 Some(spec) => {
-                    if matches!(ev, LlmEvent::Done | LlmEvent::Error(_)) {
+                    if matches!(
+                        ev,
+                        LlmEvent::Done | LlmEvent::Error(_) | LlmEvent::Unavailable { .. }
+                    ) {
                         self.out.push(Action::CancelBrain);
                     }
                     spec.events.push(ev);
@@ -437,8 +458,9 @@ impl Policy {
         }
     }
 
-    /// The earliest time the policy wants an [`Input::Timer`]: the filler, the end of turn,
-    /// the barge-in decision, the idle nudge or the end of the goodbye; the last input's time
+    /// The earliest time the policy wants an [`Input::Timer`]: the filler, the brain's retry,
+    /// the end of turn, the barge-in decision, the idle nudge or the end of the goodbye; the
+    /// last input's time
     /// when a held turn or the goodbye's end became due outside a step.
     pub(crate) fn deadline(&self, mouth: &Mouth) -> Option<Instant> {
         let phase_at = match self.phase {
@@ -449,6 +471,7 @@ impl Policy {
         [
             self.settle_due(mouth).then_some(self.last_now),
             self.filler_deadline(mouth),
+            self.retry_deadline(),
             self.eot_at,
             self.keypad.deadline(),
             phase_at,
@@ -539,6 +562,7 @@ impl Policy {
         if self.filler_deadline(mouth).is_some_and(|t| t <= now) {
             self.filler("slow", now, mouth);
         }
+        self.retry_due(now);
         if self.eot_at.is_some_and(|t| t <= now) {
             self.eot_at = None;
             self.check_end_of_turn(now, mouth);
@@ -755,6 +779,8 @@ impl Policy {
             reply_text: String::new(),
             keypad: dtmf,
             tools: TurnTools::default(),
+            streamed: false,
+            retry: None,
         });
         self.event(EventKind::LlmRequest, self.turns.to_string());
         if let Some(events) = speculated {

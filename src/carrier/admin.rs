@@ -106,6 +106,24 @@ pub struct Wiring {
     pub(crate) describe: String,
     /// The carrier's own restore record (everything `unwire` needs to put it back).
     pub saved: serde_json::Value,
+    /// The application the wire rewrites, when the carrier routes numbers through one that
+    /// several numbers may share (Telnyx's Call Control application, Plivo's application).
+    /// Its settings are kept once per application (`store::wiring`), restored when the last
+    /// number wired through it is unwired. None for Twilio (per number) and in records saved
+    /// before this existed (their `saved` holds the application, restored with the number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<SharedApp>,
+}
+
+/// A carrier application several numbers may route through.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SharedApp {
+    /// Its id at the carrier.
+    pub id: String,
+    /// Where it sends calls as read (empty: nowhere).
+    pub voice_url: String,
+    /// Its settings as read: what [`NumberAdmin::restore_app_plan`] puts back.
+    pub saved: serde_json::Value,
 }
 
 impl Wiring {
@@ -131,8 +149,21 @@ pub trait NumberAdmin: Send + Sync {
         current: &Wiring,
         public_url: &str,
     ) -> Result<Vec<AdminRequest>, CarrierError>;
-    /// The requests that restore exactly the settings saved in `previous`.
+    /// The requests that restore exactly the settings saved in `previous` — the number's own
+    /// when `previous.app` is set (its application is restored apart, by
+    /// [`NumberAdmin::restore_app_plan`], once no other wired number uses it).
     fn restore_plan(&self, previous: &Wiring) -> Result<Vec<AdminRequest>, CarrierError>;
+    /// The numbers (E.164) that route through `app` now, this one included (read through the
+    /// carrier's number list). Carriers without shared applications have none.
+    fn app_numbers(&self, app: &SharedApp) -> BoxFuture<Result<Vec<String>, CarrierError>> {
+        let _ = app;
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    /// The requests that restore `app` as it was saved.
+    fn restore_app_plan(&self, app: &SharedApp) -> Result<Vec<AdminRequest>, CarrierError> {
+        let _ = app;
+        Ok(Vec::new())
+    }
     /// Sends one planned request with the account's credentials.
     fn send(&self, req: AdminRequest) -> BoxFuture<Result<serde_json::Value, CarrierError>>;
 }

@@ -308,6 +308,18 @@ pub struct AgentConfig {
     /// Spoken when the brain fails before any reply audio of the turn.
     #[serde(default = "default_llm_error_message")]
     pub llm_error_message: String,
+    /// How long a turn whose brain is unreachable, overloaded (429/502/503) or cut off before
+    /// any reply is retried (with backoff, the filler spoken once) before the caller hears
+    /// `llm_error_message`; 0: no retries.
+    #[serde(default = "default_brain_retry_s")]
+    pub brain_retry_s: f64,
+    /// A brain that has answered nothing for this long (every turn failing) ends the call
+    /// with `brain_down_message` instead of another apology; 0: never.
+    #[serde(default = "default_brain_down_hangup_s")]
+    pub brain_down_hangup_s: f64,
+    /// The last line before that hang-up.
+    #[serde(default = "default_brain_down_message")]
+    pub brain_down_message: String,
     /// Seconds a brain of a fallback chain that failed is skipped before it is tried again.
     #[serde(default = "default_fallback_cooldown_s")]
     pub(crate) fallback_cooldown_s: u64,
@@ -492,6 +504,17 @@ fn default_tts_cooldown_s() -> f64 {
 }
 fn default_fallback_cooldown_s() -> u64 {
     30
+}
+fn default_brain_retry_s() -> f64 {
+    8.0
+}
+fn default_brain_down_hangup_s() -> f64 {
+    30.0
+}
+fn default_brain_down_message() -> String {
+    "I'm sorry, I can't help right now because of a technical problem. Please call back in \
+     a few minutes. Goodbye."
+        .into()
 }
 
 /// `llm = "hermes"` or `llm = ["hermes", "backup"]`: one provider or a fallback chain.

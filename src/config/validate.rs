@@ -174,6 +174,7 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     for (name, agent) in &config.agents {
         agent_providers(&mut c, name, agent, config);
         agent_turn_taking(&mut c, name, agent);
+        agent_brain_outage(&mut c, name, agent);
     }
     // Tool keys (config::tools).
     for (name, agent) in &config.agents {
@@ -536,6 +537,34 @@ fn agent_providers(c: &mut Check, name: &str, agent: &AgentConfig, config: &Conf
         c.fail(
             &["agents", name, "tts_cooldown_s"],
             format!("[agents.{name}] tts_cooldown_s = {cool} must be 0 or more seconds"),
+        );
+    }
+}
+
+/// Longest `brain_retry_s`: a caller kept waiting longer than this hears nothing useful.
+const MAX_BRAIN_RETRY_S: f64 = 60.0;
+
+/// `[agents.NAME]`: what a call does while its brain is down (`brain_retry_s`,
+/// `brain_down_hangup_s`).
+fn agent_brain_outage(c: &mut Check, name: &str, agent: &AgentConfig) {
+    let retry = agent.brain_retry_s;
+    if !retry.is_finite() || !(0.0..=MAX_BRAIN_RETRY_S).contains(&retry) {
+        c.fail(
+            &["agents", name, "brain_retry_s"],
+            format!(
+                "[agents.{name}] brain_retry_s = {retry} must be between 0 (no retries) and \
+                 {MAX_BRAIN_RETRY_S} seconds"
+            ),
+        );
+    }
+    let hangup = agent.brain_down_hangup_s;
+    if !hangup.is_finite() || hangup < 0.0 {
+        c.fail(
+            &["agents", name, "brain_down_hangup_s"],
+            format!(
+                "[agents.{name}] brain_down_hangup_s = {hangup} must be 0 (never hang up) or \
+                 more seconds"
+            ),
         );
     }
 }

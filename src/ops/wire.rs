@@ -4,11 +4,19 @@
 //! keeps that first record, and `unwire` sends exactly the saved settings back, then forgets
 //! them. `--dry-run` still reads the number (GET requests change nothing) but only prints the
 //! writes it would send.
+//!
+//! Telnyx and Plivo route numbers through an application several numbers may share, and wiring
+//! rewrites it: a wire that would move other numbers' calls (the application points elsewhere
+//! and routes numbers that are neither wired by patterd nor in its `[[numbers]]`) lists them
+//! and is refused unless `--force`. The application's settings are kept once per application,
+//! from before the first wire through it (a second number's wire does not replace them);
+//! `unwire` restores the number's own settings, and the application only with the last number
+//! wired through it.
 
 use std::path::Path;
 
 use crate::carrier::CarrierError;
-use crate::carrier::admin::{AdminRequest, Wiring};
+use crate::carrier::admin::{AdminRequest, SharedApp, Wiring};
 use crate::config::Config;
 use crate::store::{StoreError, wiring};
 use crate::util::phone::normalize_e164;
@@ -24,6 +32,18 @@ pub enum WireError {
     NoCarrier(String),
     #[error("[carriers.{account}] lacks {missing}; set the credentials first")]
     MissingCredentials { account: String, missing: String },
+    #[error(
+        "{app} routes {count} other number(s) as well ({listed}); wiring {number} would send \
+         their calls to patterd too. Move {number} to an application of its own in the carrier \
+         console, or run again with --force to rewrite the shared one"
+    )]
+    SharedApp {
+        number: String,
+        app: String,
+        count: usize,
+        /// The other numbers, masked (the first few).
+        listed: String,
+    },
     #[error("{0} has no saved settings: it was not wired by patterd (or was already unwired)")]
     NotWired(String),
     #[error("the saved settings of {0} are unreadable ({1}); restore them in the carrier console")]
@@ -75,27 +95,94 @@ fn admin_for(
     Ok(c.admin()?)
 }
 
-/// Points `number` at `public_url`.
+/// The numbers listed in a [`WireError::SharedApp`].
+const LISTED: usize = 5;
+
+/// The saved number records of `account`, read back.
+fn wired_numbers(
+    conn: &rusqlite::Connection,
+    account: &str,
+) -> Result<Vec<(String, Wiring)>, WireError> {
+    let mut out = Vec::new();
+    for r in wiring::of_account(conn, account)? {
+        let w: Wiring = serde_json::from_str(&r.previous).map_err(|e| {
+            WireError::BadRecord(crate::security::mask_number(&r.number), e.to_string())
+        })?;
+        out.push((r.number, w));
+    }
+    Ok(out)
+}
+
+/// Points `number` at `public_url`. With `force`, also when the number's application is
+/// shared with numbers patterd did not wire (see the module docs).
 pub async fn wire(
     config: &Config,
     data_dir: &Path,
     number: &str,
     dry_run: bool,
+    force: bool,
 ) -> Result<WireOutcome, WireError> {
     let (number, account) = number_and_account(config, number)?;
     let admin = admin_for(config, &account)?;
     let public = config.server.public_url.trim();
+    let inbound = admin.inbound_url(public);
     let current = admin.read_wiring(&number).await?;
     let plan = admin.wire_plan(&current, public)?;
+    let conn = wiring::open(data_dir)?;
+    if let Some(app) = &current.app {
+        let points_here = app.voice_url.trim_end_matches('/') == inbound.trim_end_matches('/');
+        if !points_here && !force {
+            // Numbers patterd wired or serves on this account are not moved against anyone's will.
+            let mut ours: Vec<String> = wired_numbers(&conn, &account)?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect();
+            ours.extend(
+                config
+                    .numbers
+                    .iter()
+                    .filter(|e| e.carrier == account)
+                    .filter_map(|e| normalize_e164(&e.number)),
+            );
+            let others: Vec<String> = admin
+                .app_numbers(app)
+                .await?
+                .into_iter()
+                .filter(|n| *n != number && !ours.contains(n))
+                .collect();
+            if !others.is_empty() {
+                let mut listed: Vec<String> = others
+                    .iter()
+                    .take(LISTED)
+                    .map(|n| crate::security::mask_number(n))
+                    .collect();
+                if others.len() > LISTED {
+                    listed.push(format!("and {} more", others.len() - LISTED));
+                }
+                return Err(WireError::SharedApp {
+                    number: crate::security::mask_number(&number),
+                    app: format!("application {}", app.id),
+                    count: others.len(),
+                    listed: listed.join(", "),
+                });
+            }
+        }
+    }
     if dry_run {
         return Ok(WireOutcome::DryRun(plan));
     }
-    let conn = wiring::open(data_dir)?;
-    if current.points_at(&admin.inbound_url(public)) && wiring::get(&conn, &number)?.is_some() {
+    if current.points_at(&inbound) && wiring::get(&conn, &number)?.is_some() {
         return Ok(WireOutcome::AlreadyWired);
     }
     let record = serde_json::to_string(&current)
         .map_err(|e| WireError::BadRecord(number.clone(), e.to_string()))?;
+    if let Some(app) = &current.app {
+        // The application as it was before the first wire through it: a later wire (another
+        // number on it, now pointing here) keeps that record.
+        let saved = serde_json::to_string(app)
+            .map_err(|e| WireError::BadRecord(number.clone(), e.to_string()))?;
+        wiring::save_app(&conn, &account, &app.id, &saved)?;
+    }
     wiring::save(&conn, &number, &account, &record)?;
     let sent = plan.len();
     for req in plan {
@@ -120,8 +207,26 @@ pub async fn unwire(
     let record = wiring::get(&conn, &n)?.ok_or_else(|| WireError::NotWired(masked.clone()))?;
     let previous: Wiring = serde_json::from_str(&record.previous)
         .map_err(|e| WireError::BadRecord(masked.clone(), e.to_string()))?;
-    let admin = admin_for(config, &record.carrier_account)?;
-    let plan = admin.restore_plan(&previous)?;
+    let account = record.carrier_account.clone();
+    let admin = admin_for(config, &account)?;
+    let mut plan = admin.restore_plan(&previous)?;
+    // The application goes back with the last number wired through it, as it was before the
+    // first of them.
+    let mut restored_app = None;
+    if let Some(app) = &previous.app {
+        let still_used = wired_numbers(&conn, &account)?
+            .iter()
+            .any(|(other, w)| *other != n && w.app.as_ref().is_some_and(|a| a.id == app.id));
+        if !still_used {
+            let saved: SharedApp = match wiring::get_app(&conn, &account, &app.id)? {
+                Some(json) => serde_json::from_str(&json)
+                    .map_err(|e| WireError::BadRecord(masked.clone(), e.to_string()))?,
+                None => app.clone(),
+            };
+            plan.extend(admin.restore_app_plan(&saved)?);
+            restored_app = Some(app.id.clone());
+        }
+    }
     if dry_run {
         return Ok(WireOutcome::DryRun(plan));
     }
@@ -130,5 +235,8 @@ pub async fn unwire(
         admin.send(req).await?;
     }
     wiring::delete(&conn, &n)?;
+    if let Some(id) = restored_app {
+        wiring::delete_app(&conn, &account, &id)?;
+    }
     Ok(WireOutcome::Restored { sent })
 }

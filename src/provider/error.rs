@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use super::LlmEvent;
 use super::openai::describe_reqwest;
 
 /// A provider could not be built from its configuration.
@@ -48,7 +49,12 @@ pub enum LlmError {
     #[error("request failed: {}", describe_reqwest(.0))]
     Request(#[source] reqwest::Error),
     #[error("HTTP {status}: {message}")]
-    Http { status: u16, message: String },
+    Http {
+        status: u16,
+        message: String,
+        /// The response's `Retry-After`, when it had one we could read.
+        retry_after: Option<Duration>,
+    },
     #[error("stream failed: {}", describe_reqwest(.0))]
     Stream(#[source] reqwest::Error),
     #[error(
@@ -67,6 +73,48 @@ pub enum LlmError {
     FinishedWithError,
     #[error("the turn was abandoned")]
     Abandoned,
+}
+
+impl LlmError {
+    /// Whether the brain may be back soon rather than refusing this request: it could not be
+    /// reached or the connection broke before the reply ended (a restart), or it answered
+    /// 429, 502 or 503 (busy, or a proxy in front of a brain that is down). A timeout is not:
+    /// the request may still be running there.
+    pub fn unavailable(&self) -> bool {
+        match self {
+            LlmError::Request(e) => !e.is_builder() && !e.is_timeout(),
+            LlmError::Stream(_) | LlmError::Truncated => true,
+            LlmError::Http { status, .. } => matches!(status, 429 | 502 | 503),
+            _ => false,
+        }
+    }
+
+    /// The event a brain sends for this failure: [`LlmEvent::Unavailable`] (with the
+    /// server's `Retry-After`) when [`LlmError::unavailable`], else [`LlmEvent::Error`].
+    pub(crate) fn event(&self) -> LlmEvent {
+        if !self.unavailable() {
+            return LlmEvent::Error(self.to_string());
+        }
+        let retry_after = match self {
+            LlmError::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        };
+        LlmEvent::Unavailable {
+            message: self.to_string(),
+            retry_after,
+        }
+    }
+}
+
+/// A `Retry-After` value (RFC 9110: delay-seconds or an HTTP-date) as a wait from `now`;
+/// `None` when it is neither. A date in the past is no wait.
+pub(crate) fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// One synthesis failed. The sentence is skipped (or, in a chain, spoken by the next TTS when
@@ -179,11 +227,55 @@ mod tests {
     }
 
     #[test]
+    fn brain_failures_a_retry_may_fix_are_unavailable() {
+        let http = |status| LlmError::Http {
+            status,
+            message: "x".into(),
+            retry_after: Some(Duration::from_secs(2)),
+        };
+        for status in [429, 502, 503] {
+            assert_eq!(
+                http(status).event(),
+                LlmEvent::Unavailable {
+                    message: format!("HTTP {status}: x"),
+                    retry_after: Some(Duration::from_secs(2)),
+                }
+            );
+        }
+        for status in [400, 401, 404, 500, 504] {
+            assert!(
+                matches!(http(status).event(), LlmEvent::Error(_)),
+                "{status}"
+            );
+        }
+        assert!(LlmError::Truncated.unavailable());
+        assert!(!LlmError::NoFirstToken(Duration::from_secs(1)).unavailable());
+        assert!(!LlmError::HermesFailed("x".into()).unavailable());
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_a_date() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        assert_eq!(parse_retry_after(" 2 ", now), Some(Duration::from_secs(2)));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-1", now), None);
+    }
+
+    #[test]
     fn turn_errors_read_as_before() {
         assert_eq!(
             LlmError::Http {
                 status: 401,
-                message: "bad key".into()
+                message: "bad key".into(),
+                retry_after: None,
             }
             .to_string(),
             "HTTP 401: bad key"

@@ -8,6 +8,14 @@
 //! provider has produced a token the turn stays with it: a reply never switches
 //! mid-sentence. After the cool-down the failed provider is tried first again; when every
 //! provider is cooling down they are all tried in order anyway.
+//!
+//! Outages (`brain_retry_s`): the chain itself never waits. One attempt of a turn tries each
+//! member once, in the order above, switching at once; only when every member failed does the
+//! call see the failure — as [`LlmEvent::Unavailable`] if any member's failure may pass (no
+//! connection, a broken stream, 429/502/503; the shortest `Retry-After` of them), else as
+//! [`LlmEvent::Error`] — and the call's retry (`call::policy`) then runs the whole chain again
+//! after its backoff. So a backup answers at once when the primary restarts, and a turn waits
+//! only when no member can answer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -73,6 +81,9 @@ impl LlmProvider for FallbackLlm {
         let switches = self.switches.clone();
         let cooldown = self.cooldown;
         let task = tokio::spawn(async move {
+            // Whether a member failed in a way that may pass, and the shortest wait one asked for.
+            let mut unavailable = false;
+            let mut retry_after: Option<Duration> = None;
             for (pos, &i) in order.iter().enumerate() {
                 let (name, provider) = &chain[i];
                 let mut inner = provider.stream(turn.clone());
@@ -81,26 +92,50 @@ impl LlmProvider for FallbackLlm {
                     .recv()
                     .await
                     .unwrap_or_else(|| LlmEvent::Error("the reply stream ended early".into()));
-                let LlmEvent::Error(reason) = first else {
-                    if let Ok(mut d) = down.lock() {
-                        d[i] = None;
+                let reason = match first {
+                    LlmEvent::Error(reason) => reason,
+                    LlmEvent::Unavailable {
+                        message,
+                        retry_after: after,
+                    } => {
+                        unavailable = true;
+                        retry_after = match (retry_after, after) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        };
+                        message
                     }
-                    if tx.send(first).await.is_err() {
-                        return;
-                    }
-                    while let Some(ev) = inner.events.recv().await {
-                        if tx.send(ev).await.is_err() {
+                    first => {
+                        if let Ok(mut d) = down.lock() {
+                            d[i] = None;
+                        }
+                        if tx.send(first).await.is_err() {
                             return;
                         }
+                        while let Some(ev) = inner.events.recv().await {
+                            if tx.send(ev).await.is_err() {
+                                return;
+                            }
+                        }
+                        return;
                     }
-                    return;
                 };
                 tracing::warn!(brain = %name, error = %reason, "brain failed before its first token");
                 if let Ok(mut d) = down.lock() {
                     d[i] = Some(Instant::now() + cooldown);
                 }
                 let Some(&next) = order.get(pos + 1) else {
-                    let _ = tx.send(LlmEvent::Error(reason)).await;
+                    // Every member failed: the call may retry the whole chain if one of them
+                    // may be back soon.
+                    let last = if unavailable {
+                        LlmEvent::Unavailable {
+                            message: reason,
+                            retry_after,
+                        }
+                    } else {
+                        LlmEvent::Error(reason)
+                    };
+                    let _ = tx.send(last).await;
                     return;
                 };
                 switches.fetch_add(1, Ordering::Relaxed);
@@ -238,6 +273,71 @@ mod tests {
         assert_eq!(ev[0], LlmEvent::Delta("primary back".into()));
         assert_eq!(p_calls.load(Ordering::Relaxed), 2);
         assert_eq!(b_calls.load(Ordering::Relaxed), 1);
+    }
+
+    /// A brain that is down (connection refused), `Retry-After` `after`.
+    struct Down(Option<Duration>, Arc<AtomicU64>);
+
+    impl LlmProvider for Down {
+        fn stream(&self, _turn: ChatTurn) -> LlmStream {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = mpsc::channel(8);
+            let ev = LlmEvent::Unavailable {
+                message: "request failed: connection refused".into(),
+                retry_after: self.0,
+            };
+            let task = tokio::spawn(async move {
+                let _ = tx.send(ev).await;
+            });
+            LlmStream {
+                events: rx,
+                guard: TaskGuard::new(task),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_primary_that_is_down_switches_at_once_and_a_chain_that_is_down_may_be_retried() {
+        let p_calls = Arc::new(AtomicU64::new(0));
+        let primary: Arc<dyn LlmProvider> =
+            Arc::new(Down(Some(Duration::from_secs(5)), p_calls.clone()));
+        let (backup, b_calls) = brain("backup", vec![Some("backup here"), None]);
+        let llm = FallbackLlm::new(
+            vec![
+                ("hermes".into(), primary.clone()),
+                ("backup".into(), backup),
+            ],
+            Duration::ZERO,
+            Arc::new(AtomicU64::new(0)),
+        );
+        // The backup answers the turn the primary could not.
+        let ev = events(&llm).await;
+        assert!(matches!(&ev[0], LlmEvent::Switched { .. }), "{ev:?}");
+        assert_eq!(ev[1], LlmEvent::Delta("backup here".into()));
+        // Both fail (the backup with a plain error): the call may still retry, after the
+        // primary's hint.
+        let ev = events(&llm).await;
+        assert!(
+            matches!(ev.last(), Some(LlmEvent::Unavailable { retry_after, .. }) if *retry_after == Some(Duration::from_secs(5))),
+            "{ev:?}"
+        );
+        assert_eq!(p_calls.load(Ordering::Relaxed), 2);
+        assert_eq!(b_calls.load(Ordering::Relaxed), 2);
+        // Two members down: the shortest hint wins.
+        let other: Arc<dyn LlmProvider> = Arc::new(Down(
+            Some(Duration::from_secs(1)),
+            Arc::new(AtomicU64::new(0)),
+        ));
+        let llm = FallbackLlm::new(
+            vec![("a".into(), primary), ("b".into(), other)],
+            Duration::ZERO,
+            Arc::new(AtomicU64::new(0)),
+        );
+        let ev = events(&llm).await;
+        assert!(
+            matches!(ev.last(), Some(LlmEvent::Unavailable { retry_after, .. }) if *retry_after == Some(Duration::from_secs(1))),
+            "{ev:?}"
+        );
     }
 
     #[tokio::test]

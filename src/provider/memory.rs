@@ -241,6 +241,11 @@ pub(crate) struct ScriptedBrain {
     script: Arc<Shared<VecDeque<Answer>>>,
     turns: Arc<Shared<Vec<Vec<ChatMessage>>>>,
     seen: Arc<tokio::sync::Notify>,
+    /// Down (restarting) until then: every request is refused at once, as a closed port
+    /// refuses a connection, and the script is not used.
+    down_until: Arc<Shared<Option<tokio::time::Instant>>>,
+    /// Requests refused while down.
+    refused: Arc<Shared<u64>>,
 }
 
 impl ScriptedBrain {
@@ -249,6 +254,17 @@ impl ScriptedBrain {
             script: Arc::new(Shared(Mutex::new(script.into()))),
             ..Self::default()
         }
+    }
+
+    /// The brain goes down now for `d` (a restart): requests until then are refused.
+    pub(crate) fn down_for(&self, d: Duration) {
+        let until = tokio::time::Instant::now() + d;
+        self.down_until.with(|u| *u = Some(until));
+    }
+
+    /// Requests refused while the brain was down.
+    pub(crate) fn refused(&self) -> u64 {
+        self.refused.with(|r| *r)
     }
 
     /// The history each turn carried, in order.
@@ -279,6 +295,25 @@ impl ScriptedBrain {
 
 impl LlmProvider for ScriptedBrain {
     fn stream(&self, turn: ChatTurn) -> LlmStream {
+        let down = self
+            .down_until
+            .with(|u| u.is_some_and(|t| tokio::time::Instant::now() < t));
+        if down {
+            self.refused.with(|r| *r += 1);
+            let (tx, events) = mpsc::channel(QUEUE);
+            let task = tokio::spawn(async move {
+                let _ = tx
+                    .send(LlmEvent::Unavailable {
+                        message: "request failed: connection refused".into(),
+                        retry_after: None,
+                    })
+                    .await;
+            });
+            return LlmStream {
+                events,
+                guard: TaskGuard::new(task),
+            };
+        }
         self.turns.with(|t| t.push(turn.history));
         self.seen.notify_waiters();
         let answer = self

@@ -268,6 +268,15 @@ pub enum LlmEvent {
     Done,
     /// The turn failed; nothing from the error is ever spoken.
     Error(String),
+    /// The turn failed in a way that may pass: the brain could not be reached, the
+    /// connection broke before the reply ended (a restart), or it answered 429, 502 or 503
+    /// (`retry_after`: its `Retry-After`). Like [`LlmEvent::Error`] it ends the stream and
+    /// nothing from it is spoken; a turn that had no reply content yet is retried by the call
+    /// within the agent's `brain_retry_s` (`call::policy`, `retry.rs`).
+    Unavailable {
+        message: String,
+        retry_after: Option<std::time::Duration>,
+    },
     /// What the turn cost in tokens (the stream's `usage`, requested with
     /// `stream_options.include_usage`); a later report for the same turn replaces an earlier one.
     Usage(TokenUsage),

@@ -12,7 +12,10 @@
 //! ignored; `delta.content` becomes [`LlmEvent::Delta`] with inline `<think>…</think>` removed,
 //! never `reasoning_content`; whitespace at the start of a text segment (Hermes emits `\n\n`
 //! after a tool round) is dropped. `finish_reason:"error"`, an `error` object or a failed
-//! `hermes` object end the turn with [`LlmEvent::Error`] and their text is never a delta.
+//! `hermes` object end the turn with [`LlmEvent::Error`] and their text is never a delta; a
+//! failure a retry may fix (no connection, a broken stream, 429/502/503 with `Retry-After`)
+//! ends it with [`LlmEvent::Unavailable`] ([`LlmError::unavailable`]) — the call, not this
+//! client, decides whether and when to ask again.
 //! Deadlines: connect, first token (a delta or tool progress) and the whole turn.
 //!
 //! Tool calling (kind `openai_compatible` only — Hermes runs its own tools
@@ -212,11 +215,11 @@ impl LlmProvider for OpenAiChat {
             };
             let last = match rounds(request, body, tools, first, total, &tx).await {
                 Ok(()) => LlmEvent::Done,
-                Err(e) => LlmEvent::Error(e.to_string()),
+                Err(e) => {
+                    tracing::warn!(error = %e, unavailable = e.unavailable(), "chat turn failed");
+                    e.event()
+                }
             };
-            if let LlmEvent::Error(e) = &last {
-                tracing::warn!(error = %e, "chat turn failed");
-            }
             let _ = tx.send(last).await;
         });
         LlmStream {
@@ -315,6 +318,11 @@ async fn run(
         .map_err(LlmError::Request)?;
     let status = resp.status();
     if !status.is_success() {
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| super::error::parse_retry_after(v, std::time::SystemTime::now()));
         let mut body = Vec::new();
         while body.len() < MAX_ERROR_BODY {
             match tokio::time::timeout(Duration::from_secs(5), resp.chunk()).await {
@@ -325,6 +333,7 @@ async fn run(
         return Err(LlmError::Http {
             status: status.as_u16(),
             message: error_text(&body),
+            retry_after,
         });
     }
     let mut parser = SseParser::new();

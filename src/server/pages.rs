@@ -48,7 +48,11 @@ pub(crate) fn page_for(method: &Method, path: &str, headers: &HeaderMap) -> Opti
     }
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match parts.as_slice() {
-        ["calls", id, "timeline"] if !id.is_empty() => Some(Page::Timeline(id.to_string())),
+        // The segment as the client escaped it, decoded (a segment that does not decode is
+        // left to the API, which refuses it with 400).
+        ["calls", id, "timeline"] if !id.is_empty() => {
+            crate::api::decode_segment(id).ok().map(Page::Timeline)
+        }
         ["calls"] if wants_html(headers) => Some(Page::Calls),
         _ => None,
     }
@@ -162,4 +166,35 @@ fn html(status: u16, body: &str) -> Response<Body> {
         HeaderValue::from_static("no-referrer"),
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The list page's links name the call the timeline route finds: web (`web-…`) and Telnyx
+    /// (`v3:…`) ids, as linked and as any client may escape them.
+    #[test]
+    fn a_timeline_link_from_the_list_names_its_call() {
+        let none = HeaderMap::new();
+        for id in ["web-0123abcd", "v3:Ab-12_cD.x~y", "CA123", "a b/c%d"] {
+            let href = format!("/v1/calls/{}/timeline", pages::encode_segment(id));
+            let path = href.strip_prefix("/v1").expect("under /v1");
+            assert_eq!(
+                page_for(&Method::GET, path, &none),
+                Some(Page::Timeline(id.to_string())),
+                "{href}"
+            );
+        }
+        assert_eq!(pages::encode_segment("web-1"), "web-1");
+        assert_eq!(pages::encode_segment("v3:x-y"), "v3:x-y");
+        assert_eq!(pages::encode_segment("a b/c"), "a%20b%2Fc");
+        let escaped = "/calls/web%2D1%3Ax/timeline";
+        assert_eq!(
+            page_for(&Method::GET, escaped, &none),
+            Some(Page::Timeline("web-1:x".into()))
+        );
+        // Not UTF-8 once decoded: not a page (the API answers 400).
+        assert_eq!(page_for(&Method::GET, "/calls/%FF/timeline", &none), None);
+    }
 }

@@ -89,6 +89,15 @@ const MIGRATIONS: &[&str] = &[
         previous TEXT NOT NULL,
         wired_at INTEGER NOT NULL
     );",
+    // 3: the carrier applications `patterd wire` rewrote, as they were before the first wire
+    // through each (several numbers may share one).
+    "CREATE TABLE wiring_apps (
+        carrier_account TEXT NOT NULL,
+        app_id TEXT NOT NULL,
+        previous TEXT NOT NULL,
+        wired_at INTEGER NOT NULL,
+        PRIMARY KEY (carrier_account, app_id)
+    );",
 ];
 
 /// Milliseconds since the Unix epoch.

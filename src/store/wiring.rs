@@ -1,5 +1,8 @@
 //! The restore records of `patterd wire`: for each wired number, the carrier settings it had
-//! before (`carrier::admin::Wiring`, as JSON) so `patterd unwire` puts back exactly them. Used
+//! before (`carrier::admin::Wiring`, as JSON) so `patterd unwire` puts back exactly them; and
+//! for each carrier application a wire rewrote (one several numbers may share), its settings
+//! before the first wire through it (`carrier::admin::SharedApp`), kept until the last number
+//! wired through it is unwired. Used
 //! by the command line while the daemon may be running, so it opens its own connection and
 //! never touches calls (no writer thread, no closing of open calls).
 
@@ -72,6 +75,72 @@ pub fn delete(conn: &Connection, number: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Every number record of `carrier_account`.
+pub fn of_account(
+    conn: &Connection,
+    carrier_account: &str,
+) -> Result<Vec<WiringRecord>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT number, carrier_account, previous, wired_at FROM wirings
+         WHERE carrier_account = ?1 ORDER BY number",
+    )?;
+    let rows = stmt.query_map([carrier_account], |r| {
+        Ok(WiringRecord {
+            number: r.get(0)?,
+            carrier_account: r.get(1)?,
+            previous: r.get(2)?,
+            wired_at: r.get(3)?,
+        })
+    })?;
+    rows.collect::<Result<Vec<_>, _>>()
+        .map_err(StoreError::from)
+}
+
+/// Saves application `app_id`'s settings before patterd first rewrote it. An existing record
+/// is kept: it holds the settings from before the first wire through the application, which
+/// a second wire (of another number on it) must not replace. Returns whether it stored one.
+pub fn save_app(
+    conn: &Connection,
+    carrier_account: &str,
+    app_id: &str,
+    previous: &str,
+) -> Result<bool, StoreError> {
+    let n = conn.execute(
+        "INSERT OR IGNORE INTO wiring_apps (carrier_account, app_id, previous, wired_at)
+         VALUES (?1, ?2, ?3, ?4)",
+        params![carrier_account, app_id, previous, now_ms()],
+    )?;
+    Ok(n == 1)
+}
+
+/// Application `app_id`'s saved settings (JSON), if patterd rewrote it.
+pub fn get_app(
+    conn: &Connection,
+    carrier_account: &str,
+    app_id: &str,
+) -> Result<Option<String>, StoreError> {
+    conn.query_row(
+        "SELECT previous FROM wiring_apps WHERE carrier_account = ?1 AND app_id = ?2",
+        [carrier_account, app_id],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(StoreError::from)
+}
+
+/// Forgets application `app_id`'s record (after it was restored).
+pub fn delete_app(
+    conn: &Connection,
+    carrier_account: &str,
+    app_id: &str,
+) -> Result<(), StoreError> {
+    conn.execute(
+        "DELETE FROM wiring_apps WHERE carrier_account = ?1 AND app_id = ?2",
+        [carrier_account, app_id],
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,5 +156,29 @@ mod tests {
         assert_eq!(r.carrier_account, "tw");
         delete(&c, "+15550001111").expect("delete");
         assert!(get(&c, "+15550001111").expect("get").is_none());
+    }
+
+    #[test]
+    fn an_application_keeps_its_first_record_until_deleted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = open(dir.path()).expect("open");
+        assert!(save_app(&c, "tx", "app1", "{\"url\":\"original\"}").expect("save"));
+        assert!(!save_app(&c, "tx", "app1", "{\"url\":\"patterd\"}").expect("again"));
+        assert!(save_app(&c, "other", "app1", "{}").expect("another account"));
+        assert_eq!(
+            get_app(&c, "tx", "app1").expect("get").as_deref(),
+            Some("{\"url\":\"original\"}")
+        );
+        delete_app(&c, "tx", "app1").expect("delete");
+        assert_eq!(get_app(&c, "tx", "app1").expect("get"), None);
+        save(&c, "+15550002222", "tx", "{}").expect("save");
+        save(&c, "+15550001111", "tx", "{}").expect("save");
+        save(&c, "+15550003333", "tw", "{}").expect("save");
+        let numbers: Vec<String> = of_account(&c, "tx")
+            .expect("list")
+            .into_iter()
+            .map(|r| r.number)
+            .collect();
+        assert_eq!(numbers, ["+15550001111", "+15550002222"]);
     }
 }

@@ -205,7 +205,9 @@ async fn ask(target: &Target, ctx: &CallCtx, request: &str) -> Result<String, St
                         text.push_str(&d);
                     }
                     LlmEvent::Done => break,
-                    LlmEvent::Error(e) => return Err(e),
+                    LlmEvent::Error(e) | LlmEvent::Unavailable { message: e, .. } => {
+                        return Err(e);
+                    }
                     _ => {}
                 }
             }

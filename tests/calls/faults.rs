@@ -1,5 +1,7 @@
 //! Faulty peers during a live Twilio call (docs/ROBUSTNESS.md, "Faults"): the brain rate
-//! limited or overloaded (429 / 503 with `Retry-After`), the brain's stream cut mid-sentence,
+//! limited or overloaded (429 / 503 with `Retry-After`: retried after the hint), restarted
+//! mid-call or down for good (`brain_retry_s`, `brain_down_hangup_s`), the brain's stream cut
+//! mid-sentence,
 //! the speech-to-text socket dropped in the middle of the caller's utterance, and one
 //! sentence's synthesis failing (500) or stalling. Each time the caller is never left in
 //! silence and the call goes on.
@@ -34,18 +36,175 @@ async fn apologised_then_next_turn_works(reply: HermesReply) -> Vec<String> {
     first
 }
 
-#[tokio::test]
-async fn brain_429_with_retry_after_is_apologised_for_and_the_call_goes_on() {
-    let spoken =
-        apologised_then_next_turn_works(HermesReply::http(429, "boom: rate limited, retry later"))
-            .await;
-    assert_eq!(spoken, vec![GREETING.to_string(), LLM_ERROR.to_string()]);
+/// The brain answers `status` (with the fake's `Retry-After: 2`) to the caller's first turn:
+/// the turn is asked again after the hint, within `brain_retry_s`, and answered; the caller
+/// hears the hold line once and the answer, never the apology.
+async fn busy_brain_is_retried_after_its_hint(status: u16) {
+    let stack = Stack::start(Opts::default()).await;
+    stack
+        .hermes
+        .push(HermesReply::http(status, "boom: busy, retry later"));
+    let (call_sid, sim) = stack.call_and_one_answered_turn().await;
+    let rec = stack
+        .hermes
+        .wait_until("the retry", |r| r.requests.len() == 2)
+        .await;
+    assert_eq!(rec.requests[0].status, status);
+    assert_eq!(rec.requests[1].status, 200);
+    assert_eq!(
+        rec.requests[0].messages(),
+        rec.requests[1].messages(),
+        "the same turn"
+    );
+    sim.wait_for("the answer heard", WAIT, |s| s.marks_echoed.len() >= 3)
+        .await
+        .unwrap();
+    let spoken = stack.spoken();
+    assert_eq!(spoken[..2], [GREETING.to_string(), FILLER.to_string()]);
+    assert!(spoken[2].starts_with("You said"), "{spoken:?}");
+    assert!(!spoken.iter().any(|t| t == LLM_ERROR), "{spoken:?}");
+    sim.hang_up().await;
+    let r = stack.finished(&call_sid).await;
+    let retries: Vec<&str> = r
+        .events_of("llm_retry")
+        .map(|e| e.detail.as_str())
+        .collect();
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert!(
+        retries[0].starts_with("attempt=1 in_ms=2000:"),
+        "Retry-After honoured: {retries:?}"
+    );
+    assert_eq!(r.events_of("llm_error").count(), 0);
 }
 
 #[tokio::test]
-async fn brain_503_with_retry_after_is_apologised_for_and_the_call_goes_on() {
-    let spoken = apologised_then_next_turn_works(HermesReply::http(503, "boom: overloaded")).await;
-    assert_eq!(spoken, vec![GREETING.to_string(), LLM_ERROR.to_string()]);
+async fn brain_429_with_retry_after_is_retried_after_the_hint_and_answered() {
+    busy_brain_is_retried_after_its_hint(429).await;
+}
+
+#[tokio::test]
+async fn brain_503_with_retry_after_is_retried_after_the_hint_and_answered() {
+    busy_brain_is_retried_after_its_hint(503).await;
+}
+
+/// Waits until the live call's record satisfies `pred`.
+async fn live_record_until(
+    stack: &Stack,
+    call_sid: &str,
+    what: &str,
+    pred: impl Fn(&patterd::call::CallRecord) -> bool,
+) {
+    let handle = stack.server.app.calls.get(call_sid).expect("a live call");
+    let mut changes = handle.changes();
+    let wait = async {
+        loop {
+            if handle.snapshot().await.is_ok_and(|r| pred(&r)) {
+                return;
+            }
+            if changes.changed().await.is_err() {
+                panic!("the call ended before {what}");
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, wait)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
+/// Hermes restarts (the process goes away: connections refused) while the caller is asking
+/// something: the turn is retried, the caller hears the hold line once, and once Hermes is
+/// back on its port the turn is answered — no apology.
+#[tokio::test]
+async fn brain_restarted_mid_call_answers_the_turn_after_the_restart_with_no_apology() {
+    let stack = Stack::start(Opts::default()).await;
+    let (call_sid, sim) = stack.call_and_one_answered_turn().await;
+    stack.hermes.stop();
+    speak(&sim, 600);
+    // The turn found Hermes down: the hold line is being said, and the turn is retried.
+    let down = std::time::Instant::now();
+    stack
+        .el
+        .wait_until("the hold line", |r| r.texts().iter().any(|t| t == FILLER))
+        .await;
+    live_record_until(&stack, &call_sid, "three retries", |r| {
+        r.events_of("llm_retry").count() >= 3
+    })
+    .await;
+    stack.hermes.start_again().await.expect("Hermes restarts");
+    let back = std::time::Instant::now();
+    let rec = stack
+        .hermes
+        .wait_until("the turn after the restart", |r| r.requests.len() == 2)
+        .await;
+    let asked_after = back.elapsed();
+    assert_eq!(rec.requests[1].status, 200);
+    sim.wait_for("the answer heard", WAIT, |s| s.marks_echoed.len() >= 4)
+        .await
+        .unwrap();
+    let answered_after = back.elapsed();
+    let spoken = stack.spoken();
+    assert_eq!(spoken.len(), 4, "{spoken:?}");
+    assert_eq!(spoken[0], GREETING);
+    assert!(spoken[1].starts_with("You said"), "{spoken:?}");
+    assert_eq!(spoken[2], FILLER);
+    assert!(spoken[3].starts_with("You said"), "{spoken:?}");
+    assert!(!sim.state().is_closed(), "the call goes on");
+    sim.hang_up().await;
+    let r = stack.finished(&call_sid).await;
+    assert_eq!(r.events_of("llm_error").count(), 0);
+    let retries = r.events_of("llm_retry").count();
+    assert!(retries >= 1);
+    println!(
+        "FIGURE socket restart: Hermes down {:?} (from the caller's speech), asked again {asked_after:?} \
+         and the answer's mark {answered_after:?} after it was back, {retries} retries; heard: \
+         {spoken:?}",
+        back - down
+    );
+}
+
+/// Hermes goes away for good (40 s and more): each turn is retried for `brain_retry_s` (1 s
+/// here) and apologised for, and once it has been down `brain_down_hangup_s` (2 s here) the
+/// next failure ends the call once, politely, with a clear end reason.
+#[tokio::test]
+async fn brain_down_for_good_ends_the_call_once_politely() {
+    let stack = Stack::start(Opts {
+        agent_extra: "brain_retry_s = 1\nbrain_down_hangup_s = 2\n\
+                      brain_down_message = \"Sorry, I cannot help right now. Goodbye.\""
+            .into(),
+        ..Opts::default()
+    })
+    .await;
+    let (call_sid, sim) = stack.call_and_one_answered_turn().await;
+    stack.hermes.stop();
+    speak(&sim, 600);
+    // One second of retries, then the apology.
+    sim.wait_for("the apology", WAIT, |s| s.marks_echoed.len() >= 4)
+        .await
+        .unwrap();
+    assert_eq!(
+        stack.spoken()[2..],
+        [FILLER.to_string(), LLM_ERROR.to_string()]
+    );
+    // The caller tries again, the brain down for 2 s by the time the turn ends.
+    speak(&sim, 600);
+    let reqs = stack
+        .ended_and_hung_up(&call_sid, "the brain was unavailable")
+        .await;
+    assert_eq!(reqs.len(), 1, "hung up once: {reqs:?}");
+    let spoken = stack.spoken();
+    assert_eq!(
+        spoken.last().map(String::as_str),
+        Some("Sorry, I cannot help right now. Goodbye."),
+        "{spoken:?}"
+    );
+    assert_eq!(
+        spoken.iter().filter(|t| *t == LLM_ERROR).count(),
+        1,
+        "{spoken:?}"
+    );
+    let r = stack.finished(&call_sid).await;
+    assert_eq!(r.events_of("brain_down").count(), 1);
+    assert_eq!(r.events_of("call_end").count(), 1);
 }
 
 /// The brain's stream stops after half a sentence, with no finish chunk: what arrived is not

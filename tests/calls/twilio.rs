@@ -115,7 +115,46 @@ async fn hermes_down_speaks_the_error_message() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    brain_failure_is_apologised_for(None, Some(format!("http://127.0.0.1:{port}/v1"))).await;
+    // It may be a restart: the turn is retried for brain_retry_s (2 s here) with the hold
+    // line, and only then apologised for.
+    let stack = Stack::start(Opts {
+        llm_base_url: Some(format!("http://127.0.0.1:{port}/v1")),
+        agent_extra: "brain_retry_s = 2".into(),
+        ..Opts::default()
+    })
+    .await;
+    let (call_sid, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .unwrap();
+    speak(&sim, 600);
+    sim.wait_for("the apology", WAIT, |s| s.marks_echoed.len() >= 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        stack.spoken(),
+        vec![
+            GREETING.to_string(),
+            FILLER.to_string(),
+            LLM_ERROR.to_string()
+        ]
+    );
+    assert!(!sim.state().is_closed(), "the call goes on");
+    sim.hang_up().await;
+    let rec = stack.finished(&call_sid).await;
+    assert_eq!(rec.events_of("llm_error").count(), 1);
+    let retried: Vec<u64> = rec.events_of("llm_retry").map(|e| e.t_ms).collect();
+    let apology = rec
+        .events_of("llm_error")
+        .map(|e| e.t_ms)
+        .next()
+        .unwrap_or(0);
+    assert!(retried.len() >= 3, "{retried:?}");
+    let spent = apology - retried[0];
+    assert!(
+        (2000..2600).contains(&spent),
+        "apologised {spent} ms after the first failure"
+    );
 }
 
 #[tokio::test]

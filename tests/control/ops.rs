@@ -365,7 +365,7 @@ async fn doctor_reports_every_check_against_the_fakes() {
     // Wired numbers then point here.
     let cfg = patterd::config::load(&path).expect("config").config;
     for n in [ELSEWHERE, TELNYX_NUMBER, PLIVO_NUMBER] {
-        wire::wire(&cfg, w.dir.path(), n, false)
+        wire::wire(&cfg, w.dir.path(), n, false, false)
             .await
             .expect("wire");
     }
@@ -540,7 +540,7 @@ async fn round_trip<S: PartialEq + std::fmt::Debug>(
     let before = state();
     let writes_before = writes();
 
-    let WireOutcome::DryRun(plan) = wire::wire(&cfg, w.dir.path(), number, true)
+    let WireOutcome::DryRun(plan) = wire::wire(&cfg, w.dir.path(), number, true, false)
         .await
         .expect("dry run")
     else {
@@ -554,7 +554,7 @@ async fn round_trip<S: PartialEq + std::fmt::Debug>(
     assert_eq!(writes(), writes_before, "--dry-run wrote");
     assert_eq!(state(), before);
 
-    let out = wire::wire(&cfg, w.dir.path(), number, false)
+    let out = wire::wire(&cfg, w.dir.path(), number, false, false)
         .await
         .expect("wire");
     assert!(
@@ -565,7 +565,7 @@ async fn round_trip<S: PartialEq + std::fmt::Debug>(
     assert!(is_wired(&wired), "{wired:?}");
     // Wiring again changes nothing and keeps the first record.
     assert_eq!(
-        wire::wire(&cfg, w.dir.path(), number, false)
+        wire::wire(&cfg, w.dir.path(), number, false, false)
             .await
             .expect("again"),
         WireOutcome::AlreadyWired
@@ -613,6 +613,10 @@ async fn wire_and_unwire_restore_twilio_exactly() {
 #[tokio::test]
 async fn wire_and_unwire_restore_telnyx_exactly() {
     let w = World::start().await;
+    // An application on the older webhook API: wired it speaks version 2, unwired it is back
+    // on 1 (part of the exact state compared).
+    w.telnyx
+        .set_app_field(TELNYX_APP, "webhook_api_version", serde_json::json!("1"));
     round_trip(
         &w,
         TELNYX_NUMBER,
@@ -626,6 +630,7 @@ async fn wire_and_unwire_restore_telnyx_exactly() {
                     a["id"] == TELNYX_APP
                         && a["webhook_event_url"] == "https://voice.example.test/telnyx/webhook"
                         && a["application_name"] == "patterd-app"
+                        && a["webhook_api_version"] == "2"
                 })
         },
         || {
@@ -678,19 +683,151 @@ agent = "a"
 "#;
     let path = w.write("refuse.toml", &w.config("127.0.0.1:0", PUBLIC_URL, extra));
     let cfg = patterd::config::load(&path).expect("config").config;
-    let trunk = wire::wire(&cfg, w.dir.path(), "+15550004444", false).await;
+    let trunk = wire::wire(&cfg, w.dir.path(), "+15550004444", false, false).await;
     assert!(
         matches!(&trunk, Err(e) if e.to_string().contains("SIP trunk")),
         "{trunk:?}"
     );
-    let no_app = wire::wire(&cfg, w.dir.path(), "+15550005555", false).await;
+    let no_app = wire::wire(&cfg, w.dir.path(), "+15550005555", false, false).await;
     assert!(
         matches!(&no_app, Err(e) if e.to_string().contains("no application")),
         "{no_app:?}"
     );
     assert!(matches!(
-        wire::wire(&cfg, w.dir.path(), "+15550006666", false).await,
+        wire::wire(&cfg, w.dir.path(), "+15550006666", false, false).await,
         Err(wire::WireError::NotConfigured(_))
     ));
     assert!(w.twilio.writes().is_empty() && w.plivo.writes().is_empty());
+}
+
+/// A number on a Telnyx or Plivo application that routes numbers patterd does not serve: the
+/// wire lists them (masked) and is refused without `--force`, writing nothing; `--force`
+/// wires it, and the unwire restores the application exactly.
+#[tokio::test]
+async fn wire_refuses_a_shared_application_without_force() {
+    let w = World::start().await;
+    // Someone else's numbers on the applications the wires would rewrite.
+    w.telnyx.add_number("+15550007001", TELNYX_APP);
+    w.plivo.add_number("15550007002", PLIVO_APP);
+    w.plivo.add_number("15550007003", PLIVO_APP);
+    let path = w.write("shared.toml", &w.config("127.0.0.1:0", PUBLIC_URL, ""));
+    let cfg = patterd::config::load(&path).expect("config").config;
+    let telnyx_before = w.telnyx.account();
+    let plivo_before = w.plivo.account();
+    for (number, others) in [
+        (TELNYX_NUMBER, vec!["+1555***7001"]),
+        (PLIVO_NUMBER, vec!["+1555***7002", "+1555***7003"]),
+    ] {
+        for dry_run in [true, false] {
+            let err = wire::wire(&cfg, w.dir.path(), number, dry_run, false)
+                .await
+                .expect_err("refused without --force");
+            let text = err.to_string();
+            assert!(
+                matches!(&err, wire::WireError::SharedApp { count, .. } if *count == others.len()),
+                "{text}"
+            );
+            for o in &others {
+                assert!(text.contains(o), "{text}");
+            }
+            assert!(text.contains("--force"), "{text}");
+            assert!(
+                !text.contains("7001") || text.contains("***7001"),
+                "masked: {text}"
+            );
+        }
+    }
+    assert!(w.plivo.writes().is_empty(), "nothing written");
+    assert_eq!(w.telnyx.account().apps, telnyx_before.apps);
+    for number in [TELNYX_NUMBER, PLIVO_NUMBER] {
+        let out = wire::wire(&cfg, w.dir.path(), number, false, true)
+            .await
+            .expect("--force wires");
+        assert!(matches!(out, WireOutcome::Wired { .. }), "{out:?}");
+        let out = wire::unwire(&cfg, w.dir.path(), number, false)
+            .await
+            .expect("unwire");
+        assert!(matches!(out, WireOutcome::Restored { .. }), "{out:?}");
+    }
+    let after = w.telnyx.account();
+    assert_eq!(
+        (after.numbers, after.apps),
+        (telnyx_before.numbers, telnyx_before.apps)
+    );
+    assert_eq!(w.plivo.account().apps, plivo_before.apps);
+}
+
+/// Two of patterd's numbers on one application: the second wire keeps the application's
+/// original record, the first unwire leaves the application to the number still wired, and
+/// the last unwire restores it as it was before the first wire (not as the second wire found
+/// it).
+#[tokio::test]
+async fn two_numbers_on_one_application_keep_one_restore_record() {
+    let w = World::start().await;
+    const SECOND_PLIVO: &str = "+15550003001";
+    const SECOND_TELNYX: &str = "+15550002001";
+    w.plivo
+        .add_number(SECOND_PLIVO.trim_start_matches('+'), PLIVO_APP);
+    w.telnyx.add_number(SECOND_TELNYX, "1000000000000000009");
+    w.telnyx
+        .set_app_field(TELNYX_APP, "webhook_api_version", serde_json::json!("1"));
+    let extra = format!(
+        r#"
+[[numbers]]
+number = "{SECOND_PLIVO}"
+carrier = "plivo"
+agent = "a"
+
+[[numbers]]
+number = "{SECOND_TELNYX}"
+carrier = "telnyx"
+agent = "a"
+"#
+    );
+    let path = w.write("two.toml", &w.config("127.0.0.1:0", PUBLIC_URL, &extra));
+    let cfg = patterd::config::load(&path).expect("config").config;
+    let plivo_before = w.plivo.account().apps;
+    let telnyx_before = w.telnyx.account();
+    let plivo_answer = "https://voice.example.test/plivo/answer";
+    let telnyx_hook = "https://voice.example.test/telnyx/webhook";
+    for (first, second) in [(PLIVO_NUMBER, SECOND_PLIVO), (TELNYX_NUMBER, SECOND_TELNYX)] {
+        // The other number is patterd's own ([[numbers]]): no refusal.
+        for n in [first, second] {
+            let out = wire::wire(&cfg, w.dir.path(), n, false, false)
+                .await
+                .expect("wire");
+            assert!(matches!(out, WireOutcome::Wired { .. }), "{n}: {out:?}");
+        }
+        // The first unwire: the second number still reaches patterd.
+        wire::unwire(&cfg, w.dir.path(), first, false)
+            .await
+            .expect("unwire the first");
+    }
+    let app = &w.plivo.account().apps[0];
+    assert_eq!(
+        app["answer_url"], plivo_answer,
+        "the second number still wired"
+    );
+    let t = w.telnyx.account();
+    let ours = t.apps.iter().find(|a| a["id"] == TELNYX_APP).expect("ours");
+    assert_eq!(ours["webhook_event_url"], telnyx_hook);
+    let second = t
+        .numbers
+        .iter()
+        .find(|n| n["phone_number"] == SECOND_TELNYX)
+        .expect("second");
+    assert_eq!(second["connection_id"], TELNYX_APP);
+    // The last unwire: the application as before the first wire.
+    for second in [SECOND_PLIVO, SECOND_TELNYX] {
+        wire::unwire(&cfg, w.dir.path(), second, false)
+            .await
+            .expect("unwire the second");
+    }
+    assert_eq!(w.plivo.account().apps, plivo_before);
+    let after = w.telnyx.account();
+    assert_eq!(
+        after.apps, telnyx_before.apps,
+        "webhook and API version as saved"
+    );
+    assert_eq!(after.numbers, telnyx_before.numbers);
 }

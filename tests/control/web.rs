@@ -411,3 +411,68 @@ async fn patterd_try_runs_one_call_through_the_fakes() {
         .len();
     assert_eq!(samples, agent_bytes, "WAV samples vs the TTS's audio");
 }
+
+/// The call list page's links open the timelines of a web call (`web-…`) and a Telnyx call
+/// (`v3:…`): each link, resolved against the list's URL, answers 200 with that call's page.
+#[tokio::test]
+async fn the_call_list_links_open_web_and_telnyx_timelines() {
+    let stack = Stack::start(Opts::default()).await;
+    let bearer = format!("Bearer {API_TOKEN}");
+    let _web = open(&stack, "", &[("Authorization", &bearer)])
+        .await
+        .expect("a browser call");
+    let telnyx_id = "v3:list-link_call-0001";
+    let body = stack.telnyx.initiated(
+        telnyx_id,
+        crate::common::CALLER,
+        crate::common::TELNYX_NUMBER,
+    );
+    assert_eq!(stack.telnyx.post(&body).await.expect("post").status, 200);
+    tokio::time::timeout(WAIT, async {
+        while stack.server.app.calls.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("both calls live");
+    let api = stack.api_client();
+    let list = format!("{}/v1/calls", stack.base);
+    let page = api
+        .get(&list)
+        .header("Accept", "text/html")
+        .send()
+        .await
+        .expect("the list");
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.expect("html");
+    let hrefs: Vec<String> = html
+        .split("href=\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .filter(|h| h.ends_with("/timeline"))
+        .map(str::to_string)
+        .collect();
+    let base = url::Url::parse(&list).expect("url");
+    let mut opened = Vec::new();
+    for href in &hrefs {
+        let url = base.join(href).expect("a relative link");
+        let r = api.get(url.clone()).send().await.expect("the timeline");
+        assert_eq!(r.status(), 200, "{url}");
+        let text = r.text().await.expect("html");
+        opened.push((href.clone(), text));
+    }
+    let web = opened
+        .iter()
+        .find(|(h, _)| h.starts_with("calls/web-"))
+        .unwrap_or_else(|| panic!("no web call link in {hrefs:?}"));
+    let web_id = web
+        .0
+        .trim_start_matches("calls/")
+        .trim_end_matches("/timeline");
+    assert!(web.1.contains(web_id), "the web call's own page");
+    let telnyx = opened
+        .iter()
+        .find(|(h, _)| h == &format!("calls/{telnyx_id}/timeline"))
+        .unwrap_or_else(|| panic!("no Telnyx call link in {hrefs:?}"));
+    assert!(telnyx.1.contains(telnyx_id), "the Telnyx call's own page");
+}

@@ -1289,3 +1289,35 @@ fn scoped_api_tokens_load_and_bad_entries_are_refused() {
     let alone = load_err(&format!("{local}{read}"));
     assert!(alone.contains("needs [server] api_token"), "{alone}");
 }
+
+/// The brain outage keys: defaults 8 s and 30 s, a retry budget past a minute or below zero and
+/// a negative hang-up are refused at their line.
+#[test]
+fn brain_outage_keys_have_defaults_and_bounds() {
+    let loaded = load(BASE).expect("base loads");
+    let agent = &loaded.config.agents["front-desk"];
+    assert_eq!(agent.brain_retry_s, 8.0);
+    assert_eq!(agent.brain_down_hangup_s, 30.0);
+    assert!(!agent.brain_down_message.trim().is_empty());
+    for (line, key) in [
+        ("brain_retry_s = 61", "brain_retry_s"),
+        ("brain_retry_s = -1", "brain_retry_s"),
+        ("brain_down_hangup_s = -5", "brain_down_hangup_s"),
+    ] {
+        let text = BASE.replace(
+            "tts = \"elevenlabs\"\n",
+            &format!("tts = \"elevenlabs\"\n{line}\n"),
+        );
+        let err = load_err(&text);
+        let at = line_of(&text, line);
+        assert!(
+            err.contains(&format!("patter.toml:{at}")) && err.contains(key),
+            "{line}: {err}"
+        );
+    }
+    let text = BASE.replace(
+        "tts = \"elevenlabs\"\n",
+        "tts = \"elevenlabs\"\nbrain_retry_s = 0\nbrain_down_hangup_s = 0\n",
+    );
+    assert!(load(&text).is_ok(), "0 turns each off");
+}

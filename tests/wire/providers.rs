@@ -616,9 +616,11 @@ async fn hermes_http_errors_and_truncation() {
         matches!(&evs[..], [LlmEvent::Error(e)] if e.contains("500") && e.contains("Internal server error")),
         "{evs:?}"
     );
+    // A cut stream may be a restart: the call decides whether to ask again (it does not
+    // here, since text had come).
     let evs = drain(&mut llm.stream(turn()).events).await;
     assert!(
-        matches!(evs.last(), Some(LlmEvent::Error(e)) if e.contains("truncated")),
+        matches!(evs.last(), Some(LlmEvent::Unavailable { message, .. }) if message.contains("truncated")),
         "{evs:?}"
     );
 
@@ -631,8 +633,25 @@ async fn hermes_http_errors_and_truncation() {
     assert_eq!(fake.record().unauthorized, 1);
 }
 
+/// 429 and 503 (with the fake's `Retry-After: 2`) may pass: the call gets the server's hint.
 #[tokio::test]
-async fn chat_connection_refused_is_an_error() {
+async fn hermes_429_and_503_are_unavailable_with_their_retry_after() {
+    let fake = FakeHermes::start("k").await.expect("fake");
+    fake.push(HermesReply::http(429, "slow down"));
+    fake.push(HermesReply::http(503, "overloaded"));
+    let llm = OpenAiChat::new(&llm_cfg("hermes", &fake.base_url(), "k")).expect("llm");
+    for status in ["429", "503"] {
+        let evs = drain(&mut llm.stream(turn()).events).await;
+        assert!(
+            matches!(&evs[..], [LlmEvent::Unavailable { message, retry_after }]
+                if message.contains(status) && *retry_after == Some(Duration::from_secs(2))),
+            "{evs:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn chat_connection_refused_is_unavailable() {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr").port()
@@ -645,7 +664,7 @@ async fn chat_connection_refused_is_an_error() {
     .expect("llm");
     let evs = drain(&mut llm.stream(turn()).events).await;
     assert!(
-        matches!(&evs[..], [LlmEvent::Error(e)] if e.contains("request failed")),
+        matches!(&evs[..], [LlmEvent::Unavailable { message, retry_after: None }] if message.contains("request failed")),
         "{evs:?}"
     );
 }

@@ -12,6 +12,7 @@
 //! streams scripted `delta.tool_calls` (arguments split across chunks,
 //! `finish_reason:"tool_calls"`) and, as the real API does, refuses (400) a follow-up whose
 //! `role: tool` messages do not answer a preceding assistant message's `tool_calls`.
+//! [`FakeHermes::stop`] and [`FakeHermes::start_again`] play a restart on the same port.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -251,6 +252,17 @@ impl FakeHermes {
 
     pub fn record(&self) -> HermesRecord {
         self.0.shared.record.snapshot()
+    }
+
+    /// Hermes goes down (a restart or a crash): connections are refused and any reply being
+    /// streamed is cut, until [`FakeHermes::start_again`].
+    pub fn stop(&self) {
+        self.0.stop();
+    }
+
+    /// Hermes is back on the same port, with its queue and record as they were.
+    pub async fn start_again(&self) -> std::io::Result<()> {
+        self.0.resume().await
     }
 
     /// Waits (up to 10 s, then panics) until `pred` holds; returns that record.

@@ -140,9 +140,25 @@ where
     H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    serve_on(
+        "127.0.0.1:0".parse().expect("an address"),
+        Arc::new(handler),
+    )
+    .await
+}
+
+/// Serves `handler` on `addr` until the guard is dropped (which closes the listener and cuts
+/// every connection).
+async fn serve_on<H, F>(
+    addr: SocketAddr,
+    handler: Arc<H>,
+) -> std::io::Result<(SocketAddr, TaskGuard)>
+where
+    H: Fn(Request<Incoming>) -> F + Send + Sync + ?Sized + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
-    let handler = Arc::new(handler);
     let task = tokio::spawn(async move {
         let mut conns = JoinSet::new();
         loop {
@@ -172,13 +188,18 @@ pub trait FakeState: Send + Sync + 'static {
     fn tasks(&self) -> &Tasks;
 }
 
+type Handler =
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync;
+
 /// A fake's server on 127.0.0.1:0 and its shared state, handed to the handler with each
 /// request. Dropping it stops the server and aborts the fake's tasks (they hold the shared
-/// state, so waiting for the state's own drop would never end them).
+/// state, so waiting for the state's own drop would never end them). [`Server::stop`] and
+/// [`Server::resume`] play a restart: the port refuses connections in between.
 pub struct Server<S: FakeState> {
     pub addr: SocketAddr,
     pub shared: Arc<S>,
-    _server: TaskGuard,
+    handler: Arc<Handler>,
+    server: Mutex<Option<TaskGuard>>,
 }
 
 impl<S: FakeState> Server<S> {
@@ -189,12 +210,30 @@ impl<S: FakeState> Server<S> {
     {
         let shared = Arc::new(shared);
         let s = shared.clone();
-        let (addr, server) = serve(move |req| handle(s.clone(), req)).await?;
+        let handler: Arc<Handler> = Arc::new(move |req| Box::pin(handle(s.clone(), req)));
+        let (addr, server) =
+            serve_on("127.0.0.1:0".parse().expect("an address"), handler.clone()).await?;
         Ok(Self {
             addr,
             shared,
-            _server: server,
+            handler,
+            server: Mutex::new(Some(server)),
         })
+    }
+
+    /// The server goes away as a crashed process does: the listener closes (new connections
+    /// are refused), open connections are cut and the fake's tasks end.
+    pub fn stop(&self) {
+        let server = self.server.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(server);
+        self.shared.tasks().abort_all();
+    }
+
+    /// The server is back on the same port (after [`Server::stop`]).
+    pub async fn resume(&self) -> std::io::Result<()> {
+        let (_, server) = serve_on(self.addr, self.handler.clone()).await?;
+        *self.server.lock().unwrap_or_else(|e| e.into_inner()) = Some(server);
+        Ok(())
     }
 }
 

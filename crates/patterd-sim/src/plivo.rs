@@ -115,6 +115,7 @@ fn account_api(
     auth_id: &str,
     method: &str,
     path: &str,
+    query: &str,
     body: &serde_json::Value,
 ) -> Option<(u16, hyper::Response<super::http::Body>)> {
     let base = format!("/v1/Account/{auth_id}/");
@@ -137,6 +138,40 @@ fn account_api(
                         "resource_uri": base}),
             ),
         )),
+        ("GET", ["Number", ""]) => {
+            // The account's numbers, `limit` (at most 20) from `offset`, as Plivo lists them.
+            let param = |name: &str| {
+                form_urlencoded::parse(query.as_bytes())
+                    .find(|(k, _)| k == name)
+                    .and_then(|(_, v)| v.parse::<usize>().ok())
+            };
+            let limit = param("limit").unwrap_or(20).clamp(1, 20);
+            let offset = param("offset").unwrap_or(0);
+            let total = acc.numbers.len();
+            let objects: Vec<serde_json::Value> = acc
+                .numbers
+                .iter()
+                .skip(offset)
+                .take(limit)
+                .map(|(digits, app)| {
+                    let uri = (!app.is_empty()).then(|| format!("{base}Application/{app}/"));
+                    json!({"number": digits, "application": uri, "voice_enabled": true,
+                           "number_type": "local"})
+                })
+                .collect();
+            let next = (offset + limit < total)
+                .then(|| format!("{base}Number/?limit={limit}&offset={}", offset + limit));
+            Some((
+                200,
+                json_resp(
+                    200,
+                    &json!({"api_id": new_uuid(),
+                            "meta": {"limit": limit, "offset": offset, "total_count": total,
+                                     "next": next, "previous": null},
+                            "objects": objects}),
+                ),
+            ))
+        }
         (m, ["Number", digits, ""]) => {
             let i = acc.numbers.iter().position(|(n, _)| n == digits)?;
             if m == "POST" {
@@ -224,6 +259,7 @@ impl FakePlivoRest {
             let fail = fail.load(std::sync::atomic::Ordering::Relaxed);
             async move {
                 let path = req.uri().path().to_string();
+                let query = req.uri().query().unwrap_or("").to_string();
                 let method = req.method().to_string();
                 let auth_ok = super::http::authorized(&req, &expected);
                 let raw = read_body(req, 1 << 20).await.unwrap_or_default();
@@ -235,7 +271,7 @@ impl FakePlivoRest {
                     .filter(|u| !u.is_empty() && !u.contains('/'));
                 let mut request_uuid = None;
                 let admin = if auth_ok {
-                    account_api(&acc, &account_id, &method, &path, &body)
+                    account_api(&acc, &account_id, &method, &path, &query, &body)
                 } else {
                     None
                 };

@@ -35,6 +35,9 @@ pub(super) enum Closing {
         to: String,
         requested: bool,
     },
+    /// The brain has been down for `brain_down_hangup_s`: hang up once `brain_down_message`
+    /// has played (`retry.rs`).
+    BrainDown,
 }
 
 fn refused(reason: impl Into<String>) -> ActionOutcome {
@@ -54,7 +57,7 @@ impl Policy {
     /// Why no new action can start now, if it cannot.
     fn busy_closing(&self) -> Option<&'static str> {
         match self.closing {
-            Some(Closing::End { .. }) => Some("the call is already ending"),
+            Some(Closing::End { .. } | Closing::BrainDown) => Some("the call is already ending"),
             Some(Closing::Transfer { .. }) => Some("the call is already being transferred"),
             None => None,
         }
@@ -86,7 +89,7 @@ impl Policy {
 
     /// Stops the reply in progress: the brain is cancelled and only what is being said (or,
     /// when nothing is, the next thing queued) is kept.
-    fn wind_down(&mut self, now: Instant, mouth: &mut Mouth) {
+    pub(super) fn wind_down(&mut self, now: Instant, mouth: &mut Mouth) {
         if self.brain {
             self.brain = false;
             self.out.push(Action::CancelBrain);
@@ -188,6 +191,10 @@ impl Policy {
             Some(Closing::End { reason }) => {
                 self.event(EventKind::HangUp, reason.clone());
                 self.out.push(Action::HangUp(EndReason::HungUp(reason)));
+            }
+            Some(Closing::BrainDown) => {
+                self.event(EventKind::HangUp, EndReason::BrainDown.text());
+                self.out.push(Action::HangUp(EndReason::BrainDown));
             }
             Some(Closing::Transfer {
                 id,

@@ -63,6 +63,8 @@ impl Policy {
     pub(super) fn on_llm(&mut self, ev: LlmEvent, now: Instant, mouth: &mut Mouth) {
         match ev {
             LlmEvent::Delta(text) => {
+                self.brain_answered();
+                self.reply_streamed();
                 if let Some(t) = self.turn.as_mut() {
                     t.reply_text.push_str(&text);
                 }
@@ -79,10 +81,14 @@ impl Policy {
             // Counted by the actor (the call's usage), not a conversational input.
             LlmEvent::Usage(_) => {}
             LlmEvent::ToolProgress(label) => {
+                self.brain_answered();
+                self.reply_streamed();
                 self.event(EventKind::ToolProgress, label);
                 self.filler("tool", now, mouth);
             }
             LlmEvent::ToolCall(call) => {
+                self.brain_answered();
+                self.reply_streamed();
                 self.flush_reply(now, mouth);
                 let turn_no = self.turn.as_ref().map_or(0, |t| t.id);
                 if let Some(t) = self.turn.as_mut() {
@@ -103,6 +109,7 @@ impl Policy {
                 ok,
                 content,
             } => {
+                self.reply_streamed();
                 let turn_no = self.turn.as_ref().map_or(0, |t| t.id);
                 if let Some(t) = self.turn.as_mut() {
                     t.tools.result_in = true;
@@ -113,6 +120,7 @@ impl Policy {
                 self.event(EventKind::ToolResult, detail.to_string());
             }
             LlmEvent::Say(text) => {
+                self.reply_streamed();
                 self.flush_reply(now, mouth);
                 if let Some(t) = self.turn.as_mut() {
                     // A spoken announcement stands in for the long-turn filler.
@@ -125,6 +133,7 @@ impl Policy {
                 self.reply_sentence(&text, now, mouth);
             }
             LlmEvent::Done => {
+                self.brain_answered();
                 self.brain = false;
                 self.out.push(Action::CancelBrain);
                 if let Some(rest) = self.chunker.finish() {
@@ -134,38 +143,49 @@ impl Policy {
                 // when it is interrupted (what was heard).
                 self.event(EventKind::LlmDone, "");
             }
-            LlmEvent::Error(message) => {
-                self.brain = false;
-                self.out.push(Action::CancelBrain);
-                self.event(EventKind::LlmError, message);
-                let Some(turn) = self.turn.as_ref() else {
-                    return;
-                };
-                let turn_id = turn.id;
-                if turn.entry.is_none() && !turn.audio_started {
-                    mouth.drop_unstarted(|k| matches!(k, UttKind::Filler { .. }));
-                    let msg = self.agent.llm_error_message.clone();
-                    if !msg.trim().is_empty() {
-                        self.enqueue(UttKind::Error { turn: turn_id }, &msg, now, mouth);
-                        self.history.push(ChatMessage {
-                            role: Role::Assistant,
-                            content: msg,
-                        });
-                    }
-                } else {
-                    // The brain failed mid-reply: say what it had said, then the apology, so
-                    // the caller is not left in silence after half a sentence.
-                    if let Some(rest) = self.chunker.finish() {
-                        self.reply_sentence(&rest, now, mouth);
-                    }
-                    let msg = self.agent.llm_error_message.clone();
-                    if !msg.trim().is_empty() {
-                        self.enqueue(UttKind::Error { turn: turn_id }, &msg, now, mouth);
-                        if let Some(t) = self.turn.as_mut() {
-                            t.reply_text.push(' ');
-                            t.reply_text.push_str(&msg);
-                        }
-                    }
+            LlmEvent::Error(message) => self.brain_failed(message, now, mouth),
+            LlmEvent::Unavailable {
+                message,
+                retry_after,
+            } => self.brain_unavailable(message, retry_after, now, mouth),
+        }
+    }
+
+    /// The brain failed the turn for good: the apology (after what it had said), or, when it
+    /// has been down for `brain_down_hangup_s`, the polite end of the call.
+    pub(super) fn brain_failed(&mut self, message: String, now: Instant, mouth: &mut Mouth) {
+        self.brain = false;
+        self.out.push(Action::CancelBrain);
+        self.event(EventKind::LlmError, message);
+        if self.brain_down_ends_call(now, mouth) {
+            return;
+        }
+        let Some(turn) = self.turn.as_ref() else {
+            return;
+        };
+        let turn_id = turn.id;
+        if turn.entry.is_none() && !turn.audio_started {
+            mouth.drop_unstarted(|k| matches!(k, UttKind::Filler { .. }));
+            let msg = self.agent.llm_error_message.clone();
+            if !msg.trim().is_empty() {
+                self.enqueue(UttKind::Error { turn: turn_id }, &msg, now, mouth);
+                self.history.push(ChatMessage {
+                    role: Role::Assistant,
+                    content: msg,
+                });
+            }
+        } else {
+            // The brain failed mid-reply: say what it had said, then the apology, so
+            // the caller is not left in silence after half a sentence.
+            if let Some(rest) = self.chunker.finish() {
+                self.reply_sentence(&rest, now, mouth);
+            }
+            let msg = self.agent.llm_error_message.clone();
+            if !msg.trim().is_empty() {
+                self.enqueue(UttKind::Error { turn: turn_id }, &msg, now, mouth);
+                if let Some(t) = self.turn.as_mut() {
+                    t.reply_text.push(' ');
+                    t.reply_text.push_str(&msg);
                 }
             }
         }

@@ -786,3 +786,5 @@ mod hold_words;
 
 /// The caller's keypad and the history kept.
 mod keypad;
+/// The brain's outages: retries, the budget, the polite hang-up.
+mod retry;

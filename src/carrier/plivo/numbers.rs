@@ -2,15 +2,18 @@
 //! `/v1/Account/{auth_id}/` itself; a number (`Number/{digits}/`) routes to the application
 //! named by its `application` URI, whose `answer_url` is where calls arrive. Wiring updates
 //! that application's answer and hangup URLs and methods — only those four fields, so Plivo's
-//! SDK defaults never reset the others — and unwire puts the four saved values back. A number
-//! without an application is refused: Plivo cannot return a number to "no application".
+//! SDK defaults never reset the others — and unwire puts the four saved values back once no
+//! other number wired by patterd uses the application (they are kept once per application).
+//! A number without an application is refused: Plivo cannot return a number to "no
+//! application". The other numbers on an application are found in the account's number list
+//! (`Number/`, 20 a page; Plivo has no filter by application).
 
 use serde_json::{Value, json};
 
 use super::rest::PlivoRest;
 use crate::carrier::CarrierError;
 use crate::carrier::admin::{
-    AdminMethod, AdminRequest, NumberAdmin, Wiring, bad_record, send_with, str_field,
+    AdminMethod, AdminRequest, NumberAdmin, SharedApp, Wiring, bad_record, send_with, str_field,
 };
 use crate::carrier::registry::BoxFuture;
 use crate::carrier::rest_client::path_safe;
@@ -20,6 +23,10 @@ const CARRIER: &str = "Plivo";
 
 /// The application fields wiring changes and unwire restores.
 const APP_FIELDS: &[&str] = &["answer_url", "answer_method", "hangup_url", "hangup_method"];
+
+/// Plivo's largest page of numbers, and the most pages read for the shared-application check.
+const PAGE_SIZE: usize = 20;
+const MAX_PAGES: usize = 100;
 
 /// [`NumberAdmin`] for one Plivo account.
 pub(crate) struct PlivoNumbers(pub PlivoRest);
@@ -71,6 +78,7 @@ impl PlivoNumbers {
                 voice_url: None,
                 describe: "no application".into(),
                 saved: json!({"app_id": ""}),
+                app: None,
             });
         }
         if !path_safe(&app_id) {
@@ -83,12 +91,65 @@ impl PlivoNumbers {
             saved.insert((*k).into(), json!(str_field(&app, k)));
         }
         let answer = str_field(&app, "answer_url");
+        let saved = Value::Object(saved);
         Ok(Wiring {
             number,
             voice_url: (!answer.is_empty()).then(|| answer.clone()),
             describe: format!("application {app_id} → {answer}"),
-            saved: Value::Object(saved),
+            app: Some(SharedApp {
+                id: app_id,
+                voice_url: answer,
+                saved: saved.clone(),
+            }),
+            saved,
         })
+    }
+
+    /// The account's numbers whose `application` is `app_id` (E.164).
+    async fn numbers_on(&self, app_id: &str) -> Result<Vec<String>, CarrierError> {
+        let mut out = Vec::new();
+        for page in 0..MAX_PAGES {
+            let url = format!(
+                "{}Number/?limit={PAGE_SIZE}&offset={}",
+                self.account_url(),
+                page * PAGE_SIZE
+            );
+            let v = self.get(url).await?;
+            let objects = v
+                .get("objects")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for n in &objects {
+                let app = n
+                    .get("application")
+                    .and_then(Value::as_str)
+                    .and_then(|uri| uri.trim_end_matches('/').rsplit('/').next())
+                    .unwrap_or_default();
+                let digits = str_field(n, "number");
+                if app == app_id && !digits.is_empty() {
+                    out.push(format!("+{}", digits.trim_start_matches('+')));
+                }
+            }
+            let next = v.pointer("/meta/next").and_then(Value::as_str);
+            if objects.len() < PAGE_SIZE || next.is_none_or(str::is_empty) {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    fn app_restore(&self, s: &Value) -> Result<Vec<AdminRequest>, CarrierError> {
+        let app_id = Self::app_id(s)?;
+        let body: serde_json::Map<String, Value> = APP_FIELDS
+            .iter()
+            .map(|k| ((*k).to_string(), json!(str_field(s, k))))
+            .collect();
+        Ok(vec![AdminRequest::json(
+            AdminMethod::Post,
+            self.app_url(&app_id),
+            &Value::Object(body),
+        )])
     }
 
     fn app_id(saved: &Value) -> Result<String, CarrierError> {
@@ -150,17 +211,22 @@ impl NumberAdmin for PlivoNumbers {
     }
 
     fn restore_plan(&self, previous: &Wiring) -> Result<Vec<AdminRequest>, CarrierError> {
-        let s = &previous.saved;
-        let app_id = Self::app_id(s)?;
-        let body: serde_json::Map<String, Value> = APP_FIELDS
-            .iter()
-            .map(|k| ((*k).to_string(), json!(str_field(s, k))))
-            .collect();
-        Ok(vec![AdminRequest::json(
-            AdminMethod::Post,
-            self.app_url(&app_id),
-            &Value::Object(body),
-        )])
+        // Wiring changed the application only: the number itself has nothing to restore,
+        // unless the record is from before applications were kept apart.
+        match previous.app {
+            Some(_) => Ok(Vec::new()),
+            None => self.app_restore(&previous.saved),
+        }
+    }
+
+    fn app_numbers(&self, app: &SharedApp) -> BoxFuture<Result<Vec<String>, CarrierError>> {
+        let this = PlivoNumbers(self.0.clone());
+        let id = app.id.clone();
+        Box::pin(async move { this.numbers_on(&id).await })
+    }
+
+    fn restore_app_plan(&self, app: &SharedApp) -> Result<Vec<AdminRequest>, CarrierError> {
+        self.app_restore(&app.saved)
     }
 
     fn send(&self, req: AdminRequest) -> BoxFuture<Result<Value, CarrierError>> {

@@ -4,21 +4,27 @@
 //! `webhook_event_url` is where calls arrive. Wiring points the number at the account's own
 //! application (`connection_id` in `[carriers.NAME]`, the one placing outbound calls) and sets
 //! that application's `webhook_event_url` (with its `application_name`, which Telnyx requires
-//! in every update); unwire restores the number's `connection_id` and the application's name
-//! and URL as they were.
+//! in every update); unwire restores the number's `connection_id`, and once no other number
+//! wired by patterd uses the application, its name, URL and `webhook_api_version` as they were
+//! (kept once per application). The other numbers on the application are those listed with
+//! `filter[connection_id]`.
 
 use serde_json::{Value, json};
 
 use super::rest::TelnyxRest;
 use crate::carrier::CarrierError;
 use crate::carrier::admin::{
-    AdminMethod, AdminRequest, NumberAdmin, Wiring, bad_record, send_with, str_field,
+    AdminMethod, AdminRequest, NumberAdmin, SharedApp, Wiring, bad_record, send_with, str_field,
 };
 use crate::carrier::registry::BoxFuture;
 use crate::carrier::rest_client::path_safe;
 use crate::carrier::webhook::public_request_url;
 
 const CARRIER: &str = "Telnyx";
+
+/// Numbers asked for per page, and the most listed for the check of a shared application.
+const PAGE_SIZE: u32 = 250;
+const MAX_LISTED: u32 = 2500;
 
 /// [`NumberAdmin`] for one Telnyx account.
 pub(crate) struct TelnyxNumbers {
@@ -47,7 +53,7 @@ impl TelnyxNumbers {
         .await
     }
 
-    /// `{id, application_name, webhook_event_url}` of application `id`.
+    /// `{id, application_name, webhook_event_url, webhook_api_version}` of application `id`.
     async fn app(&self, id: &str) -> Result<Value, CarrierError> {
         if !path_safe(id) {
             return Err(bad_record(CARRIER));
@@ -58,7 +64,40 @@ impl TelnyxNumbers {
             "id": id,
             "application_name": str_field(&d, "application_name"),
             "webhook_event_url": str_field(&d, "webhook_event_url"),
+            "webhook_api_version": str_field(&d, "webhook_api_version"),
         }))
+    }
+
+    /// The numbers on application `id` (every page of `filter[connection_id]`, at most
+    /// [`MAX_LISTED`] numbers).
+    async fn numbers_on(&self, id: &str) -> Result<Vec<String>, CarrierError> {
+        if !path_safe(id) {
+            return Err(bad_record(CARRIER));
+        }
+        let mut out = Vec::new();
+        for page in 1..=MAX_LISTED / PAGE_SIZE {
+            let url = format!(
+                "{}/v2/phone_numbers?filter%5Bconnection_id%5D={id}&page%5Bsize%5D={PAGE_SIZE}\
+                 &page%5Bnumber%5D={page}",
+                self.rest.base
+            );
+            let v = self.get(url).await?;
+            let data = v.get("data").and_then(Value::as_array).cloned().unwrap_or_default();
+            out.extend(
+                data.iter()
+                    .filter(|n| str_field(n, "connection_id") == id)
+                    .map(|n| str_field(n, "phone_number"))
+                    .filter(|n| !n.is_empty()),
+            );
+            let pages = v
+                .pointer("/meta/total_pages")
+                .and_then(Value::as_u64)
+                .unwrap_or(1);
+            if data.is_empty() || u64::from(page) >= pages {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     async fn read(&self, number: String) -> Result<Wiring, CarrierError> {
@@ -111,6 +150,11 @@ impl TelnyxNumbers {
                 format!("application {connection} → {voice}"),
             )
         };
+        let shared = (!ours.is_null()).then(|| SharedApp {
+            id: str_field(&ours, "id"),
+            voice_url: str_field(&ours, "webhook_event_url"),
+            saved: ours.clone(),
+        });
         Ok(Wiring {
             number,
             voice_url,
@@ -121,20 +165,36 @@ impl TelnyxNumbers {
                 "app": app,
                 "ours": ours,
             }),
+            app: shared,
         })
     }
 }
 
-fn app_update(url: String, app: &Value, webhook: &str) -> AdminRequest {
-    AdminRequest::json(
-        AdminMethod::Patch,
-        url,
-        &json!({
-            "application_name": str_field(app, "application_name"),
-            "webhook_event_url": webhook,
-            "webhook_api_version": "2",
-        }),
-    )
+/// The update of application `app` to `webhook` with API version `version` (left as it is
+/// when empty: a record saved before the version was kept).
+fn app_update(url: String, app: &Value, webhook: &str, version: &str) -> AdminRequest {
+    let mut body = json!({
+        "application_name": str_field(app, "application_name"),
+        "webhook_event_url": webhook,
+    });
+    if !version.is_empty() {
+        body["webhook_api_version"] = json!(version);
+    }
+    AdminRequest::json(AdminMethod::Patch, url, &body)
+}
+
+/// The restore of application `ours` as saved (name, URL, API version).
+fn app_restore(this: &TelnyxNumbers, ours: &Value) -> Result<AdminRequest, CarrierError> {
+    let app_id = str_field(ours, "id");
+    if !path_safe(&app_id) {
+        return Err(bad_record(CARRIER));
+    }
+    Ok(app_update(
+        this.app_url(&app_id),
+        ours,
+        &str_field(ours, "webhook_event_url"),
+        &str_field(ours, "webhook_api_version"),
+    ))
 }
 
 impl NumberAdmin for TelnyxNumbers {
@@ -196,6 +256,7 @@ impl NumberAdmin for TelnyxNumbers {
                 self.app_url(&self.connection_id),
                 ours,
                 &self.inbound_url(public_url),
+                "2",
             ),
             AdminRequest::json(
                 AdminMethod::Patch,
@@ -216,18 +277,26 @@ impl NumberAdmin for TelnyxNumbers {
             self.number_url(&id),
             &json!({"connection_id": str_field(s, "connection_id")}),
         )];
-        if let Some(ours) = s.get("ours").filter(|o| !o.is_null()) {
-            let app_id = str_field(ours, "id");
-            if !path_safe(&app_id) {
-                return Err(bad_record(CARRIER));
-            }
-            plan.push(app_update(
-                self.app_url(&app_id),
-                ours,
-                &str_field(ours, "webhook_event_url"),
-            ));
+        // A record from before applications were kept apart restores its application here.
+        if previous.app.is_none()
+            && let Some(ours) = s.get("ours").filter(|o| !o.is_null())
+        {
+            plan.push(app_restore(self, ours)?);
         }
         Ok(plan)
+    }
+
+    fn app_numbers(&self, app: &SharedApp) -> BoxFuture<Result<Vec<String>, CarrierError>> {
+        let this = TelnyxNumbers {
+            rest: self.rest.clone(),
+            connection_id: self.connection_id.clone(),
+        };
+        let id = app.id.clone();
+        Box::pin(async move { this.numbers_on(&id).await })
+    }
+
+    fn restore_app_plan(&self, app: &SharedApp) -> Result<Vec<AdminRequest>, CarrierError> {
+        Ok(vec![app_restore(self, &app.saved)?])
     }
 
     fn send(&self, req: AdminRequest) -> BoxFuture<Result<Value, CarrierError>> {

@@ -128,6 +128,7 @@ impl NumberAdmin for TwilioNumbers {
                 (Some(voice.clone()), format!("VoiceUrl {voice}"))
             };
             Ok(Wiring {
+                app: None,
                 number,
                 voice_url,
                 describe,

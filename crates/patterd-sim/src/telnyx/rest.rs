@@ -48,25 +48,50 @@ fn account_api(
                     "record_type": "balance"}}),
         )),
         ("GET", ["v2", "phone_numbers"]) => {
-            let filter = form_urlencoded::parse(query.as_bytes())
-                .find(|(k, _)| k == "filter[phone_number]")
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or_default();
-            let digits_only = filter.len() >= 3 && filter.bytes().all(|b| b.is_ascii_digit());
-            let data: Vec<Value> = acc
+            let param = |name: &str| {
+                form_urlencoded::parse(query.as_bytes())
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.into_owned())
+            };
+            let filter = param("filter[phone_number]");
+            let connection = param("filter[connection_id]");
+            let size: usize = param("page[size]")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(20)
+                .clamp(1, 250);
+            let page: usize = param("page[number]")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1)
+                .max(1);
+            let matching: Vec<Value> = acc
                 .numbers
                 .iter()
+                .filter(|n| match &filter {
+                    // As Telnyx: at least three digits, non-digits match nothing.
+                    Some(f) => {
+                        f.len() >= 3
+                            && f.bytes().all(|b| b.is_ascii_digit())
+                            && n["phone_number"].as_str().is_some_and(|p| p.contains(f))
+                    }
+                    None => true,
+                })
                 .filter(|n| {
-                    digits_only
-                        && n["phone_number"]
-                            .as_str()
-                            .is_some_and(|p| p.contains(&filter))
+                    connection
+                        .as_ref()
+                        .is_none_or(|c| n["connection_id"].as_str() == Some(c))
                 })
                 .cloned()
                 .collect();
+            let total_pages = matching.len().div_ceil(size).max(1);
+            let data: Vec<Value> = matching
+                .into_iter()
+                .skip((page - 1) * size)
+                .take(size)
+                .collect();
             Some(json_resp(
                 200,
-                &json!({"data": data, "meta": {"page_number": 1, "total_pages": 1}}),
+                &json!({"data": data, "meta": {"page_number": page, "page_size": size,
+                        "total_pages": total_pages}}),
             ))
         }
         ("PATCH", ["v2", "phone_numbers", id]) => {
@@ -400,6 +425,14 @@ impl FakeTelnyxRest {
                          "webhook_event_url": webhook_event_url,
                          "webhook_api_version": "2", "active": true,
                          "record_type": "call_control_application"}));
+    }
+
+    /// Sets one field of application `id` (e.g. an older `webhook_api_version`).
+    pub fn set_app_field(&self, id: &str, key: &str, value: Value) {
+        let mut acc = self.account.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(a) = acc.apps.iter_mut().find(|a| a["id"] == id) {
+            a[key] = value;
+        }
     }
 
     /// Adds a number routed to `connection_id` (empty: none); returns its id.
