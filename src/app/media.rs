@@ -41,6 +41,7 @@ use connection::{
 pub use websocket::{CappedReader, Message, WebSocketTransport};
 
 mod connection;
+mod pace;
 #[cfg(test)]
 mod tests;
 mod websocket;
@@ -185,6 +186,7 @@ pub async fn serve<T: MediaTransport>(
         receiver,
         bad,
         saw_stop: caller_ended.clone(),
+        call: call.handle.clone(),
     };
     let reader = tokio::spawn(
         read_loop(app.clone(), reader, codec, ingress_rx, ev_tx).instrument(call.span.clone()),

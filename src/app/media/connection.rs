@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::{info_span, warn};
 
+use super::pace::{CallerPace, Paced};
 use super::{BadFrames, Decoded, START_TIMEOUT, decode};
 use crate::app::App;
 use crate::app::metrics::Metrics;
@@ -136,10 +137,17 @@ pub(super) struct ReadHalfState<R> {
     pub(super) bad: BadFrames,
     /// Set when the carrier said the stream is over.
     pub(super) saw_stop: Arc<std::sync::atomic::AtomicBool>,
+    /// The call, ended through it when the caller floods it with audio.
+    pub(super) call: crate::call::CallHandle,
 }
 
+/// Why a call whose media socket kept sending audio faster than real time was ended.
+pub(crate) const FLOOD_REASON: &str = "the caller sent audio faster than real time";
+
 /// Decodes caller messages into events for the actor (caller audio through the call's
-/// caller-audio stage) until the socket closes, the stream stops or too many frames are bad.
+/// caller-audio stage, paced against the clock by a [`CallerPace`]) until the socket closes,
+/// the stream stops, too many frames are bad or the caller keeps flooding the socket with
+/// audio (the call is then hung up and the socket closed with a policy close).
 pub(super) async fn read_loop<R: MediaReceiver>(
     app: Arc<App>,
     mut r: ReadHalfState<R>,
@@ -149,6 +157,7 @@ pub(super) async fn read_loop<R: MediaReceiver>(
 ) {
     // Without it (the actor refused this stream) events go on raw, and fail.
     let mut ingress = ingress_rx.await.ok();
+    let mut pace = CallerPace::new(tokio::time::Instant::now());
     loop {
         let received = match r.receiver.recv().await {
             Ok(received) => received,
@@ -168,7 +177,35 @@ pub(super) async fn read_loop<R: MediaReceiver>(
                 // Caller audio goes through the stage; the actor hears its notes.
                 let msg = match (ev, ingress.as_mut()) {
                     (MediaEvent::Audio(frame), Some(stage)) => {
-                        match stage.frame(frame, tokio::time::Instant::now()) {
+                        let now = tokio::time::Instant::now();
+                        match pace.admit(frame.len(), now) {
+                            Paced::Pass => {}
+                            Paced::Drop => {
+                                Metrics::inc(&app.metrics.media_frames_paced);
+                                let n = pace.dropped();
+                                if n == 1 || (n.is_power_of_two() && n >= 1024) {
+                                    warn!(
+                                        dropped = n,
+                                        "caller audio faster than real time; frames dropped"
+                                    );
+                                }
+                                continue;
+                            }
+                            Paced::Close => {
+                                Metrics::inc(&app.metrics.media_frames_paced);
+                                Metrics::inc(&app.metrics.media_floods);
+                                warn!(
+                                    dropped = pace.dropped(),
+                                    "the caller kept sending audio faster than real time; ending the call"
+                                );
+                                let _ = r.call.hang_up(FLOOD_REASON);
+                                r.receiver
+                                    .close(CloseCode::Policy, b"audio faster than real time")
+                                    .await;
+                                return;
+                            }
+                        }
+                        match stage.frame(frame, now) {
                             Some(note) => MediaInput::Caller(note),
                             None => continue,
                         }
