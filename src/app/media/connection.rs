@@ -198,10 +198,12 @@ pub(super) async fn read_loop<R: MediaReceiver>(
                                     dropped = pace.dropped(),
                                     "the caller kept sending audio faster than real time; ending the call"
                                 );
-                                let _ = r.call.hang_up(FLOOD_REASON);
+                                // The policy close is queued first: the writer sends it
+                                // before the close of the call's end.
                                 r.receiver
                                     .close(CloseCode::Policy, b"audio faster than real time")
                                     .await;
+                                let _ = r.call.hang_up(FLOOD_REASON);
                                 return;
                             }
                         }
@@ -318,6 +320,13 @@ pub(super) async fn write_loop<S: MediaSender>(
             }
             unflushed = false;
         }
+    }
+    // What the receiver still owes the peer goes first (a close it asked for: the reason the
+    // socket ends, when the read side ended it).
+    while !w.sender.is_closed()
+        && let Some(owed) = w.sender.try_owed()
+    {
+        w.sender.write_owed(owed).await;
     }
     if w.sender.is_closed() {
         let _ = w.sender.flush().await;
