@@ -13,9 +13,7 @@ use tracing::info;
 use crate::api::auth::{Access, authorize, for_log};
 use crate::api::{self, ApiError, ErrorCode};
 use crate::app::App;
-use crate::net::http::{
-    AnyBody, Body, BodyError, FileBody, json as json_response, read_body,
-};
+use crate::net::http::{AnyBody, Body, BodyError, FileBody, json as json_response, read_body};
 use crate::server::pages;
 
 /// The JSON error response (with `WWW-Authenticate` on 401).
@@ -67,8 +65,10 @@ pub(crate) async fn recording(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("audio/wav"),
     );
-    resp.headers_mut()
-        .insert(hyper::header::CONTENT_LENGTH, hyper::header::HeaderValue::from(len));
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_LENGTH,
+        hyper::header::HeaderValue::from(len),
+    );
     Some(resp)
 }
 

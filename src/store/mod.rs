@@ -679,6 +679,9 @@ mod part_tests {
         drop(store);
         // Nothing to do the next time (and no recordings directory is fine too).
         assert_eq!(crate::call::recording::prune_parts(dir.path()), 0);
-        assert_eq!(crate::call::recording::prune_parts(&dir.path().join("none")), 0);
+        assert_eq!(
+            crate::call::recording::prune_parts(&dir.path().join("none")),
+            0
+        );
     }
 }

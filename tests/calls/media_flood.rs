@@ -193,7 +193,9 @@ async fn a_browser_phone_flood_is_paced_and_closed() {
         .expect("link key")
         .mint("front-desk", unix_now() + 60);
     let url = format!("ws://{}/phone/socket?link={link}", d.addr);
-    let (ws, _) = connect(&url, &[], WAIT).await.expect("the phone socket opens");
+    let (ws, _) = connect(&url, &[], WAIT)
+        .await
+        .expect("the phone socket opens");
     let (mut rx, tx, _guard) = ws_pump::split(ws);
     tx.text(&json!({"event": "start"}).to_string())
         .await
@@ -238,7 +240,7 @@ async fn a_browser_phone_flood_is_paced_and_closed() {
             break;
         }
         sent += 1;
-        if sent % 1000 == 0 {
+        if sent.is_multiple_of(1000) {
             most_kb = most_kb.max(rss_kb(pid).0);
         }
     }
@@ -253,7 +255,10 @@ async fn a_browser_phone_flood_is_paced_and_closed() {
     // before it reads that close (the daemon drops the socket with unread frames in it).
     match &close {
         Some(WsIn::Close { code, reason }) => {
-            assert_eq!((*code, reason.as_str()), (Some(1008), "audio faster than real time"))
+            assert_eq!(
+                (*code, reason.as_str()),
+                (Some(1008), "audio faster than real time")
+            )
         }
         Some(WsIn::Failed(_)) => {}
         other => panic!("the socket ended with {other:?}"),
