@@ -103,6 +103,12 @@ pub enum MediaInput {
     Media(MediaEvent),
     /// What turn-taking needs of the caller audio the pump's ingress took in.
     Caller(CallerNote),
+    /// Caller frames the pump dropped because they came faster than real time (the socket's
+    /// total so far): a timeline event.
+    Paced {
+        /// Frames dropped on this socket so far.
+        dropped: u64,
+    },
 }
 
 impl From<MediaEvent> for MediaInput {

@@ -188,6 +188,7 @@ pub(super) async fn read_loop<R: MediaReceiver>(
                                         dropped = n,
                                         "caller audio faster than real time; frames dropped"
                                     );
+                                    let _ = ev_tx.try_send(MediaInput::Paced { dropped: n });
                                 }
                                 continue;
                             }
@@ -198,6 +199,9 @@ pub(super) async fn read_loop<R: MediaReceiver>(
                                     dropped = pace.dropped(),
                                     "the caller kept sending audio faster than real time; ending the call"
                                 );
+                                let _ = ev_tx.try_send(MediaInput::Paced {
+                                    dropped: pace.dropped(),
+                                });
                                 // The policy close is queued first: the writer sends it
                                 // before the close of the call's end.
                                 r.receiver
