@@ -186,7 +186,6 @@ pub async fn serve<T: MediaTransport>(
         receiver,
         bad,
         saw_stop: caller_ended.clone(),
-        call: call.handle.clone(),
     };
     let reader = tokio::spawn(
         read_loop(app.clone(), reader, codec, ingress_rx, ev_tx).instrument(call.span.clone()),

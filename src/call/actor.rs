@@ -309,6 +309,10 @@ impl Actor {
                         self.event(EventKind::CallerAudioPaced, format!("frames_dropped={dropped}"));
                         None
                     }
+                    Some(MediaInput::Flooded { dropped }) => {
+                        self.event(EventKind::CallerAudioPaced, format!("frames_dropped={dropped}"));
+                        self.on_msg(CallMsg::HangUp { reason: super::ingress::FLOOD_REASON.into() })
+                    }
                     None => Some(EndReason::MediaStreamClosed),
                 },
                 ev = recv_opt(self.stt.as_mut().map(|s| &mut s.events)) => self.on_stt(ev),

@@ -137,12 +137,7 @@ pub(super) struct ReadHalfState<R> {
     pub(super) bad: BadFrames,
     /// Set when the carrier said the stream is over.
     pub(super) saw_stop: Arc<std::sync::atomic::AtomicBool>,
-    /// The call, ended through it when the caller floods it with audio.
-    pub(super) call: crate::call::CallHandle,
 }
-
-/// Why a call whose media socket kept sending audio faster than real time was ended.
-pub(crate) const FLOOD_REASON: &str = "the caller sent audio faster than real time";
 
 /// Decodes caller messages into events for the actor (caller audio through the call's
 /// caller-audio stage, paced against the clock by a [`CallerPace`]) until the socket closes,
@@ -199,15 +194,14 @@ pub(super) async fn read_loop<R: MediaReceiver>(
                                     dropped = pace.dropped(),
                                     "the caller kept sending audio faster than real time; ending the call"
                                 );
-                                let _ = ev_tx.try_send(MediaInput::Paced {
-                                    dropped: pace.dropped(),
-                                });
                                 // The policy close is queued first: the writer sends it
-                                // before the close of the call's end.
+                                // before the close of the call's end, which the actor hears
+                                // of before the media channel closes.
                                 r.receiver
                                     .close(CloseCode::Policy, b"audio faster than real time")
                                     .await;
-                                let _ = r.call.hang_up(FLOOD_REASON);
+                                let dropped = pace.dropped();
+                                let _ = ev_tx.send(MediaInput::Flooded { dropped }).await;
                                 return;
                             }
                         }

@@ -487,7 +487,7 @@ async fn a_caller_flooding_audio_is_paced_then_closed() {
             .expect("its record");
         assert_eq!(
             record.ended_reason,
-            EndReason::HungUp(super::connection::FLOOD_REASON.into()),
+            EndReason::HungUp(crate::call::ingress::FLOOD_REASON.into()),
             "{call_id}"
         );
         // The call's timeline says so: at the first dropped frame, and with the total.
