@@ -7,9 +7,7 @@
 //! its RSS barely moves, the STT hears about real time, the recording is as long as the call.
 //!
 //! The figures in docs/ROBUSTNESS.md ("Hardening round 2") are printed by
-//! `cargo test --test calls media_flood -- --nocapture` (the daemon with one malloc arena;
-//! `PATTERD_FLOOD_DEFAULT_MALLOC=1` for glibc's default, whose extra arenas show as a
-//! transient RSS peak).
+//! `cargo test --test calls media_flood -- --nocapture`.
 
 use std::time::{Duration, Instant};
 
@@ -57,16 +55,7 @@ async fn daemon() -> (Daemon, Fakes) {
         &fakes.rest.base_url,
         "",
     );
-    // One malloc arena: RSS then measures what the daemon holds, not how many arenas glibc
-    // opened for the flood's allocations racing across threads (with the default, the most
-    // RSS seen during a browser-phone flood is 5 to 19 MB over the start, back at the end; see
-    // docs/ROBUSTNESS.md). `PATTERD_FLOOD_DEFAULT_MALLOC=1` runs with glibc's default.
-    let env: &[(&str, &str)] = if std::env::var_os("PATTERD_FLOOD_DEFAULT_MALLOC").is_some() {
-        &[]
-    } else {
-        &[("MALLOC_ARENA_MAX", "1")]
-    };
-    (Daemon::start_with_env(&text, env), fakes)
+    (Daemon::start(&text), fakes)
 }
 
 /// The daemon's counter `name` from `/metrics`.
