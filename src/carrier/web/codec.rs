@@ -1,5 +1,5 @@
 //! The browser phone's socket protocol: JSON text frames, audio as base64 μ-law 8 kHz in
-//! 20 ms frames — the same bytes a phone call carries, so nothing is resampled on the server
+//! 20 ms frames (20 to 60 ms accepted, see [`AUDIO_BYTES`]) — the same bytes a phone call carries, so nothing is resampled on the server
 //! (the page runs its AudioContext at 8 kHz and the browser's own resampler converts the
 //! microphone). Page → daemon: `{"event":"start"}`, `{"event":"media","payload":…}`,
 //! `{"event":"mark","name":…}` (sent when the audio before the mark has really been played,
