@@ -252,9 +252,9 @@ pub(crate) async fn call_json(app: &Arc<App>, id: &str) -> Result<Value, ApiErro
     Ok(v)
 }
 
-/// A finished call's recording (a stereo WAV); 404 when the call was not recorded or its
-/// recording is not complete yet.
-pub async fn recording(app: &Arc<App>, id: &str) -> Result<Vec<u8>, ApiError> {
+/// A finished call's recording (a stereo WAV), opened, with its size: the edge streams it
+/// from the file. 404 when the call was not recorded or its recording is not complete yet.
+pub async fn recording(app: &Arc<App>, id: &str) -> Result<(tokio::fs::File, u64), ApiError> {
     let none = || {
         ApiError::new(
             404,
@@ -267,8 +267,13 @@ pub async fn recording(app: &Arc<App>, id: &str) -> Result<Vec<u8>, ApiError> {
         )
     };
     let path = crate::call::recording::path(&app.config().server.data_dir, id).ok_or_else(none)?;
-    match tokio::fs::read(&path).await {
-        Ok(bytes) => Ok(bytes),
+    let opened = async {
+        let file = tokio::fs::File::open(&path).await?;
+        let len = file.metadata().await?.len();
+        Ok::<_, std::io::Error>((file, len))
+    };
+    match opened.await {
+        Ok(opened) => Ok(opened),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(none()),
         Err(e) => Err(ApiError::new(
             500,

@@ -42,6 +42,7 @@ use connection::{
 pub use websocket::{CappedReader, Message, WebSocketTransport};
 
 mod connection;
+mod pace;
 #[cfg(test)]
 mod tests;
 mod websocket;

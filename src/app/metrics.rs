@@ -516,6 +516,10 @@ metrics! {
     media_rejected: AtomicU64 = "patterd_media_rejected_total",
         "Media sockets refused (bad token, unknown call, too many sockets).";
     media_frames_bad: AtomicU64 = "patterd_media_frames_bad_total", "Malformed media frames received.";
+    media_frames_paced: AtomicU64 = "patterd_media_frames_paced_total",
+        "Caller audio frames dropped because the caller sent audio faster than real time.";
+    media_floods: AtomicU64 = "patterd_media_floods_total",
+        "Calls ended because their media socket kept sending audio faster than real time.";
     webhooks_refused: Counter<RefusalReason> = "patterd_webhooks_refused_total",
         "Carrier webhooks or calls refused before reaching a call, by reason.";
     calls_ended: Counter<(CarrierKind, Outcome)> = "patterd_calls_ended_total",

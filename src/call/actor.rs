@@ -320,6 +320,14 @@ impl Actor {
                 ev = recv_opt(self.media_rx.as_mut()) => match ev {
                     Some(MediaInput::Media(ev)) => self.on_media(ev),
                     Some(MediaInput::Caller(note)) => self.on_caller(note),
+                    Some(MediaInput::Paced { dropped }) => {
+                        self.event(EventKind::CallerAudioPaced, format!("frames_dropped={dropped}"));
+                        None
+                    }
+                    Some(MediaInput::Flooded { dropped }) => {
+                        self.event(EventKind::CallerAudioPaced, format!("frames_dropped={dropped}"));
+                        self.on_msg(CallMsg::HangUp { reason: super::ingress::FLOOD_REASON.into() })
+                    }
                     None => Some(EndReason::MediaStreamClosed),
                 },
                 ev = recv_opt(self.stt.as_mut().map(|s| &mut s.events)) => self.on_stt(ev),

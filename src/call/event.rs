@@ -53,6 +53,10 @@ event_kinds! {
     MarkWithdrawn = "mark_withdrawn",
     /// A mark whose audio the carrier dropped on `clear`.
     MarkCleared = "mark_cleared",
+    /// The caller sent audio faster than real time: the media pump dropped frames beyond the
+    /// pace (detail: `frames_dropped=N`, the socket's total so far; noted at the first, at
+    /// powers of two from 1,024 and when a sustained flood ends the call).
+    CallerAudioPaced = "caller_audio_paced",
     /// The speech-to-text session is open.
     SttConnected = "stt_connected",
     /// The speech-to-text session failed (detail: why).

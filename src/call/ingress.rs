@@ -103,7 +103,23 @@ pub enum MediaInput {
     Media(MediaEvent),
     /// What turn-taking needs of the caller audio the pump's ingress took in.
     Caller(CallerNote),
+    /// Caller frames the pump dropped because they came faster than real time (the socket's
+    /// total so far): a timeline event.
+    Paced {
+        /// Frames dropped on this socket so far.
+        dropped: u64,
+    },
+    /// The caller kept sending audio faster than real time: the pump closes the socket and
+    /// the call ends ([`FLOOD_REASON`]). Sent before the media channel closes, so the call
+    /// always ends for this reason.
+    Flooded {
+        /// Frames dropped on this socket.
+        dropped: u64,
+    },
 }
+
+/// Why a call whose media socket kept sending audio faster than real time was hung up.
+pub const FLOOD_REASON: &str = "the caller sent audio faster than real time";
 
 impl From<MediaEvent> for MediaInput {
     fn from(ev: MediaEvent) -> Self {

@@ -6,10 +6,15 @@
 //! arrived (right after the previous caller frame when it came within [`JITTER`] of its end),
 //! agent audio when it was sent to the carrier (after the agent audio already placed, as the
 //! carrier plays it); a barge-in `clear` withdraws the agent audio placed after it, which
-//! the caller never heard. Audio older than [`HORIZON`] is final and written out; the RIFF
-//! sizes are filled in when the call ends (the file is written as `<call_id>.wav.part` and
-//! renamed when complete). A recording is readable by its owner only (0600, in a 0700
-//! directory): it is the caller's voice.
+//! the caller never heard. Caller audio is never placed more than [`JITTER`] ahead of the
+//! newest sample (a caller that sends faster than real time does not stretch the recording:
+//! the frames that would run ahead are dropped), and nothing is buffered past [`CAP`] after
+//! the samples written (what would be is dropped and counted). Audio older than [`HORIZON`]
+//! is final and written out as the call goes, so the writer holds seconds, never the call;
+//! the RIFF sizes are filled in when the call ends (the file is written as
+//! `<call_id>.wav.part` and renamed when complete; [`prune_parts`] removes the parts a crash
+//! left). A recording is readable by its owner only (0600, in a 0700 directory): it is the
+//! caller's voice.
 
 use std::collections::VecDeque;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -32,6 +37,9 @@ const HORIZON: u64 = 3 * RATE;
 /// Caller frames arriving this little after the previous one ended follow it directly (network
 /// jitter); a later one leaves a gap (the carrier sent nothing meanwhile).
 const JITTER: u64 = 480;
+/// Samples buffered at most after those written: the [`HORIZON`] twice (what waits to be
+/// written) and two seconds of agent audio sent ahead or caller jitter.
+const CAP: u64 = 2 * HORIZON + 2 * RATE;
 /// Bytes of the WAV header written before the samples.
 const HEADER: u64 = 44;
 
@@ -45,6 +53,45 @@ pub fn path(data_dir: &Path, call_id: &str) -> Option<PathBuf> {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' || b == b':')
         && !call_id.starts_with('.');
     safe.then(|| data_dir.join("recordings").join(format!("{call_id}.wav")))
+}
+
+/// Removes the `<call_id>.wav.part` files under `data_dir/recordings` (a crash's unfinished
+/// recordings: never served, never finished, otherwise never deleted); run at start, when
+/// no call is live. Returns how many were removed (logged when any).
+pub fn prune_parts(data_dir: &Path) -> usize {
+    let dir = data_dir.join("recordings");
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
+        Err(e) => {
+            warn!(path = %dir.display(), error = %e, "could not list the recordings to remove unfinished ones");
+            return 0;
+        }
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_part = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(".wav.part"));
+        if !is_part || !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed += 1,
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "could not remove an unfinished recording")
+            }
+        }
+    }
+    if removed > 0 {
+        tracing::info!(
+            removed,
+            "removed unfinished recordings (.wav.part) left by an earlier run"
+        );
+    }
+    removed
 }
 
 /// One message to the writer. Times are in samples since the recording started.
@@ -145,6 +192,10 @@ struct Tracks {
     caller_end: u64,
     agent_end: u64,
     latest: u64,
+    /// Samples of caller audio dropped because they would have run more than [`JITTER`]
+    /// ahead of the newest sample, and samples of either track dropped at [`CAP`].
+    caller_ahead: u64,
+    capped: u64,
 }
 
 impl Tracks {
@@ -156,8 +207,14 @@ impl Tracks {
         }
     }
 
-    fn place(&mut self, right: bool, at: u64, frame: &[u8]) {
+    /// Places `frame` at `at` on one track; false (nothing placed) when it would end past
+    /// [`CAP`] after the samples written.
+    fn place(&mut self, right: bool, at: u64, frame: &[u8]) -> bool {
         let end = at + frame.len() as u64;
+        if end > self.written + CAP {
+            self.capped += frame.len() as u64;
+            return false;
+        }
         self.grow(end);
         let track = if right {
             &mut self.right
@@ -170,6 +227,7 @@ impl Tracks {
                 track[(t - self.written) as usize] = g711::ulaw_to_linear(*b);
             }
         }
+        true
     }
 
     fn apply(&mut self, msg: Msg) {
@@ -181,14 +239,21 @@ impl Tracks {
                 } else {
                     at
                 };
-                self.place(false, at, &frame);
-                self.caller_end = at + frame.len() as u64;
+                // Audio sent faster than real time would run ahead of the clock.
+                if at > self.latest + JITTER {
+                    self.caller_ahead += frame.len() as u64;
+                    return;
+                }
+                if self.place(false, at, &frame) {
+                    self.caller_end = at + frame.len() as u64;
+                }
             }
             Msg::Agent { at, frame } => {
                 self.latest = self.latest.max(at);
                 let at = at.max(self.agent_end);
-                self.place(true, at, &frame);
-                self.agent_end = at + frame.len() as u64;
+                if self.place(true, at, &frame) {
+                    self.agent_end = at + frame.len() as u64;
+                }
             }
             Msg::Clear { at } => {
                 self.latest = self.latest.max(at);
@@ -296,6 +361,13 @@ fn write_msgs(path: &Path, msgs: impl Iterator<Item = Msg>) -> std::io::Result<(
     }
     tracks.take(u64::MAX, &mut buf);
     file.write_all(&buf)?;
+    if tracks.caller_ahead > 0 || tracks.capped > 0 {
+        warn!(
+            caller_ahead_ms = tracks.caller_ahead / 8,
+            capped_ms = tracks.capped / 8,
+            "the recording dropped audio that ran ahead of real time"
+        );
+    }
     let samples = tracks.written;
     let mut file = file.into_inner().map_err(|e| e.into_error())?;
     file.seek(SeekFrom::Start(0))?;
@@ -359,6 +431,100 @@ mod tests {
         });
         assert_eq!(t.agent_end, 200 + 160);
         assert_eq!(t.written, 1160);
+    }
+
+    /// A caller flooding the socket (frames arriving far faster than they play): the
+    /// recording places its audio no more than the jitter allowance ahead of the newest
+    /// sample and drops the rest, so the recording is as long as the call, not as the flood.
+    #[test]
+    fn caller_audio_never_runs_ahead_of_the_clock() {
+        let mut t = Tracks::default();
+        // One second of the clock, 50 frames of one second of audio arriving every 20 ms.
+        for ms in (0..1000u64).step_by(20) {
+            for _ in 0..50 {
+                t.apply(Msg::Caller {
+                    at: ms * 8,
+                    frame: frame(0x80),
+                });
+            }
+            assert!(
+                t.caller_end <= t.latest + JITTER + 160,
+                "placed up to {} at {}",
+                t.caller_end,
+                t.latest
+            );
+        }
+        assert!(t.left.len() as u64 <= t.latest + JITTER + 160);
+        // 50 s of audio sent; a second and the allowance kept.
+        assert!(t.caller_ahead >= 48 * RATE, "{}", t.caller_ahead);
+        // A frame within the jitter of the last one still follows it directly.
+        let end = t.caller_end;
+        t.apply(Msg::Caller {
+            at: end + 100,
+            frame: frame(0x80),
+        });
+        assert_eq!(t.caller_end, end + 160);
+    }
+
+    /// Whatever is sent, the writer buffers at most [`CAP`] samples past those written:
+    /// agent audio sent minutes ahead (a runaway pacer) is dropped and counted.
+    #[test]
+    fn what_the_writer_buffers_is_capped() {
+        let mut t = Tracks::default();
+        for _ in 0..10_000 {
+            t.apply(Msg::Agent {
+                at: 0,
+                frame: frame(0x00),
+            });
+        }
+        assert!(t.left.len() as u64 <= CAP && t.right.len() as u64 <= CAP);
+        assert_eq!(t.agent_end, CAP);
+        assert_eq!(t.capped, (10_000 - CAP / 160) * 160);
+    }
+
+    /// The WAV goes to disk as the call goes (its `.part` grows while the writer holds only
+    /// the last seconds), then gets its sizes and its name.
+    #[test]
+    fn the_wav_is_streamed_to_disk_as_the_call_goes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wav = path(dir.path(), "CA1").expect("path");
+        let part = wav.with_extension("wav.part");
+        // 60 s of a call: a caller and an agent frame every 20 ms; the part's size is read
+        // every 10 s of it, while the writer runs.
+        let seen = std::cell::RefCell::new(Vec::new());
+        let msgs = (0..3000u64).flat_map(|i| {
+            if i % 500 == 0 {
+                let size = std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0);
+                seen.borrow_mut().push(size);
+            }
+            [
+                Msg::Caller {
+                    at: i * 160,
+                    frame: frame(0x80),
+                },
+                Msg::Agent {
+                    at: i * 160,
+                    frame: frame(0x00),
+                },
+            ]
+        });
+        write_msgs(&wav, msgs).expect("written");
+        let seen = seen.into_inner();
+        assert_eq!(seen.len(), 6);
+        // Growing during the call, each time within the writer's horizon of the whole so far.
+        assert!(seen.windows(2).all(|w| w[1] > w[0]), "{seen:?}");
+        for (k, size) in seen.iter().enumerate().skip(1) {
+            let so_far = HEADER + k as u64 * 10 * RATE * 4;
+            assert!(*size + (2 * HORIZON + RATE) * 4 >= so_far, "{seen:?}");
+        }
+        assert!(!part.exists());
+        let len = std::fs::metadata(&wav).expect("wav").len();
+        assert_eq!(len, HEADER + 3000 * 160 * 4);
+        let bytes = std::fs::read(&wav).expect("read");
+        assert_eq!(
+            u32::from_le_bytes([bytes[40], bytes[41], bytes[42], bytes[43]]) as u64,
+            len - HEADER
+        );
     }
 
     #[test]

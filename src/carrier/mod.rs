@@ -251,6 +251,8 @@ pub enum CodecError {
     UnknownEvent(String),
     #[error("frame of {0} bytes exceeds the 64 KiB limit")]
     TooLarge(usize),
+    #[error("an audio frame of {0} bytes is not 20 to 60 ms (160 to 480 bytes of μ-law 8 kHz)")]
+    AudioFrameSize(usize),
     #[error("binary frames are not part of this protocol")]
     Binary,
     #[error("field `{0}` has an invalid value")]

@@ -15,6 +15,73 @@ pub type Body = Full<Bytes>;
 /// Any response body: buffered for most routes, streamed (SSE) for `/mcp`.
 pub(crate) type AnyBody = BoxBody<Bytes, std::convert::Infallible>;
 
+/// A file served as it is read, in chunks of [`FileBody::CHUNK`] (a call's recording: never
+/// whole in memory). A read error ends the body early; the response's `Content-Length` (its
+/// exact size hint) tells the client it was cut.
+pub(crate) struct FileBody {
+    file: tokio::fs::File,
+    left: u64,
+    buf: Vec<u8>,
+}
+
+impl FileBody {
+    /// Bytes read and sent at a time.
+    pub(crate) const CHUNK: usize = 64 * 1024;
+
+    /// Serves the `len` bytes of `file` from where it stands.
+    pub(crate) fn new(file: tokio::fs::File, len: u64) -> Self {
+        Self {
+            file,
+            left: len,
+            buf: Vec::new(),
+        }
+    }
+}
+
+impl hyper::body::Body for FileBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if this.left == 0 {
+            return Poll::Ready(None);
+        }
+        let want = usize::try_from(this.left).map_or(Self::CHUNK, |l| l.min(Self::CHUNK));
+        this.buf.resize(want, 0);
+        let mut read = tokio::io::ReadBuf::new(&mut this.buf[..want]);
+        match tokio::io::AsyncRead::poll_read(std::pin::Pin::new(&mut this.file), cx, &mut read) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => {
+                tracing::warn!(error = %e, "a file being served could not be read; the response is cut short");
+                this.left = 0;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Ok(())) if read.filled().is_empty() => {
+                this.left = 0;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Ok(())) => {
+                let chunk = Bytes::copy_from_slice(read.filled());
+                this.left = this.left.saturating_sub(chunk.len() as u64);
+                Poll::Ready(Some(Ok(hyper::body::Frame::data(chunk))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.left)
+    }
+}
+
 /// Time a client gets to send a whole request body.
 pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -97,5 +164,35 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, BodyError>
             }
         }
         Ok(Ok(c)) => Ok(c.to_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::body::Body as _;
+
+    /// A file goes out chunk by chunk as it is read, each chunk at most
+    /// [`FileBody::CHUNK`], all of it in order, with its exact size known up front.
+    #[tokio::test]
+    async fn a_file_body_streams_the_file_in_chunks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f.wav");
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).expect("write");
+        let file = tokio::fs::File::open(&path).await.expect("open");
+        let mut body = FileBody::new(file, data.len() as u64);
+        assert_eq!(body.size_hint().exact(), Some(data.len() as u64));
+        let mut got = Vec::new();
+        let mut chunks = 0;
+        while let Some(frame) = body.frame().await {
+            let chunk = frame.expect("frame").into_data().expect("data");
+            assert!(chunk.len() <= FileBody::CHUNK);
+            got.extend_from_slice(&chunk);
+            chunks += 1;
+        }
+        assert_eq!(chunks, data.len().div_ceil(FileBody::CHUNK));
+        assert!(got == data, "the file, in order");
+        assert!(body.is_end_stream());
     }
 }

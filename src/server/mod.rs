@@ -237,6 +237,9 @@ async fn route_any(
         debug!(%peer, %method, path = "/mcp", status = resp.status().as_u16(), "request");
         return resp;
     }
+    if let Some(resp) = rest::recording(&served.app, peer, &req).await {
+        return resp;
+    }
     route(served.app.clone(), peer, req)
         .await
         .map(|b| b.boxed())

@@ -14,7 +14,7 @@ use tracing::info;
 use crate::api::auth::{Access, CallTokenCheck, admit_request, authorize, for_log, throttled};
 use crate::api::{self, ApiError, ErrorCode, Permission};
 use crate::app::App;
-use crate::net::http::{Body, BodyError, json as json_response, read_body, respond};
+use crate::net::http::{AnyBody, Body, BodyError, FileBody, json as json_response, read_body};
 use crate::server::pages;
 
 /// The JSON error response (with `WWW-Authenticate` on 401, `Retry-After` on 429).
@@ -22,6 +22,58 @@ pub fn error(e: &ApiError) -> Response<Body> {
     let mut r = json_response(e.status, &e.body());
     e.add_headers(r.headers_mut());
     r
+}
+
+/// `GET /v1/calls/{id}/recording`, streamed from the file as it is read (a recording is
+/// minutes of audio: never read whole into memory); `None` for any other request.
+pub(crate) async fn recording(
+    app: &Arc<App>,
+    peer: SocketAddr,
+    req: &Request<Incoming>,
+) -> Option<Response<AnyBody>> {
+    use http_body_util::BodyExt;
+    let id = req
+        .uri()
+        .path()
+        .strip_prefix("/v1/calls/")
+        .and_then(|p| p.strip_suffix("/recording"))
+        .filter(|id| !id.contains('/') && req.method() == hyper::Method::GET)?;
+    let access = Access {
+        peer,
+        method: req.method(),
+        headers: req.headers(),
+    };
+    let refused = |e: &ApiError| Some(error(e).map(|b| b.boxed()));
+    let check = |server: &_, calls: CallTokenCheck<'_>| authorize(server, access, calls);
+    let grant = match admit_request(app, peer, req.headers(), check) {
+        Ok(g) => g,
+        Err(e) => {
+            info!(%peer, path = %for_log(req.uri().path(), 64), code = e.code.as_str(), "API request refused");
+            return refused(&e);
+        }
+    };
+    let id = match api::decode_segment(id) {
+        Ok(id) => id,
+        Err(e) => return refused(&e),
+    };
+    // A recording is one call's: a call token reads its own only.
+    if let Err(e) = grant.permits(Permission::ReadCall, Some(&id)) {
+        return refused(&e);
+    }
+    let (file, len) = match api::recording(app, &id).await {
+        Ok(opened) => opened,
+        Err(e) => return refused(&e),
+    };
+    let mut resp = Response::new(FileBody::new(file, len).boxed());
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("audio/wav"),
+    );
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_LENGTH,
+        hyper::header::HeaderValue::from(len),
+    );
+    Some(resp)
 }
 
 /// `/v1/*`.
@@ -66,24 +118,6 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
             return error(&e);
         }
     };
-    if req.method() == hyper::Method::GET
-        && let Some(id) = v1_path
-            .strip_prefix("/calls/")
-            .and_then(|p| p.strip_suffix("/recording"))
-            .filter(|id| !id.contains('/'))
-    {
-        let id = match api::decode_segment(id) {
-            Ok(id) => id,
-            Err(e) => return error(&e),
-        };
-        if let Err(e) = grant.permits(Permission::ReadCall, Some(&id)) {
-            return error(&e);
-        }
-        return match api::recording(&app, &id).await {
-            Ok(wav) => respond(200, "audio/wav", wav.into()),
-            Err(e) => error(&e),
-        };
-    }
     let method = req.method().clone();
     let path = req
         .uri()

@@ -552,6 +552,8 @@ impl Store {
                 "closed calls left open by a previous run as failed"
             );
         }
+        // Nor is any recording being written: a `.wav.part` is a crash's unfinished one.
+        crate::call::recording::prune_parts(data_dir);
         let read = open_conn(&path)?;
         let queue = Arc::new(WriteQueue::new(queue));
         let rx = queue.clone();
@@ -856,5 +858,37 @@ mod restart_tests {
         let row = again.call("CA1").await.expect("read").expect("row");
         assert_eq!(row.status, "failed");
         assert!(row.ended_at.is_some());
+    }
+}
+
+#[cfg(test)]
+mod part_tests {
+    use super::*;
+
+    /// A crash leaves `<call_id>.wav.part` behind: the next start removes it (no call is live
+    /// then), keeping finished recordings and whatever else the directory holds.
+    #[test]
+    fn unfinished_recordings_left_by_a_crash_are_removed_at_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let recordings = dir.path().join("recordings");
+        crate::util::create_private_dir(&recordings).expect("dir");
+        for name in ["CA1.wav.part", "v3:abc.wav.part", "CA2.wav", "notes.txt"] {
+            std::fs::write(recordings.join(name), b"RIFF").expect("write");
+        }
+        std::fs::create_dir(recordings.join("sub.wav.part")).expect("a directory");
+        let store = Store::open(dir.path(), 0, 16).expect("open");
+        let mut left: Vec<String> = std::fs::read_dir(&recordings)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["CA2.wav", "notes.txt", "sub.wav.part"]);
+        drop(store);
+        // Nothing to do the next time (and no recordings directory is fine too).
+        assert_eq!(crate::call::recording::prune_parts(dir.path()), 0);
+        assert_eq!(
+            crate::call::recording::prune_parts(&dir.path().join("none")),
+            0
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! cross-carrier scenario over Twilio, Telnyx and Plivo), the Twilio-only scenarios
 //! (`twilio`), an interrupted reply in each brain's wire format (`conversation`; the
 //! conversation's timing runs on the paused clock in `src/call/driver/tests.rs`), faulty peers
-//! during a call (`faults`), a forged-webhook flood during live calls (`flood`) and the
+//! during a call (`faults`), a forged-webhook flood during live calls (`flood`), callers that
+//! send audio faster than real time (`media_flood`) and the
 //! agent's tools during a call (`tools`), and the conversation scenario suite (`suite`).
 //!
 //! `cargo test --test calls conversation::` runs one module's tests.
@@ -16,6 +17,7 @@ mod conversation;
 mod faults;
 mod flood;
 mod heard;
+mod media_flood;
 mod ops;
 mod plivo_l16;
 mod recording;

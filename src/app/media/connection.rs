@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::{info_span, warn};
 
+use super::pace::{CallerPace, Paced};
 use super::{BadFrames, Decoded, START_TIMEOUT, decode};
 use crate::app::App;
 use crate::app::metrics::Metrics;
@@ -139,7 +140,9 @@ pub(super) struct ReadHalfState<R> {
 }
 
 /// Decodes caller messages into events for the actor (caller audio through the call's
-/// caller-audio stage) until the socket closes, the stream stops or too many frames are bad.
+/// caller-audio stage, paced against the clock by a [`CallerPace`]) until the socket closes,
+/// the stream stops, too many frames are bad or the caller keeps flooding the socket with
+/// audio (the call is then hung up and the socket closed with a policy close).
 pub(super) async fn read_loop<R: MediaReceiver>(
     app: Arc<App>,
     mut r: ReadHalfState<R>,
@@ -149,6 +152,7 @@ pub(super) async fn read_loop<R: MediaReceiver>(
 ) {
     // Without it (the actor refused this stream) events go on raw, and fail.
     let mut ingress = ingress_rx.await.ok();
+    let mut pace = CallerPace::new(tokio::time::Instant::now());
     loop {
         let received = match r.receiver.recv().await {
             Ok(received) => received,
@@ -168,7 +172,40 @@ pub(super) async fn read_loop<R: MediaReceiver>(
                 // Caller audio goes through the stage; the actor hears its notes.
                 let msg = match (ev, ingress.as_mut()) {
                     (MediaEvent::Audio(frame), Some(stage)) => {
-                        match stage.frame(frame, tokio::time::Instant::now()) {
+                        let now = tokio::time::Instant::now();
+                        match pace.admit(frame.len(), now) {
+                            Paced::Pass => {}
+                            Paced::Drop => {
+                                Metrics::inc(&app.metrics.media_frames_paced);
+                                let n = pace.dropped();
+                                if n == 1 || (n.is_power_of_two() && n >= 1024) {
+                                    warn!(
+                                        dropped = n,
+                                        "caller audio faster than real time; frames dropped"
+                                    );
+                                    let _ = ev_tx.try_send(MediaInput::Paced { dropped: n });
+                                }
+                                continue;
+                            }
+                            Paced::Close => {
+                                Metrics::inc(&app.metrics.media_frames_paced);
+                                Metrics::inc(&app.metrics.media_floods);
+                                warn!(
+                                    dropped = pace.dropped(),
+                                    "the caller kept sending audio faster than real time; ending the call"
+                                );
+                                // The policy close is queued first: the writer sends it
+                                // before the close of the call's end, which the actor hears
+                                // of before the media channel closes.
+                                r.receiver
+                                    .close(CloseCode::Policy, b"audio faster than real time")
+                                    .await;
+                                let dropped = pace.dropped();
+                                let _ = ev_tx.send(MediaInput::Flooded { dropped }).await;
+                                return;
+                            }
+                        }
+                        match stage.frame(frame, now) {
                             Some(note) => MediaInput::Caller(note),
                             None => continue,
                         }
@@ -282,6 +319,13 @@ pub(super) async fn write_loop<S: MediaSender>(
             }
             unflushed = false;
         }
+    }
+    // What the receiver still owes the peer goes first (a close it asked for: the reason the
+    // socket ends, when the read side ended it).
+    while !w.sender.is_closed()
+        && let Some(owed) = w.sender.try_owed()
+    {
+        w.sender.write_owed(owed).await;
     }
     if w.sender.is_closed() {
         let _ = w.sender.flush().await;

@@ -411,3 +411,91 @@ async fn no_start_is_refused_after_the_timeout() {
     );
     pump.await.expect("no panic");
 }
+
+/// A caller sending audio at 10× real time from the start, over Twilio's JSON and Vonage's
+/// binary L16: the pump drops what runs past 1.2× (plus the 200 ms burst), counts it, and
+/// after six seconds of flood closes the stream with 1008 and hangs the call up.
+#[tokio::test(start_paused = true)]
+async fn a_caller_flooding_audio_is_paced_then_closed() {
+    for (dialect, call_id) in [(&TWILIO, "CAflood"), (&VONAGE, "vonage-flood")] {
+        let kit = start_call(call_id);
+        let token = kit.app.tokens.mint(call_id);
+        let (peer, pump) = kit.connect(dialect, &token).await;
+        let (to_pump, mut from_pump) = peer.into_parts();
+        let started = Instant::now();
+        let flood = async {
+            let mut tick = tokio::time::interval(Duration::from_millis(FRAME_MS));
+            let mut sent = 0u64;
+            loop {
+                tick.tick().await;
+                for _ in 0..10 {
+                    if to_pump
+                        .send((dialect.caller_frame)(&[0xFF; FRAME_BYTES]))
+                        .await
+                        .is_err()
+                    {
+                        return sent;
+                    }
+                    sent += 1;
+                }
+            }
+        };
+        let close = async {
+            loop {
+                match from_pump.recv().await {
+                    Some(MemoryMessage::Close(code, reason)) => return (code, reason),
+                    Some(_) => {}
+                    None => panic!("no close"),
+                }
+            }
+        };
+        let close = tokio::time::timeout(LIMIT, async {
+            tokio::select! {
+                close = close => close,
+                sent = flood => panic!("the pump stopped reading after {sent} frames"),
+            }
+        })
+        .await
+        .expect("the flood is closed");
+        let closed_after = started.elapsed();
+        assert_eq!(
+            close,
+            (1008, b"audio faster than real time".to_vec()),
+            "{call_id}"
+        );
+        assert!(
+            (Duration::from_secs(6)..Duration::from_millis(6200)).contains(&closed_after),
+            "{call_id}: closed after {closed_after:?}"
+        );
+        let dropped = crate::app::Metrics::get(&kit.app.metrics.media_frames_paced);
+        // Ten frames sent per 20 ms (the last burst maybe in part); 1.2 per 20 ms passed.
+        let sent = closed_after.as_millis() as u64 / FRAME_MS * 10;
+        let passed = sent.saturating_sub(dropped);
+        let allowed = closed_after.as_millis() as u64 * 6 / 5 / FRAME_MS + 10;
+        assert!(
+            passed <= allowed + 10 && dropped > sent * 8 / 10,
+            "{call_id}: {passed} frames passed of {sent}, {dropped} dropped"
+        );
+        assert_eq!(crate::app::Metrics::get(&kit.app.metrics.media_floods), 1);
+        tokio::time::timeout(LIMIT, pump)
+            .await
+            .expect("the pump ended")
+            .expect("no panic");
+        let record = tokio::time::timeout(LIMIT, kit.app.calls.wait_finished(call_id))
+            .await
+            .expect("the call ended")
+            .expect("its record");
+        assert_eq!(
+            record.ended_reason,
+            EndReason::HungUp(crate::call::ingress::FLOOD_REASON.into()),
+            "{call_id}"
+        );
+        // The call's timeline says so: at the first dropped frame, and with the total.
+        let paced: Vec<&str> = record
+            .events_of(crate::call::EventKind::CallerAudioPaced)
+            .map(|e| e.detail.as_str())
+            .collect();
+        assert_eq!(paced.first(), Some(&"frames_dropped=1"), "{call_id}");
+        assert!(paced.len() >= 2, "{call_id}: {paced:?}");
+    }
+}

@@ -31,6 +31,9 @@ pub(super) const PRE_AUTH_WIRE_FRAME: usize = MAX_FRAME + 1;
 /// holds one.
 const WRITE_BUFFER: usize = 4 * 1024;
 
+/// The most one read of the socket takes (see [`ReadChunks`]).
+pub(super) const READ_CHUNK: usize = 16 * 1024;
+
 /// Control frames the read half may owe the peer before the write half writes them.
 const OWED_QUEUE: usize = 8;
 
@@ -53,7 +56,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WebSocketTransport<S> {
 
 /// The read half of a [`WebSocketTransport`].
 pub struct WebSocketReceiver<S> {
-    read: CappedReader<ReadHalf<S>>,
+    read: CappedReader<ReadChunks<ReadHalf<S>>>,
     owed: mpsc::Sender<Frame<'static>>,
     /// The message last received (what [`MediaReceiver::recv`]'s answer borrows); dropped
     /// before the next read, so the read buffer's space is free again.
@@ -75,7 +78,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> MediaTransport for WebS
         // (one syscall for a pacer top-up of several frames and its mark).
         let (read, write) = self.ws.split(|s| {
             let (r, w) = tokio::io::split(s);
-            (r, BufWriter::with_capacity(WRITE_BUFFER, w))
+            (ReadChunks(r), BufWriter::with_capacity(WRITE_BUFFER, w))
         });
         let (owed_tx, owed_rx) = mpsc::channel(OWED_QUEUE);
         (
@@ -89,6 +92,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> MediaTransport for WebS
                 owed: owed_rx,
             },
         )
+    }
+}
+
+/// A socket's read half that reads at most [`READ_CHUNK`] bytes at a time. The WebSocket
+/// reader reads into whatever room its buffer has, and its buffer doubles when a frame does
+/// not fit behind unread bytes: a peer sending faster than we decode (a flood) would grow it to
+/// what the kernel holds for the socket (megabytes). Small reads keep the unread bytes, and so
+/// the buffer, near one read and one frame.
+pub(crate) struct ReadChunks<R>(R);
+
+impl<R: AsyncRead + Unpin> AsyncRead for ReadChunks<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if buf.remaining() <= READ_CHUNK {
+            return std::pin::Pin::new(&mut self.0).poll_read(cx, buf);
+        }
+        let mut chunk = buf.take(READ_CHUNK);
+        std::task::ready!(std::pin::Pin::new(&mut self.0).poll_read(cx, &mut chunk))?;
+        let n = chunk.filled().len();
+        // SAFETY: `chunk` is a view of `buf`'s unfilled part; the read initialised and filled
+        // its first `n` bytes, which are now `buf`'s next `n` bytes.
+        unsafe { buf.assume_init(n) };
+        buf.advance(n);
+        std::task::Poll::Ready(Ok(()))
     }
 }
 
@@ -325,6 +355,28 @@ fn own(f: Frame<'_>) -> Frame<'static> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// However much the caller has sent, one read takes at most [`READ_CHUNK`] bytes (the
+    /// WebSocket reader's buffer then stays near one read and one frame).
+    #[tokio::test]
+    async fn reads_take_at_most_a_chunk() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut peer, ours) = tokio::io::duplex(1 << 20);
+        peer.write_all(&vec![7u8; 1 << 19]).await.expect("write");
+        let mut reader = ReadChunks(ours);
+        let mut buf = bytes::BytesMut::with_capacity(1 << 20);
+        let mut total = 0;
+        while total < 1 << 19 {
+            let n = reader.read_buf(&mut buf).await.expect("read");
+            assert!(n > 0 && n <= READ_CHUNK, "{n}");
+            total += n;
+        }
+        assert!(buf.iter().all(|b| *b == 7) && buf.len() == 1 << 19);
+        // A buffer with less room than a chunk is filled as far as it goes.
+        peer.write_all(&[1u8; 100]).await.expect("write");
+        let mut small = [0u8; 10];
+        assert_eq!(reader.read(&mut small).await.expect("read"), 10);
+    }
     use fastwebsockets::Role;
 
     async fn pair() -> (

@@ -1,5 +1,5 @@
 //! The browser phone's socket protocol: JSON text frames, audio as base64 μ-law 8 kHz in
-//! 20 ms frames — the same bytes a phone call carries, so nothing is resampled on the server
+//! 20 ms frames (20 to 60 ms accepted, see [`AUDIO_BYTES`]) — the same bytes a phone call carries, so nothing is resampled on the server
 //! (the page runs its AudioContext at 8 kHz and the browser's own resampler converts the
 //! microphone). Page → daemon: `{"event":"start"}`, `{"event":"media","payload":…}`,
 //! `{"event":"mark","name":…}` (sent when the audio before the mark has really been played,
@@ -19,8 +19,10 @@ use crate::carrier::{
     ProgressView, StreamStart,
 };
 
-/// Largest decoded audio payload accepted (one second).
-const MAX_AUDIO_BYTES: usize = 8000;
+/// The audio one `media` frame may carry: 20 to 60 ms of μ-law 8 kHz (the page sends 20 ms).
+/// Anything else is refused before it is decoded, counted as a malformed frame, never
+/// buffered: a page that sends seconds a frame is not a microphone.
+pub(crate) const AUDIO_BYTES: std::ops::RangeInclusive<usize> = 160..=480;
 
 /// Per-socket codec; the call id is known before the socket opens (the route admitted it).
 #[derive(Debug, Clone)]
@@ -50,12 +52,17 @@ impl MediaCodec for WebCodec {
             }))),
             "media" => {
                 let payload = str_field(&msg, "payload")?;
-                if payload.len() / 4 * 3 > MAX_AUDIO_BYTES {
-                    return Err(CodecError::TooLarge(payload.len() / 4 * 3));
+                // The decoded size, from the base64 length (up to two bytes of padding).
+                let most = payload.len() / 4 * 3;
+                if most > *AUDIO_BYTES.end() + 2 || most < *AUDIO_BYTES.start() {
+                    return Err(CodecError::AudioFrameSize(most));
                 }
                 let audio = STANDARD
                     .decode(payload)
                     .map_err(|_| CodecError::BadBase64)?;
+                if !AUDIO_BYTES.contains(&audio.len()) {
+                    return Err(CodecError::AudioFrameSize(audio.len()));
+                }
                 Ok(Some(MediaEvent::Audio(Bytes::from(audio))))
             }
             "mark" => Ok(Some(MediaEvent::MarkPlayed(
@@ -147,14 +154,15 @@ mod tests {
             c.decode(r#"{"event":"media"}"#),
             Err(CodecError::MissingField("payload"))
         );
+        let bad = "!".repeat(216);
         assert_eq!(
-            c.decode(r#"{"event":"media","payload":"!!!"}"#),
+            c.decode(&format!(r#"{{"event":"media","payload":"{bad}"}}"#)),
             Err(CodecError::BadBase64)
         );
         let big = "A".repeat(20_000);
         assert!(matches!(
             c.decode(&format!(r#"{{"event":"media","payload":"{big}"}}"#)),
-            Err(CodecError::TooLarge(_))
+            Err(CodecError::AudioFrameSize(_))
         ));
         assert!(matches!(
             c.decode(r#"{"event":"hello"}"#),
@@ -164,6 +172,29 @@ mod tests {
             c.decode(r#"{"event":"dtmf","digit":"55"}"#),
             Err(CodecError::InvalidField("digit"))
         );
+    }
+
+    /// A frame carries 20 to 60 ms of audio: 160 to 480 bytes; a second (the 8,000-byte
+    /// frames of a flood) or a few bytes are refused.
+    #[test]
+    fn audio_frames_are_20_to_60_ms() {
+        let mut c = WebCodec::new("web-1", ProgressView::Caller);
+        let frame = |n: usize| {
+            let audio = STANDARD.encode(vec![0xFFu8; n]);
+            format!(r#"{{"event":"media","payload":"{audio}"}}"#)
+        };
+        for n in [160, 161, 320, 479, 480] {
+            match c.decode(&frame(n)) {
+                Ok(Some(MediaEvent::Audio(a))) => assert_eq!(a.len(), n),
+                other => panic!("{n} bytes: {other:?}"),
+            }
+        }
+        for n in [0, 1, 80, 159, 481, 482, 483, 640, 8000] {
+            assert!(
+                matches!(c.decode(&frame(n)), Err(CodecError::AudioFrameSize(_))),
+                "{n} bytes accepted"
+            );
+        }
     }
 
     #[test]
