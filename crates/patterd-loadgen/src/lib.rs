@@ -163,6 +163,7 @@ api_token = "{API_TOKEN}"
 max_calls = {max_calls}
 max_connections = {max_conns}
 drain_timeout_s = 5
+data_dir = "{data_dir}"
 
 [log]
 format = "json"
@@ -189,6 +190,11 @@ carrier = "twilio"
 agent = "bench"
 "#,
         max_calls = calls + 16,
+        // A store of the run's own: never the machine's /var/lib/patterd, which another build of
+        // patterd (another schema) may own, and which runs side by side would share.
+        data_dir = std::env::temp_dir()
+            .join(format!("patterd-loadgen-{}-{port}", std::process::id()))
+            .display(),
         sim_sections = patterd_sim::config::SimSections {
             deepgram: (dg, DG_KEY),
             elevenlabs: (el, EL_KEY),
