@@ -53,6 +53,7 @@ pub fn render(app: &App) -> Response<Body> {
         s,
         "# HELP {name} Timeline events not stored because the store's queue was full (disk stalled).\n# TYPE {name} counter\n{name} {dropped}"
     );
+    app.store.stats.render(&mut s);
     let providers = app.providers();
     for (name, help, v) in [
         (

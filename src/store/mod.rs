@@ -14,6 +14,7 @@ pub mod model;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod queue;
+pub mod stats;
 pub mod wiring;
 mod writer;
 
@@ -393,6 +394,8 @@ pub struct Store {
     /// redacted).
     pub path: PathBuf,
     pub tx: StoreTx,
+    /// The writer thread's commit figures (`/metrics`).
+    pub stats: Arc<stats::StoreStats>,
     read: Reads,
 }
 
@@ -492,8 +495,17 @@ impl Store {
             url: url.to_string(),
             pool,
         };
-        let reads = postgres::open(&target, owner, data_dir, retention_days, queue.clone())?;
+        let stats = Arc::new(stats::StoreStats::default());
+        let reads = postgres::open(
+            &target,
+            owner,
+            data_dir,
+            retention_days,
+            queue.clone(),
+            stats.clone(),
+        )?;
         Ok(Self {
+            stats,
             path: PathBuf::from(postgres::redact(url)),
             tx: StoreTx {
                 sender: Arc::new(Sender { queue }),
@@ -558,6 +570,8 @@ impl Store {
         let queue = Arc::new(WriteQueue::new(queue));
         let rx = queue.clone();
         let thread_path = path.clone();
+        let stats = Arc::new(stats::StoreStats::default());
+        let thread_stats = stats.clone();
         std::thread::Builder::new()
             .name("patterd-store".into())
             .spawn(move || {
@@ -569,6 +583,7 @@ impl Store {
                     retention_days,
                     &data_dir,
                     &what,
+                    &thread_stats,
                 )
             })
             .map_err(|e| StoreError::Dir {
@@ -583,6 +598,7 @@ impl Store {
                 dropped: Arc::new(AtomicU64::new(0)),
                 warned: Arc::new(Mutex::new(None)),
             },
+            stats,
             read: Reads::Sqlite(Arc::new(Mutex::new(read))),
         })
     }

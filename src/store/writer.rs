@@ -114,6 +114,7 @@ pub(super) fn writer_loop(
     retention_days: u32,
     data_dir: &Path,
     what: &str,
+    stats: &super::stats::StoreStats,
 ) {
     const PRUNE_EVERY: Duration = Duration::from_secs(3600);
     // How long a batch waits for more writes after its first (a flush ends it at once).
@@ -158,7 +159,11 @@ pub(super) fn writer_loop(
             }
         }
         if !writes.is_empty() {
-            match sink.commit(writes) {
+            let rows = writes.len();
+            let began = std::time::Instant::now();
+            let committed = sink.commit(writes);
+            stats.batch(rows, began.elapsed(), committed.is_ok());
+            match committed {
                 Ok(()) => {
                     for (call_id, seq, heard_bytes) in stored {
                         debug!(%call_id, seq, heard_bytes, "turn stored");

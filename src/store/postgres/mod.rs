@@ -126,6 +126,7 @@ pub(crate) fn open(
     data_dir: &Path,
     retention_days: u32,
     queue: Arc<WriteQueue>,
+    stats: Arc<super::stats::StoreStats>,
 ) -> Result<Reads, StoreError> {
     let options = PgConnectOptions::from_str(&target.url)
         .map_err(|e| unreachable(target, format!("not a PostgreSQL URL: {e}")))?
@@ -170,7 +171,7 @@ pub(crate) fn open(
                     seqs: Default::default(),
                 },
             };
-            writer_loop(sink, &queue, retention_days, &dir, &what);
+            writer_loop(sink, &queue, retention_days, &dir, &what, &stats);
         })
         .map_err(|e| unreachable(target, e))?;
     let version = match ready_rx.recv_timeout(Duration::from_secs(30)) {
