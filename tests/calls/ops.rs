@@ -83,7 +83,11 @@ impl Exposition {
                 continue;
             };
             let labels = labels.trim_end_matches('}');
-            let (rest, le) = labels.rsplit_once(",le=").expect("le label");
+            // `le` last, after the series' own labels, or alone (`_bucket{le="0.01"}`).
+            let (rest, le) = labels
+                .rsplit_once(",le=")
+                .or_else(|| labels.strip_prefix("le=").map(|le| ("", le)))
+                .expect("le label");
             let le: f64 = match le.trim_matches('"') {
                 "+Inf" => f64::INFINITY,
                 x => x.parse().expect("le"),
@@ -100,7 +104,11 @@ impl Exposition {
                 "{s} buckets not monotonic: {buckets:?}"
             );
             let (name, labels) = s.split_once('{').expect("labels");
-            let count = self.get(&format!("{name}_count{{{labels}"));
+            // A series without labels of its own is written `name_count`, with no braces.
+            let count = match labels {
+                "}" => self.get(&format!("{name}_count")),
+                _ => self.get(&format!("{name}_count{{{labels}")),
+            };
             assert_eq!(buckets.last().expect("+Inf").1, count, "{s}");
         }
         series.len()
@@ -123,7 +131,15 @@ async fn metrics_count_the_turns_and_stages_of_a_call() {
     let stack = Stack::start(Opts::default()).await;
     let (_, rec) = two_turn_call(&stack).await;
     let m = metrics(&stack).await;
-    assert_eq!(m.check_histograms(), 6, "one series per stage");
+    assert_eq!(
+        m.check_histograms(),
+        6 + 2,
+        "one series per stage, and the store's commit time and batch rows"
+    );
+    // The call's writes were committed in batches the store measured.
+    assert!(m.get("patterd_store_commit_seconds_count") >= 1.0);
+    assert!(m.get("patterd_store_batch_rows_sum") >= m.get("patterd_store_batch_rows_count"));
+    assert_eq!(m.get("patterd_store_batches_failed_total"), 0.0);
 
     let turns = stack.hermes.record().requests.len() as f64;
     assert_eq!(turns, 2.0);
