@@ -97,6 +97,29 @@ impl StoreStats {
         self.commit.count()
     }
 
+    /// The upper bound of the commit-time bucket holding quantile `q` (0–1) of the batches
+    /// committed so far, in seconds (`None` before any; infinity past the last bucket).
+    pub fn commit_quantile(&self, q: f64) -> Option<f64> {
+        let total = self.commit.count();
+        if total == 0 {
+            return None;
+        }
+        let want = (q * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (le, n) in self.commit.bounds.iter().zip(&self.commit.counts) {
+            seen += n.load(Ordering::Relaxed);
+            if seen >= want {
+                return Some(*le);
+            }
+        }
+        Some(f64::INFINITY)
+    }
+
+    /// Writes in the batches committed so far.
+    pub fn rows(&self) -> u64 {
+        self.rows.sum_micro.load(Ordering::Relaxed) / 1_000_000
+    }
+
     /// Batches given up (their writes are lost; the log says why).
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
@@ -166,5 +189,9 @@ mod tests {
             "{out}"
         );
         assert_eq!((s.batches(), s.failed()), (3, 1));
+        assert_eq!(s.rows(), 50);
+        assert_eq!(s.commit_quantile(0.3), Some(0.001));
+        assert_eq!(s.commit_quantile(0.5), Some(0.05));
+        assert_eq!(s.commit_quantile(1.0), Some(f64::INFINITY));
     }
 }
