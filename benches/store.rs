@@ -160,6 +160,9 @@ async fn run(store: Store, calls: u64, secs: u64) -> Figures {
     }
 }
 
+/// Opens a fresh store of one backend.
+type Opener<'a> = Box<dyn Fn() -> Store + 'a>;
+
 fn show(v: Option<f64>) -> String {
     match v {
         Some(s) if s.is_finite() => format!("≤ {:.1} ms", s * 1000.0),
@@ -185,7 +188,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let dir = tempfile::tempdir().expect("tempdir");
     let db = TestDatabase::create();
-    let mut backends: Vec<(&str, Box<dyn Fn() -> Store>)> = vec![(
+    let mut backends: Vec<(&str, Opener<'_>)> = vec![(
         "sqlite",
         Box::new(|| Store::open(&dir.path().join("sqlite"), 0, 4096).expect("sqlite")),
     )];
