@@ -443,6 +443,35 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<usize, StoreError> {
     Ok(MIGRATIONS.len())
 }
 
+/// A store URL with any password as `***`, for messages.
+pub(crate) fn redact_url(url: &str) -> String {
+    #[cfg(feature = "postgres")]
+    {
+        postgres::redact(url)
+    }
+    #[cfg(not(feature = "postgres"))]
+    {
+        url.to_string()
+    }
+}
+
+/// `patterd doctor`'s look at a PostgreSQL store: `(server version, schema version there,
+/// schema version this patterd knows)`, or why it cannot be reached (password redacted).
+pub(crate) async fn probe_postgres(url: &str) -> Result<(String, i64, i64), String> {
+    #[cfg(feature = "postgres")]
+    {
+        postgres::probe(url)
+            .await
+            .map(|(v, s)| (v, s, postgres::supported_schema()))
+            .map_err(|e| e.replace(url, &postgres::redact(url)))
+    }
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = url;
+        Err(StoreError::NoPostgres.to_string())
+    }
+}
+
 /// This instance's name, written as the owner of the calls it admits (the host name).
 pub(crate) fn instance_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -12,6 +12,7 @@ mod brains;
 mod credentials;
 mod numbers;
 mod public_url;
+mod store;
 
 use std::path::Path;
 
@@ -150,6 +151,22 @@ pub enum Finding {
         entry: String,
     },
     NoNumbers,
+    /// The PostgreSQL store answers; its schema is one this patterd can use.
+    StoreReachable {
+        url: String,
+        server: String,
+        schema: i64,
+    },
+    StoreUnreachable {
+        url: String,
+        error: String,
+    },
+    /// The database was migrated by a newer patterd: this one refuses to start on it.
+    StoreSchemaTooNew {
+        url: String,
+        schema: i64,
+        supported: i64,
+    },
 }
 
 /// A [`Finding`] as printed (`--json`): its level, fields, message and fix.
@@ -176,7 +193,8 @@ impl Finding {
             | LlmKeyAccepted { .. }
             | CredentialsAccepted { .. }
             | PublicUrlReachesDaemon { .. }
-            | WebhookPointsHere { .. } => Level::Ok,
+            | WebhookPointsHere { .. }
+            | StoreReachable { .. } => Level::Ok,
             ConfigWarning { .. }
             | NetworkSkipped
             | LlmModelUnlisted { .. }
@@ -205,7 +223,9 @@ impl Finding {
             | PublicUrlNotPatterd { .. }
             | PublicUrlOtherDaemon { .. }
             | WebhookPointsElsewhere { .. }
-            | NumberNotOnAccount { .. } => Level::Fail,
+            | NumberNotOnAccount { .. }
+            | StoreUnreachable { .. }
+            | StoreSchemaTooNew { .. } => Level::Fail,
         }
     }
 
@@ -315,6 +335,29 @@ impl Finding {
                 masked(number)
             ),
             NoNumbers => "no [[numbers]] configured: no call will be answered".into(),
+            StoreReachable {
+                url,
+                server,
+                schema,
+            } => format!(
+                "call store: PostgreSQL {server} at {url} answers (schema version {schema}{})",
+                if *schema == 0 {
+                    ", tables made at first start"
+                } else {
+                    ""
+                }
+            ),
+            StoreUnreachable { url, error } => {
+                format!("call store: PostgreSQL at {url} cannot be reached: {error}")
+            }
+            StoreSchemaTooNew {
+                url,
+                schema,
+                supported,
+            } => format!(
+                "call store: the database at {url} has schema version {schema}, newer than this \
+                 patterd knows ({supported}); it will refuse to start"
+            ),
         }
     }
 
@@ -327,7 +370,14 @@ impl Finding {
             | LlmKeyAccepted { .. }
             | CredentialsAccepted { .. }
             | PublicUrlReachesDaemon { .. }
-            | WebhookPointsHere { .. } => return None,
+            | WebhookPointsHere { .. }
+            | StoreReachable { .. } => return None,
+            StoreUnreachable { .. } => "check [store] url (host, port, user, password, database) \
+                and that PostgreSQL is running and accepts connections from this host"
+                .into(),
+            StoreSchemaTooNew { .. } => "run the newer patterd, or point [store] url at another \
+                database"
+                .into(),
             ConfigWarning { .. } => {
                 "see the message; `patterd check --strict` lists them all".into()
             }
@@ -499,6 +549,7 @@ async fn network(config: &Config) -> Vec<Finding> {
     checks.extend(brains::checks(config, &client));
     checks.extend(credentials::checks(config, &client));
     checks.push(public_url::check(config, &client));
+    checks.extend(store::check(config));
     checks.extend(numbers::checks(config));
     let mut set = tokio::task::JoinSet::new();
     for (i, c) in checks.into_iter().enumerate() {

@@ -187,6 +187,45 @@ pub(crate) fn open(
     Ok(Reads { pool })
 }
 
+/// What `patterd doctor` learns of the database at `url` without changing it: the server's
+/// version and the schema version patterd's migrations reached there (0: none yet).
+pub(crate) async fn probe(url: &str) -> Result<(String, i64), String> {
+    let options =
+        PgConnectOptions::from_str(url).map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
+    let connect = PgConnection::connect_with(&options);
+    let mut conn = tokio::time::timeout(Duration::from_secs(5), connect)
+        .await
+        .map_err(|_| "no answer within 5 s".to_string())?
+        .map_err(|e| e.to_string())?;
+    let version: String = query::<Postgres>("SHOW server_version")
+        .fetch_one(&mut conn)
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(|e| e.to_string())?;
+    // The table is planned before a CASE could skip it: ask whether it exists first.
+    let migrated: bool = query::<Postgres>("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(&mut conn)
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(|e| e.to_string())?;
+    let schema: i64 = if migrated {
+        query::<Postgres>("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
+            .fetch_one(&mut conn)
+            .await
+            .and_then(|r| r.try_get(0))
+            .map_err(|e| e.to_string())?
+    } else {
+        0
+    };
+    let _ = conn.close().await;
+    Ok((version, schema))
+}
+
+/// The schema version this patterd's migrations reach.
+pub(crate) fn supported_schema() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
 /// The read side: a pool on the runtime that opened the store.
 pub(crate) struct Reads {
     pool: PgPool,
