@@ -490,3 +490,39 @@ async fn an_unreachable_database_names_store_url() {
         Ok(_) => panic!("opened a store nobody serves"),
     }
 }
+
+/// PostgreSQL drops the store's connections mid-run (a failover, a restart, an idle timeout):
+/// the writer reconnects and retries the batch, nothing written is lost, and reads recover.
+#[tokio::test]
+async fn a_dropped_database_connection_loses_no_write() {
+    let Some(u) = postgres("node-a") else {
+        return;
+    };
+    let db = u.db.as_ref().expect("db");
+    u.store
+        .tx
+        .send(new_call("BEFORE", "inbound", "+15550001111"));
+    u.store.tx.flush().await.expect("flush");
+    assert!(u.store.call("BEFORE").await.expect("read").is_some());
+    let killed = db.query(
+        "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    );
+    assert_ne!(killed, "0", "the store had connections to drop");
+    write_a_call(&u.store.tx, "AFTER");
+    u.store.tx.flush().await.expect("flush after the drop");
+    let row = u
+        .store
+        .call("AFTER")
+        .await
+        .expect("read after the drop")
+        .expect("row");
+    assert_eq!(row.status, "completed");
+    assert_eq!(u.store.turns("AFTER").await.expect("turns").len(), 3);
+    assert_eq!(u.store.events("AFTER").await.expect("events").len(), 3);
+    assert_eq!(
+        u.store.stats.failed(),
+        0,
+        "the batch was retried, not given up"
+    );
+}

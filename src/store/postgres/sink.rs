@@ -371,16 +371,9 @@ impl Sink for PgSink {
                 Err(e) if started.elapsed() < RETRY_FOR => {
                     warn!(error = %e, retry_in_ms = backoff.as_millis() as u64,
                           "call store (PostgreSQL) batch failed; retrying");
-                    // A broken connection is reopened; a statement error keeps it.
-                    if matches!(
-                        e,
-                        sqlx_core::Error::Io(_)
-                            | sqlx_core::Error::Tls(_)
-                            | sqlx_core::Error::PoolClosed
-                            | sqlx_core::Error::Protocol(_)
-                    ) {
-                        self.db.conn = None;
-                    }
+                    // Whatever failed — a dropped connection, a server restarting, a failover —
+                    // the next try starts on a fresh connection.
+                    self.db.conn = None;
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
