@@ -50,3 +50,13 @@ pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
         .mode(0o700)
         .create(dir)
 }
+
+/// The host name (`/proc/sys/kernel/hostname`), or `patterd` when it cannot be read: an
+/// instance's name when `[cluster] instance_name` is not set.
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "patterd".into())
+}

@@ -154,7 +154,11 @@ impl App {
         let providers = crate::provider::build_providers(&config).map_err(AppError::Providers)?;
         let carriers = Registry::from_config(&config.carriers);
         let turn_models = crate::call::eot::start_workers(&config.turn_model)?;
-        let store = Store::open_configured(&config.store, &config.server.data_dir)?;
+        let store = Store::open_configured(
+            &config.store,
+            &config.cluster.instance_name(),
+            &config.server.data_dir,
+        )?;
         let inbound: Overrides = match store.setting_blocking(SETTING_KEY)? {
             None => Overrides::default(),
             Some(text) => serde_json::from_str(&text).map_err(|source| AppError::BadOverrides {

@@ -52,6 +52,12 @@ pub fn plan(old: &Config, mut new: Config) -> Plan {
         "the call store opens at start",
     );
     kept(
+        "cluster",
+        &old.cluster,
+        &new.cluster,
+        "the instance's name is set at start",
+    );
+    kept(
         "carriers",
         &old.carriers,
         &new.carriers,
@@ -79,6 +85,7 @@ pub fn plan(old: &Config, mut new: Config) -> Plan {
     new.server.api_tokens = tokens;
     new.log = old.log.clone();
     new.store = old.store.clone();
+    new.cluster = old.cluster.clone();
     new.carriers = old.carriers.clone();
     new.turn_model = old.turn_model.clone();
     Plan {

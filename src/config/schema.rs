@@ -32,6 +32,7 @@ pub struct Config {
     pub agents: BTreeMap<String, AgentConfig>,
     pub numbers: Vec<NumberConfig>,
     pub store: StoreConfig,
+    pub cluster: ClusterConfig,
     pub outbound: OutboundConfig,
     pub pricing: PricingConfig,
     /// `[turn_model.NAME]`: end-of-turn models agents can use.
@@ -89,6 +90,27 @@ pub struct StoreConfig {
     pub retention_days: u32,
     /// Capacity of the store's write queue; writes beyond it are dropped and counted.
     pub queue: usize,
+}
+
+/// `[cluster]`: this instance among several sharing one `[store]` PostgreSQL.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// This instance's name, recorded as the owner of the calls it admits (default: the host
+    /// name). At start an instance closes only the calls its own name left open, so every
+    /// instance sharing a database needs a name of its own that stays the same across restarts
+    /// (a StatefulSet's pod name, a systemd host's name).
+    pub instance_name: Option<String>,
+}
+
+impl ClusterConfig {
+    /// The configured name, or the host name.
+    pub fn instance_name(&self) -> String {
+        self.instance_name
+            .clone()
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(crate::util::host_name)
+    }
 }
 
 /// `[store] backend`.

@@ -304,6 +304,22 @@ fn store_backend(c: &mut Check, store: &crate::config::schema::StoreConfig) {
 fn limits(c: &mut Check, config: &Config) {
     c.at_least_one(&["store", "queue"], config.store.queue as u64);
     store_backend(c, &config.store);
+    if let Some(name) = &config.cluster.instance_name {
+        let ok = !name.is_empty()
+            && name.len() <= 63
+            && name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '-' | '_' | '.'));
+        if !ok {
+            c.fail(
+                &["cluster", "instance_name"],
+                format!(
+                    "[cluster] instance_name = {name:?}: use 1-63 letters, digits, '-', '_' or '.' \
+                     (e.g. the pod or host name)"
+                ),
+            );
+        }
+    }
     c.at_least_one(
         &["outbound", "max_concurrent"],
         config.outbound.max_concurrent as u64,

@@ -472,20 +472,13 @@ pub(crate) async fn probe_postgres(url: &str) -> Result<(String, i64, i64), Stri
     }
 }
 
-/// This instance's name, written as the owner of the calls it admits (the host name).
-pub(crate) fn instance_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "patterd".into())
-}
-
 impl Store {
     /// Opens the store `[store]` configures: SQLite in `data_dir`, or PostgreSQL at `url`
-    /// (connected and migrated before this returns; must run inside a tokio runtime).
+    /// (connected and migrated before this returns; must run inside a tokio runtime), where this
+    /// instance owns its calls as `owner` (`[cluster] instance_name`).
     pub fn open_configured(
         store: &crate::config::schema::StoreConfig,
+        owner: &str,
         data_dir: &Path,
     ) -> Result<Self, StoreError> {
         use crate::config::schema::StoreBackend;
@@ -496,7 +489,7 @@ impl Store {
                 Self::open_postgres(
                     url.as_deref().unwrap_or_default(),
                     store.pool,
-                    &instance_name(),
+                    owner,
                     data_dir,
                     store.retention_days,
                     store.queue,

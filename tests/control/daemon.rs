@@ -227,12 +227,14 @@ fn turns_survive_sigkill_mid_call_on_postgres() {
     let Some(db) = patterd_sim::postgres::TestDatabase::create() else {
         return;
     };
-    let extra = format!("\n[store]\nbackend = \"postgres\"\nurl = \"{}\"\n", db.url);
+    let extra = format!(
+        "\n[store]\nbackend = \"postgres\"\nurl = \"{}\"\n\n[cluster]\ninstance_name = \"node-a\"\n",
+        db.url
+    );
     let url = db.url.clone();
     turns_survive_sigkill_on(&extra, move |d| {
-        // The daemon owns its calls under the host name; reopening as it closes them.
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
-        patterd::store::Store::open_postgres(&url, 1, host.trim(), d.data_dir(), 30, 16)
+        // The daemon owns its calls as `node-a`; reopening as `node-a` closes them.
+        patterd::store::Store::open_postgres(&url, 1, "node-a", d.data_dir(), 30, 16)
             .expect("reopen store")
     });
     drop(db);

@@ -1321,3 +1321,21 @@ fn brain_outage_keys_have_defaults_and_bounds() {
     );
     assert!(load(&text).is_ok(), "0 turns each off");
 }
+
+#[test]
+fn the_instance_name_is_checked() {
+    let ok = load(&format!(
+        "{BASE}\n[cluster]\ninstance_name = \"patterd-0.eu_1\"\n"
+    ))
+    .expect("a plain name loads");
+    assert_eq!(ok.config.cluster.instance_name(), "patterd-0.eu_1");
+    let defaulted = load(BASE).expect("base loads");
+    assert!(
+        !defaulted.config.cluster.instance_name().is_empty(),
+        "the host name"
+    );
+    for bad in ["", "two words", "a/b", &"x".repeat(64)] {
+        let err = load_err(&format!("{BASE}\n[cluster]\ninstance_name = {bad:?}\n"));
+        assert!(err.contains("[cluster] instance_name"), "{bad:?}: {err}");
+    }
+}
