@@ -1,8 +1,11 @@
 //! Caller audio against the wall clock: every media socket's inbound audio passes a
 //! [`CallerPace`] before the caller-audio stage sees it. A token bucket filled at
-//! [`RATE_NUM`]/[`RATE_DEN`] (1.2×) real time, holding at most [`BURST`] of audio (network
-//! jitter: frames held up in the network arrive together), lets a caller's frames through;
-//! a frame beyond it is dropped and counted. A socket that keeps sending more than
+//! [`RATE_NUM`]/[`RATE_DEN`] (1.2×) real time, starting with [`BURST`] of audio and holding at
+//! most [`JITTER`], lets a caller's frames through; a frame beyond it is dropped and counted.
+//! A caller who sends 1× saves the 0.2× surplus, up to [`JITTER`] (after 4 s): frames that a
+//! stalled network — or this process, starved of CPU, not reading its socket — held up and
+//! that then arrive together pass, up to a second of them. Saving never raises the total:
+//! every token comes from the 1.2× refill or the first [`BURST`]. A socket that keeps sending more than
 //! [`FLOOD_FACTOR`]× real time for [`FLOOD_WINDOWS`] windows of [`FLOOD_WINDOW`] in a row
 //! is told to close. A carrier sends 1× (20 ms frames every 20 ms): only a client that sends
 //! faster than it speaks — a forged or broken browser phone, a flooder — is paced, and what
@@ -23,9 +26,11 @@ use tokio::time::Instant;
 /// Audio admitted per unit of real time: 6/5 = 1.2×.
 pub(crate) const RATE_NUM: u64 = 6;
 pub(crate) const RATE_DEN: u64 = 5;
-/// Audio the bucket holds at most (and starts with): a burst of frames that the network held
-/// up passes, up to this much.
+/// Audio the bucket starts with: what a caller may send ahead of real time from the start.
 pub(crate) const BURST: Duration = Duration::from_millis(200);
+/// Audio the bucket holds at most: how much held-up audio may arrive at once and still pass,
+/// once the caller has saved it by sending at real time.
+pub(crate) const JITTER: Duration = Duration::from_secs(1);
 /// Received audio over this many times real time, window after window, is a flood.
 pub(crate) const FLOOD_FACTOR: u64 = 2;
 /// The windows the received rate is judged over.
@@ -78,6 +83,7 @@ impl CallerPace {
     /// Judges a frame of `bytes` of μ-law audio that arrived at `now`.
     pub(crate) fn admit(&mut self, bytes: usize, now: Instant) -> Paced {
         let burst = BURST.as_micros() as i64;
+        let capacity = JITTER.as_micros() as i64;
         let audio_us = (bytes as u64 * US_PER_BYTE).max(MIN_FRAME_US);
         let elapsed = now.saturating_duration_since(self.last).as_micros() as u64;
         self.last = now;
@@ -85,7 +91,7 @@ impl CallerPace {
         self.tokens_us = self
             .tokens_us
             .saturating_add(i64::try_from(refill).unwrap_or(i64::MAX))
-            .min(burst);
+            .min(capacity);
         // Whether the socket floods: what it sends, passed or not, over each window.
         self.window_us = self.window_us.saturating_add(audio_us);
         let window = now.saturating_duration_since(self.window_start);
@@ -95,7 +101,7 @@ impl CallerPace {
             self.window_start = now;
             self.window_us = 0;
         }
-        // A frame larger than the whole burst passes only from a full bucket.
+        // A frame larger than the first burst passes only once that much is saved.
         let need = (audio_us as i64).min(burst);
         let verdict = if self.tokens_us >= need {
             self.tokens_us -= audio_us as i64;
@@ -170,16 +176,51 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_burst_after_a_stall_passes_up_to_the_allowance() {
         let mut pace = CallerPace::new(Instant::now());
-        send(&mut pace, 50, 1, FRAME).await;
-        // The network held 500 ms of frames: they arrive at once. The burst allowance (200 ms,
-        // 10 frames) passes; the rest is dropped.
-        tokio::time::advance(Duration::from_millis(500)).await;
+        // 5 s at 1×: the caller has saved the whole jitter allowance (1 s).
+        send(&mut pace, 250, 1, FRAME).await;
+        // The network (or a starved reader) held 1.5 s of frames: they arrive at once. A second
+        // of them (50 frames) passes; the rest is dropped.
+        tokio::time::advance(Duration::from_millis(1500)).await;
         let now = Instant::now();
-        let passed = (0..25)
+        let passed = (0..75)
             .filter(|_| pace.admit(FRAME, now) == Paced::Pass)
             .count();
-        assert_eq!(passed, 10);
-        assert_eq!(pace.dropped(), 15);
+        assert_eq!(passed, 50);
+        assert_eq!(pace.dropped(), 25);
+        // Right at the start nothing is saved yet: a 1 s burst after 100 ms passes only the
+        // first 200 ms and the 120 ms the stall refilled.
+        let mut pace = CallerPace::new(Instant::now());
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let now = Instant::now();
+        let passed = (0..50)
+            .filter(|_| pace.admit(FRAME, now) == Paced::Pass)
+            .count();
+        assert_eq!(passed, 16);
+    }
+
+    /// Saving up never raises the total: 10 s at 1×, then a flood, passes at most 1.2 × the
+    /// whole time plus the first burst.
+    #[tokio::test(start_paused = true)]
+    async fn saving_up_never_raises_the_total() {
+        let mut pace = CallerPace::new(Instant::now());
+        let start = Instant::now();
+        let (calm, _, _) = send(&mut pace, 500, 1, FRAME).await;
+        let (flood, _, _) = send(&mut pace, 3000, 10, FRAME).await;
+        let passed_ms = u64::from(calm + flood) * 20;
+        let elapsed_ms = start.elapsed().as_millis() as u64;
+        let bound = elapsed_ms * RATE_NUM / RATE_DEN + BURST.as_millis() as u64;
+        assert!(
+            passed_ms <= bound + 20,
+            "{passed_ms} ms passed in {elapsed_ms} ms (bound {bound})"
+        );
+        // The flood itself got what was saved (1 s) and 1.2× its own time.
+        let flood_ms = u64::from(flood) * 20;
+        let flood_time_ms = elapsed_ms - 10_000;
+        let saved_and_refill = JITTER.as_millis() as u64 + flood_time_ms * RATE_NUM / RATE_DEN;
+        assert!(
+            flood_ms.abs_diff(saved_and_refill) <= 60,
+            "the flood passed {flood_ms} ms, expected about {saved_and_refill}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
