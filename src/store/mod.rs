@@ -14,6 +14,7 @@ pub mod model;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod queue;
+mod sqlite_schema;
 pub mod stats;
 pub mod wiring;
 mod writer;
@@ -31,75 +32,11 @@ use tracing::{info, warn};
 use crate::call::{CallEvent, CallLog, EndReason, EventDetail, TranscriptEntry};
 pub use model::{CallFilter, CallRow, EventRow, Metrics, TurnRow};
 use queue::{Pushed, WriteQueue};
+use sqlite_schema::MIGRATIONS;
 use writer::writer_loop;
 
 /// File name of the database inside `data_dir`.
 pub(crate) const DB_FILE: &str = "patterd.db";
-
-/// Numbered schema migrations; `PRAGMA user_version` is how many have run.
-const MIGRATIONS: &[&str] = &[
-    // 1: calls, turns, events, settings.
-    "CREATE TABLE calls (
-        call_id TEXT PRIMARY KEY,
-        carrier TEXT NOT NULL,
-        carrier_account TEXT NOT NULL,
-        direction TEXT NOT NULL CHECK (direction IN ('inbound', 'outbound')),
-        from_number TEXT NOT NULL,
-        to_number TEXT NOT NULL,
-        agent TEXT NOT NULL,
-        status TEXT NOT NULL,
-        outcome TEXT,
-        answered_by TEXT,
-        ended_reason TEXT,
-        created_at INTEGER NOT NULL,
-        answered_at INTEGER,
-        ended_at INTEGER,
-        duration_ms INTEGER,
-        carrier_duration_s INTEGER,
-        cost_usd REAL,
-        cost_detail TEXT
-    );
-    CREATE INDEX calls_created ON calls (created_at);
-    CREATE INDEX calls_status ON calls (status);
-    CREATE TABLE turns (
-        call_id TEXT NOT NULL REFERENCES calls (call_id) ON DELETE CASCADE,
-        seq INTEGER NOT NULL,
-        speaker TEXT NOT NULL,
-        text TEXT NOT NULL,
-        heard_text TEXT NOT NULL,
-        interrupted INTEGER NOT NULL,
-        start_ms INTEGER NOT NULL,
-        end_ms INTEGER NOT NULL,
-        response_latency_ms INTEGER,
-        PRIMARY KEY (call_id, seq)
-    );
-    CREATE TABLE events (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        call_id TEXT NOT NULL REFERENCES calls (call_id) ON DELETE CASCADE,
-        t_ms INTEGER NOT NULL,
-        kind TEXT NOT NULL,
-        detail TEXT NOT NULL,
-        at INTEGER NOT NULL
-    );
-    CREATE INDEX events_call ON events (call_id, id);
-    CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
-    // 2: numbers wired by `patterd wire`, with the carrier settings `unwire` restores.
-    "CREATE TABLE wirings (
-        number TEXT PRIMARY KEY,
-        carrier_account TEXT NOT NULL,
-        previous TEXT NOT NULL,
-        wired_at INTEGER NOT NULL
-    );",
-    // 3: the carrier applications `patterd wire` rewrote, as they were before the first wire
-    // through each (several numbers may share one).
-    "CREATE TABLE wiring_apps (
-        carrier_account TEXT NOT NULL,
-        app_id TEXT NOT NULL,
-        previous TEXT NOT NULL,
-        wired_at INTEGER NOT NULL,
-        PRIMARY KEY (carrier_account, app_id)
-    );",
-];
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {

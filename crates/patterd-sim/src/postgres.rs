@@ -217,7 +217,11 @@ impl TestDatabase {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
-        psql(server, &format!("CREATE DATABASE {name}"));
+        psql(
+            server,
+            &server.admin_url,
+            &format!("CREATE DATABASE {name}"),
+        );
         Some(Self {
             url: with_database(&server.admin_url, &name),
             name,
@@ -226,28 +230,7 @@ impl TestDatabase {
 
     /// Runs one SQL statement in this database and returns psql's unaligned output.
     pub fn query(&self, sql: &str) -> String {
-        let server = server().as_ref().expect("a server");
-        let out = Command::new(&server.psql)
-            .args([
-                "-X",
-                "-q",
-                "-A",
-                "-t",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-d",
-                &self.url,
-                "-c",
-            ])
-            .arg(sql)
-            .output()
-            .expect("run psql");
-        assert!(
-            out.status.success(),
-            "psql: {sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        psql(server().as_ref().expect("a server"), &self.url, sql)
     }
 }
 
@@ -265,15 +248,19 @@ impl Drop for TestDatabase {
     }
 }
 
-fn psql(server: &Server, sql: &str) {
+/// Runs `sql` in the database at `url` (stopping at the first error) and returns psql's
+/// unaligned, tuples-only output.
+fn psql(server: &Server, url: &str, sql: &str) -> String {
     let out = Command::new(&server.psql)
         .args([
             "-X",
             "-q",
+            "-A",
+            "-t",
             "-v",
             "ON_ERROR_STOP=1",
             "-d",
-            &server.admin_url,
+            url,
             "-c",
         ])
         .arg(sql)
@@ -284,6 +271,7 @@ fn psql(server: &Server, sql: &str) {
         "psql: {sql}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[cfg(test)]

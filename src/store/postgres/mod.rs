@@ -267,6 +267,17 @@ fn failed(e: sqlx_core::Error) -> StoreError {
     StoreError::Remote(e.to_string())
 }
 
+/// Each fetched row through `map`, the first error as the store's.
+fn map_rows<T>(
+    rows: &[PgRow],
+    map: impl Fn(&PgRow) -> Result<T, sqlx_core::Error>,
+) -> Result<Vec<T>, StoreError> {
+    rows.iter()
+        .map(map)
+        .collect::<Result<_, _>>()
+        .map_err(failed)
+}
+
 impl Reads {
     pub(crate) async fn calls(&self, f: &CallFilter) -> Result<Vec<CallRow>, StoreError> {
         let mut sql = format!("SELECT {CALL_COLUMNS} FROM calls c WHERE TRUE");
@@ -309,10 +320,7 @@ impl Reads {
         }
         q = q.bind(f.limit.clamp(1, 1000) as i64);
         let rows = q.fetch_all(&self.pool).await.map_err(failed)?;
-        rows.iter()
-            .map(call_row)
-            .collect::<Result<_, _>>()
-            .map_err(failed)
+        map_rows(&rows, call_row)
     }
 
     pub(crate) async fn call(&self, call_id: &str) -> Result<Option<CallRow>, StoreError> {
@@ -334,21 +342,18 @@ impl Reads {
         .fetch_all(&self.pool)
         .await
         .map_err(failed)?;
-        rows.iter()
-            .map(|r| {
-                Ok(TurnRow {
-                    seq: r.try_get(0)?,
-                    speaker: r.try_get(1)?,
-                    text: r.try_get(2)?,
-                    heard_text: r.try_get(3)?,
-                    interrupted: r.try_get(4)?,
-                    start_ms: r.try_get(5)?,
-                    end_ms: r.try_get(6)?,
-                    response_latency_ms: r.try_get(7)?,
-                })
+        map_rows(&rows, |r| {
+            Ok(TurnRow {
+                seq: r.try_get(0)?,
+                speaker: r.try_get(1)?,
+                text: r.try_get(2)?,
+                heard_text: r.try_get(3)?,
+                interrupted: r.try_get(4)?,
+                start_ms: r.try_get(5)?,
+                end_ms: r.try_get(6)?,
+                response_latency_ms: r.try_get(7)?,
             })
-            .collect::<Result<_, sqlx_core::Error>>()
-            .map_err(failed)
+        })
     }
 
     pub(crate) async fn events(&self, call_id: &str) -> Result<Vec<EventRow>, StoreError> {
@@ -359,17 +364,14 @@ impl Reads {
         .fetch_all(&self.pool)
         .await
         .map_err(failed)?;
-        rows.iter()
-            .map(|r| {
-                Ok(EventRow {
-                    t_ms: r.try_get(0)?,
-                    kind: r.try_get(1)?,
-                    detail: r.try_get(2)?,
-                    at: r.try_get(3)?,
-                })
+        map_rows(&rows, |r| {
+            Ok(EventRow {
+                t_ms: r.try_get(0)?,
+                kind: r.try_get(1)?,
+                detail: r.try_get(2)?,
+                at: r.try_get(3)?,
             })
-            .collect::<Result<_, sqlx_core::Error>>()
-            .map_err(failed)
+        })
     }
 
     /// The same figures as the SQLite store's `model::metrics`, in PostgreSQL's dialect.
