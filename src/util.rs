@@ -60,3 +60,19 @@ pub(crate) fn host_name() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "patterd".into())
 }
+
+/// This process's instance id, random per start: `/healthz` sends it in
+/// `X-Patterd-Instance` so `patterd doctor` can tell whether `public_url` reaches the daemon
+/// on `server.listen` or another one; in a cluster it is the instance's incarnation.
+pub(crate) fn instance_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        use ring::rand::{SecureRandom, SystemRandom};
+        let mut b = [0u8; 8];
+        // Only fails without an OS entropy source; the pid is then unique enough here.
+        if SystemRandom::new().fill(&mut b).is_err() {
+            b = u64::from(std::process::id()).to_le_bytes();
+        }
+        hex::encode(b)
+    })
+}

@@ -7,6 +7,7 @@
 //! the carriers. An `App` is built from a [`Config`] without any listener.
 
 pub mod admission;
+pub mod cluster;
 pub(crate) mod dialer;
 pub mod inbound;
 pub mod media;
@@ -138,6 +139,9 @@ pub struct App {
     /// One inference worker per `[turn_model.NAME]`, as the daemon started (a reload keeps
     /// them: onnxruntime is loaded once per process).
     turn_models: BTreeMap<String, crate::call::eot::TurnModelWorker>,
+    /// This instance in the cluster, when the store is PostgreSQL (`None`: one instance).
+    #[cfg(feature = "postgres")]
+    pub cluster: Option<Arc<cluster::Cluster>>,
 }
 
 /// How many media sockets may be open at once: two per call (a carrier may reconnect) plus
@@ -173,7 +177,13 @@ impl App {
             ..config.server.clone()
         };
         let media_sockets = Arc::new(tokio::sync::Semaphore::new(media_socket_limit(&config)));
+        #[cfg(feature = "postgres")]
+        let cluster = store
+            .pg_pool()
+            .map(|pool| Arc::new(cluster::Cluster::new(&config, pool)));
         Ok(Arc::new(Self {
+            #[cfg(feature = "postgres")]
+            cluster,
             live: RwLock::new(Arc::new(Generation::build(config, providers)?)),
             carriers,
             reloads: Reloads::default(),

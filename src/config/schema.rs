@@ -92,15 +92,55 @@ pub struct StoreConfig {
     pub queue: usize,
 }
 
-/// `[cluster]`: this instance among several sharing one `[store]` PostgreSQL.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// `[cluster]`: this instance among several sharing one `[store]` PostgreSQL. With the SQLite
+/// store (a single instance) only `instance_name` means anything.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
     /// This instance's name, recorded as the owner of the calls it admits (default: the host
-    /// name). At start an instance closes only the calls its own name left open, so every
-    /// instance sharing a database needs a name of its own that stays the same across restarts
-    /// (a StatefulSet's pod name, a systemd host's name).
+    /// name). Every instance sharing a database needs a name of its own that stays the same
+    /// across restarts (a StatefulSet's pod name, a systemd host's name): a starting instance
+    /// closes the calls its own name left open at once, and two live instances of one name are
+    /// refused.
     pub instance_name: Option<String>,
+    /// Where carriers reach *this* instance for a call's media socket and per-call callbacks
+    /// (scheme + host, optional path prefix); default `server.public_url`. `"auto"`: the
+    /// address the listener bound (loopback tests).
+    pub advertise_url: Option<String>,
+    /// Where peers reach this instance to forward an action on one of its calls, or a webhook
+    /// it should take; default `http://` + the bound listen address (with `0.0.0.0`, the host
+    /// name).
+    pub internal_url: Option<String>,
+    /// The credential peers send on forwarded requests; default `server.api_token`.
+    pub token: Option<Secret>,
+    /// How often this instance renews its lease in the database.
+    pub heartbeat_ms: u64,
+    /// An instance whose last heartbeat is older than this (on the database's clock) is lost:
+    /// one peer closes its calls, hangs their legs up and frees its outbound slots.
+    pub lease_ms: u64,
+    /// How often the elected peer looks for lost instances.
+    pub reaper_ms: u64,
+    /// A forwarded request gets this long to answer (connecting gets at most 500 ms).
+    pub forward_timeout_ms: u64,
+    /// How often settings changed on another instance are polled for when no notification
+    /// came (LISTEN/NOTIFY is the fast path).
+    pub settings_poll_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            instance_name: None,
+            advertise_url: None,
+            internal_url: None,
+            token: None,
+            heartbeat_ms: 2_000,
+            lease_ms: 10_000,
+            reaper_ms: 2_000,
+            forward_timeout_ms: 10_000,
+            settings_poll_ms: 5_000,
+        }
+    }
 }
 
 impl ClusterConfig {

@@ -102,6 +102,8 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
         Some(t) => Some(tls_acceptor(&t.cert, &t.key)?),
         None => None,
     };
+    let mut config = config;
+    crate::app::cluster::resolve_urls(&mut config, local_addr);
     let app = App::new(config)?;
     let served = Arc::new(Served {
         mcp: McpHttp::new(&app.config(), Arc::downgrade(&app)),
@@ -291,29 +293,13 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
     resp
 }
 
-/// This process's instance id, random per start: `/healthz` sends it in
-/// `X-Patterd-Instance` so `patterd doctor` can tell whether `public_url` reaches the daemon
-/// on `server.listen` or another one.
-fn instance_id() -> &'static str {
-    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    ID.get_or_init(|| {
-        use ring::rand::{SecureRandom, SystemRandom};
-        let mut b = [0u8; 8];
-        // Only fails without an OS entropy source; the pid is then unique enough here.
-        if SystemRandom::new().fill(&mut b).is_err() {
-            b = u64::from(std::process::id()).to_le_bytes();
-        }
-        hex::encode(b)
-    })
-}
-
 /// `/healthz`: `ok`, plus `X-Patterd-Instance`; a `nonce` query parameter (1–64 of
 /// `A-Za-z0-9_-`) is echoed in `X-Patterd-Nonce` (doctor's round trip through `public_url`).
 /// Without the parameter the answer is what it always was.
 fn health(query: Option<&str>) -> Response<Body> {
     let mut resp = text(200, "ok\n");
     let headers = resp.headers_mut();
-    if let Ok(v) = hyper::header::HeaderValue::from_str(instance_id()) {
+    if let Ok(v) = hyper::header::HeaderValue::from_str(crate::util::instance_id()) {
         headers.insert("x-patterd-instance", v);
     }
     let nonce = query.into_iter().flat_map(|q| q.split('&')).find_map(|kv| {

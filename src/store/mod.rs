@@ -656,6 +656,15 @@ impl Store {
         }
     }
 
+    /// The PostgreSQL pool, when the store is on PostgreSQL (the cluster's statements use it).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn pg_pool(&self) -> Option<sqlx_postgres::PgPool> {
+        match &self.read {
+            Reads::Sqlite(_) => None,
+            Reads::Postgres(p) => Some(p.pool().clone()),
+        }
+    }
+
     /// Asks the writer thread (PostgreSQL: the blocking lookups of a sync caller).
     #[cfg(feature = "postgres")]
     fn ask<T>(

@@ -1339,3 +1339,40 @@ fn the_instance_name_is_checked() {
         assert!(err.contains("[cluster] instance_name"), "{bad:?}: {err}");
     }
 }
+
+#[test]
+fn the_cluster_keys_are_checked() {
+    let pg = "\n[store]\nbackend = \"postgres\"\nurl = \"postgres://u:p@db:5432/patterd\"\n";
+    let ok = load(&format!(
+        "{BASE}{pg}\n[cluster]\nadvertise_url = \"https://voice.example.com/i/p-0\"\n\
+         internal_url = \"http://10.0.0.7:8080\"\nheartbeat_ms = 500\nlease_ms = 1500\n"
+    ))
+    .expect("a cluster loads");
+    assert_eq!(ok.config.cluster.heartbeat_ms, 500);
+    assert_eq!(ok.config.cluster.lease_ms, 1500);
+    let auto = load(&format!(
+        "{BASE}{pg}\n[cluster]\nadvertise_url = \"auto\"\n"
+    ));
+    assert!(auto.is_ok(), "auto is the bound address");
+    for (text, needle) in [
+        (
+            format!("{BASE}\n[cluster]\nadvertise_url = \"https://a.example\"\n"),
+            "only applies to instances sharing a PostgreSQL store",
+        ),
+        (
+            format!("{BASE}{pg}\n[cluster]\ninternal_url = \"10.0.0.7:8080\"\n"),
+            "cluster.internal_url",
+        ),
+        (
+            format!("{BASE}{pg}\n[cluster]\nheartbeat_ms = 2000\nlease_ms = 3000\n"),
+            "at least 3 × heartbeat_ms",
+        ),
+        (
+            format!("{BASE}{pg}\n[cluster]\nreaper_ms = 0\n"),
+            "[cluster] reaper_ms = 0",
+        ),
+    ] {
+        let err = load_err(&text);
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+}

@@ -28,11 +28,18 @@ use super::writer::writer_loop;
 use super::{StoreError, now_ms};
 
 /// The embedded migrations, in order (expand-only within a release).
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "store",
-    include_str!("../../../migrations/postgres/0001_store.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "store",
+        include_str!("../../../migrations/postgres/0001_store.sql"),
+    ),
+    (
+        2,
+        "cluster",
+        include_str!("../../../migrations/postgres/0002_cluster.sql"),
+    ),
+];
 
 fn migrator() -> Migrator {
     let mut m = Migrator::with_migrations(
@@ -229,6 +236,13 @@ pub(crate) fn supported_schema() -> i64 {
 /// The read side: a pool on the runtime that opened the store.
 pub(crate) struct Reads {
     pool: PgPool,
+}
+
+impl Reads {
+    /// The pool, for the cluster's own statements (`app::cluster`).
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
 }
 
 const CALL_COLUMNS: &str = "c.call_id, c.carrier, c.carrier_account, c.direction, c.from_number,

@@ -1,0 +1,130 @@
+//! The cluster: this instance among N sharing one PostgreSQL store (`[store] backend =
+//! "postgres"`). It owns this instance's identity in the cluster (its name, a random
+//! incarnation drawn at start, the three URLs of `docs/scale-out.md`: the shared `public_url`,
+//! its own `advertise_url` for the media sockets and callbacks of the calls it owns, and the
+//! `internal_url` peers forward to), the timings of `[cluster]`, and the database pool its
+//! statements run on. Membership (heartbeat, lease, reaper), forwarding to a call's owner, the
+//! shared caps and replay guards build on it. With the SQLite store there is no `Cluster`: one
+//! instance, everything local, as before.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::config::schema::StoreBackend;
+use crate::util::secret::Secret;
+
+/// `[cluster]` timings, as durations.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub heartbeat: Duration,
+    pub lease: Duration,
+    pub reaper: Duration,
+    pub forward_timeout: Duration,
+    pub settings_poll: Duration,
+}
+
+impl Timing {
+    pub(crate) fn of(config: &crate::config::schema::ClusterConfig) -> Self {
+        let ms = Duration::from_millis;
+        Self {
+            heartbeat: ms(config.heartbeat_ms),
+            lease: ms(config.lease_ms),
+            reaper: ms(config.reaper_ms),
+            forward_timeout: ms(config.forward_timeout_ms),
+            settings_poll: ms(config.settings_poll_ms),
+        }
+    }
+}
+
+/// This instance in the cluster.
+#[cfg(feature = "postgres")]
+pub struct Cluster {
+    /// `[cluster] instance_name` (the owner recorded for each call this instance admits).
+    pub name: String,
+    /// Drawn at each process start: tells this run from the previous one of the same name.
+    pub incarnation: String,
+    /// Where carriers reach this instance for its calls' media and callbacks.
+    pub advertise_url: String,
+    /// Where peers reach this instance.
+    pub internal_url: String,
+    /// The credential forwarded requests carry (`[cluster] token`, else `server.api_token`).
+    pub token: Secret,
+    pub timing: Timing,
+    /// The store's pool.
+    pub pool: sqlx_postgres::PgPool,
+}
+
+#[cfg(feature = "postgres")]
+impl Cluster {
+    /// The cluster for `config`, when its store is PostgreSQL (`pool` from the opened store).
+    pub(crate) fn new(config: &Config, pool: sqlx_postgres::PgPool) -> Self {
+        let c = &config.cluster;
+        Self {
+            name: c.instance_name(),
+            incarnation: crate::util::instance_id().to_string(),
+            advertise_url: c
+                .advertise_url
+                .clone()
+                .unwrap_or_else(|| config.server.public_url.clone()),
+            internal_url: c
+                .internal_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{}", config.server.listen)),
+            token: c
+                .token
+                .clone()
+                .unwrap_or_else(|| config.server.api_token.clone()),
+            timing: Timing::of(c),
+            pool,
+        }
+    }
+}
+
+/// Fills in the `[cluster]` URLs that depend on the bound listener, before the `App` is built:
+/// `advertise_url = "auto"` becomes `http://<bound address>`, and a missing `internal_url`
+/// becomes `http://<bound address>` (with an unspecified address such as `0.0.0.0`, the host
+/// name and the bound port). Only with the PostgreSQL store; the SQLite store has no cluster.
+pub(crate) fn resolve_urls(config: &mut Config, bound: SocketAddr) {
+    if config.store.backend != StoreBackend::Postgres {
+        return;
+    }
+    let here = if bound.ip().is_unspecified() {
+        format!("http://{}:{}", crate::util::host_name(), bound.port())
+    } else {
+        format!("http://{bound}")
+    };
+    let c = &mut config.cluster;
+    if c.advertise_url.as_deref() == Some("auto") {
+        c.advertise_url = Some(here.clone());
+    }
+    if c.internal_url.is_none() {
+        c.internal_url = Some(here);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_and_default_urls_follow_the_bound_address_only_on_postgres() {
+        let mut config = Config::default();
+        config.store.backend = StoreBackend::Postgres;
+        config.cluster.advertise_url = Some("auto".into());
+        resolve_urls(&mut config, "127.0.0.1:4321".parse().unwrap());
+        assert_eq!(
+            config.cluster.advertise_url.as_deref(),
+            Some("http://127.0.0.1:4321")
+        );
+        assert_eq!(
+            config.cluster.internal_url.as_deref(),
+            Some("http://127.0.0.1:4321")
+        );
+        let mut sqlite = Config::default();
+        sqlite.cluster.advertise_url = Some("auto".into());
+        resolve_urls(&mut sqlite, "127.0.0.1:4321".parse().unwrap());
+        assert_eq!(sqlite.cluster.advertise_url.as_deref(), Some("auto"));
+        assert_eq!(sqlite.cluster.internal_url, None);
+    }
+}
