@@ -10,8 +10,10 @@
 pub mod api;
 pub mod browser;
 pub mod carrier;
+pub mod cluster;
 pub mod daemon;
 pub mod fixtures;
+pub mod front;
 
 use std::time::Duration;
 

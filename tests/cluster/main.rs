@@ -1,0 +1,9 @@
+//! patterd as a cluster: real `patterd` processes on one PostgreSQL database behind a
+//! round-robin front (`tests/common/cluster.rs`). Each scenario is its own file. Without
+//! PostgreSQL every test here says why and passes; CI sets `PATTERD_REQUIRE_POSTGRES=1`, which
+//! makes that a failure.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod migrate;
