@@ -1,5 +1,5 @@
 //! N real `patterd` processes sharing one PostgreSQL database, behind the round-robin
-//! [`Front`](super::front::Front): a Kubernetes StatefulSet, its Service and readiness in
+//! [`Front`](patterd_sim::front::Front): a Kubernetes StatefulSet, its Service and readiness in
 //! miniature. Each instance is named `p0`, `p1`, …, advertises its own bound address
 //! (`advertise_url = "auto"`) and uses test timings (heartbeat 200 ms, lease 1 s, reaper
 //! 200 ms). Webhooks and API calls go through the front; media sockets follow the stream URL
@@ -16,7 +16,7 @@ use patterd_sim::twilio::call::{SimCall, SimCallConfig};
 use patterd_sim::twilio::xml::parse_twiml;
 
 use super::daemon::{Daemon, Fakes};
-use super::front::Front;
+use patterd_sim::front::Front;
 
 /// `[cluster]` timings of the tests: a lost instance is reaped within about 1.2 s.
 pub const TEST_TIMINGS: &str =
@@ -94,10 +94,13 @@ impl TestCluster {
             nodes.push(Some(s.await.expect("daemon start")));
         }
         let addrs: Vec<SocketAddr> = nodes.iter().flatten().map(|d| d.addr).collect();
-        let front = Front::start(addrs.clone()).await;
-        front
-            .wait_ready(spec.instances, Duration::from_secs(30))
-            .await;
+        let front = Front::start(addrs.clone()).await.expect("front");
+        assert!(
+            front
+                .wait_ready(spec.instances, Duration::from_secs(30))
+                .await,
+            "every instance became ready"
+        );
         Some(TestCluster {
             fakes,
             nodes,

@@ -13,7 +13,6 @@ pub mod carrier;
 pub mod cluster;
 pub mod daemon;
 pub mod fixtures;
-pub mod front;
 
 use std::time::Duration;
 

@@ -16,6 +16,7 @@ pub mod dtmf;
 pub mod elevenlabs;
 mod elevenlabs_ws;
 pub mod flux;
+pub mod front;
 pub mod hermes;
 pub mod http;
 pub mod openai_realtime;
