@@ -47,7 +47,8 @@ pub const EARLY_FRAMES: u32 = 10;
 /// Shared by every caller of a run.
 pub struct CallCtx {
     pub twilio: SimTwilio,
-    /// `ws://127.0.0.1:PORT` where the server's media socket listens.
+    /// `ws://127.0.0.1:PORT` where the server's media socket listens; empty: wherever the
+    /// TwiML's stream URL says (a cluster: the owner's advertise URL).
     pub ws_base: String,
     pub to: String,
     /// The voice webhook's path.
@@ -94,6 +95,10 @@ pub struct CallResult {
     pub idx: u32,
     pub error: Option<String>,
     pub webhook: Option<Duration>,
+    /// `host:port` the media socket went to (in a cluster: the call's owner).
+    pub media_host: Option<String>,
+    /// The call's id (`CallSid`).
+    pub call_sid: Option<String>,
     /// When the media stream's `start` went out (maps untagged STT sessions to calls).
     pub started_at: Option<Instant>,
     /// `start` sent → first greeting frame.

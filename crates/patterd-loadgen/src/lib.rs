@@ -13,6 +13,7 @@
 //! ([`report`]).
 
 pub mod caller;
+pub mod cluster;
 pub mod flood;
 pub mod http;
 pub mod procfs;
@@ -288,12 +289,23 @@ fn pinned(opts: &Options, program: &std::ffi::OsStr) -> Command {
 }
 
 fn spawn_server(opts: &Options, fakes: &Fakes) -> Result<Server, String> {
+    spawn_server_with(opts, fakes, "", "")
+}
+
+/// [`spawn_server`] with `extra` appended to a patterd config (the cluster's `[store]` and
+/// `[cluster]`), its log named with `name`.
+fn spawn_server_with(
+    opts: &Options,
+    fakes: &Fakes,
+    extra: &str,
+    name: &str,
+) -> Result<Server, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = free_port().map_err(|e| e.to_string())?;
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let log_dir = opts.log_dir.clone().unwrap_or_else(|| dir.path().into());
     let _ = std::fs::create_dir_all(&log_dir);
-    let log_path = log_dir.join(format!("{}-{}.log", opts.label, opts.calls));
+    let log_path = log_dir.join(format!("{}-{}{name}.log", opts.label, opts.calls));
     let log = std::fs::File::create(&log_path).map_err(|e| format!("{log_path:?}: {e}"))?;
     let mut cmd = match &opts.target {
         Target::Patterd { bin } => {
@@ -305,7 +317,7 @@ fn spawn_server(opts: &Options, fakes: &Fakes) -> Result<Server, String> {
                 &fakes.el.base_url(),
                 &fakes.hermes.base_url(),
                 &fakes.rest.base_url,
-            );
+            ) + extra;
             std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
             let mut c = pinned(opts, bin.as_os_str());
             c.arg("--config")

@@ -105,6 +105,18 @@ struct Args {
     /// first 200, write them to --json, and exit.
     #[arg(long, default_value_t = 0)]
     cold_start_runs: usize,
+    /// Run against a cluster of this many patterd instances on a throwaway PostgreSQL behind
+    /// a round-robin front (see `patterd_loadgen::cluster`); 1: the single server.
+    #[arg(long, default_value_t = 1)]
+    instances: usize,
+    /// With --instances: SIGKILL one instance halfway through the hold (failover figures).
+    #[arg(long)]
+    kill_one: bool,
+    /// With --instances: probe calls and `say` actions (half to the owner, half forwarded).
+    #[arg(long, default_value_t = 6)]
+    probes: usize,
+    #[arg(long, default_value_t = 400)]
+    actions: usize,
     /// Only print the markdown table of runs saved earlier with --json (several files' runs
     /// merged into one JSON array), then exit.
     #[arg(long)]
@@ -157,6 +169,9 @@ fn main() -> ExitCode {
     if args.cold_start_runs > 0 {
         return cold_start(&rt, &args, target);
     }
+    if args.instances > 1 {
+        return cluster_runs(&rt, &args, target);
+    }
     let mut runs = Vec::new();
     let mut floods = String::new();
     for &n in &args.calls {
@@ -206,6 +221,45 @@ fn main() -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `--instances N`: one cluster run per `--calls` value.
+fn cluster_runs(rt: &tokio::runtime::Runtime, args: &Args, target: Target) -> ExitCode {
+    let plan = patterd_loadgen::cluster::ClusterPlan {
+        instances: args.instances,
+        probes: args.probes,
+        actions: args.actions,
+        kill: args.kill_one,
+    };
+    let mut reports = Vec::new();
+    let mut text = String::new();
+    for &n in &args.calls {
+        let opts = options(args, target.clone(), n, args.health_path.clone());
+        eprintln!(
+            "patterd-loadgen: {n} calls on {} instances ...",
+            plan.instances
+        );
+        match rt.block_on(patterd_loadgen::cluster::run_cluster(&opts, &plan)) {
+            Ok(r) => {
+                text.push_str(&patterd_loadgen::cluster::markdown(&r));
+                text.push('\n');
+                reports.push(r);
+            }
+            Err(e) => {
+                eprintln!("patterd-loadgen: cluster run with {n} calls failed: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    println!("{text}");
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&reports).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, json) {
+            eprintln!("error: {path:?}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// `--cold-start-runs`: spawn → first health 200, several times.

@@ -32,7 +32,7 @@ pub enum ShardMsg {
     /// A message from the server to `slot`.
     In(u32, In),
     /// A call that never connected.
-    Failed(CallResult),
+    Failed(Box<CallResult>),
 }
 
 /// The shard's schedule: tick `k` falls at `epoch + k · TICK`, and a caller in bucket `b`
@@ -194,7 +194,7 @@ async fn handle(
                 finish(slot, calls, wheel, results);
             }
         }
-        ShardMsg::Failed(r) => results.push(r),
+        ShardMsg::Failed(r) => results.push(*r),
     }
 }
 

@@ -35,7 +35,7 @@ pub async fn connect_call(
     tokio::time::sleep_until(plan.start_at).await;
     let msg = match setup(ctx, plan, slot, &shard).await {
         Ok(()) => return,
-        Err(res) => ShardMsg::Failed(res),
+        Err(res) => ShardMsg::Failed(Box::new(res)),
     };
     let _ = shard.send(msg);
 }
@@ -76,7 +76,16 @@ async fn setup(
         res.error = Some("TwiML without <Stream url>".into());
         return Err(res);
     };
-    let url = match map_stream_url(&stream_url, &ctx.ws_base) {
+    res.call_sid = Some(call_sid.clone());
+    res.media_host = stream_url
+        .split_once("://")
+        .map(|(_, r)| r.split('/').next().unwrap_or(r).to_string());
+    let base = if ctx.ws_base.is_empty() {
+        format!("ws://{}", res.media_host.as_deref().unwrap_or_default())
+    } else {
+        ctx.ws_base.clone()
+    };
+    let url = match map_stream_url(&stream_url, &base) {
         Ok(u) => u,
         Err(e) => {
             res.error = Some(e.to_string());
