@@ -19,12 +19,12 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::metrics::{Metrics, RefusalReason};
+use super::replay::{self, Claim};
 use super::{App, Generation};
 use crate::call::registry::InsertError;
 use crate::call::{CallSetup, actor};
 use crate::carrier::port::{Admitted, Direct, IncomingCall, Refusal};
 use crate::security::mask_number;
-use super::replay::{self, Claim};
 use crate::store::{NewCall, Write};
 use crate::util::phone::normalize_e164;
 

@@ -96,7 +96,10 @@ pub(crate) async fn claim(app: &App, record: &NewCall, what: &str) -> Result<Cla
 /// is closed, so it does not stay open; a local claim wrote nothing.
 pub(crate) async fn unstarted(app: &App, claim: Claim, call_id: &str, reason: &str) {
     if claim == Claim::Shared {
-        info!(call_id, reason, "closing the claimed row of a call that did not start");
+        info!(
+            call_id,
+            reason, "closing the claimed row of a call that did not start"
+        );
         end_shared(app, call_id, reason).await;
     }
 }

@@ -166,8 +166,10 @@ mod tests {
             _: &'static str,
             _: &str,
             _: std::time::Duration,
-        ) -> crate::carrier::port::Pending<'static, Result<bool, crate::carrier::port::GuardUnavailable>>
-        {
+        ) -> crate::carrier::port::Pending<
+            'static,
+            Result<bool, crate::carrier::port::GuardUnavailable>,
+        > {
             Box::pin(std::future::ready(Ok(true)))
         }
         fn mint_token(&self, call_id: &str) -> String {

@@ -62,7 +62,11 @@ impl SeenSet {
 
     /// Keys remembered now.
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).order.len()
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .order
+            .len()
     }
 
     pub fn is_empty(&self) -> bool {
