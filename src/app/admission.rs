@@ -6,6 +6,12 @@
 //! [`crate::carrier::port::Host::admit`] and turn a [`Refusal`] into their own reject;
 //! numbers are only ever logged masked. A call id is admitted once: one that is live, recently
 //! finished or in the call store is a replayed webhook ([`Refusal::Repeated`]).
+//!
+//! The order is the cheap local checks first (draining, a live or just-finished call id,
+//! number, allow-list, agent), then the claim of the call id ([`super::replay::claim`]: in a
+//! cluster one insert of the call's row in the shared store, which only one instance wins; with
+//! SQLite a look-up of the store), then the actor. A call refused after its claim closes the
+//! claimed row.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +19,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::metrics::{Metrics, RefusalReason};
+use super::replay::{self, Claim};
 use super::{App, Generation};
 use crate::call::registry::InsertError;
 use crate::call::{CallSetup, actor};
@@ -23,7 +30,7 @@ use crate::util::phone::normalize_e164;
 
 /// Decides on an incoming call and, when it is accepted, starts its actor (which pre-opens
 /// speech-to-text and synthesises the greeting while the phone rings).
-pub(crate) fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted, Refusal> {
+pub(crate) async fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted, Refusal> {
     let carrier = call.carrier.as_str();
     let call_id = call.call_id;
     let from = mask_number(call.from);
@@ -34,14 +41,8 @@ pub(crate) fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted, Refus
         info!(carrier, call_id, %from, %to, "call refused: draining");
         return Err(Refusal::Draining);
     }
-    if already_handled(app, call_id) {
-        Metrics::inc(&app.metrics.webhooks_replayed);
-        app.metrics.webhooks_refused.inc(RefusalReason::Replayed);
-        app.log_limited(&format!(
-            "call refused: call id {} was already handled (a replayed webhook)",
-            crate::security::truncate_for_log(call_id, crate::security::LOG_FIELD_MAX)
-        ));
-        return Err(Refusal::Repeated);
+    if live_here(app, call_id) {
+        return Err(repeated_here(app, call_id, "a replayed webhook"));
     }
     let dialled = normalize_e164(call.to).unwrap_or_else(|| call.to.to_string());
     // One generation for the whole admission (a reload may swap it meanwhile).
@@ -101,7 +102,9 @@ pub(crate) fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted, Refus
             agent,
             providers,
         },
-    )?;
+        "a replayed webhook",
+    )
+    .await?;
     Metrics::inc(&app.metrics.calls_accepted);
     info!(carrier, call_id, %from, %to, agent = %number.agent, "call accepted");
     Ok(Admitted {
@@ -121,11 +124,28 @@ struct Launch<'a> {
     providers: crate::provider::AgentProviders,
 }
 
-/// Starts the actor of an accepted call and records it (`max_calls` and a racing duplicate
-/// still refuse it here).
-fn launch(app: &App, generation: &Generation, l: Launch<'_>) -> Result<(), Refusal> {
+/// Claims the call id of an accepted call ([`replay::claim`]; `repeat` says what a repeat
+/// means, for the log), then starts its actor and records it (`max_calls` and a racing
+/// duplicate still refuse it here; a refused call's claimed row is closed).
+async fn launch(
+    app: &App,
+    generation: &Generation,
+    l: Launch<'_>,
+    repeat: &str,
+) -> Result<(), Refusal> {
     let carrier = l.carrier.as_str();
     let call_id = l.call_id;
+    let record = NewCall {
+        call_id: call_id.to_string(),
+        carrier: carrier.into(),
+        carrier_account: l.account.to_string(),
+        direction: "inbound",
+        from: l.from.clone(),
+        to: l.to.clone(),
+        agent: l.agent_name.to_string(),
+        status: "ringing".into(),
+    };
+    let claim = replay::claim(app, &record, repeat).await?;
     let setup = CallSetup {
         call_id: call_id.to_string(),
         carrier: l.carrier,
@@ -149,22 +169,15 @@ fn launch(app: &App, generation: &Generation, l: Launch<'_>) -> Result<(), Refus
         ..setup
     };
     let setup = super::with_tools(app, generation, setup);
-    let record = NewCall {
-        call_id: setup.call_id.clone(),
-        carrier: carrier.into(),
-        carrier_account: l.account.to_string(),
-        direction: "inbound",
-        from: setup.from.clone(),
-        to: setup.to.clone(),
-        agent: l.agent_name.to_string(),
-        status: "ringing".into(),
-    };
     match actor::start(setup, app.calls.clone(), generation.config.server.max_calls) {
+        // A shared claim already wrote the row; a local one queues it now.
+        Ok(_) if claim == Claim::Shared => true,
         Ok(_) => app.store.tx.send(Write::Call(record)),
         Err(InsertError::Full) => {
             Metrics::inc(&app.metrics.calls_rejected_busy);
             app.metrics.webhooks_refused.inc(RefusalReason::Busy);
             info!(carrier, call_id, "call refused: max_calls reached");
+            replay::unstarted(app, claim, call_id, "refused: max_calls reached").await;
             return Err(Refusal::Full);
         }
         Err(InsertError::Duplicate) => {
@@ -181,7 +194,7 @@ fn launch(app: &App, generation: &Generation, l: Launch<'_>) -> Result<(), Refus
 /// Decides on a call that names its agent (the browser phone): refuse while draining or for a
 /// call id already handled (a phone link used twice), pick the agent (the named one, else the
 /// first configured), build its providers and start the same call actor as a phone call.
-pub(crate) fn admit_direct(app: &App, call: Direct<'_>) -> Result<Admitted, Refusal> {
+pub(crate) async fn admit_direct(app: &App, call: Direct<'_>) -> Result<Admitted, Refusal> {
     let carrier = call.carrier.as_str();
     let call_id = call.call_id;
     if app.is_draining() {
@@ -189,13 +202,8 @@ pub(crate) fn admit_direct(app: &App, call: Direct<'_>) -> Result<Admitted, Refu
         info!(carrier, call_id, "call refused: draining");
         return Err(Refusal::Draining);
     }
-    if already_handled(app, call_id) {
-        Metrics::inc(&app.metrics.webhooks_replayed);
-        app.log_limited(&format!(
-            "call refused: call id {} was already handled (a link used twice)",
-            crate::security::truncate_for_log(call_id, crate::security::LOG_FIELD_MAX)
-        ));
-        return Err(Refusal::Repeated);
+    if live_here(app, call_id) {
+        return Err(repeated_here(app, call_id, "a link used twice"));
     }
     let generation = app.current();
     let config = &generation.config;
@@ -227,24 +235,27 @@ pub(crate) fn admit_direct(app: &App, call: Direct<'_>) -> Result<Admitted, Refu
             agent: agent.clone(),
             providers,
         },
-    )?;
+        "a link used twice",
+    )
+    .await?;
     Metrics::inc(&app.metrics.calls_accepted);
     info!(carrier, call_id, agent = %name, "call accepted");
     Ok(Admitted { agent: name })
 }
 
-/// True when `call_id` was already handled: live, recently finished, or in the call store.
-/// A call id is admitted once; a replayed webhook (captured, re-sent) never starts a call.
-fn already_handled(app: &App, call_id: &str) -> bool {
-    if app.calls.get(call_id).is_some() || app.calls.finished(call_id).is_some() {
-        return true;
-    }
-    match app.store.has_call_blocking(call_id) {
-        Ok(found) => found,
-        Err(e) => {
-            // Fail closed: a call we cannot check is not started.
-            warn!(error = %e, "cannot check the call store for a repeated call id; refusing");
-            true
-        }
-    }
+/// True when `call_id` is live or recently finished on this instance (the cheap check before
+/// the store is asked).
+fn live_here(app: &App, call_id: &str) -> bool {
+    app.calls.get(call_id).is_some() || app.calls.finished(call_id).is_some()
+}
+
+/// Counts and logs a call id this instance already handled; `what` it means.
+fn repeated_here(app: &App, call_id: &str, what: &str) -> Refusal {
+    Metrics::inc(&app.metrics.webhooks_replayed);
+    app.metrics.webhooks_refused.inc(RefusalReason::Replayed);
+    app.log_limited(&format!(
+        "call refused: call id {} was already handled ({what})",
+        crate::security::truncate_for_log(call_id, crate::security::LOG_FIELD_MAX)
+    ));
+    Refusal::Repeated
 }

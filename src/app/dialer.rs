@@ -296,7 +296,8 @@ async fn place_if(
         machine_detection: call.machine_detection,
         ring_timeout_s: config.outbound.ring_timeout_s,
         time_limit_s: call.agent.max_duration_s,
-        public_url: config.server.public_url.clone(),
+        // The call's callbacks come to this instance, its owner.
+        public_url: crate::carrier::port::Host::callback_base(app.as_ref()).to_string(),
     };
     let id = carrier
         .place_call(&call.account, request)

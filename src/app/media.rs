@@ -153,7 +153,8 @@ pub async fn serve<T: MediaTransport>(
         carrier,
         &call.handle.carrier_account,
         &call.leg_id,
-        &app.server.public_url,
+        // Transfer documents are fetched from this instance, the call's owner.
+        crate::carrier::port::Host::callback_base(app.as_ref()),
     );
 
     let (ev_tx, ev_rx) = mpsc::channel::<MediaInput>(64);

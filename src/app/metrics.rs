@@ -319,6 +319,7 @@ label_enum!(
         UnknownNumber => "unknown_number",
         CallerNotAllowed => "caller_not_allowed",
         Busy => "busy",
+        StoreDown => "store_unavailable",
     }
 );
 

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod observe;
 pub mod progress;
 pub mod reload;
+pub(crate) mod replay;
 pub mod trial;
 
 use std::collections::BTreeMap;
@@ -28,7 +29,9 @@ use tokio::sync::watch;
 use crate::call::CallRegistry;
 use crate::carrier::Registry;
 use crate::carrier::dial::{Outbound, StatusUpdate};
-use crate::carrier::port::{Admitted, Counter, Direct, Host, IncomingCall, MediaSocket, Refusal};
+use crate::carrier::port::{
+    Admission, Counter, Direct, GuardUnavailable, Host, IncomingCall, MediaSocket, Pending,
+};
 use crate::config::Config;
 use crate::net::http::Body;
 use crate::provider::Providers;
@@ -142,6 +145,8 @@ pub struct App {
     /// This instance in the cluster, when the store is PostgreSQL (`None`: one instance).
     #[cfg(feature = "postgres")]
     pub cluster: Option<Arc<cluster::Cluster>>,
+    /// The replay guards' memory without a shared store ([`replay`]).
+    pub(crate) replay: replay::LocalSeen,
 }
 
 /// How many media sockets may be open at once: two per call (a carrier may reconnect) plus
@@ -202,6 +207,7 @@ impl App {
             call_tokens: Default::default(),
             auth_failures: Default::default(),
             turn_models,
+            replay: Default::default(),
         }))
     }
 
@@ -290,6 +296,32 @@ impl Host for App {
         &self.server.public_url
     }
 
+    fn callback_base(&self) -> &str {
+        #[cfg(feature = "postgres")]
+        if let Some(c) = &self.cluster {
+            return &c.advertise_url;
+        }
+        &self.server.public_url
+    }
+
+    fn first_seen(
+        &self,
+        scope: &'static str,
+        key: &str,
+        ttl: Duration,
+    ) -> Pending<'static, Result<bool, GuardUnavailable>> {
+        replay::first_seen(self, scope, key, ttl)
+    }
+
+    fn record_leg(&self, call_id: &str, leg_id: &str) {
+        if call_id != leg_id {
+            self.store.tx.send(Write::Leg {
+                call_id: call_id.to_string(),
+                leg_id: leg_id.to_string(),
+            });
+        }
+    }
+
     fn max_body_bytes(&self) -> usize {
         self.server.max_body_bytes
     }
@@ -308,16 +340,16 @@ impl Host for App {
         Metrics::inc(c);
     }
 
-    fn admit(&self, call: IncomingCall<'_>) -> Result<Admitted, Refusal> {
-        admission::admit(self, call)
+    fn admit<'a>(&'a self, call: IncomingCall<'a>) -> Admission<'a> {
+        Box::pin(admission::admit(self, call))
     }
 
     fn agents(&self) -> Vec<String> {
         self.config().agents.keys().cloned().collect()
     }
 
-    fn admit_direct(&self, call: Direct<'_>) -> Result<Admitted, Refusal> {
-        admission::admit_direct(self, call)
+    fn admit_direct<'a>(&'a self, call: Direct<'a>) -> Admission<'a> {
+        Box::pin(admission::admit_direct(self, call))
     }
 
     fn phone_links(&self) -> Option<Arc<PhoneLinks>> {

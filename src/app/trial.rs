@@ -128,6 +128,7 @@ pub async fn run(
             agent: Some(&name),
         },
     )
+    .await
     .map_err(TrialError::Refused)?;
     let handle = app.calls.get(&call_id).ok_or(TrialError::Ended)?;
     let leg = MemoryLeg::attach(

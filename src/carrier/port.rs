@@ -3,8 +3,17 @@
 //! a call's actor, record a status or serve a media socket they ask the [`Host`] (implemented
 //! by the composition root, `crate::app::App`). This keeps `carrier` below the modules that
 //! hold call state, so a carrier never imports them.
+//!
+//! Admission and the replay guard ([`Host::first_seen`]) are asynchronous: in a cluster they
+//! are one round trip to the shared store, awaited by the webhook handler. URLs come in two
+//! kinds: [`Host::callback_base`] is where the carrier reaches *this* instance for a call it
+//! owns (media sockets, per-call callbacks), [`Host::signature_bases`] every base a carrier
+//! may have signed a webhook against (the shared `public_url` and this instance's own).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::{Request, Response};
@@ -60,15 +69,19 @@ pub enum Refusal {
     Disabled,
     /// The agent the call asked for is not configured.
     UnknownAgent,
-    /// The call id was already handled (it is live, or in the call store): a replayed
-    /// webhook. The carrier answers it without touching the call.
+    /// The call id was already handled (it is live, or in the call store — in a cluster,
+    /// claimed by any instance): a replayed webhook. The carrier answers it without touching
+    /// the call.
     Repeated,
+    /// The shared call store could not be asked whether the call id is new (a cluster's
+    /// claim failed): refused busy rather than risk two instances answering one call.
+    Unclaimed,
 }
 
 impl Refusal {
     /// Busy-type refusals (try again later) as opposed to rejections.
     pub(crate) fn is_busy(self) -> bool {
-        matches!(self, Refusal::Draining | Refusal::Full)
+        matches!(self, Refusal::Draining | Refusal::Full | Refusal::Unclaimed)
     }
 
     /// Rejections a carrier reports as "rejected" rather than a plain hang-up.
@@ -112,15 +125,55 @@ pub struct MediaSocket {
     pub subprotocol: Option<&'static str>,
 }
 
+/// A boxed, sendable future that may borrow from its caller for `'a`.
+pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What [`Host::admit`] and [`Host::admit_direct`] answer.
+pub type Admission<'a> = Pending<'a, Result<Admitted, Refusal>>;
+
+/// The shared replay guard could not be asked ([`Host::first_seen`]); the webhook is refused
+/// (fail closed) and the carrier retries it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the replay guard (the shared call store) cannot be reached: {0}")]
+pub struct GuardUnavailable(pub String);
+
 /// What carrier routes may ask of the daemon.
 pub trait Host: Send + Sync + 'static {
-    /// `server.public_url`.
+    /// The shared `server.public_url`: what a browser loads pages from (the browser phone's
+    /// origin check). Carriers' URLs use [`Host::callback_base`] and
+    /// [`Host::signature_bases`].
     fn public_url(&self) -> &str;
+    /// Where the carrier reaches this instance for a call it owns: the base of media stream
+    /// URLs in answer documents and of every per-call callback URL (outbound answer and status
+    /// URLs, transfer documents). `[cluster] advertise_url` in a cluster, else `public_url`.
+    fn callback_base(&self) -> &str {
+        self.public_url()
+    }
+    /// Every base URL a carrier may have signed a webhook against: the shared `public_url`
+    /// (new-call webhooks through the load balancer) and, when it differs, this instance's
+    /// `advertise_url` (per-call callbacks). Never a base taken from the request.
+    fn signature_bases(&self) -> Vec<&str> {
+        let mut bases = vec![self.public_url()];
+        if self.callback_base() != self.public_url() {
+            bases.push(self.callback_base());
+        }
+        bases
+    }
     /// `server.max_body_bytes`.
     fn max_body_bytes(&self) -> usize;
     fn count(&self, counter: Counter);
-    /// Decides on an incoming call and, when accepted, starts its actor.
-    fn admit(&self, call: IncomingCall<'_>) -> Result<Admitted, Refusal>;
+    /// Decides on an incoming call and, when accepted, starts its actor. In a cluster the
+    /// decision includes claiming the call id in the shared store: only one instance ever
+    /// admits a given call id.
+    fn admit<'a>(&'a self, call: IncomingCall<'a>) -> Admission<'a>;
+    /// True the first time `key` is seen in `scope` within `ttl` (a webhook's nonce or event
+    /// id), false for a repeat — across the cluster when the store is shared.
+    fn first_seen(
+        &self,
+        scope: &'static str,
+        key: &str,
+        ttl: Duration,
+    ) -> Pending<'static, Result<bool, GuardUnavailable>>;
     /// A single-use media token for `call_id`.
     fn mint_token(&self, call_id: &str) -> String;
     /// The `[carriers.NAME]` account of the live call `call_id`.
@@ -131,14 +184,18 @@ pub trait Host: Send + Sync + 'static {
     fn outbound(&self) -> &Outbound;
     /// Records what the carrier reported about a call.
     fn report(&self, update: StatusUpdate);
+    /// Records the carrier's own id for the leg of our call `call_id` when the two differ
+    /// (Plivo's `CallUUID` of a call we placed by `request_uuid`), so that any instance can
+    /// hang the leg up.
+    fn record_leg(&self, _call_id: &str, _leg_id: &str) {}
     /// The configured agents' names, in order.
     fn agents(&self) -> Vec<String> {
         Vec::new()
     }
     /// Decides on a call that names its agent ([`Direct`]) and, when accepted, starts its
     /// actor — the same checks and call actor as [`Host::admit`] without a number.
-    fn admit_direct(&self, _call: Direct<'_>) -> Result<Admitted, Refusal> {
-        Err(Refusal::AgentUnavailable)
+    fn admit_direct<'a>(&'a self, _call: Direct<'a>) -> Admission<'a> {
+        Box::pin(std::future::ready(Err(Refusal::AgentUnavailable)))
     }
     /// The phone-link key, when the configuration has secret material for one.
     fn phone_links(&self) -> Option<Arc<crate::security::link::PhoneLinks>> {

@@ -139,7 +139,7 @@ mod tests {
     use super::*;
     use crate::carrier::CarrierKind;
     use crate::carrier::dial::{Outbound, Phase};
-    use crate::carrier::port::{Admitted, Counter, IncomingCall, MediaSocket, Refusal};
+    use crate::carrier::port::{Counter, IncomingCall, MediaSocket, Refusal};
     use std::sync::{Arc, Mutex};
 
     /// A host with one live call and a record of what carriers report.
@@ -158,8 +158,19 @@ mod tests {
             1024
         }
         fn count(&self, _: Counter) {}
-        fn admit(&self, _: IncomingCall<'_>) -> Result<Admitted, Refusal> {
-            Err(Refusal::Draining)
+        fn admit<'a>(&'a self, _: IncomingCall<'a>) -> crate::carrier::port::Admission<'a> {
+            Box::pin(std::future::ready(Err(Refusal::Draining)))
+        }
+        fn first_seen(
+            &self,
+            _: &'static str,
+            _: &str,
+            _: std::time::Duration,
+        ) -> crate::carrier::port::Pending<
+            'static,
+            Result<bool, crate::carrier::port::GuardUnavailable>,
+        > {
+            Box::pin(std::future::ready(Ok(true)))
         }
         fn mint_token(&self, call_id: &str) -> String {
             format!("token-{call_id}")

@@ -5,6 +5,7 @@
 pub(crate) mod auth_limit;
 pub mod call_token;
 pub mod link;
+pub mod replay;
 pub mod token;
 
 use std::sync::Mutex;

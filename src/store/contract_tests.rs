@@ -331,8 +331,8 @@ async fn settings_and_the_replay_lookup_read_what_was_written() {
         );
         s.tx.send(new_call("CA9", "inbound", "+15550001111"));
         s.tx.flush().await.expect("flush");
-        assert!(s.has_call_blocking("CA9").expect("lookup"), "{}", u.name);
-        assert!(!s.has_call_blocking("CA10").expect("lookup"), "{}", u.name);
+        assert!(s.has_call("CA9").await.expect("lookup"), "{}", u.name);
+        assert!(!s.has_call("CA10").await.expect("lookup"), "{}", u.name);
     }
 }
 

@@ -12,7 +12,7 @@
 
 pub mod model;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 mod queue;
 mod sqlite_schema;
 pub mod stats;
@@ -151,6 +151,13 @@ pub enum Write {
         key: String,
         value: String,
     },
+    /// The carrier's own id for the call's leg, when it differs from the call id (PostgreSQL
+    /// keeps it in `calls.leg_id` so a peer can hang the leg up; the SQLite store, one
+    /// instance, has no use for it).
+    Leg {
+        call_id: String,
+        leg_id: String,
+    },
     /// What the call used and cost (written once, as it ends).
     Cost {
         call_id: String,
@@ -165,7 +172,6 @@ pub enum Write {
 
 /// A synchronous lookup the writer thread answers ([`Write::Ask`]).
 pub enum Ask {
-    HasCall(String, std::sync::mpsc::SyncSender<Result<bool, String>>),
     Setting(
         String,
         std::sync::mpsc::SyncSender<Result<Option<String>, String>>,
@@ -702,21 +708,22 @@ impl Store {
         }
     }
 
-    /// True when the store has a row for `call_id` (a primary-key lookup, read synchronously
-    /// by admission to refuse replayed webhooks).
-    pub(crate) fn has_call_blocking(&self, call_id: &str) -> Result<bool, StoreError> {
+    /// True when the store has a row for `call_id` (a primary-key lookup: admission refuses
+    /// a replayed webhook with it). No flush first: call rows are urgent writes, and a
+    /// racing duplicate is caught by the live-call registry.
+    pub(crate) async fn has_call(&self, call_id: &str) -> Result<bool, StoreError> {
+        let id = call_id.to_string();
         match &self.read {
             Reads::Sqlite(c) => {
-                let conn = c.lock().unwrap_or_else(|e| e.into_inner());
-                conn.query_row("SELECT 1 FROM calls WHERE call_id = ?1", [call_id], |_| {
-                    Ok(())
+                Self::read_sqlite(c, move |c| {
+                    c.query_row("SELECT 1 FROM calls WHERE call_id = ?1", [id], |_| Ok(()))
+                        .optional()
+                        .map(|r| r.is_some())
                 })
-                .optional()
-                .map(|r| r.is_some())
-                .map_err(StoreError::from)
+                .await
             }
             #[cfg(feature = "postgres")]
-            Reads::Postgres(_) => self.ask(|tx| Ask::HasCall(call_id.to_string(), tx)),
+            Reads::Postgres(p) => p.call(&id).await.map(|r| r.is_some()),
         }
     }
 

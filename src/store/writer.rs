@@ -82,15 +82,6 @@ impl Sink for SqliteSink {
 
     fn ask(&mut self, ask: Ask) {
         match ask {
-            Ask::HasCall(id, reply) => {
-                let r = self
-                    .conn
-                    .query_row("SELECT 1 FROM calls WHERE call_id = ?1", [id], |_| Ok(()))
-                    .optional()
-                    .map(|r| r.is_some())
-                    .map_err(|e| e.to_string());
-                let _ = reply.send(r);
-            }
             Ask::Setting(key, reply) => {
                 let r = self
                     .conn
@@ -316,7 +307,8 @@ fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error
                 params![key, value],
             )?;
         }
-        Write::Flush(_) | Write::Ask(_) => {}
+        // One instance: the leg id lives in memory only (`carrier::dial::Outbound`).
+        Write::Flush(_) | Write::Ask(_) | Write::Leg { .. } => {}
     }
     Ok(())
 }

@@ -7,6 +7,9 @@
 //! shared caps and replay guards build on it. With the SQLite store there is no `Cluster`: one
 //! instance, everything local, as before.
 
+#[cfg(feature = "postgres")]
+mod claim;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

@@ -39,11 +39,12 @@ use crate::security::mask_number;
 /// Every configured Plivo account.
 pub(crate) struct PlivoCarrier {
     accounts: Accounts<PlivoRest>,
-    /// V3 nonces that verified: each signature is good once.
-    nonces: pv::Nonces,
     /// Transfers asked for and not yet fetched by Plivo: `CallUUID` → (to, caller id).
     transfers: Mutex<HashMap<String, (String, String)>>,
 }
+
+/// The replay guard's scope of Plivo's V3 nonces ([`Host::first_seen`]).
+pub(crate) const NONCE_SCOPE: &str = "plivo_nonce";
 
 /// Most transfers waiting for Plivo's `aleg_url` request at once.
 const MAX_PENDING_TRANSFERS: usize = 10_000;
@@ -56,7 +57,6 @@ pub fn build(configs: Vec<(String, Config)>) -> Arc<dyn Carrier> {
         accounts: Accounts::build(CarrierKind::Plivo, configs, |c| {
             Ok((c.auth_token.expose().to_string(), PlivoRest::from_config(c)?))
         }),
-        nonces: pv::Nonces::default(),
         transfers: Mutex::new(HashMap::new()),
     })
 }
@@ -220,11 +220,19 @@ async fn signed<'a>(
     } else {
         Vec::new()
     };
-    let url = public_request_url(host.public_url(), parts.uri.path(), parts.uri.query());
+    // Plivo signed the URL it requested: under the shared `public_url` (an application's
+    // answer URL) or under this instance's own base (the per-call URLs we handed it).
+    let urls: Vec<String> = host
+        .signature_bases()
+        .into_iter()
+        .map(|base| public_request_url(base, parts.uri.path(), parts.uri.query()))
+        .collect();
     let method = parts.method.as_str();
     let account = me.accounts.verifying(|auth_token| {
-        pv::validate_request(auth_token, method, &url, &form, |name| {
-            header(&parts.headers, name)
+        urls.iter().any(|url| {
+            pv::validate_request(auth_token, method, url, &form, |name| {
+                header(&parts.headers, name)
+            })
         })
     });
     let fields = if post {
@@ -235,8 +243,25 @@ async fn signed<'a>(
             .collect()
     };
     let nonce = header(&parts.headers, pv::signature::NONCE_HEADER).unwrap_or_default();
+    // A signature is good once, cluster-wide: the nonce goes through the daemon's replay guard.
+    let fresh = match account {
+        Some(_) if nonce.is_empty() || nonce.len() > pv::signature::NONCE_MAX_LEN => Ok(false),
+        Some(_) => {
+            host.first_seen(NONCE_SCOPE, &nonce, pv::signature::NONCE_WINDOW)
+                .await
+        }
+        None => Ok(false),
+    };
     match account {
-        Some(a) if me.nonces.first_use(&nonce) => Ok((a, fields)),
+        Some(_) if fresh.is_err() => {
+            warn!(
+                path = parts.uri.path(),
+                error = %fresh.err().map(|e| e.to_string()).unwrap_or_default(),
+                "plivo webhook refused for now: its nonce cannot be checked (Plivo retries)"
+            );
+            Err(text(503, "the replay guard is unavailable; try again\n"))
+        }
+        Some(a) if fresh == Ok(true) => Ok((a, fields)),
         Some(_) => {
             host.count(Counter::WebhookForbidden);
             warn!(
@@ -294,7 +319,7 @@ async fn transfer_xml(
 fn stream(host: &dyn Host, call_uuid: &str, token: &str) -> Response<Body> {
     let url = format!(
         "{}?t={token}",
-        public_ws_url(host.public_url(), &format!("/plivo/media/{call_uuid}"))
+        public_ws_url(host.callback_base(), &format!("/plivo/media/{call_uuid}"))
     );
     xml(pv::stream_xml(&url, pv::CONTENT_TYPE))
 }
@@ -323,7 +348,7 @@ async fn answer(me: Arc<PlivoCarrier>, host: Arc<dyn Host>, req: Request<Incomin
         from,
         to,
     };
-    match host.admit(inbound) {
+    match host.admit(inbound).await {
         Ok(_) => {}
         Err(r) if r.is_busy() => return xml(pv::hangup_xml(Some("busy"))),
         Err(r) if r.is_rejection() => return xml(pv::hangup_xml(Some("rejected"))),
@@ -343,6 +368,8 @@ fn outbound_answer(host: &dyn Host, call_uuid: &str, fields: &[(String, String)]
         .unwrap_or("");
     if host.outbound().live(request_uuid).is_some() {
         host.outbound().set_leg(request_uuid, call_uuid);
+        // Stored too, so a peer can hang the leg up should this instance be lost.
+        host.record_leg(request_uuid, call_uuid);
     }
     let machine = field(fields, "Machine").is_some_and(|m| m.eq_ignore_ascii_case("true"));
     let answered_by = |machine: bool, call: &crate::carrier::dial::OutboundCall| {

@@ -6,12 +6,11 @@
 //!
 //! V2 (HMAC over the URL without its query + nonce) is refused: it signs neither the body nor
 //! the query, so one captured V2 signature would let anyone forge any call to that URL. A V3
-//! signature is single use: [`Nonces`] remembers every nonce that verified for
-//! [`NONCE_WINDOW`], and a request carrying a nonce seen before is a replay.
+//! signature is single use: the daemon's replay guard remembers every nonce that verified for
+//! [`NONCE_WINDOW`] (cluster-wide with a shared store), and a request carrying a nonce seen
+//! before is a replay.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -110,7 +109,8 @@ pub(crate) const NONCE_HEADER: &str = "X-Plivo-Signature-V3-Nonce";
 
 /// Validates a request's V3 headers (`X-Plivo-Signature-V3` and `-Ma-V3`, joined) with the V3
 /// nonce. A request signed only with V2 (or not at all) is refused. `header` looks a header
-/// up by name (case-insensitively). The caller also checks the nonce is fresh ([`Nonces`]).
+/// up by name (case-insensitively). The caller also checks the nonce is fresh
+/// (`Host::first_seen`).
 pub fn validate_request(
     auth_token: &str,
     method: &str,
@@ -137,81 +137,17 @@ pub fn validate_request(
 /// is still worth replaying while the call it names can matter.
 pub(crate) const NONCE_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
-/// At most this many nonces are remembered (only signed requests are recorded, so only Plivo's
-/// own traffic fills it); past it the oldest is forgotten first.
-pub(crate) const NONCE_CAPACITY: usize = 65_536;
-
 /// Longest nonce recorded; longer ones are refused (Plivo's are about 20 digits).
-pub(crate) const NONCE_MAX_LEN: usize = 128;
+pub(crate) const NONCE_MAX_LEN: usize = crate::security::replay::MAX_KEY_LEN;
 
-/// V3 nonces that already verified, oldest first, each kept for the window.
-pub struct Nonces {
-    window: Duration,
-    capacity: usize,
-    inner: Mutex<NonceSet>,
-}
-
-#[derive(Default)]
-struct NonceSet {
-    seen: HashSet<String>,
-    order: VecDeque<(Instant, String)>,
-}
-
-impl Default for Nonces {
-    fn default() -> Self {
-        Self::new(NONCE_WINDOW, NONCE_CAPACITY)
-    }
-}
-
-impl Nonces {
-    pub fn new(window: Duration, capacity: usize) -> Self {
-        Self {
-            window,
-            capacity: capacity.max(1),
-            inner: Mutex::new(NonceSet::default()),
-        }
-    }
-
-    /// Records `nonce`; false if it was seen inside the window (a replay) or is unusable.
-    pub(crate) fn first_use(&self, nonce: &str) -> bool {
-        self.first_use_at(nonce, Instant::now())
-    }
-
-    /// [`Nonces::first_use`] at the instant `now` (tests).
-    pub fn first_use_at(&self, nonce: &str, now: Instant) -> bool {
-        if nonce.is_empty() || nonce.len() > NONCE_MAX_LEN {
-            return false;
-        }
-        let mut set = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some((at, _)) = set.order.front() {
-            let expired = now.saturating_duration_since(*at) >= self.window;
-            if !expired && set.order.len() < self.capacity {
-                break;
-            }
-            if let Some((_, old)) = set.order.pop_front() {
-                set.seen.remove(&old);
-            }
-        }
-        if !set.seen.insert(nonce.to_string()) {
-            return false;
-        }
-        set.order.push_back((now, nonce.to_string()));
-        true
-    }
-
-    /// Nonces remembered now.
-    pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).order.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
+/// V3 nonces that already verified, in one process: the replay memory the daemon's replay
+/// guard uses without a shared store (`Host::first_seen`).
+pub type Nonces = crate::security::replay::SeenSet;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     fn p(k: &str, v: &str) -> (String, String) {
         (k.into(), v.into())

@@ -278,14 +278,19 @@ impl TelnyxRest {
         }
     }
 
-    /// Answers a parked call, optionally starting the stream with it.
+    /// Answers a parked call, optionally starting the stream with it; with `webhook_url`, the call's later events go there (the
+    /// instance that owns the call) instead of the application's URL.
     pub(crate) async fn answer(
         &self,
         call_control_id: &str,
         command_id: &str,
         stream_url: Option<&str>,
+        webhook_url: Option<&str>,
     ) -> Result<(), CarrierError> {
-        let body = answer_body(command_id, None, stream_url);
+        let mut body = answer_body(command_id, None, stream_url);
+        if let (Some(url), Some(m)) = (webhook_url, body.as_object_mut()) {
+            m.insert("webhook_url".into(), json!(url));
+        }
         self.command(call_control_id, "answer", &body)
             .await
             .map(|_| ())

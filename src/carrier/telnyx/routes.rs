@@ -38,22 +38,20 @@ use crate::net::http::{Body, empty, read_body, text};
 
 /// How long a webhook's `data.id` is remembered for de-duplication (retries, replays within
 /// the 300 s signature window).
-const SEEN_TTL_S: u64 = 600;
-/// Most event ids remembered.
-const SEEN_MAX: usize = 100_000;
+const SEEN_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+/// The replay guard's scope of Telnyx event ids ([`Host::first_seen`]).
+pub(crate) const EVENT_SCOPE: &str = "telnyx_event";
 
 /// How long an answered call waits for machine detection before it is treated as a person
 /// (Telnyx's `detect` decides within a few seconds; a lost webhook must not leave the callee
 /// listening to silence).
 const DETECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Every configured Telnyx account, and the event ids already handled.
+/// Every configured Telnyx account.
 pub(crate) struct TelnyxCarrier {
     accounts: Accounts<TelnyxRest>,
     /// `connection_id` of each account (outbound calls).
     connections: Vec<(String, String)>,
-    /// Event ids already handled, with when.
-    seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 /// The Telnyx carrier with its usable accounts.
@@ -73,25 +71,7 @@ pub fn build(configs: Vec<(String, Config)>) -> Arc<dyn Carrier> {
             Ok((c.public_key.trim().to_string(), TelnyxRest::from_config(c)?))
         }),
         connections,
-        seen: Default::default(),
     })
-}
-
-impl TelnyxCarrier {
-    /// Records an event id; false if it was already handled recently (a retry or a replay).
-    fn first_time(&self, id: &str, now: u64) -> bool {
-        if id.is_empty() {
-            return true;
-        }
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.len() >= SEEN_MAX {
-            seen.retain(|_, t| now.saturating_sub(*t) <= SEEN_TTL_S);
-            if seen.len() >= SEEN_MAX {
-                seen.clear();
-            }
-        }
-        seen.insert(id.to_string(), now).is_none()
-    }
 }
 
 impl Carrier for TelnyxCarrier {
@@ -205,13 +185,24 @@ async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incom
         }
     };
     let id = event.call.call_control_id.clone();
-    if !me.first_time(&event.id, now) {
-        debug!(call_id = %id, event_id = %event.id, "telnyx webhook already handled");
-        return empty(200);
+    // Each event is handled once, cluster-wide (Telnyx retries, and may deliver a retry to
+    // another instance); an event without an id cannot be told from its retries.
+    if !event.id.is_empty() {
+        match host.first_seen(EVENT_SCOPE, &event.id, SEEN_TTL).await {
+            Ok(true) => {}
+            Ok(false) => {
+                debug!(call_id = %id, event_id = %event.id, "telnyx webhook already handled");
+                return empty(200);
+            }
+            Err(e) => {
+                warn!(call_id = %id, error = %e, "telnyx webhook refused for now (Telnyx retries)");
+                return text(503, "the replay guard is unavailable; try again\n");
+            }
+        }
     }
     let outbound = host.outbound().live(&id);
     match event.event_type.as_str() {
-        "call.initiated" => on_initiated(&host, account, &event),
+        "call.initiated" => on_initiated(&host, account, &event).await,
         "call.answered" => on_answered_event(&me, &host, account, outbound, &id),
         "call.machine.detection.ended" => {
             let pending = host
@@ -404,7 +395,11 @@ fn on_machine(
     });
 }
 
-fn on_initiated(host: &Arc<dyn Host>, account: &Account<TelnyxRest>, event: &WebhookEnvelope) {
+async fn on_initiated(
+    host: &Arc<dyn Host>,
+    account: &Account<TelnyxRest>,
+    event: &WebhookEnvelope,
+) {
     let call = &event.call;
     if call.direction != "incoming" {
         debug!(call_id = %call.call_control_id, direction = %call.direction, "telnyx call.initiated for a call we did not receive; ignored");
@@ -419,13 +414,21 @@ fn on_initiated(host: &Arc<dyn Host>, account: &Account<TelnyxRest>, event: &Web
     };
     let rest = account.rest.clone();
     let id = call.call_control_id.clone();
-    match host.admit(inbound) {
+    let admitted = host.admit(inbound).await;
+    match admitted {
         // A replayed `call.initiated` for a call we already handled: leave that call alone.
         Err(Refusal::Repeated) => {}
         Ok(_) => {
+            // The call's later events come to this instance, its owner, when it has a base of
+            // its own; otherwise to the application's URL, as before.
+            let webhook_url = (host.callback_base() != host.public_url())
+                .then(|| public_request_url(host.callback_base(), "/telnyx/webhook", None));
             let host = host.clone();
             tokio::spawn(async move {
-                if let Err(e) = rest.answer(&id, &format!("answer-{id}"), None).await {
+                if let Err(e) = rest
+                    .answer(&id, &format!("answer-{id}"), None, webhook_url.as_deref())
+                    .await
+                {
                     warn!(call_id = %id, error = %e, "telnyx answer failed; ending the call");
                     host.end_call(&id, "carrier answer failed");
                 }
@@ -457,7 +460,7 @@ fn on_answered(host: &Arc<dyn Host>, account: &Account<TelnyxRest>, id: &str) {
     }
     let token = host.mint_token(id);
     let params = StreamParams {
-        stream_url: public_ws_url(host.public_url(), &format!("/telnyx/media/{token}")),
+        stream_url: public_ws_url(host.callback_base(), &format!("/telnyx/media/{token}")),
         ..StreamParams::default()
     };
     let rest = account.rest.clone();

@@ -143,12 +143,20 @@ async fn signed_form<'a>(
         .await
         .map_err(|e| e.response())?;
     let params: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
-    let url = tw::public_request_url(host.public_url(), parts.uri.path(), parts.uri.query());
+    // Twilio signed the URL it requested: under the shared `public_url` (a number's webhook)
+    // or under this instance's own base (the per-call URLs we handed it).
+    let urls: Vec<String> = host
+        .signature_bases()
+        .into_iter()
+        .map(|base| tw::public_request_url(base, parts.uri.path(), parts.uri.query()))
+        .collect();
     let signature = header(&parts.headers, tw::SIGNATURE_HEADER).unwrap_or_default();
     let settings = header(&parts.headers, "X-Twilio-Webhooks-Signature-Settings");
     let account = me.accounts.verifying(|auth_token| {
         !signature.is_empty()
-            && tw::validate_signature(auth_token, &url, &params, &signature, settings.as_deref())
+            && urls.iter().any(|url| {
+                tw::validate_signature(auth_token, url, &params, &signature, settings.as_deref())
+            })
     });
     match account {
         Some(a) => Ok((a, params)),
@@ -173,7 +181,7 @@ async fn signed_form<'a>(
 
 /// TwiML connecting the media stream with `token`.
 fn connect(host: &dyn Host, token: &str) -> Response<Body> {
-    let stream_url = tw::public_ws_url(host.public_url(), "/twilio/media");
+    let stream_url = tw::public_ws_url(host.callback_base(), "/twilio/media");
     xml(tw::twiml_connect_stream(
         &stream_url,
         &[("token", token)],
@@ -201,7 +209,7 @@ async fn voice(me: Arc<TwilioCarrier>, host: Arc<dyn Host>, req: Request<Incomin
         from: &hook.from,
         to: &hook.to,
     };
-    match host.admit(inbound) {
+    match host.admit(inbound).await {
         Ok(_) => {}
         Err(r) if r.is_busy() => return xml(tw::twiml_reject(Some("busy"))),
         Err(r) if r.is_rejection() => return xml(tw::twiml_reject(Some("rejected"))),

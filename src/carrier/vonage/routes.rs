@@ -207,7 +207,7 @@ async fn signed<'a>(
 fn connect(host: &dyn Host, uuid: &str, token: &str) -> Response<Body> {
     let uri = format!(
         "{}?t={token}",
-        public_ws_url(host.public_url(), &format!("/vonage/media/{uuid}"))
+        public_ws_url(host.callback_base(), &format!("/vonage/media/{uuid}"))
     );
     let headers = BTreeMap::from([("call_uuid".to_string(), uuid.to_string())]);
     json(200, &ncco::connect_websocket(&uri, &headers))
@@ -236,7 +236,7 @@ async fn answer(me: Arc<VonageCarrier>, host: Arc<dyn Host>, req: Request<Incomi
         from: field(&fields, "from").unwrap_or(""),
         to,
     };
-    if host.admit(inbound).is_err() {
+    if host.admit(inbound).await.is_err() {
         // Vonage has no busy or reject answer: an empty NCCO ends the call.
         return json(200, &ncco::hang_up());
     }

@@ -244,7 +244,7 @@ async fn socket(me: Arc<WebCarrier>, host: Arc<dyn Host>, req: Request<Incoming>
         from: "browser",
         agent: agent.as_deref(),
     };
-    match host.admit_direct(direct) {
+    match host.admit_direct(direct).await {
         Ok(a) => info!(call_id, agent = %a.agent, "browser call admitted"),
         Err(Refusal::Repeated) => return text(409, "this phone link was already used\n"),
         Err(Refusal::UnknownAgent) if !controlled => {

@@ -6,6 +6,7 @@
 //! this instance's previous incarnation left open — never another instance's. The writer thread
 //! is `sink.rs`; reads go through a small pool on the caller's runtime ([`Reads`]).
 
+pub(crate) mod claim;
 mod sink;
 
 use std::borrow::Cow;

@@ -332,6 +332,13 @@ async fn single(
             .execute(&mut **tx)
             .await?;
         }
+        Write::Leg { call_id, leg_id } => {
+            query::<Postgres>("UPDATE calls SET leg_id = $2 WHERE call_id = $1")
+                .bind(call_id)
+                .bind(leg_id)
+                .execute(&mut **tx)
+                .await?;
+        }
         Write::Setting { key, value } => {
             query::<Postgres>(
                 "INSERT INTO settings (key, value) VALUES ($1, $2)
@@ -413,17 +420,6 @@ impl Sink for PgSink {
     fn ask(&mut self, ask: Ask) {
         let (rt, db) = (&self.rt, &mut self.db);
         match ask {
-            Ask::HasCall(id, reply) => {
-                let r = rt.block_on(async {
-                    let conn = db.connection().await?;
-                    query::<Postgres>("SELECT 1 FROM calls WHERE call_id = $1")
-                        .bind(id)
-                        .fetch_optional(conn)
-                        .await
-                        .map(|r| r.is_some())
-                });
-                let _ = reply.send(r.map_err(|e| e.to_string()));
-            }
             Ask::Setting(key, reply) => {
                 let r = rt.block_on(async {
                     let conn = db.connection().await?;
