@@ -12,7 +12,7 @@
 
 pub mod model;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 mod queue;
 mod sqlite_schema;
 pub mod stats;
