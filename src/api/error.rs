@@ -85,6 +85,8 @@ error_codes! {
     ConcurrentLimit = "concurrent_limit",
     /// The daily outbound cap is reached.
     DailyLimit = "daily_limit",
+    /// The cluster's outbound caps could not be checked in the store (fail closed).
+    CapsUnavailable = "caps_unavailable",
     /// The agent or its providers cannot take a call.
     AgentUnavailable = "agent_unavailable",
     /// The daemon is draining.

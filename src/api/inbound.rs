@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 use super::{ApiError, ErrorCode};
 use crate::app::App;
 pub use crate::app::inbound::{InboundOverride, Overrides, SETTING_KEY, effective};
-use crate::store::Write;
 
 pub fn get(app: &App) -> Value {
     let all = app
@@ -68,18 +67,7 @@ pub async fn configure(app: &Arc<App>, body: Value) -> Result<Value, ApiError> {
                 .join(", ")
         )));
     }
-    let snapshot = {
-        let mut all = app.inbound.write().unwrap_or_else(|e| e.into_inner());
-        let merged = all.get(&key).cloned().unwrap_or_default().merged(&change);
-        all.insert(key.clone(), merged);
-        all.clone()
-    };
-    let text = serde_json::to_string(&snapshot).unwrap_or_else(|_| "{}".into());
-    app.store.tx.send(Write::Setting {
-        key: SETTING_KEY.into(),
-        value: text,
-    });
-    app.store.tx.flush().await?;
+    let snapshot = crate::app::inbound::change(app, &key, &change).await?;
     Ok(json!({"number": key, "override": effective(app, &key), "overrides": snapshot}))
 }
 

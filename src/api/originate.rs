@@ -92,7 +92,9 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
         ));
     }
     // The caps, reserved atomically before the carrier is dialled (released if the dial fails).
-    let reservation = dialer::reserve(app).await.map_err(cap_error)?;
+    let reservation = dialer::reserve(app, &number.number)
+        .await
+        .map_err(cap_error)?;
     let placed = dialer::place_reserved(
         app,
         NewOutbound {
@@ -215,6 +217,7 @@ fn cap_error(e: CapError) -> ApiError {
         }
         CapError::Daily { .. } => ApiError::new(429, ErrorCode::DailyLimit, e.to_string()),
         CapError::Store(e) => ApiError::from(e),
+        CapError::Unavailable(_) => ApiError::new(503, ErrorCode::CapsUnavailable, e.to_string()),
     }
 }
 

@@ -11,7 +11,9 @@
 //! [`reserve`] before the carrier is dialled, atomically (one lock over the live calls and the
 //! reservations in flight), so N parallel requests cannot all pass the check before any of them
 //! is registered. The reservation is released if the dial fails and becomes the placed call when
-//! it succeeds. [`place_reserved`] dials in a task of its own: a requester that goes away
+//! it succeeds. With the PostgreSQL store the caps hold across the cluster: a reservation is a
+//! row granted under a row lock (`app::cluster::caps`), bound to the call id the carrier
+//! returns, freed when the call ends; with SQLite they are this process's. [`place_reserved`] dials in a task of its own: a requester that goes away
 //! mid-dial (an HTTP client disconnecting drops the request's future) cannot leave a call the
 //! carrier placed that we never recorded — when the dial returns and nobody waits for it, the
 //! call is cancelled at the carrier and recorded as canceled.
@@ -85,6 +87,13 @@ pub(crate) enum CapError {
     Daily { today: u64 },
     #[error("{0}")]
     Store(#[from] StoreError),
+    /// The shared store could not answer (PostgreSQL): refused, since nobody can tell whether
+    /// the caps still have room.
+    #[error(
+        "the cluster's outbound caps could not be checked in the store ({0}); no call was \
+         placed — check that the PostgreSQL at [store] url is reachable, then try again"
+    )]
+    Unavailable(String),
 }
 
 /// The outbound caps' shared state: reservations in flight and calls placed today.
@@ -93,6 +102,9 @@ pub struct Caps {
     /// Requests waiting in [`place_reserved`] for their dial (observability and tests: a
     /// request that went away is no longer counted).
     waiting: tokio::sync::watch::Sender<usize>,
+    /// The cluster's slots this process holds (PostgreSQL store).
+    #[cfg(feature = "postgres")]
+    pub(crate) slots: super::cluster::caps::HeldSlots,
 }
 
 impl Default for Caps {
@@ -100,6 +112,8 @@ impl Default for Caps {
         Self {
             state: Mutex::default(),
             waiting: tokio::sync::watch::Sender::new(0),
+            #[cfg(feature = "postgres")]
+            slots: Default::default(),
         }
     }
 }
@@ -149,7 +163,7 @@ impl Caps {
 }
 
 /// The start (ms) of the UTC day holding `ms`.
-fn day_start(ms: i64) -> i64 {
+pub(crate) fn day_start(ms: i64) -> i64 {
     ms - ms.rem_euclid(86_400_000)
 }
 
@@ -158,12 +172,40 @@ fn day_start(ms: i64) -> i64 {
 #[must_use = "a reservation is released when dropped"]
 pub(crate) struct Reservation {
     app: Arc<App>,
-    day: i64,
+    held: Held,
     committed: bool,
 }
 
+/// What a reservation holds.
+enum Held {
+    /// A place in this process's count (SQLite store), for the UTC day starting at `day`.
+    Local { day: i64 },
+    /// A cluster slot (PostgreSQL store) and the call it was bound to.
+    #[cfg(feature = "postgres")]
+    Slot { slot: i64, call_id: Option<String> },
+}
+
 impl Reservation {
-    /// The call was placed (and is registered as live): the reservation becomes it.
+    /// The carrier placed the call as `call_id`: a cluster slot is bound to it (before the
+    /// call's row is queued, see `app::cluster::caps`).
+    pub(crate) async fn bind(&mut self, call_id: &str) {
+        match &mut self.held {
+            Held::Local { .. } => {}
+            #[cfg(feature = "postgres")]
+            Held::Slot {
+                slot,
+                call_id: bound,
+            } => {
+                if let Some(cluster) = &self.app.cluster {
+                    super::cluster::caps::bind(cluster, *slot, call_id).await;
+                }
+                *bound = Some(call_id.to_string());
+            }
+        }
+    }
+
+    /// The call was placed (and is registered as live): the reservation becomes it, counted
+    /// toward the day; a cluster slot is freed when the call ends.
     pub(crate) fn commit(mut self) {
         self.committed = true;
     }
@@ -171,17 +213,42 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        let mut s = self.app.outbound_caps.lock();
-        s.pending = s.pending.saturating_sub(1);
-        if self.committed && s.day == self.day {
-            s.placed += 1;
+        match &mut self.held {
+            Held::Local { day } => {
+                let mut s = self.app.outbound_caps.lock();
+                s.pending = s.pending.saturating_sub(1);
+                if self.committed && s.day == *day {
+                    s.placed += 1;
+                }
+            }
+            #[cfg(feature = "postgres")]
+            Held::Slot { slot, call_id } => super::cluster::caps::release_later(
+                &self.app,
+                *slot,
+                call_id.take(),
+                self.committed,
+            ),
         }
     }
 }
 
-/// Reserves a place under `[outbound] max_concurrent` and `max_per_day`, atomically with every
-/// other reservation; see the module docs.
-pub(crate) async fn reserve(app: &Arc<App>) -> Result<Reservation, CapError> {
+/// Reserves a place under `[outbound] max_concurrent` and `max_per_day` for a call from `from`,
+/// atomically with every other reservation (of the cluster, with the PostgreSQL store); see the
+/// module docs.
+pub(crate) async fn reserve(app: &Arc<App>, from: &str) -> Result<Reservation, CapError> {
+    #[cfg(feature = "postgres")]
+    if let Some(cluster) = &app.cluster {
+        let slot = super::cluster::caps::reserve(app, cluster, from).await?;
+        return Ok(Reservation {
+            app: app.clone(),
+            held: Held::Slot {
+                slot,
+                call_id: None,
+            },
+            committed: false,
+        });
+    }
+    let _ = from;
     let limits = &app.config().outbound;
     loop {
         let day = day_start(now_ms());
@@ -214,7 +281,7 @@ pub(crate) async fn reserve(app: &Arc<App>) -> Result<Reservation, CapError> {
         s.pending += 1;
         return Ok(Reservation {
             app: app.clone(),
-            day,
+            held: Held::Local { day },
             committed: false,
         });
     }
@@ -226,7 +293,7 @@ pub(crate) async fn reserve(app: &Arc<App>) -> Result<Reservation, CapError> {
 pub(crate) async fn place_reserved(
     app: &Arc<App>,
     call: NewOutbound,
-    reservation: Reservation,
+    mut reservation: Reservation,
 ) -> Result<String, OutboundError> {
     let _waiting = Waiting::new(&app.outbound_caps);
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -234,7 +301,7 @@ pub(crate) async fn place_reserved(
     tokio::spawn(async move {
         let account = call.account.clone();
         let wanted = || !tx.is_closed();
-        let placed = place_if(&task_app, call, &wanted).await;
+        let placed = place_if(&task_app, call, &wanted, &mut reservation).await;
         // The reservation is settled before anything else happens: a placed call (even one
         // cancelled below) counts toward the day; a failed dial is released.
         match &placed {
@@ -275,11 +342,13 @@ enum Placed {
 }
 
 /// Places `call` and starts its actor (our call id), unless `wanted` says nobody waits for the call any more once the carrier has
-/// answered the dial: then the call is recorded as canceled and returned as abandoned.
+/// answered the dial: then the call is recorded as canceled and returned as abandoned. The
+/// reservation is bound to the call id before the call is recorded.
 async fn place_if(
     app: &Arc<App>,
     call: NewOutbound,
     wanted: &(dyn Fn() -> bool + Send + Sync),
+    reservation: &mut Reservation,
 ) -> Result<Placed, OutboundError> {
     let config = &app.config();
     let kind = config
@@ -305,6 +374,7 @@ async fn place_if(
         .inspect_err(|e| {
             warn!(to = %mask_number(&call.to), error = %e, "outbound call failed");
         })?;
+    reservation.bind(&id).await;
     let abandoned = !wanted();
     app.store.tx.send(Write::Call(NewCall {
         call_id: id.clone(),
@@ -417,7 +487,7 @@ mod tests {
         let app = app(2, 100, &dir);
         let tries = (0..20).map(|_| {
             let app = app.clone();
-            tokio::spawn(async move { reserve(&app).await })
+            tokio::spawn(async move { reserve(&app, "+15550001111").await })
         });
         let mut held = Vec::new();
         let mut refused = 0;
@@ -435,7 +505,9 @@ mod tests {
         assert_eq!(app.outbound_caps.pending(), 2);
         drop(held.pop());
         assert_eq!(app.outbound_caps.pending(), 1);
-        let again = reserve(&app).await.expect("a released place is free again");
+        let again = reserve(&app, "+15550001111")
+            .await
+            .expect("a released place is free again");
         drop(again);
         drop(held);
         assert_eq!(app.outbound_caps.pending(), 0);
@@ -446,19 +518,26 @@ mod tests {
     async fn the_daily_cap_counts_committed_and_pending() {
         let dir = tempfile::tempdir().expect("tempdir");
         let app = app(10, 3, &dir);
-        reserve(&app).await.expect("first").commit();
-        drop(reserve(&app).await.expect("second, released"));
-        let pending = reserve(&app).await.expect("second");
-        reserve(&app).await.expect("third").commit();
-        match reserve(&app).await {
+        reserve(&app, "+15550001111").await.expect("first").commit();
+        drop(
+            reserve(&app, "+15550001111")
+                .await
+                .expect("second, released"),
+        );
+        let pending = reserve(&app, "+15550001111").await.expect("second");
+        reserve(&app, "+15550001111").await.expect("third").commit();
+        match reserve(&app, "+15550001111").await {
             Err(CapError::Daily { today }) => assert_eq!(today, 3),
             Err(e) => panic!("wrong refusal: {e}"),
             Ok(_) => panic!("the fourth call of the day passed max_per_day = 3"),
         }
         drop(pending);
-        reserve(&app).await.expect("the released place").commit();
+        reserve(&app, "+15550001111")
+            .await
+            .expect("the released place")
+            .commit();
         assert!(matches!(
-            reserve(&app).await,
+            reserve(&app, "+15550001111").await,
             Err(CapError::Daily { today: 3 })
         ));
     }

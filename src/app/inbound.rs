@@ -1,7 +1,9 @@
 //! Runtime overrides of the inbound agent: per number (or for every number, key `*`) a
 //! different system prompt, first message or voice, or inbound calls switched off. Kept in
 //! memory for admission and persisted in the store's settings (key [`SETTING_KEY`]), so they
-//! survive a restart; changed through `crate::api::inbound`.
+//! survive a restart; changed through `crate::api::inbound` ([`change`]). With the PostgreSQL
+//! store a change is merged in the database and reaches every instance of the cluster
+//! (`app::cluster::settings`).
 
 use std::collections::BTreeMap;
 
@@ -9,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::App;
 use crate::config::AgentConfig;
+use crate::store::{StoreError, Write};
 
 /// Settings key the overrides are stored under.
 pub const SETTING_KEY: &str = "inbound_overrides";
@@ -66,4 +69,31 @@ pub fn effective(app: &App, number: &str) -> InboundOverride {
         Some(o) => base.merged(o),
         None => base,
     }
+}
+
+/// Applies `change` to `key`'s override (`*`: every number), persists the result and puts it in
+/// force; returns every override. With the PostgreSQL store the merge happens in the database,
+/// so the change reaches the cluster and keeps a peer's concurrent change.
+pub(crate) async fn change(
+    app: &App,
+    key: &str,
+    change: &InboundOverride,
+) -> Result<Overrides, StoreError> {
+    #[cfg(feature = "postgres")]
+    if let Some(cluster) = &app.cluster {
+        return super::cluster::settings::change_inbound(app, cluster, key, change).await;
+    }
+    let snapshot = {
+        let mut all = app.inbound.write().unwrap_or_else(|e| e.into_inner());
+        let merged = all.get(key).cloned().unwrap_or_default().merged(change);
+        all.insert(key.to_string(), merged);
+        all.clone()
+    };
+    let text = serde_json::to_string(&snapshot).unwrap_or_else(|_| "{}".into());
+    app.store.tx.send(Write::Setting {
+        key: SETTING_KEY.into(),
+        value: text,
+    });
+    app.store.tx.flush().await?;
+    Ok(snapshot)
 }

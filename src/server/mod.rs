@@ -105,6 +105,7 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
     let mut config = config;
     crate::app::cluster::resolve_urls(&mut config, local_addr);
     let app = App::new(config)?;
+    crate::app::cluster::start_sync(&app);
     let served = Arc::new(Served {
         mcp: McpHttp::new(&app.config(), Arc::downgrade(&app)),
         app: app.clone(),

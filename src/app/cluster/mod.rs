@@ -8,7 +8,11 @@
 //! instance, everything local, as before.
 
 #[cfg(feature = "postgres")]
+pub(crate) mod caps;
+#[cfg(feature = "postgres")]
 mod claim;
+#[cfg(feature = "postgres")]
+pub(crate) mod settings;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -56,6 +60,8 @@ pub struct Cluster {
     pub timing: Timing,
     /// The store's pool.
     pub pool: sqlx_postgres::PgPool,
+    /// The version of the inbound overrides in force here (`settings`).
+    pub(crate) settings_version: std::sync::atomic::AtomicI64,
 }
 
 #[cfg(feature = "postgres")]
@@ -80,6 +86,7 @@ impl Cluster {
                 .unwrap_or_else(|| config.server.api_token.clone()),
             timing: Timing::of(c),
             pool,
+            settings_version: Default::default(),
         }
     }
 }
@@ -104,6 +111,18 @@ pub(crate) fn resolve_urls(config: &mut Config, bound: SocketAddr) {
     if c.internal_url.is_none() {
         c.internal_url = Some(here);
     }
+}
+
+/// Starts what keeps this instance in step with its peers (the outbound slots' sweep, the
+/// settings sync); nothing without a cluster. The tasks end when `app` is dropped.
+pub(crate) fn start_sync(app: &std::sync::Arc<crate::app::App>) {
+    #[cfg(feature = "postgres")]
+    if app.cluster.is_some() {
+        caps::start_sweep(app);
+        settings::start(app, settings::Listen::On);
+    }
+    #[cfg(not(feature = "postgres"))]
+    let _ = app;
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@
 //! this instance's previous incarnation left open — never another instance's. The writer thread
 //! is `sink.rs`; reads go through a small pool on the caller's runtime ([`Reads`]).
 
+pub(crate) mod caps;
 pub(crate) mod claim;
+pub(crate) mod settings;
 mod sink;
 
 use std::borrow::Cow;
@@ -39,6 +41,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         2,
         "cluster",
         include_str!("../../../migrations/postgres/0002_cluster.sql"),
+    ),
+    (
+        6,
+        "outbound caps",
+        include_str!("../../../migrations/postgres/0003_outbound_caps.sql"),
     ),
 ];
 
@@ -100,7 +107,7 @@ async fn prepare(options: &PgConnectOptions, owner: &str) -> Result<(PgConnectio
             return Err(format!(
                 "the database has schema version {v}, newer than this patterd knows ({}); \
                  run the newer patterd, or point store.url at another database",
-                MIGRATIONS.len()
+                supported_schema()
             ));
         }
         Err(e) => return Err(format!("migration failed: {e}")),
@@ -123,7 +130,7 @@ async fn prepare(options: &PgConnectOptions, owner: &str) -> Result<(PgConnectio
             "closed calls this instance's previous run left open as failed"
         );
     }
-    Ok((conn, MIGRATIONS.len()))
+    Ok((conn, supported_schema() as usize))
 }
 
 /// Opens the store on PostgreSQL: the writer thread (connected and migrated before this
@@ -231,7 +238,7 @@ pub(crate) async fn probe(url: &str) -> Result<(String, i64), String> {
 
 /// The schema version this patterd's migrations reach.
 pub(crate) fn supported_schema() -> i64 {
-    MIGRATIONS.len() as i64
+    MIGRATIONS.iter().map(|m| m.0).max().unwrap_or(0)
 }
 
 /// The read side: a pool on the runtime that opened the store.

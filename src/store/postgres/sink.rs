@@ -342,12 +342,19 @@ async fn single(
         Write::Setting { key, value } => {
             query::<Postgres>(
                 "INSERT INTO settings (key, value) VALUES ($1, $2)
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value,
+                   version = settings.version + 1",
             )
             .bind(key)
             .bind(value)
             .execute(&mut **tx)
             .await?;
+            // Peers reload on the notification (delivered at commit) or their next poll.
+            query::<Postgres>("SELECT pg_notify($1, $2)")
+                .bind(super::settings::CHANNEL)
+                .bind(key)
+                .execute(&mut **tx)
+                .await?;
         }
         _ => {}
     }
