@@ -1,4 +1,4 @@
--- patterd on PostgreSQL, schema 6: the cluster-wide outbound caps' reservation function.
+-- patterd on PostgreSQL, schema 3: the cluster-wide outbound caps' reservation function.
 -- Expand-only (a new function and an index; old instances keep working during a rollout).
 --
 -- A reservation is an `outbound_slots` row. The function serialises every reservation on the

@@ -17,7 +17,6 @@ use sqlx_postgres::Postgres;
 pub(crate) struct Reserved {
     /// The new slot's id; `None`: refused (a cap is reached).
     pub(crate) slot: Option<i64>,
-    #[allow(dead_code)] // tests (not yet written)
     /// Slots held across the cluster (with the new one, when it was granted).
     pub(crate) live: i64,
     /// Outbound calls of the day (with the new one, when it was granted).
@@ -125,6 +124,7 @@ where
 }
 
 /// Slots held across the cluster (tests and `GET /v1/cluster`-style reads).
+#[cfg(test)]
 pub(crate) async fn held<'e, E>(db: E) -> Result<i64, sqlx_core::Error>
 where
     E: Executor<'e, Database = Postgres>,
@@ -133,4 +133,103 @@ where
         .fetch_one(db)
         .await?
         .try_get(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use patterd_sim::postgres::TestDatabase;
+    use sqlx_postgres::PgPoolOptions;
+
+    fn ask<'a>(instance: &'a str, max_concurrent: i64, max_per_day: i64) -> Ask<'a> {
+        let now = crate::store::now_ms();
+        Ask {
+            instance,
+            from: "+15550001234",
+            max_concurrent,
+            max_per_day,
+            day_start: now - now.rem_euclid(86_400_000),
+            now,
+        }
+    }
+
+    /// 30 reservations at once from three instances' pools against `max_concurrent = 5`:
+    /// exactly 5 granted, every round; releasing them lets 5 more through; a lost instance's
+    /// slots (deleted as the reaper does) free its capacity.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_concurrent_cap_holds_across_instances_under_a_race() {
+        let Some(db) = TestDatabase::create() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        // Opening the store runs the migrations (the function and the slot table).
+        let _store =
+            crate::store::Store::open_postgres(&db.url, 1, "p0", dir.path(), 30, 16).unwrap();
+        let mut pools = Vec::new();
+        for _ in 0..3 {
+            pools.push(
+                PgPoolOptions::new()
+                    .max_connections(10)
+                    .connect(&db.url)
+                    .await
+                    .unwrap(),
+            );
+        }
+        for round in 0..3 {
+            let mut tasks = tokio::task::JoinSet::new();
+            for k in 0..30 {
+                let pool = pools[k % 3].clone();
+                tasks.spawn(async move {
+                    let name = format!("p{}", k % 3);
+                    reserve(&pool, &ask(&name, 5, 1_000)).await.unwrap().slot
+                });
+            }
+            let mut granted = Vec::new();
+            while let Some(r) = tasks.join_next().await {
+                if let Some(slot) = r.unwrap() {
+                    granted.push(slot);
+                }
+            }
+            assert_eq!(granted.len(), 5, "round {round}: {granted:?}");
+            assert_eq!(held(&pools[0]).await.unwrap(), 5);
+            for slot in granted {
+                release(&pools[1], slot).await.unwrap();
+            }
+            assert_eq!(held(&pools[0]).await.unwrap(), 0);
+        }
+        // p1 holds two and is lost: nobody else gets past 3 until its rows go.
+        for _ in 0..2 {
+            assert!(
+                reserve(&pools[1], &ask("p1", 5, 1_000))
+                    .await
+                    .unwrap()
+                    .slot
+                    .is_some()
+            );
+        }
+        let mut more = 0;
+        while reserve(&pools[0], &ask("p0", 5, 1_000))
+            .await
+            .unwrap()
+            .slot
+            .is_some()
+        {
+            more += 1;
+        }
+        assert_eq!(
+            more, 3,
+            "fail closed: the lost instance's slots still count"
+        );
+        assert_eq!(release_instance(&pools[2], "p1").await.unwrap(), 2);
+        assert!(
+            reserve(&pools[0], &ask("p0", 5, 1_000))
+                .await
+                .unwrap()
+                .slot
+                .is_some()
+        );
+        // The day's cap counts the slots created today too.
+        let r = reserve(&pools[0], &ask("p0", 100, 4)).await.unwrap();
+        assert_eq!(r.slot, None, "four today already: {}", r.today);
+    }
 }
