@@ -43,7 +43,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/postgres/0002_cluster.sql"),
     ),
     (
-        6,
+        3,
         "outbound caps",
         include_str!("../../../migrations/postgres/0003_outbound_caps.sql"),
     ),
