@@ -15,13 +15,12 @@
 //! At the end it counts the rows the calls left in the database per call-minute.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::caller::{CallCtx, CallResult, SpeechClip};
+use super::caller::CallResult;
 use super::report::{Quantiles, RunReport};
 use super::{
     ACCOUNT_SID, API_TOKEN, AUTH_TOKEN, FAKES_THREAD, FakesRuntime, OUR_NUMBER, Options,
@@ -269,20 +268,7 @@ pub async fn run_cluster(opts: &Options, plan: &ClusterPlan) -> Result<ClusterRe
         return Err("not every instance became ready behind the front".into());
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let ctx = Arc::new(CallCtx {
-        twilio: SimTwilio::new(&front.url(), PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN),
-        ws_base: String::new(),
-        to: OUR_NUMBER.into(),
-        voice_path: opts.voice_path.clone(),
-        speech: SpeechClip::tone(opts.speech_ms),
-        line_noise: opts
-            .line_noise_dbfs
-            .map(|db| super::caller::line_noise(db, 50))
-            .unwrap_or_default(),
-        pause: opts.pause,
-        reply_timeout: Duration::from_secs(10),
-        barge_in: opts.barge_in,
-    });
+    let ctx = super::call_ctx(opts, &front.url(), String::new());
     let t0 = Instant::now() + Duration::from_millis(50);
     let n = opts.calls.max(1);
     let step = Duration::from_secs_f64(1.0 / opts.rate.max(0.1));
