@@ -91,6 +91,15 @@ pub async fn originate(app: &Arc<App>, req: Originate) -> Result<Value, ApiError
             "the daemon is shutting down and places no new calls; try again after it restarts",
         ));
     }
+    if app.is_fenced() {
+        // Not a drain, but the same answer: no new calls until the heartbeat is renewed.
+        return Err(ApiError::new(
+            503,
+            ErrorCode::Draining,
+            "this instance cannot renew its cluster heartbeat and places no new calls until it \
+             can; try another instance",
+        ));
+    }
     // The caps, reserved atomically before the carrier is dialled (released if the dial fails).
     let reservation = dialer::reserve(app, &number.number)
         .await

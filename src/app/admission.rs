@@ -35,10 +35,15 @@ pub(crate) async fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted,
     let call_id = call.call_id;
     let from = mask_number(call.from);
     let to = mask_number(call.to);
-    if app.is_draining() {
+    if app.is_draining() || app.is_fenced() {
         Metrics::inc(&app.metrics.calls_rejected_busy);
         app.metrics.webhooks_refused.inc(RefusalReason::Busy);
-        info!(carrier, call_id, %from, %to, "call refused: draining");
+        let why = if app.is_draining() {
+            "draining"
+        } else {
+            "fenced"
+        };
+        info!(carrier, call_id, %from, %to, "call refused: {why}");
         return Err(Refusal::Draining);
     }
     if live_here(app, call_id) {
@@ -197,9 +202,9 @@ async fn launch(
 pub(crate) async fn admit_direct(app: &App, call: Direct<'_>) -> Result<Admitted, Refusal> {
     let carrier = call.carrier.as_str();
     let call_id = call.call_id;
-    if app.is_draining() {
+    if app.is_draining() || app.is_fenced() {
         Metrics::inc(&app.metrics.calls_rejected_busy);
-        info!(carrier, call_id, "call refused: draining");
+        info!(carrier, call_id, "call refused: draining or fenced");
         return Err(Refusal::Draining);
     }
     if live_here(app, call_id) {

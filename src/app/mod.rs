@@ -129,6 +129,8 @@ pub struct App {
     /// Runtime inbound overrides (`configure_inbound`), persisted in the store.
     pub inbound: RwLock<Overrides>,
     draining: watch::Sender<bool>,
+    /// Set while this instance cannot renew its cluster heartbeat ([`App::is_fenced`]).
+    fenced: std::sync::atomic::AtomicBool,
     pub started: Instant,
     /// One permit per media socket, held until it ends: upgraded sockets leave the listener's
     /// connection count, so they are bounded here ([`media_socket_limit`]).
@@ -201,6 +203,7 @@ impl App {
             outbound_caps: dialer::Caps::default(),
             inbound: RwLock::new(inbound),
             draining: watch::channel(false).0,
+            fenced: Default::default(),
             started: Instant::now(),
             media_sockets,
             peer_warnings: LogLimiter::new(20, Duration::from_secs(1)),
@@ -258,6 +261,20 @@ impl App {
 
     pub fn start_drain(&self) {
         self.draining.send_replace(true);
+    }
+
+    /// True while this instance fences itself: its cluster heartbeat could not be renewed for
+    /// `lease − 2 × heartbeat` (`cluster::members`). Like a drain it is not ready and refuses
+    /// new calls, but it ends as soon as a heartbeat is renewed. Never set without a cluster.
+    pub(crate) fn is_fenced(&self) -> bool {
+        self.fenced.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Sets or clears the fence; returns whether it was set before.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn set_fenced(&self, fenced: bool) -> bool {
+        self.fenced
+            .swap(fenced, std::sync::atomic::Ordering::AcqRel)
     }
 
     /// A warning an unauthenticated peer triggered, rate limited ([`Self::peer_warnings`]).

@@ -40,6 +40,11 @@ pub(crate) fn gauges(app: &App) -> Vec<(&'static str, &'static str, u64)> {
             "1 while the daemon drains.",
             u64::from(app.is_draining()),
         ),
+        (
+            "patterd_calls_capacity",
+            "The calls this instance takes at most (server.max_calls).",
+            app.server.max_calls as u64,
+        ),
     ]
 }
 
@@ -73,6 +78,8 @@ pub fn render(app: &App) -> Response<Body> {
     for (name, help, v) in gauges(app) {
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     }
+    #[cfg(feature = "postgres")]
+    crate::app::cluster::members::render(app, &mut s);
     respond(200, "text/plain; version=0.0.4", Bytes::from(s))
 }
 

@@ -53,6 +53,9 @@ pub enum ServerError {
     },
     #[error(transparent)]
     App(#[from] AppError),
+    /// The instance could not register in the cluster (`app::cluster::join`).
+    #[error("{0}")]
+    Cluster(String),
 }
 
 /// What the accept loop serves: the daemon's state and the MCP endpoint on it.
@@ -105,6 +108,10 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
     let mut config = config;
     crate::app::cluster::resolve_urls(&mut config, local_addr);
     let app = App::new(config)?;
+    // Registered before the accept loop starts: `/readyz` is never 200 before.
+    crate::app::cluster::join(&app)
+        .await
+        .map_err(ServerError::Cluster)?;
     crate::app::cluster::start_sync(&app);
     let served = Arc::new(Served {
         mcp: McpHttp::new(&app.config(), Arc::downgrade(&app)),
@@ -259,6 +266,7 @@ async fn route(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Respo
         match own.find(|(m, _, _)| *m == method).map(|r| r.2) {
             Some(Own::Health) => health(req.uri().query()),
             Some(Own::Ready) if app.is_draining() => text(503, "draining\n"),
+            Some(Own::Ready) if app.is_fenced() => text(503, "fenced\n"),
             Some(Own::Ready) => text(200, "ready\n"),
             Some(Own::Metrics) => metrics_guarded(&app, peer, req.headers()),
             None => text(405, "method not allowed\n"),
@@ -427,6 +435,8 @@ pub async fn run(loaded: LoadedConfig, config_path: Option<std::path::PathBuf>) 
         Ok(()) => info!("call store flushed"),
         Err(e) => warn!(error = %e, "call store not flushed before exit"),
     }
+    // After the flush: a stopped instance is never reaped, so its calls' ends must be in.
+    crate::app::cluster::leave(&app).await;
     0
 }
 

@@ -12,6 +12,10 @@ pub(crate) mod caps;
 #[cfg(feature = "postgres")]
 mod claim;
 #[cfg(feature = "postgres")]
+pub(crate) mod members;
+#[cfg(feature = "postgres")]
+pub(crate) mod reaper;
+#[cfg(feature = "postgres")]
 pub(crate) mod settings;
 
 use std::net::SocketAddr;
@@ -62,6 +66,8 @@ pub struct Cluster {
     pub pool: sqlx_postgres::PgPool,
     /// The version of the inbound overrides in force here (`settings`).
     pub(crate) settings_version: std::sync::atomic::AtomicI64,
+    /// Membership's figures for `/metrics` (`members`).
+    pub(crate) members: members::Stats,
 }
 
 #[cfg(feature = "postgres")]
@@ -87,6 +93,7 @@ impl Cluster {
             timing: Timing::of(c),
             pool,
             settings_version: Default::default(),
+            members: Default::default(),
         }
     }
 }
@@ -113,11 +120,34 @@ pub(crate) fn resolve_urls(config: &mut Config, bound: SocketAddr) {
     }
 }
 
-/// Starts what keeps this instance in step with its peers (the outbound slots' sweep, the
-/// settings sync); nothing without a cluster. The tasks end when `app` is dropped.
+/// Registers this instance in the cluster (`members::register`: before the listener serves, so
+/// `/readyz` never answers 200 for an unregistered instance); nothing without a cluster.
+pub(crate) async fn join(app: &std::sync::Arc<crate::app::App>) -> Result<(), String> {
+    #[cfg(feature = "postgres")]
+    return members::register(app).await.map_err(|e| e.to_string());
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = app;
+        Ok(())
+    }
+}
+
+/// Marks this instance `stopped` at a clean exit (`members::stop`); nothing without a cluster.
+pub(crate) async fn leave(app: &crate::app::App) {
+    #[cfg(feature = "postgres")]
+    members::stop(app).await;
+    #[cfg(not(feature = "postgres"))]
+    let _ = app;
+}
+
+/// Starts what keeps this instance in step with its peers (the heartbeat, the reaper, the
+/// outbound slots' sweep, the settings sync); nothing without a cluster. The tasks end when
+/// `app` is dropped.
 pub(crate) fn start_sync(app: &std::sync::Arc<crate::app::App>) {
     #[cfg(feature = "postgres")]
     if app.cluster.is_some() {
+        members::start(app);
+        reaper::start(app);
         caps::start_sweep(app);
         settings::start(app, settings::Listen::On);
     }

@@ -83,7 +83,6 @@ where
         .map(drop)
 }
 
-#[allow(dead_code)] // for the reaper of lost instances (h/member)
 /// Deletes every slot of `instance` (the reaper, for an instance it declared lost). Returns how
 /// many it deleted.
 pub(crate) async fn release_instance<'e, E>(db: E, instance: &str) -> Result<u64, sqlx_core::Error>

@@ -2,12 +2,13 @@
 //! same tables and the same write queue as the SQLite store, so several patterd instances can
 //! share one database. Opening connects the writer's dedicated connection, runs the embedded
 //! migrations (`migrations/postgres/`, checksummed in `_sqlx_migrations` and serialised by
-//! sqlx's advisory lock, so instances starting together run each once), and closes the calls
-//! this instance's previous incarnation left open — never another instance's. The writer thread
+//! sqlx's advisory lock, so instances starting together run each once); what this instance's
+//! previous incarnation left open is closed when it registers (`members`). The writer thread
 //! is `sink.rs`; reads go through a small pool on the caller's runtime ([`Reads`]).
 
 pub(crate) mod caps;
 pub(crate) mod claim;
+pub(crate) mod members;
 pub(crate) mod settings;
 mod sink;
 
@@ -23,12 +24,12 @@ use sqlx_core::query::query;
 use sqlx_core::row::Row as _;
 use sqlx_core::sql_str::{AssertSqlSafe, SqlStr};
 use sqlx_postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow, Postgres};
-use tracing::{info, warn};
+use tracing::info;
 
+use super::StoreError;
 use super::model::{CallFilter, CallRow, EventRow, Metrics, TurnRow};
 use super::queue::WriteQueue;
 use super::writer::writer_loop;
-use super::{StoreError, now_ms};
 
 /// The embedded migrations, in order (expand-only within a release).
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -95,9 +96,8 @@ fn unreachable(target: &PgTarget, message: impl std::fmt::Display) -> StoreError
     }
 }
 
-/// Connects, migrates and closes what this instance's last run left open: the writer's part of
-/// opening, on its own thread and runtime. Returns the connection and the schema version.
-async fn prepare(options: &PgConnectOptions, owner: &str) -> Result<(PgConnection, usize), String> {
+/// Connects and migrates: the writer's part of opening, on its own thread and runtime. Returns the connection and the schema version.
+async fn prepare(options: &PgConnectOptions) -> Result<(PgConnection, usize), String> {
     let mut conn = PgConnection::connect_with(options)
         .await
         .map_err(|e| e.to_string())?;
@@ -112,24 +112,8 @@ async fn prepare(options: &PgConnectOptions, owner: &str) -> Result<(PgConnectio
         }
         Err(e) => return Err(format!("migration failed: {e}")),
     }
-    let stale = query::<Postgres>(
-        "UPDATE calls SET status = 'failed', ended_reason = 'daemon stopped before the call ended',
-           ended_at = COALESCE(ended_at, $1)
-         WHERE ended_at IS NULL AND owner_id = $2",
-    )
-    .bind(now_ms())
-    .bind(owner)
-    .execute(&mut conn)
-    .await
-    .map_err(|e| e.to_string())?
-    .rows_affected();
-    if stale > 0 {
-        warn!(
-            calls = stale,
-            instance = owner,
-            "closed calls this instance's previous run left open as failed"
-        );
-    }
+    // What this instance's previous run left open is closed when it registers in the cluster
+    // (`app::cluster::members`), with its legs and outbound slots.
     Ok((conn, supported_schema() as usize))
 }
 
@@ -167,7 +151,7 @@ pub(crate) fn open(
                     return;
                 }
             };
-            let conn = match rt.block_on(prepare(&thread_options, &owner_name)) {
+            let conn = match rt.block_on(prepare(&thread_options)) {
                 Ok((conn, version)) => {
                     let _ = ready_tx.send(Ok(version));
                     conn
