@@ -386,7 +386,9 @@ async fn retention_prunes_old_calls_with_their_turns_and_keeps_recent_ones() {
     }
 }
 
-/// Only the calls this instance left open are closed at its start; a live peer's stay open.
+/// Only the calls this instance left open are closed at its start (when it registers in the
+/// cluster, `app::cluster::members`); a live peer's stay open.
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn a_restart_closes_its_own_open_calls_and_never_a_peers() {
     let Some(a) = postgres("node-a") else {
@@ -402,11 +404,24 @@ async fn a_restart_closes_its_own_open_calls_and_never_a_peers() {
     // node-a restarts: its previous incarnation's call is failed; node-b's is untouched.
     let again =
         Store::open_postgres(&db.url, 2, "node-a", a._dir.path(), 30, 64).expect("node-a again");
+    let me = super::postgres::members::Me {
+        name: "node-a",
+        incarnation: "second",
+        internal_url: "http://127.0.0.1:1",
+        advertise_url: "http://127.0.0.1:1",
+        version: "test",
+        max_calls: 10,
+    };
+    let pool = again.pg_pool().expect("a pool");
+    let done = super::postgres::members::register(&pool, &me)
+        .await
+        .expect("register");
+    assert_eq!(done.calls.len(), 1);
     let a1 = again.call("A1").await.expect("read").expect("row");
     assert_eq!(a1.status, "failed");
     assert_eq!(
         a1.ended_reason.as_deref(),
-        Some("daemon stopped before the call ended")
+        Some("instance node-a stopped before the call ended")
     );
     let b1 = again.call("B1").await.expect("read").expect("row");
     assert_eq!(b1.status, "ringing");

@@ -215,13 +215,14 @@ fn sigterm_waits_for_a_live_call_then_exits_zero() {
 
 #[test]
 fn turns_survive_sigkill_mid_call() {
-    turns_survive_sigkill_on("", |d| {
+    turns_survive_sigkill_on("", |d, _| {
         patterd::store::Store::open(d.data_dir(), 30, 16).expect("reopen store")
     });
 }
 
 /// The same on the PostgreSQL store: what the killed daemon committed is in the database, and
-/// the next start of the same instance closes its call as failed.
+/// the next start of the same instance (it registers under the same name) closes its call as
+/// failed.
 #[test]
 fn turns_survive_sigkill_mid_call_on_postgres() {
     let Some(db) = patterd_sim::postgres::TestDatabase::create() else {
@@ -232,8 +233,11 @@ fn turns_survive_sigkill_mid_call_on_postgres() {
         db.url
     );
     let url = db.url.clone();
-    turns_survive_sigkill_on(&extra, move |d| {
-        // The daemon owns its calls as `node-a`; reopening as `node-a` closes them.
+    turns_survive_sigkill_on(&extra, move |d, config| {
+        // The daemon owned its calls as `node-a`; the next `node-a` closes them as it registers
+        // (before it is ready, which `Daemon::start` waits for).
+        let again = Daemon::start(config);
+        drop(again);
         patterd::store::Store::open_postgres(&url, 1, "node-a", d.data_dir(), 30, 16)
             .expect("reopen store")
     });
@@ -242,7 +246,7 @@ fn turns_survive_sigkill_mid_call_on_postgres() {
 
 fn turns_survive_sigkill_on(
     extra_config: &str,
-    reopen: impl FnOnce(&Daemon) -> patterd::store::Store,
+    reopen: impl FnOnce(&Daemon, &str) -> patterd::store::Store,
 ) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -297,7 +301,7 @@ fn turns_survive_sigkill_on(
         let d = code.1;
 
         // Reopen the database (migrations run again, idempotently) and read the call back.
-        let store = reopen(&d);
+        let store = reopen(&d, &text);
         let call = store.call(&call_sid).await.unwrap().expect("call row");
         assert_eq!(call.direction, "inbound");
         assert_eq!(call.from, CALLER);
