@@ -31,11 +31,11 @@ use crate::store::postgres::members as sql;
 /// The exit code of an instance that finds itself declared lost or replaced.
 pub(crate) const EXIT_LOST: i32 = 3;
 
-/// What membership shows on `/metrics`.
+/// What membership knows of this instance's heartbeat, and shows on `/metrics`.
 #[derive(Default)]
 pub(crate) struct Stats {
-    /// When the last renewed heartbeat was sent.
-    last_renewed: Mutex<Option<Instant>>,
+    /// `(when the last renewed heartbeat was sent, since when the renewals have had no gap)`.
+    renewals: Mutex<Renewals>,
     /// Instances by state, as the heartbeat task last read them.
     by_state: Mutex<Vec<(String, i64)>>,
     /// Calls closed because their instance was gone (by the reaper here, or at registration).
@@ -43,12 +43,38 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
-    fn renewed(&self, sent: Instant) {
-        *self.last_renewed.lock().unwrap_or_else(|e| e.into_inner()) = Some(sent);
+    fn renewals(&self) -> std::sync::MutexGuard<'_, Renewals> {
+        self.renewals.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A heartbeat sent at `sent` was renewed; a renewal more than `gap` after the previous one
+    /// starts a new unbroken run.
+    fn renewed(&self, sent: Instant, gap: Duration) {
+        let mut r = self.renewals();
+        let unbroken = r
+            .last
+            .is_some_and(|last| sent.saturating_duration_since(last) <= gap);
+        if !unbroken {
+            r.since = Some(sent);
+        }
+        r.last = Some(sent);
     }
 
     fn last_renewed(&self) -> Option<Instant> {
-        *self.last_renewed.lock().unwrap_or_else(|e| e.into_inner())
+        self.renewals().last
+    }
+
+    /// Whether this instance's own heartbeat has been renewed without a gap (see [`gap`]) for
+    /// at least `lease`, and lately: only then may its reaper judge others' leases. After an
+    /// outage of the database every lease has run out, and a reaper that acted at once would
+    /// declare lost the peers that had not yet beaten again; waiting one unbroken lease lets
+    /// every live peer renew first.
+    pub(crate) fn steady_for(&self, lease: Duration, gap: Duration) -> bool {
+        let r = self.renewals();
+        match (r.last, r.since) {
+            (Some(last), Some(since)) => last.elapsed() <= gap && since.elapsed() >= lease,
+            _ => false,
+        }
     }
 
     /// Seconds since the last renewed heartbeat was sent (0 before the first).
@@ -68,6 +94,19 @@ impl Stats {
     pub(crate) fn count_reaped(&self, n: usize) {
         self.reaped_calls.fetch_add(n as u64, Ordering::Relaxed);
     }
+}
+
+/// The renewals of this instance's heartbeat ([`Stats::renewed`]).
+#[derive(Default)]
+struct Renewals {
+    last: Option<Instant>,
+    since: Option<Instant>,
+}
+
+/// The longest time between two renewals of one unbroken run: two heartbeats (one beat may be
+/// slow or lost without breaking it).
+pub(crate) fn gap(cluster: &Cluster) -> Duration {
+    cluster.timing.heartbeat.saturating_mul(2)
 }
 
 /// Why this instance could not register.
@@ -100,7 +139,7 @@ pub(crate) async fn register(app: &Arc<App>) -> Result<(), RegisterError> {
             name: cluster.name.clone(),
             source,
         })?;
-    cluster.members.renewed(sent);
+    cluster.members.renewed(sent, gap(&cluster));
     if done.previous_live.is_some() || !done.calls.is_empty() || done.slots > 0 {
         warn!(
             instance = %cluster.name,
@@ -197,7 +236,7 @@ async fn beat(app: &App, cluster: &Cluster) -> Beat {
         ),
         Ok(Ok(Some(s))) if s == "stopped" => Beat::Stopped,
         Ok(Ok(Some(_))) => {
-            cluster.members.renewed(sent);
+            cluster.members.renewed(sent, gap(cluster));
             if app.set_fenced(false) {
                 info!(instance = %cluster.name, "heartbeat renewed again: admitting new calls");
             }

@@ -4,7 +4,9 @@
 //! vanished without closing the media socket (a node lost) is not left on a silent line, and a
 //! partitioned instance's media ends at the carrier for real (the carrier is the fence).
 //!
-//! Every instance runs this task; the one whose dedicated connection holds the session advisory
+//! Every instance runs this task, but only while its own heartbeat has been renewed without a
+//! gap for a lease (after an outage of the database, every live peer beats again before anyone
+//! is judged); the one whose dedicated connection holds the session advisory
 //! lock `store::postgres::members::REAPER_LOCK` acts, every `[cluster] reaper_ms`, on that same
 //! connection (so it acts only while it holds the lock). When that connection dies the server
 //! releases the lock and another instance's next try takes it. So that a leader whose node
@@ -47,6 +49,13 @@ async fn run(weak: Weak<App>, cluster: Arc<Cluster>) {
     loop {
         tick.tick().await;
         let Some(app) = weak.upgrade() else { return };
+        // Only a steadily beating instance judges others' leases (`members::Stats::steady_for`).
+        if !cluster
+            .members
+            .steady_for(cluster.timing.lease, super::members::gap(&cluster))
+        {
+            continue;
+        }
         let c = match conn.as_mut() {
             Some(c) => c,
             None => match connect(&cluster).await {
@@ -71,7 +80,7 @@ async fn run(weak: Weak<App>, cluster: Arc<Cluster>) {
                 }
             }
         }
-        match sql::reap(c, cluster.timing.lease).await {
+        match sql::reap(c, &cluster.name, cluster.timing.lease).await {
             Ok(r) if r.lost.is_empty() => {}
             Ok(r) => {
                 warn!(

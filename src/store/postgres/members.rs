@@ -246,20 +246,23 @@ pub(crate) async fn try_lead(conn: &mut PgConnection) -> Result<bool, sqlx_core:
 }
 
 /// One reaper pass, in one transaction on `conn` (the session holding [`REAPER_LOCK`]): the
-/// instances `ready` or `draining` whose heartbeat is older than `lease` become `lost`, and each
-/// is closed ([`close_instance`]). Returns what it did; the caller hangs the legs up after.
+/// instances `ready` or `draining` other than `me` whose heartbeat is older than `lease` become
+/// `lost`, and each is closed ([`close_instance`]). Returns what it did; the caller hangs the
+/// legs up after.
 pub(crate) async fn reap(
     conn: &mut PgConnection,
+    me: &str,
     lease: Duration,
 ) -> Result<Reaped, sqlx_core::Error> {
     let mut tx = conn.begin().await?;
     let lost: Vec<String> = query::<Postgres>(
         "UPDATE instances SET state = 'lost'
-         WHERE state IN ('ready', 'draining')
+         WHERE state IN ('ready', 'draining') AND name <> $2
            AND heartbeat_at < now() - $1::int8 * interval '1 millisecond'
          RETURNING name",
     )
     .bind(ms(lease))
+    .bind(me.to_string())
     .fetch_all(&mut *tx)
     .await?
     .iter()
@@ -457,7 +460,10 @@ mod tests {
 
         let mut conn = pool.acquire().await.unwrap().detach();
         assert!(try_lead(&mut conn).await.unwrap());
-        let r = reap(&mut conn, Duration::from_secs(1)).await.unwrap();
+        // A reaper never declares its own instance lost.
+        let own = reap(&mut conn, "p1", Duration::from_secs(1)).await.unwrap();
+        assert!(own.lost.is_empty(), "{own:?}");
+        let r = reap(&mut conn, "p0", Duration::from_secs(1)).await.unwrap();
         assert_eq!(r.lost, ["p1"]);
         assert_eq!(
             r.calls,
@@ -487,7 +493,7 @@ mod tests {
         );
         assert_eq!(state(&pool, "p1").await, "lost");
         // A second pass finds nothing more.
-        let again = reap(&mut conn, Duration::from_secs(1)).await.unwrap();
+        let again = reap(&mut conn, "p0", Duration::from_secs(1)).await.unwrap();
         assert!(again.lost.is_empty() && again.calls.is_empty());
 
         let peers = ready_peers(&pool, "p0", Duration::from_secs(1)).await;
@@ -519,7 +525,7 @@ mod tests {
         let (mut a, mut b) = (connect().await, connect().await);
         async fn pass(conn: &mut PgConnection) -> Option<Reaped> {
             if try_lead(conn).await.unwrap() {
-                Some(reap(conn, Duration::from_secs(1)).await.unwrap())
+                Some(reap(conn, "p0", Duration::from_secs(1)).await.unwrap())
             } else {
                 None
             }
