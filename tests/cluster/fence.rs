@@ -1,7 +1,8 @@
 //! Self-fencing and the states an instance writes: an instance that cannot renew its heartbeat
 //! for `lease − 2 × heartbeat` answers `/readyz` 503 and refuses new calls, and admits again
-//! once a heartbeat is renewed; SIGTERM writes `draining` at once, a clean exit `stopped`, and
-//! a stopped instance is never reaped.
+//! once a heartbeat is renewed; one whose row reads `lost` or another incarnation's exits
+//! non-zero; SIGTERM writes `draining` at once, a clean exit `stopped`, and a stopped instance
+//! is never reaped.
 
 use std::time::Duration;
 
@@ -117,4 +118,26 @@ async fn sigterm_writes_draining_at_once_and_a_clean_exit_stopped_which_is_never
             .query("SELECT count(*) FROM instances WHERE state = 'lost'"),
         "0"
     );
+}
+
+/// An instance whose row reads `lost` (a peer reaped it) or names another incarnation (another
+/// process took the name) exits non-zero at its next heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_declared_lost_or_replaced_exits_non_zero() {
+    let spec = ClusterSpec {
+        instances: 2,
+        ..ClusterSpec::default()
+    };
+    let Some(mut cluster) = TestCluster::start(spec).await else {
+        return;
+    };
+    cluster
+        .db
+        .query("UPDATE instances SET state = 'lost' WHERE name = 'p0'");
+    cluster
+        .db
+        .query("UPDATE instances SET incarnation = 'someone-else' WHERE name = 'p1'");
+    let lost = cluster.wait_exit(0, WAIT).await;
+    let replaced = cluster.wait_exit(1, WAIT).await;
+    assert_eq!((lost, replaced), (Some(3), Some(3)));
 }

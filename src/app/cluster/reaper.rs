@@ -49,11 +49,17 @@ async fn run(weak: Weak<App>, cluster: Arc<Cluster>) {
     loop {
         tick.tick().await;
         let Some(app) = weak.upgrade() else { return };
-        // Only a steadily beating instance judges others' leases (`members::Stats::steady_for`).
+        // Only a steadily beating instance judges others' leases (`members::Stats::steady_for`);
+        // a leader that is not gives the lock up for a peer that is.
         if !cluster
             .members
             .steady_for(cluster.timing.lease, super::members::gap(&cluster))
         {
+            if leading {
+                info!(instance = %cluster.name, "giving up the reaper's lead: this instance's heartbeat is not steady");
+                conn = None;
+                leading = false;
+            }
             continue;
         }
         let c = match conn.as_mut() {
