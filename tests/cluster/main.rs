@@ -7,3 +7,4 @@
 mod common;
 
 mod migrate;
+mod shared_state;
