@@ -37,7 +37,10 @@ mod tests {
     fn only_a_real_path_is_a_prefix() {
         assert_eq!(of("https://gw.example.com"), None);
         assert_eq!(of("https://gw.example.com/"), None);
-        assert_eq!(of("https://gw.example.com/i/p-0/").as_deref(), Some("/i/p-0"));
+        assert_eq!(
+            of("https://gw.example.com/i/p-0/").as_deref(),
+            Some("/i/p-0")
+        );
         assert_eq!(of("not a url"), None);
     }
 
@@ -52,7 +55,10 @@ mod tests {
         assert_eq!(strip(&ws, "/i/p-0").unwrap().path(), "/telnyx/media/tok");
         // Another pod's prefix, a longer name and the bare prefix are left alone.
         for other in ["/i/p-1/twilio/status", "/i/p-01/twilio/status", "/i/p-0"] {
-            assert!(strip(&other.parse().unwrap(), "/i/p-0").is_none(), "{other}");
+            assert!(
+                strip(&other.parse().unwrap(), "/i/p-0").is_none(),
+                "{other}"
+            );
         }
     }
 }
