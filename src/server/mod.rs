@@ -10,6 +10,7 @@
 
 pub mod metrics;
 pub mod pages;
+mod prefix;
 pub mod rest;
 
 use std::convert::Infallible;
@@ -62,6 +63,9 @@ pub enum ServerError {
 struct Served {
     app: Arc<App>,
     mcp: McpHttp,
+    /// The path of `[cluster] advertise_url` (else of `public_url`), stripped from requests
+    /// that carry it.
+    advertise_prefix: Option<String>,
 }
 
 /// A bound, serving daemon.
@@ -114,6 +118,7 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
         .map_err(ServerError::Cluster)?;
     crate::app::cluster::start_sync(&app);
     let served = Arc::new(Served {
+        advertise_prefix: prefix::of(Host::callback_base(app.as_ref())),
         mcp: McpHttp::new(&app.config(), Arc::downgrade(&app)),
         app: app.clone(),
     });
@@ -240,6 +245,12 @@ async fn route_any(
     peer: SocketAddr,
     req: Request<Incoming>,
 ) -> Response<AnyBody> {
+    let mut req = req;
+    if let Some(p) = &served.advertise_prefix
+        && let Some(uri) = prefix::strip(req.uri(), p)
+    {
+        *req.uri_mut() = uri;
+    }
     let path = req.uri().path();
     if path == "/mcp" || path == "/mcp/" {
         let method = req.method().clone();

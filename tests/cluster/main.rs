@@ -9,3 +9,4 @@ mod common;
 mod fence;
 mod kill;
 mod migrate;
+mod shared_state;

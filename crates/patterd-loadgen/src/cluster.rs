@@ -88,6 +88,19 @@ pub struct ClusterReport {
     /// Rows (calls + turns + events) per minute of call, from the database at the end.
     pub rows_per_call_minute: f64,
     pub failover: Option<Failover>,
+    /// The same per-instance load (calls / instances at rate / instances) on one instance
+    /// with the embedded SQLite store behind the same kind of front, run first: the webhook
+    /// answer and conversation figures without the cluster.
+    #[serde(default)]
+    pub baseline: Option<Baseline>,
+}
+
+/// One SQLite instance at the cluster's per-instance load.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Baseline {
+    pub calls: usize,
+    pub run: RunReport,
+    pub webhook_ms: Quantiles,
 }
 
 /// Upper bound (ms) of the histogram bucket of `name` in `metrics` holding quantile `q`.
@@ -226,6 +239,61 @@ async fn measure_actions(
     (local, forwarded, errors.into_iter().collect())
 }
 
+/// `n` calls at `rate` per second through `front`, held `opts.hold` after the last started;
+/// media where each answer says (`ws_base` empty) or to `ws_base`.
+async fn drive(
+    opts: &Options,
+    front: &Front,
+    ws_base: String,
+    n: usize,
+    rate: f64,
+) -> Result<Vec<CallResult>, String> {
+    let ctx = super::call_ctx(opts, &front.url(), ws_base);
+    let t0 = Instant::now() + Duration::from_millis(50);
+    let step = Duration::from_secs_f64(1.0 / rate.max(0.1));
+    let end_at = t0 + step * (n.max(1) as u32 - 1) + opts.hold;
+    drive_calls(ctx, n, shard_count(opts.shards, n), t0, step, end_at).await
+}
+
+/// The baseline: one patterd on its own SQLite store behind a one-backend front, carrying
+/// what each cluster instance will carry.
+async fn run_baseline(
+    opts: &Options,
+    fakes: &super::process::Fakes,
+    instances: usize,
+) -> Result<Baseline, String> {
+    let n = opts.calls.max(1).div_ceil(instances.max(1));
+    let server = spawn_server_with(opts, fakes, "", "-sqlite")?;
+    let front = Front::start(vec![server.addr])
+        .await
+        .map_err(|e| format!("front: {e}"))?;
+    if !front.wait_ready(1, Duration::from_secs(30)).await {
+        return Err("the baseline instance did not become ready".into());
+    }
+    let results = drive(
+        opts,
+        &front,
+        format!("ws://{}", server.addr),
+        n,
+        opts.rate / instances.max(1) as f64,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let finals = finals_by_call(&fakes.dg, &results);
+    let webhook = results
+        .iter()
+        .filter_map(|r| r.webhook)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .collect();
+    drop(front);
+    drop(server);
+    Ok(Baseline {
+        calls: n,
+        run: summarize(opts, &results, &finals),
+        webhook_ms: Quantiles::of(webhook),
+    })
+}
+
 /// One run of `opts.calls` calls against `plan.instances` instances.
 pub async fn run_cluster(opts: &Options, plan: &ClusterPlan) -> Result<ClusterReport, String> {
     patterd::util::init_tls();
@@ -247,6 +315,7 @@ pub async fn run_cluster(opts: &Options, plan: &ClusterPlan) -> Result<ClusterRe
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
+    let baseline = Some(run_baseline(opts, &fakes, plan.instances).await?);
     let mut servers = Vec::new();
     for i in 0..plan.instances {
         servers.push(spawn_server_with(
@@ -268,14 +337,20 @@ pub async fn run_cluster(opts: &Options, plan: &ClusterPlan) -> Result<ClusterRe
         return Err("not every instance became ready behind the front".into());
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let ctx = super::call_ctx(opts, &front.url(), String::new());
-    let t0 = Instant::now() + Duration::from_millis(50);
     let n = opts.calls.max(1);
-    let step = Duration::from_secs_f64(1.0 / opts.rate.max(0.1));
-    let ramp_end = t0 + step * (n as u32 - 1);
-    let end_at = ramp_end + opts.hold;
-    let shards = shard_count(opts.shards, n);
-    let calls = tokio::spawn(drive_calls(ctx, n, shards, t0, step, end_at));
+    let ramp_end = Instant::now()
+        + Duration::from_millis(50)
+        + Duration::from_secs_f64(1.0 / opts.rate.max(0.1)) * (n as u32 - 1);
+    let calls = {
+        let (opts, front_url) = (opts.clone(), front.url());
+        tokio::spawn(async move {
+            let ctx = super::call_ctx(&opts, &front_url, String::new());
+            let t0 = Instant::now() + Duration::from_millis(50);
+            let step = Duration::from_secs_f64(1.0 / opts.rate.max(0.1));
+            let end_at = t0 + step * (n as u32 - 1) + opts.hold;
+            drive_calls(ctx, n, shard_count(opts.shards, n), t0, step, end_at).await
+        })
+    };
 
     tokio::time::sleep_until(ramp_end + Duration::from_secs(1)).await;
     let cpu0: Vec<f64> = pids
@@ -404,6 +479,7 @@ pub async fn run_cluster(opts: &Options, plan: &ClusterPlan) -> Result<ClusterRe
         per_instance,
         rows_per_call_minute: if minutes > 0.0 { rows / minutes } else { 0.0 },
         failover,
+        baseline,
     })
 }
 
@@ -425,6 +501,18 @@ pub fn markdown(r: &ClusterReport) -> String {
         "| webhook answer (through the front) | {} |\n",
         q(&r.webhook_ms)
     );
+    if let Some(b) = &r.baseline {
+        out += &format!(
+            "| webhook answer, one SQLite instance with {} calls (the same per-instance load) | {} |\n",
+            b.calls,
+            q(&b.webhook_ms)
+        );
+        out += &format!(
+            "| added by the cluster (claim on PostgreSQL) | {:.2} / {:.2} |\n",
+            r.webhook_ms.p50 - b.webhook_ms.p50,
+            r.webhook_ms.p99 - b.webhook_ms.p99
+        );
+    }
     out += &format!("| `say` sent to the owner | {} |\n", q(&r.action_local_ms));
     out += &format!(
         "| `say` sent to another instance (forwarded) | {} |\n",
@@ -453,6 +541,18 @@ pub fn markdown(r: &ClusterReport) -> String {
         );
     }
     out += &format!("\nRows per call-minute: {:.0}\n", r.rows_per_call_minute);
+    if let Some(b) = &r.baseline {
+        out += &format!(
+            "\nBaseline (one SQLite instance, {} calls): turns answered {} of {}, reply p50/p99 \
+             {:.0} / {:.0} ms, late gaps {}.\n",
+            b.calls,
+            b.run.turns_answered,
+            b.run.turns,
+            b.run.e2e_ms.p50,
+            b.run.e2e_ms.p99,
+            b.run.late_gaps
+        );
+    }
     if let Some(f) = &r.failover {
         let ms = |v: Option<f64>| v.map_or("not within 30 s".into(), |v| format!("{v:.0} ms"));
         out += &format!(

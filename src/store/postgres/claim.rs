@@ -94,3 +94,156 @@ pub(crate) async fn prune_seen(pool: &PgPool, max_age_s: f64) -> Result<u64, sql
     .await?;
     Ok(done.rows_affected())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use patterd_sim::postgres::TestDatabase;
+    use sqlx_postgres::PgPoolOptions;
+
+    fn call(id: &str) -> NewCall {
+        NewCall {
+            call_id: id.into(),
+            carrier: "twilio".into(),
+            carrier_account: "AC1".into(),
+            direction: "inbound",
+            from: "+15550001111".into(),
+            to: "+15550002222".into(),
+            agent: "front-desk".into(),
+            status: "ringing".into(),
+        }
+    }
+
+    async fn pools(url: &str, n: usize) -> Vec<PgPool> {
+        let mut pools = Vec::new();
+        for _ in 0..n {
+            pools.push(
+                PgPoolOptions::new()
+                    .max_connections(6)
+                    .connect(url)
+                    .await
+                    .unwrap(),
+            );
+        }
+        pools
+    }
+
+    /// The same webhook handed to three instances six times each, all at once: one claim
+    /// wins, and the row names the winner; a non-owner cannot close the winner's claim.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_of_many_concurrent_claims_of_a_call_id_wins() {
+        let Some(db) = TestDatabase::create() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let _store =
+            crate::store::Store::open_postgres(&db.url, 1, "p0", dir.path(), 30, 16).unwrap();
+        let pools = pools(&db.url, 3).await;
+        let mut tasks = Vec::new();
+        for round in 0..6 {
+            for (i, pool) in pools.iter().enumerate() {
+                let pool = pool.clone();
+                tasks.push(tokio::spawn(async move {
+                    let owner = format!("p{i}");
+                    let won = claim_call(&pool, &call("CA-race"), &owner, round).await;
+                    (owner, won.unwrap())
+                }));
+            }
+        }
+        let mut winners = Vec::new();
+        for t in tasks {
+            let (owner, won) = t.await.unwrap();
+            if won {
+                winners.push(owner);
+            }
+        }
+        assert_eq!(winners.len(), 1, "winners: {winners:?}");
+        let owner: String = sqlx_core::query_scalar::query_scalar::<Postgres, String>(
+            "SELECT owner_id FROM calls WHERE call_id = 'CA-race'",
+        )
+        .fetch_one(&pools[0])
+        .await
+        .unwrap();
+        assert_eq!(owner, winners[0]);
+        let other = if owner == "p0" { "p1" } else { "p0" };
+        assert!(
+            !end_unstarted(&pools[0], "CA-race", other, "test", 1)
+                .await
+                .unwrap(),
+            "only the owner closes its claim"
+        );
+        assert!(
+            end_unstarted(&pools[0], "CA-race", &owner, "test", 1)
+                .await
+                .unwrap()
+        );
+        // A closed claim is still a claim: the id is never handed out again.
+        assert!(
+            !claim_call(&pools[1], &call("CA-race"), "p1", 2)
+                .await
+                .unwrap()
+        );
+    }
+
+    /// A nonce seen on one instance is a repeat on every other, whichever asks first and
+    /// however many ask at once; scopes are apart; an expired key is new again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_is_first_seen_once_across_instances_until_it_expires() {
+        let Some(db) = TestDatabase::create() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let _store =
+            crate::store::Store::open_postgres(&db.url, 1, "p0", dir.path(), 30, 16).unwrap();
+        let pools = pools(&db.url, 3).await;
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            for pool in &pools {
+                let pool = pool.clone();
+                tasks.push(tokio::spawn(async move {
+                    first_seen(&pool, "plivo-nonce", "n-1", 600.0)
+                        .await
+                        .unwrap()
+                }));
+            }
+        }
+        let mut firsts = 0;
+        for t in tasks {
+            firsts += usize::from(t.await.unwrap());
+        }
+        assert_eq!(firsts, 1);
+        assert!(
+            first_seen(&pools[2], "telnyx-event", "n-1", 600.0)
+                .await
+                .unwrap(),
+            "another scope is apart"
+        );
+        assert!(
+            !first_seen(&pools[1], "plivo-nonce", "n-1", 600.0)
+                .await
+                .unwrap()
+        );
+        // Age the key past a 1 s window: it is new once more, and only once.
+        sqlx_core::query::query::<Postgres>(
+            "UPDATE webhook_seen SET seen_at = now() - interval '5 seconds'",
+        )
+        .execute(&pools[0])
+        .await
+        .unwrap();
+        assert!(
+            first_seen(&pools[1], "plivo-nonce", "n-1", 1.0)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !first_seen(&pools[2], "plivo-nonce", "n-1", 1.0)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            prune_seen(&pools[0], 3.0).await.unwrap(),
+            1,
+            "the aged telnyx key"
+        );
+    }
+}
