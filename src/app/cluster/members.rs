@@ -103,10 +103,11 @@ struct Renewals {
     since: Option<Instant>,
 }
 
-/// The longest time between two renewals of one unbroken run: two heartbeats (one beat may be
-/// slow or lost without breaking it).
+/// The longest time between two renewals of one unbroken run: the fence's delay. A database
+/// outage shorter than that cannot have run out a live peer's lease (its last beat before and
+/// its first after add at most two heartbeats), so only a longer one makes the reaper wait.
 pub(crate) fn gap(cluster: &Cluster) -> Duration {
-    cluster.timing.heartbeat.saturating_mul(2)
+    fence_after(cluster)
 }
 
 /// Why this instance could not register.
@@ -223,6 +224,7 @@ async fn beat(app: &App, cluster: &Cluster) -> Beat {
         ),
     )
     .await;
+    let mut failure = String::new();
     let outcome = match answer {
         Ok(Ok(Some(s))) if s == "lost" => exit_lost(
             cluster,
@@ -244,10 +246,12 @@ async fn beat(app: &App, cluster: &Cluster) -> Beat {
         }
         Ok(Err(e)) => {
             debug!(error = %e, "heartbeat failed");
+            failure = e.to_string();
             Beat::Failed
         }
         Err(_) => {
             debug!(waited_ms = wait.as_millis() as u64, "heartbeat timed out");
+            failure = format!("no answer within {} ms", wait.as_millis());
             Beat::Failed
         }
     };
@@ -255,6 +259,7 @@ async fn beat(app: &App, cluster: &Cluster) -> Beat {
         error!(
             instance = %cluster.name,
             fence_after_ms = fence_after(cluster).as_millis() as u64,
+            error = %failure,
             "the heartbeat could not be renewed in time: not ready, refusing new calls until it is"
         );
     }
@@ -274,7 +279,7 @@ async fn beat(app: &App, cluster: &Cluster) -> Beat {
 }
 
 /// Ends the process: this instance is out of the cluster and must not act for its calls.
-fn exit_lost(cluster: &Cluster, why: &str) -> Beat {
+fn exit_lost(cluster: &Cluster, why: &str) -> ! {
     error!(instance = %cluster.name, incarnation = %cluster.incarnation, "{why}; exiting so a fresh incarnation can start");
     // A plain exit, not a drain: this instance's calls were already closed (or belong to the
     // other incarnation) and their legs hung up by a peer, so nothing here may act on them
