@@ -1,6 +1,6 @@
 //! SIGKILL of one instance mid-call: a peer's reaper declares it lost within the lease and a
 //! reaper pass, its calls read `failed` in the store with the instance named, their legs are
-//! hung up at the fake Twilio REST API, the other instances' calls go on taking turns, and a
+//! hung up at the fake Twilio REST API, its outbound slots are freed, the other instances' calls go on taking turns, and a
 //! survivor's `/metrics` shows the lost instance.
 
 use std::time::{Duration, Instant};
@@ -33,6 +33,7 @@ async fn a_killed_instances_calls_are_reaped_and_the_others_go_on() {
     let spec = ClusterSpec {
         opts: Opts {
             transcripts: vec!["hello there".into(); 40],
+            allowed_destinations: vec!["+1555".into()],
             ..Opts::default()
         },
         ..ClusterSpec::default()
@@ -75,6 +76,31 @@ async fn a_killed_instances_calls_are_reaped_and_the_others_go_on() {
     let (dead, alive): (Vec<&ClusterCall>, Vec<&ClusterCall>) =
         calls.iter().partition(|c| c.owner == victim);
     let survivor = alive[0].owner;
+    // The victim also holds an outbound slot: a dial it placed, held at the carrier.
+    cluster.fakes.rest.hold_dials(true);
+    let originate = {
+        let (api, url) = (cluster.api(), cluster.direct(victim, "/v1/calls"));
+        tokio::spawn(async move {
+            let _ = api
+                .post(url)
+                .json(&serde_json::json!({"to": "+15557650001"}))
+                .send()
+                .await;
+        })
+    };
+    cluster
+        .fakes
+        .rest
+        .wait_for_dials_started(1, WAIT)
+        .await
+        .expect("the victim's dial reaches the carrier");
+    let slots = |c: &TestCluster| {
+        c.db.query(&format!(
+            "SELECT count(*) FROM outbound_slots WHERE instance = '{}'",
+            TestCluster::name(victim)
+        ))
+    };
+    assert_eq!(slots(&cluster), "1");
     let before: Vec<String> = alive
         .iter()
         .map(|c| status(&cluster, &c.call_sid))
@@ -106,6 +132,9 @@ async fn a_killed_instances_calls_are_reaped_and_the_others_go_on() {
             .await;
     }
     let reaped_after = killed.elapsed();
+    assert_eq!(slots(&cluster), "0", "the lost instance's slots are freed");
+    originate.abort();
+    cluster.fakes.rest.hold_dials(false);
     for c in &dead {
         cluster
             .eventually("its leg is hung up at the carrier", WAIT, || {
