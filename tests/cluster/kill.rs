@@ -184,3 +184,42 @@ async fn a_killed_instances_calls_are_reaped_and_the_others_go_on() {
         reaped_after.as_millis()
     );
 }
+
+/// A lone instance killed mid-call and started again under its name: no peer could reap it, so
+/// its new incarnation closes the previous one's calls as it registers (before it is ready) and
+/// hangs their legs up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_instance_reaps_its_previous_incarnation_at_once() {
+    let spec = ClusterSpec {
+        instances: 1,
+        ..ClusterSpec::default()
+    };
+    let Some(mut cluster) = TestCluster::start(spec).await else {
+        return;
+    };
+    let call = cluster.call().await;
+    call.sim
+        .wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting plays");
+    cluster.kill(0).await;
+    assert_eq!(status(&cluster, &call.call_sid), "in-progress|");
+    cluster.restart(0).await;
+    // Registered before it serves: the call is closed by the time it is up.
+    assert_eq!(
+        status(&cluster, &call.call_sid),
+        "failed|instance p0 stopped before the call ended"
+    );
+    cluster
+        .eventually("its leg is hung up at the carrier", WAIT, || {
+            let hung = cluster.fakes.rest.hung_up().contains(&call.call_sid);
+            async move { hung.then_some(()) }
+        })
+        .await;
+    assert_eq!(
+        cluster
+            .db
+            .query("SELECT state FROM instances WHERE name = 'p0'"),
+        "ready"
+    );
+}
