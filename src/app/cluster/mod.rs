@@ -12,6 +12,8 @@ pub(crate) mod caps;
 #[cfg(feature = "postgres")]
 mod claim;
 #[cfg(feature = "postgres")]
+pub(crate) mod forward;
+#[cfg(feature = "postgres")]
 pub(crate) mod settings;
 
 use std::net::SocketAddr;
@@ -62,6 +64,8 @@ pub struct Cluster {
     pub pool: sqlx_postgres::PgPool,
     /// The version of the inbound overrides in force here (`settings`).
     pub(crate) settings_version: std::sync::atomic::AtomicI64,
+    /// The HTTP client for requests forwarded to a call's owner.
+    pub(crate) peers: forward::Peers,
 }
 
 #[cfg(feature = "postgres")]
@@ -69,8 +73,15 @@ impl Cluster {
     /// The cluster for `config`, when its store is PostgreSQL (`pool` from the opened store).
     pub(crate) fn new(config: &Config, pool: sqlx_postgres::PgPool) -> Self {
         let c = &config.cluster;
+        let name = c.instance_name();
+        let token = c
+            .token
+            .clone()
+            .unwrap_or_else(|| config.server.api_token.clone());
+        let timing = Timing::of(c);
         Self {
-            name: c.instance_name(),
+            peers: forward::Peers::new(&name, token.clone(), timing.forward_timeout),
+            name,
             incarnation: crate::util::instance_id().to_string(),
             advertise_url: c
                 .advertise_url
@@ -80,11 +91,8 @@ impl Cluster {
                 .internal_url
                 .clone()
                 .unwrap_or_else(|| format!("http://{}", config.server.listen)),
-            token: c
-                .token
-                .clone()
-                .unwrap_or_else(|| config.server.api_token.clone()),
-            timing: Timing::of(c),
+            token,
+            timing,
             pool,
             settings_version: Default::default(),
         }
