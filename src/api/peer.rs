@@ -83,13 +83,13 @@ pub(crate) fn forwarded(
                 false,
             ));
         }
-        return Some((
+        Some((
             Ok(Grant {
                 scope: Scope::Peer,
                 name: format!("peer {peer}"),
             }),
             false,
-        ));
+        ))
     }
     #[cfg(not(feature = "postgres"))]
     {
