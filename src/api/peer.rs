@@ -127,3 +127,54 @@ pub(crate) fn or_foreign_call_token(
     let _ = (app, headers);
     checked
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::auth::{Grant, Permission, Scope};
+    use crate::util::secret::Secret;
+
+    fn status(g: &Grant, p: Permission, call: Option<&str>) -> Result<(), u16> {
+        g.permits(p, call).map_err(|e| e.status)
+    }
+
+    /// A peer reads and acts on any call and reads across calls, but places no calls and
+    /// changes no settings.
+    #[test]
+    fn a_peer_has_an_operators_rights_on_calls_only() {
+        let peer = Grant {
+            scope: Scope::Peer,
+            name: "peer p1".into(),
+        };
+        for p in [
+            Permission::ReadAll,
+            Permission::ReadCall,
+            Permission::ActOnCall,
+        ] {
+            assert_eq!(status(&peer, p, Some("CA1")), Ok(()), "{p:?}");
+            assert!(peer.may_use(p));
+        }
+        assert_eq!(status(&peer, Permission::Operator, None), Err(403));
+        assert!(!peer.may_use(Permission::Operator));
+        assert_eq!(peer.own_call(), None);
+    }
+
+    /// Another instance's call token reaches the call it names only, as a checked one does.
+    #[test]
+    fn a_foreign_call_token_reaches_the_call_it_names_only() {
+        let g = Grant {
+            scope: Scope::ForeignCall {
+                call: "CA1".into(),
+                token: Secret::new("pdc1.x.y"),
+            },
+            name: "call token (another instance's)".into(),
+        };
+        assert_eq!(status(&g, Permission::ReadCall, Some("CA1")), Ok(()));
+        assert_eq!(status(&g, Permission::ActOnCall, Some("CA1")), Ok(()));
+        assert_eq!(status(&g, Permission::ActOnCall, Some("CA2")), Err(403));
+        assert_eq!(status(&g, Permission::ReadAll, None), Err(403));
+        assert_eq!(status(&g, Permission::Operator, None), Err(403));
+        assert_eq!(g.own_call(), Some("CA1"));
+        // The token never shows in logs.
+        assert!(!format!("{g:?}").contains("pdc1.x.y"));
+    }
+}
