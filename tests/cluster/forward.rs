@@ -47,11 +47,12 @@ fn register(cluster: &TestCluster) {
     }
 }
 
-/// Instance `i`'s last heartbeat is now at the latest (the stand-in's hour ahead ends; a real
-/// heartbeat is never newer than now): its lease runs out `lease_ms` from here.
+/// Instance `i` heartbeated just now (as if it died right after a heartbeat; it ends the
+/// stand-in's hour ahead): its lease runs out `lease_ms` from here, so a test acting at once
+/// is within the lease even when a real reaper runs.
 fn last_heartbeat_now(cluster: &TestCluster, i: usize) {
     cluster.db.query(&format!(
-        "UPDATE instances SET heartbeat_at = LEAST(heartbeat_at, now()) WHERE name = 'p{i}'"
+        "UPDATE instances SET heartbeat_at = now() WHERE name = 'p{i}'"
     ));
 }
 
@@ -469,6 +470,45 @@ async fn a_dead_owner_is_answered_fast() {
         (409, Some("call_not_live")),
         "{v}"
     );
+}
+
+/// A paused owner (SIGSTOP: its socket still accepts, nothing answers) costs the forward
+/// timeout, then 503 `owner_unreachable`; resumed, it takes the next action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_costs_the_forward_timeout_then_503() {
+    let mut spec = spec(Opts::default());
+    spec.cluster_extra.push_str("forward_timeout_ms = 500\n");
+    let Some(cluster) = TestCluster::start(spec).await else {
+        return;
+    };
+    register(&cluster);
+    let call = cluster.call().await;
+    greeted(&call).await;
+    let (owner, other) = (call.owner, other_than(&call));
+    let url = cluster.direct(other, &format!("/v1/calls/{}/dtmf", call.call_sid));
+    let digits = |d: &str| Some(json!({ "digits": d }));
+    cluster.node(owner).signal(libc::SIGSTOP);
+    let started = Instant::now();
+    let answer = send(reqwest::Method::POST, &url, API_TOKEN, None, digits("1")).await;
+    let took = started.elapsed();
+    cluster.node(owner).signal(libc::SIGCONT);
+    let (s, retry, v) = answer;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (503, Some("owner_unreachable")),
+        "{v}"
+    );
+    assert_eq!(retry.as_deref(), Some("2"));
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(2),
+        "answered in {took:?}"
+    );
+    let (s, _, v) = send(reqwest::Method::POST, &url, API_TOKEN, None, digits("2")).await;
+    assert_eq!(s, 200, "{v}");
+    call.sim
+        .wait_for("2 heard", WAIT, |s| s.dtmf_heard.contains('2'))
+        .await
+        .expect("the resumed owner acts");
 }
 
 /// (d, with the reaper) The same without writing `lost` by hand: within lease + reaper the
