@@ -113,7 +113,8 @@ impl Grant {
     /// otherwise a 403 `forbidden_scope` that says what the token may do.
     pub fn permits(&self, permission: Permission, call: Option<&str>) -> Result<(), ApiError> {
         let refuse = |message: String| Err(ApiError::new(403, ErrorCode::ForbiddenScope, message));
-        // A foreign call token follows a checked one's rule (its owner checks the token).
+        // A foreign call token follows a checked one's rule here (its owner checks the token
+        // itself; whoever serves a request locally must refuse it: `api::forward`).
         match (&self.scope, permission) {
             (Scope::Operator, _) => Ok(()),
             (Scope::Peer, Permission::Operator) => refuse(

@@ -144,6 +144,11 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
         }
         let (permission, call) = page.permission();
         return match admit_request(&app, peer, req.headers(), check)
+            // Pages render here: never on a call token nobody here could check.
+            .and_then(|g| match g.scope {
+                api::Scope::ForeignCall { .. } => Err(api::forward::call_token_refused()),
+                _ => Ok(g),
+            })
             .and_then(|g| g.permits(permission, call))
         {
             Ok(()) => pages::render(&app, page).await,

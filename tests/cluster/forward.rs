@@ -424,6 +424,9 @@ async fn a_call_token_works_through_a_non_owner() {
         (401, Some("unauthorized")),
         "{v}"
     );
+    // Nothing renders locally on a token nobody here can check: not the timeline page.
+    let (s, _, _) = send(reqwest::Method::GET, &url("/timeline"), &forged, None, None).await;
+    assert_eq!(s, 401);
 }
 
 /// (d) The owner is killed: an action sent to a survivor while the owner's lease runs gets
