@@ -197,14 +197,21 @@ fn lookup_failed(id: &str, e: &sqlx_core::Error) -> ApiError {
     err
 }
 
-/// 503 `owner_unreachable`, `Retry-After: 2`.
-fn owner_unreachable(id: &str, peer: &str, lease_s: u64) -> ApiError {
+/// 503 `owner_unreachable`, `Retry-After: 2`; says whether the request may have reached the
+/// owner (a timeout after sending: an action's outcome is unknown) or not (nothing was done).
+fn owner_unreachable(id: &str, peer: &str, lease_s: u64, maybe_delivered: bool) -> ApiError {
+    let what = if maybe_delivered {
+        "did not answer in time (the request may have reached it: read the call before \
+         repeating an action)"
+    } else {
+        "could not be reached (nothing was done)"
+    };
     let mut e = ApiError::new(
         503,
         ErrorCode::OwnerUnreachable,
         format!(
-            "call {} runs on instance `{}`, which did not answer; retry in 2 s (if that \
-             instance is gone, the call is closed within {lease_s} s and then reads as over)",
+            "call {} runs on instance `{}`, which {what}; retry in 2 s (if that instance is \
+             gone, the call is closed within {lease_s} s and then reads as over)",
             id.escape_default(),
             peer.escape_default()
         ),
@@ -240,7 +247,14 @@ async fn send(
                 .cluster_forwards
                 .inc(ForwardOutcome::Unreachable);
             tracing::warn!(call = %id, error = %e, "a call's owner did not answer a forwarded request");
-            Err(owner_unreachable(id, &peer.name, lease_s))
+            let maybe = matches!(
+                e,
+                ForwardError::Unreachable {
+                    maybe_delivered: true,
+                    ..
+                }
+            );
+            Err(owner_unreachable(id, &peer.name, lease_s, maybe))
         }
         Err(e @ ForwardError::BadAnswer { .. }) => {
             app.metrics.cluster_forwards.inc(ForwardOutcome::BadAnswer);
@@ -370,7 +384,14 @@ pub(crate) async fn recording(
                 .inc(ForwardOutcome::Unreachable);
             tracing::warn!(call = %id, error = %e, "the instance holding a recording did not answer");
             let lease_s = cluster.timing.lease.as_secs().max(1);
-            Some(Err(owner_unreachable(id, &peer.name, lease_s)))
+            let maybe = matches!(
+                e,
+                crate::app::cluster::forward::ForwardError::Unreachable {
+                    maybe_delivered: true,
+                    ..
+                }
+            );
+            Some(Err(owner_unreachable(id, &peer.name, lease_s, maybe)))
         }
     }
 }

@@ -465,6 +465,8 @@ async fn a_dead_owner_is_answered_fast() {
     );
     assert_eq!(retry.as_deref(), Some("2"));
     assert!(took < Duration::from_secs(2), "answered in {took:?}");
+    let message = v["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("nothing was done"), "{v}");
     let unreachable = "patterd_cluster_forwards_total{outcome=\"unreachable\"}";
     assert!(metric(&cluster, other, unreachable).await >= 1.0);
     cluster.kill(owner).await;
@@ -514,6 +516,8 @@ async fn a_paused_owner_costs_the_forward_timeout_then_503() {
         "{v}"
     );
     assert_eq!(retry.as_deref(), Some("2"));
+    let message = v["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("may have reached it"), "{v}");
     assert!(
         took >= Duration::from_millis(250) && took < Duration::from_secs(2),
         "answered in {took:?}"

@@ -37,6 +37,9 @@ pub(crate) enum ForwardError {
         peer: String,
         url: String,
         reason: String,
+        /// False when no connection was made (nothing reached the owner); true when the
+        /// request may have reached it and the answer was lost (its outcome is unknown).
+        maybe_delivered: bool,
     },
     /// The owner answered, but not with patterd's JSON (a proxy's page, a cut body).
     #[error("instance `{peer}` answered HTTP {status} without a JSON body")]
@@ -133,17 +136,18 @@ impl Peers {
     }
 
     fn unreachable(peer: &PeerRef, e: &reqwest::Error) -> ForwardError {
-        let reason = if e.is_timeout() {
-            "timed out".to_string()
-        } else if e.is_connect() {
-            "connection failed".to_string()
+        let (reason, maybe_delivered) = if e.is_connect() {
+            ("connection failed", false)
+        } else if e.is_timeout() {
+            ("timed out", true)
         } else {
-            "the connection broke".to_string()
+            ("the connection broke", true)
         };
         ForwardError::Unreachable {
             peer: peer.name.clone(),
             url: peer.internal_url.clone(),
-            reason,
+            reason: reason.to_string(),
+            maybe_delivered,
         }
     }
 
@@ -290,7 +294,10 @@ mod tests {
             .await
             .expect_err("nobody listens");
         assert!(
-            matches!(&e, ForwardError::Unreachable { peer, .. } if peer == "p1"),
+            matches!(
+                &e,
+                ForwardError::Unreachable { peer, maybe_delivered: false, .. } if peer == "p1"
+            ),
             "{e}"
         );
         assert!(started.elapsed() < Duration::from_secs(2));
@@ -326,7 +333,11 @@ mod tests {
             .await
             .expect_err("silent");
         assert!(
-            matches!(&e, ForwardError::Unreachable { reason, .. } if reason == "timed out"),
+            matches!(
+                &e,
+                ForwardError::Unreachable { reason, maybe_delivered: true, .. }
+                    if reason == "timed out"
+            ),
             "{e}"
         );
         assert!(started.elapsed() < Duration::from_secs(2));
