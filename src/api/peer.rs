@@ -12,9 +12,10 @@
 
 use hyper::HeaderMap;
 
+use super::ApiError;
 use super::auth::{CallTokenCheck, Grant};
 #[cfg(feature = "postgres")]
-use super::{ApiError, ErrorCode, auth::Scope};
+use super::{ErrorCode, auth::Scope};
 use crate::app::App;
 
 /// The bearer token of `headers`, if any.
