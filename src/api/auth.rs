@@ -30,7 +30,7 @@ use hyper::{HeaderMap, Method};
 use super::{ApiError, ErrorCode};
 use crate::config::{ServerConfig, TokenScope};
 use crate::security::auth_limit::AUTH_FAILURES_PER_WINDOW;
-use crate::security::auth_limit::peer_key;
+pub(crate) use crate::security::auth_limit::peer_key;
 use crate::security::call_token::CallTokens;
 pub(crate) use crate::security::link::unix_now;
 
@@ -44,6 +44,18 @@ pub enum Scope {
     Read,
     /// Reads of and actions on this one live call (its call token).
     Call(String),
+    /// A peer instance of the cluster forwarding a request (the cluster token, presented with
+    /// `X-Patterd-Forwarded-By`; [`super::peer`]): an operator's rights on calls — reads and
+    /// actions, not placing calls or changing settings — and never forwarded again.
+    Peer,
+    /// A call token this instance did not mint, for a call it does not run (in a cluster, the
+    /// call's owner minted it): only that owner can check it, so nothing is answered here on
+    /// its strength — requests on its call are forwarded with it and the owner decides
+    /// ([`super::forward`]).
+    ForeignCall {
+        call: String,
+        token: crate::util::secret::Secret,
+    },
 }
 
 /// What a route or MCP tool does: the input of the scope check. Every route of
@@ -82,7 +94,18 @@ impl Grant {
         match &self.scope {
             Scope::Operator => true,
             Scope::Read => matches!(permission, Permission::ReadAll | Permission::ReadCall),
-            Scope::Call(_) => matches!(permission, Permission::ReadCall | Permission::ActOnCall),
+            Scope::Call(_) | Scope::ForeignCall { .. } => {
+                matches!(permission, Permission::ReadCall | Permission::ActOnCall)
+            }
+            Scope::Peer => !matches!(permission, Permission::Operator),
+        }
+    }
+
+    /// The one call a call token reaches (checked here or to be checked by its owner).
+    pub fn own_call(&self) -> Option<&str> {
+        match &self.scope {
+            Scope::Call(c) | Scope::ForeignCall { call: c, .. } => Some(c),
+            _ => None,
         }
     }
 
@@ -90,8 +113,16 @@ impl Grant {
     /// otherwise a 403 `forbidden_scope` that says what the token may do.
     pub fn permits(&self, permission: Permission, call: Option<&str>) -> Result<(), ApiError> {
         let refuse = |message: String| Err(ApiError::new(403, ErrorCode::ForbiddenScope, message));
+        // A foreign call token follows a checked one's rule here (its owner checks the token
+        // itself; whoever serves a request locally must refuse it: `api::forward`).
         match (&self.scope, permission) {
             (Scope::Operator, _) => Ok(()),
+            (Scope::Peer, Permission::Operator) => refuse(
+                "a forwarded request (the cluster token) reads and acts on calls only; placing \
+                 calls and inbound settings need an operator token"
+                    .to_string(),
+            ),
+            (Scope::Peer, _) => Ok(()),
             (Scope::Read, Permission::ReadAll | Permission::ReadCall) => Ok(()),
             (Scope::Read, _) => refuse(format!(
                 "token `{}` has scope `read`: it reads calls but may not act on them or change \
@@ -99,17 +130,19 @@ impl Grant {
                  X-Patterd-Call-Token)",
                 self.name.escape_default()
             )),
-            (Scope::Call(own), Permission::ReadCall | Permission::ActOnCall)
-                if call == Some(own.as_str()) =>
-            {
-                Ok(())
-            }
-            (Scope::Call(own), Permission::ReadCall | Permission::ActOnCall) => refuse(format!(
+            (
+                Scope::Call(own) | Scope::ForeignCall { call: own, .. },
+                Permission::ReadCall | Permission::ActOnCall,
+            ) if call == Some(own.as_str()) => Ok(()),
+            (
+                Scope::Call(own) | Scope::ForeignCall { call: own, .. },
+                Permission::ReadCall | Permission::ActOnCall,
+            ) => refuse(format!(
                 "this call token belongs to call `{}` and reaches that call only, not call `{}`",
                 own.escape_default(),
                 call.unwrap_or("").escape_default()
             )),
-            (Scope::Call(own), _) => refuse(format!(
+            (Scope::Call(own) | Scope::ForeignCall { call: own, .. }, _) => refuse(format!(
                 "this call token reaches only its own call `{}`: listing calls, totals, placing \
                  calls and inbound settings need an operator or read token",
                 own.escape_default()
@@ -338,8 +371,18 @@ pub(crate) fn admit_request(
     throttled(app, peer, headers)?;
     let config = app.config();
     let calls = live_call_tokens(&app.call_tokens, &app.calls);
-    let r = check(&config.server, &calls);
-    if matches!(&r, Err(e) if e.status == 401) {
+    // A peer's forwarded request (cluster token + `X-Patterd-Forwarded-By`) is checked apart;
+    // a call token it hands on that is refused is the client's failure, counted where the
+    // client sent it, not against the peer.
+    let (r, counts) = match super::peer::forwarded(app, headers, &calls) {
+        Some(checked) => checked,
+        None => {
+            let r = check(&config.server, &calls);
+            // A call token another instance minted: its owner checks it (`api::forward`).
+            (super::peer::or_foreign_call_token(app, headers, r), true)
+        }
+    };
+    if counts && matches!(&r, Err(e) if e.status == 401) {
         app.auth_failures
             .failed(peer_key(peer, headers), Instant::now());
     }

@@ -71,6 +71,9 @@ error_codes! {
     RecordingUnreadable = "recording_unreadable",
     /// The call has ended.
     CallNotLive = "call_not_live",
+    /// The call runs on another instance of the cluster, which did not answer in time; retry
+    /// after `Retry-After` seconds (it is closed once that instance is declared lost).
+    OwnerUnreachable = "owner_unreachable",
     /// The call's actor is not taking requests right now.
     CallBusy = "call_busy",
     /// The agent's policy refused the action.

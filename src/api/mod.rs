@@ -8,9 +8,11 @@
 
 pub mod auth;
 mod error;
+pub(crate) mod forward;
 pub mod inbound;
 pub mod originate;
 pub mod pages;
+mod peer;
 
 use std::sync::Arc;
 
@@ -84,6 +86,22 @@ pub(crate) async fn dispatch(
             "API request refused: beyond the token's scope"
         );
         return Err(e);
+    }
+    // A call that runs on another instance of the cluster is served there (`forward`).
+    if let Some((id, kind)) = forward::call_route(method, &segments) {
+        let req = forward::Incoming {
+            method,
+            path,
+            query,
+            body: body.as_ref(),
+        };
+        if let Some(answer) = forward::elsewhere(app, grant, &req, id, kind).await {
+            return answer;
+        }
+    }
+    if matches!(grant.scope, Scope::ForeignCall { .. }) {
+        // Never answered here on the strength of a token nobody here could check.
+        return Err(forward::call_token_refused());
     }
     let q: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
         .into_owned()

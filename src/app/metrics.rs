@@ -323,6 +323,20 @@ label_enum!(
     }
 );
 
+label_enum!(
+    /// What became of a request on a call another instance owns (`api::forward`).
+    ForwardOutcome, "outcome" {
+        /// Sent to the owner; its answer (whatever its status) relayed.
+        Relayed => "relayed",
+        /// The owner could not be reached in time (503 `owner_unreachable`).
+        Unreachable => "unreachable",
+        /// The owner answered something that is not patterd's JSON (502).
+        BadAnswer => "bad_answer",
+        /// Not sent: the owner stopped or was declared lost (409 `call_not_live`).
+        OwnerLost => "owner_lost",
+    }
+);
+
 // ------------------------------------------------------------------------------- families
 
 /// Something rendered at `/metrics` under `name`.
@@ -537,6 +551,10 @@ metrics! {
         "Latency of each stage of a turn, in seconds.";
     stt_switches: Counter<(Provider, SttSwitchReason)> = "patterd_stt_switches_total",
         "Calls an STT chain moved to its next STT, by the kind of the STT left and why.";
+    cluster_forwards: Counter<ForwardOutcome> = "patterd_cluster_forwards_total",
+        "Requests on a call owned by another instance, by what became of them.";
+    cluster_forward_seconds: Histogram<()> = "patterd_cluster_forward_seconds",
+        "Time to forward a request to a call's owner and get its answer (or give up), in seconds.";
 }
 
 impl Metrics {

@@ -18,7 +18,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::{Local, PatterMcp};
-use crate::api::auth::{Access, admit_request, authorize};
+use crate::api::auth::{Access, admit_request, authorize, check_content_type};
 use crate::app::App;
 use crate::config::Config;
 use crate::net::http::{AnyBody, json};
@@ -61,7 +61,10 @@ impl McpHttp {
         };
         let grant = match admit_request(app, peer, req.headers(), |server, calls| {
             authorize(server, access, calls)
-        }) {
+        })
+        // Again for grants made past `authorize` (a peer's, another instance's call token).
+        .and_then(|g| check_content_type(req.method(), req.headers()).map(|()| g))
+        {
             Ok(g) => g,
             Err(e) => {
                 let r = json(e.status, &e.body());

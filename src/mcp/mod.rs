@@ -29,7 +29,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
-use crate::api::{ApiError, ErrorCode, Grant, Permission, Scope};
+use crate::api::{ApiError, ErrorCode, Grant, Permission};
 use crate::app::App;
 use crate::call::action::{ActionSpec, Control};
 
@@ -355,11 +355,11 @@ impl PatterMcp {
         mut args: Map<String, Value>,
     ) -> Result<String, String> {
         if let Some(permission) = tool_permission(name) {
-            if let (Scope::Call(own), Permission::ReadCall | Permission::ActOnCall) =
-                (&self.grant.scope, permission)
+            if let (Some(own), Permission::ReadCall | Permission::ActOnCall) =
+                (self.grant.own_call(), permission)
             {
                 args.entry("callId")
-                    .or_insert_with(|| Value::String(own.clone()));
+                    .or_insert_with(|| Value::String(own.to_string()));
             }
             if !self.grant.may_use(permission) {
                 let call = args.get("callId").and_then(Value::as_str);

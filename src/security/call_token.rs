@@ -64,8 +64,14 @@ impl CallTokens {
         given.starts_with(PREFIX)
     }
 
-    /// The call `given` was minted for by this process; `None` for anything else.
-    pub fn verify(&self, given: &str) -> Option<String> {
+    /// The call a token names, decoded but NOT checked (any process's token, or a
+    /// forgery): what a cluster instance reads from a call token another instance minted, to
+    /// know which call's owner must check it.
+    pub fn named_call(given: &str) -> Option<String> {
+        Self::split(given).map(|(id, _)| id)
+    }
+
+    fn split(given: &str) -> Option<(String, Vec<u8>)> {
         let rest = given.strip_prefix(PREFIX)?;
         let (id, tag) = rest.split_once('.')?;
         if id.len() > MAX_CALL_ID * 2 {
@@ -73,6 +79,12 @@ impl CallTokens {
         }
         let id = String::from_utf8(URL_SAFE_NO_PAD.decode(id).ok()?).ok()?;
         let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
+        Some((id, tag))
+    }
+
+    /// The call `given` was minted for by this process; `None` for anything else.
+    pub fn verify(&self, given: &str) -> Option<String> {
+        let (id, tag) = Self::split(given)?;
         let mut msg = LABEL.to_vec();
         msg.extend_from_slice(id.as_bytes());
         hmac::verify(&self.key, &msg, &tag).ok()?;
@@ -93,6 +105,8 @@ mod tests {
         assert_eq!(t.mint("CA1:x/y"), tok, "one token per call");
         // Another process (key) does not accept it.
         assert_eq!(CallTokens::new().verify(&tok), None);
+        // Any process reads which call a token names, without being able to check it.
+        assert_eq!(CallTokens::named_call(&tok).as_deref(), Some("CA1:x/y"));
         // The call id cannot be swapped under the tag.
         let (_, tag) = tok.rsplit_once('.').expect("tag");
         let forged = format!("{PREFIX}{}.{tag}", URL_SAFE_NO_PAD.encode("CA2"));

@@ -11,7 +11,10 @@ use hyper::{Request, Response};
 use serde_json::Value;
 use tracing::info;
 
-use crate::api::auth::{Access, CallTokenCheck, admit_request, authorize, for_log, throttled};
+use crate::api::auth::{
+    Access, CallTokenCheck, admit_request, authorize, check_content_type, for_log, peer_key,
+    throttled,
+};
 use crate::api::{self, ApiError, ErrorCode, Permission};
 use crate::app::App;
 use crate::net::http::{AnyBody, Body, BodyError, FileBody, json as json_response, read_body};
@@ -60,9 +63,29 @@ pub(crate) async fn recording(
     if let Err(e) = grant.permits(Permission::ReadCall, Some(&id)) {
         return refused(&e);
     }
-    let (file, len) = match api::recording(app, &id).await {
-        Ok(opened) => opened,
-        Err(e) => return refused(&e),
+    // Not here: the instance that recorded it may serve it (a cluster; `api::forward`).
+    let local = match grant.scope {
+        api::Scope::ForeignCall { .. } => None,
+        _ => Some(api::recording(app, &id).await),
+    };
+    let (file, len) = match local {
+        Some(Ok(opened)) => opened,
+        Some(Err(e)) if e.code != ErrorCode::NoRecording => return refused(&e),
+        missing => {
+            #[cfg(feature = "postgres")]
+            {
+                let pq = req.uri().path_and_query().map_or("", |p| p.as_str());
+                match api::forward::recording(app, &grant, &id, pq).await {
+                    Some(Ok(d)) => return Some(relayed(d)),
+                    Some(Err(e)) => return refused(&e),
+                    None => {}
+                }
+            }
+            return refused(&match missing {
+                Some(Err(e)) => e,
+                _ => api::forward::call_token_refused(),
+            });
+        }
     };
     let mut resp = Response::new(FileBody::new(file, len).boxed());
     resp.headers_mut().insert(
@@ -74,6 +97,25 @@ pub(crate) async fn recording(
         hyper::header::HeaderValue::from(len),
     );
     Some(resp)
+}
+
+/// A recording relayed from the instance that holds it, status and body as it sent them.
+#[cfg(feature = "postgres")]
+fn relayed(d: api::forward::Download) -> Response<AnyBody> {
+    use http_body_util::BodyExt;
+    let mut resp = Response::new(d.body.boxed());
+    *resp.status_mut() =
+        hyper::StatusCode::from_u16(d.status).unwrap_or(hyper::StatusCode::BAD_GATEWAY);
+    if let Some(t) = d.content_type {
+        resp.headers_mut().insert(hyper::header::CONTENT_TYPE, t);
+    }
+    if let Some(len) = d.content_length {
+        resp.headers_mut().insert(
+            hyper::header::CONTENT_LENGTH,
+            hyper::header::HeaderValue::from(len),
+        );
+    }
+    resp
 }
 
 /// `/v1/*`.
@@ -102,6 +144,11 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
         }
         let (permission, call) = page.permission();
         return match admit_request(&app, peer, req.headers(), check)
+            // Pages render here: never on a call token nobody here could check.
+            .and_then(|g| match g.scope {
+                api::Scope::ForeignCall { .. } => Err(api::forward::call_token_refused()),
+                _ => Ok(g),
+            })
             .and_then(|g| g.permits(permission, call))
         {
             Ok(()) => pages::render(&app, page).await,
@@ -111,13 +158,17 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
             }
         };
     }
-    let grant = match admit_request(&app, peer, req.headers(), check) {
+    let grant = match admit_request(&app, peer, req.headers(), check)
+        // Again for grants made past `authorize` (a peer's, another instance's call token).
+        .and_then(|g| check_content_type(req.method(), req.headers()).map(|()| g))
+    {
         Ok(g) => g,
         Err(e) => {
             info!(%peer, path = %for_log(req.uri().path(), 64), code = e.code.as_str(), "API request refused");
             return error(&e);
         }
     };
+    let client = peer_key(peer, req.headers());
     let method = req.method().clone();
     let path = req
         .uri()
@@ -154,6 +205,12 @@ pub async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> 
     };
     match api::dispatch(&app, &grant, &method, &path, &query, json).await {
         Ok((status, v)) => json_response(status, &v),
-        Err(e) => error(&e),
+        Err(e) => {
+            if e.status == 401 {
+                // A call token the call's owner refused (forwarded): the client's failure.
+                app.auth_failures.failed(client, std::time::Instant::now());
+            }
+            error(&e)
+        }
     }
 }

@@ -8,5 +8,6 @@ mod common;
 
 mod fence;
 mod kill;
+mod forward;
 mod migrate;
 mod shared_state;

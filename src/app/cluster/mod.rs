@@ -16,6 +16,8 @@ pub(crate) mod members;
 #[cfg(feature = "postgres")]
 pub(crate) mod reaper;
 #[cfg(feature = "postgres")]
+pub(crate) mod forward;
+#[cfg(feature = "postgres")]
 pub(crate) mod settings;
 
 use std::net::SocketAddr;
@@ -68,6 +70,8 @@ pub struct Cluster {
     pub(crate) settings_version: std::sync::atomic::AtomicI64,
     /// Membership's figures for `/metrics` (`members`).
     pub(crate) members: members::Stats,
+    /// The HTTP client for requests forwarded to a call's owner.
+    pub(crate) peers: forward::Peers,
 }
 
 #[cfg(feature = "postgres")]
@@ -75,8 +79,15 @@ impl Cluster {
     /// The cluster for `config`, when its store is PostgreSQL (`pool` from the opened store).
     pub(crate) fn new(config: &Config, pool: sqlx_postgres::PgPool) -> Self {
         let c = &config.cluster;
+        let name = c.instance_name();
+        let token = c
+            .token
+            .clone()
+            .unwrap_or_else(|| config.server.api_token.clone());
+        let timing = Timing::of(c);
         Self {
-            name: c.instance_name(),
+            peers: forward::Peers::new(&name, token.clone(), timing.forward_timeout),
+            name,
             incarnation: crate::util::instance_id().to_string(),
             advertise_url: c
                 .advertise_url
@@ -86,11 +97,8 @@ impl Cluster {
                 .internal_url
                 .clone()
                 .unwrap_or_else(|| format!("http://{}", config.server.listen)),
-            token: c
-                .token
-                .clone()
-                .unwrap_or_else(|| config.server.api_token.clone()),
-            timing: Timing::of(c),
+            token,
+            timing,
             pool,
             settings_version: Default::default(),
             members: Default::default(),

@@ -9,6 +9,7 @@
 pub(crate) mod caps;
 pub(crate) mod claim;
 pub(crate) mod members;
+pub(crate) mod owner;
 pub(crate) mod settings;
 mod sink;
 
