@@ -6,5 +6,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod mcp;
 mod migrate;
 mod shared_state;
