@@ -323,6 +323,19 @@ label_enum!(
     }
 );
 
+label_enum!(
+    /// What became of a new-call webhook a draining or full instance tried to hand to a peer.
+    HandoffOutcome, "outcome" {
+        /// A ready peer answered it; its answer was relayed.
+        Handed => "handed",
+        /// No ready peer: refused busy here.
+        NoPeer => "no_peer",
+        /// Ready peers, but none could be reached (or the database could not be asked):
+        /// refused busy here.
+        Failed => "failed",
+    }
+);
+
 // ------------------------------------------------------------------------------- families
 
 /// Something rendered at `/metrics` under `name`.
@@ -537,6 +550,8 @@ metrics! {
         "Latency of each stage of a turn, in seconds.";
     stt_switches: Counter<(Provider, SttSwitchReason)> = "patterd_stt_switches_total",
         "Calls an STT chain moved to its next STT, by the kind of the STT left and why.";
+    cluster_handoffs: Counter<HandoffOutcome> = "patterd_cluster_handoffs_total",
+        "New-call webhooks a draining or full instance tried to hand to a ready peer, by outcome.";
 }
 
 impl Metrics {

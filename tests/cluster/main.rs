@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod drain;
 mod mcp;
 mod migrate;
 mod shared_state;

@@ -12,6 +12,8 @@ pub(crate) mod caps;
 #[cfg(feature = "postgres")]
 mod claim;
 #[cfg(feature = "postgres")]
+pub(crate) mod handoff;
+#[cfg(feature = "postgres")]
 pub(crate) mod settings;
 
 use std::net::SocketAddr;

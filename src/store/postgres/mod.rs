@@ -8,6 +8,7 @@
 
 pub(crate) mod caps;
 pub(crate) mod claim;
+pub(crate) mod handoff;
 pub(crate) mod mcp_sessions;
 pub(crate) mod settings;
 mod sink;

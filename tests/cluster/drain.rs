@@ -1,0 +1,149 @@
+//! SIGTERM drains with no call cut and no new call refused: the draining instance k keeps its
+//! live call's turns; new-call webhooks that still reach k straight (a load balancer that has
+//! not yet seen k's `/readyz` 503) are handed to a ready peer, verbatim and still signed, and
+//! the carrier gets the peer's answer — its stream URL names the peer, which owns the call;
+//! k exits 0 once its call ends.
+
+use patterd_sim::twilio::SimTwilio;
+use patterd_sim::twilio::call::{SimCall, SimCallConfig};
+use patterd_sim::twilio::xml::parse_twiml;
+
+use crate::common::cluster::{ClusterSpec, TestCluster};
+use crate::common::{
+    ACCOUNT_SID, API_TOKEN, AUTH_TOKEN, CALLER, OUR_NUMBER, PUBLIC_URL, WAIT, speak,
+};
+
+/// Each instance's row as membership would keep it, when no membership wrote one yet: `ready`,
+/// its internal URL, a heartbeat that stays fresh for the test. (With membership the rows
+/// exist and are kept fresh by the heartbeats; this then changes nothing.)
+fn ensure_instance_rows(cluster: &TestCluster) {
+    for (i, addr) in cluster.addrs.iter().enumerate() {
+        let name = TestCluster::name(i);
+        cluster.db.query(&format!(
+            "INSERT INTO instances (name, incarnation, internal_url, advertise_url, state, version,
+               max_calls, live_calls, heartbeat_at)
+             VALUES ('{name}', 'test', 'http://{addr}', 'http://{addr}', 'ready', 'test', 500, 0,
+               now() + interval '1 hour')
+             ON CONFLICT (name) DO NOTHING"
+        ));
+    }
+}
+
+/// The `host:port` a TwiML answer's stream URL names.
+fn stream_host(body: &str) -> String {
+    let answer = parse_twiml(body).unwrap_or_else(|e| panic!("TwiML: {e:?}: {body}"));
+    let url = answer
+        .stream_url
+        .unwrap_or_else(|| panic!("a <Stream> url: {body}"));
+    url.split_once("://")
+        .map(|(_, r)| r.split('/').next().unwrap_or(r).to_string())
+        .unwrap_or_else(|| panic!("absolute stream url {url}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_new_calls_to_peers_and_finishes_its_own() {
+    let Some(mut cluster) = TestCluster::start(ClusterSpec::default()).await else {
+        return;
+    };
+    ensure_instance_rows(&cluster);
+    let live = cluster.call().await;
+    let k = live.owner;
+    live.sim
+        .wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting");
+
+    cluster.terminate(k);
+    let client = reqwest::Client::new();
+    let readyz = cluster.direct(k, "/readyz");
+    cluster
+        .eventually("k's /readyz answers 503", WAIT, || {
+            let r = client.get(&readyz).send();
+            async move { r.await.ok().filter(|r| r.status() == 503).map(|_| ()) }
+        })
+        .await;
+
+    // New calls sent straight to the draining k, signed for the shared URL as Twilio signs.
+    let straight = SimTwilio::new(&cluster.direct(k, ""), PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN);
+    let mut handed = Vec::new();
+    for _ in 0..3 {
+        let (sid, resp) = straight
+            .incoming_call("/twilio/voice", CALLER, OUR_NUMBER)
+            .await
+            .expect("webhook to k");
+        assert_eq!(resp.status, 200, "{}", resp.body);
+        assert!(!resp.body.contains("<Reject"), "refused: {}", resp.body);
+        let host = stream_host(&resp.body);
+        let peer = cluster
+            .index_of(&host)
+            .unwrap_or_else(|| panic!("the stream URL names no instance: {host}"));
+        assert_ne!(peer, k, "the draining instance took a new call");
+        let owner = cluster.db.query(&format!(
+            "SELECT owner_id FROM calls WHERE call_id = '{sid}'"
+        ));
+        assert_eq!(owner.trim(), TestCluster::name(peer), "the peer owns it");
+        handed.push((sid, resp.body, host));
+    }
+
+    // A handed call is a whole call on its peer: the media stream opens there, the greeting plays.
+    let (sid, body, host) = &handed[0];
+    let answer = parse_twiml(body).expect("TwiML");
+    let cfg = SimCallConfig::new(&format!("ws://{host}"), ACCOUNT_SID, sid);
+    let on_peer = SimCall::from_answer(&answer, cfg)
+        .await
+        .expect("media stream opens on the peer");
+    on_peer
+        .wait_for("greeting on the peer", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting on the peer");
+
+    // k's own call keeps its turns while k drains.
+    speak(&live.sim, 600);
+    live.sim
+        .wait_for("a reply during the drain", WAIT, |s| {
+            s.marks_echoed.len() >= 2
+        })
+        .await
+        .expect("reply during drain");
+    let metrics = client
+        .get(cluster.direct(k, "/metrics"))
+        .bearer_auth(API_TOKEN)
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    assert!(
+        metrics.contains("patterd_cluster_handoffs_total{outcome=\"handed\"} 3"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("handoffs"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        cluster.nodes[k]
+            .as_mut()
+            .expect("k")
+            .child
+            .try_wait()
+            .expect("try_wait")
+            .is_none(),
+        "k exited with a live call"
+    );
+
+    // k's caller hangs up: k exits 0. The handed call is untouched on its peer.
+    live.sim.hang_up().await;
+    assert_eq!(cluster.wait_exit(k, WAIT).await, Some(0), "k exits 0");
+    let status = cluster.db.query(&format!(
+        "SELECT ended_at IS NULL FROM calls WHERE call_id = '{sid}'"
+    ));
+    assert_eq!(
+        status.trim(),
+        "t",
+        "the handed call is still live on its peer"
+    );
+    on_peer.hang_up().await;
+}
