@@ -330,6 +330,8 @@ label_enum!(
         Handed => "handed",
         /// No ready peer: refused busy here.
         NoPeer => "no_peer",
+        /// Every ready peer tried was busy as well: refused busy here.
+        PeersBusy => "peers_busy",
         /// Ready peers, but none could be reached (or the database could not be asked):
         /// refused busy here.
         Failed => "failed",

@@ -190,9 +190,9 @@ pub trait Host: Send + Sync + 'static {
     ) -> Pending<'static, Result<bool, GuardUnavailable>>;
     /// A new-call webhook this instance refused busy (`refusal`: draining or at `max_calls`):
     /// in a cluster it is handed verbatim to a ready peer and the peer's answer is returned, to
-    /// be relayed to the carrier as it is. `None` — refuse as before — without a cluster, for
-    /// another refusal, for a webhook a peer already handed here, or when no ready peer
-    /// answered.
+    /// be relayed to the carrier as it is (for a webhook a peer handed here: the answer that
+    /// tells that peer to try another). `None` — refuse as before — without a cluster, for
+    /// another refusal, or when no ready peer took it.
     fn hand_off<'a>(
         &'a self,
         _refusal: Refusal,

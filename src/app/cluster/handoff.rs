@@ -5,11 +5,14 @@
 //! signature, body) to the peer's `internal_url` with `X-Patterd-Handed-By: <this instance>`,
 //! and the peer's answer is relayed to the carrier as it is. Signatures still verify on the
 //! peer: the carrier signed the shared `public_url` and the path, and neither changes. A
-//! webhook carrying the header is never handed on again (the peer refuses it busy if it must).
+//! webhook carrying the header is never handed on again: a peer that is busy as well answers
+//! 503 with `X-Patterd-Handoff-Refused`, and the handing instance tries its next peer, then
+//! refuses the call itself with the carrier's busy answer.
 //!
 //! Peers are the `ready` instances with a fresh heartbeat, most free capacity first
-//! (`store::postgres::handoff`); the next one is tried only when a peer could not be
-//! connected to (500 ms), never after a request went out (it may have admitted the call). A
+//! (`store::postgres::handoff`); the next one is tried when a peer could not be connected to
+//! (500 ms) or refused the webhook busy, never after a request went out unanswered (it may
+//! have admitted the call). A
 //! replay-guard key recorded here for the webhook (Plivo's nonce, Telnyx's event id) is
 //! released before the first peer gets it and recorded again if no peer took it. Counted in
 //! `patterd_cluster_handoffs_total{outcome}`.
@@ -32,6 +35,9 @@ use crate::store::postgres::handoff::{self as sql, Peer};
 
 /// The header a handed-off webhook carries: the name of the instance that handed it on.
 pub(crate) const HANDED_BY: &str = "x-patterd-handed-by";
+
+/// Marks a peer's answer that refuses a handed-off webhook busy: the next peer is tried.
+const REFUSED: &str = "x-patterd-handoff-refused";
 
 /// How long a peer may take to accept the connection before the next one is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -72,9 +78,16 @@ pub(crate) async fn hand_off(
     }
     let path = crate::security::truncate_for_log(webhook.uri.path(), 64);
     if let Some(by) = webhook.headers.get(HANDED_BY) {
+        // Never handed on again: the peer that handed it here tries its next peer, or refuses
+        // the call itself. The replay key recorded here is released for that next peer.
         let by = crate::security::truncate_for_log(by.to_str().unwrap_or("?"), 64);
-        debug!(%path, handed_by = %by, "a webhook a peer handed here is not handed on again");
-        return None;
+        info!(%path, handed_by = %by, ?refusal, "a handed-off new call refused here too");
+        if let Some((scope, key)) = &webhook.seen
+            && let Err(e) = sql::release_seen(&cluster.pool, scope, key).await
+        {
+            warn!(%path, error = %e, "cannot release the handed webhook's replay key");
+        }
+        return Some(refused_handed(refusal));
     }
     let count = |o| app.metrics.cluster_handoffs.inc(o);
     let peers = match sql::ready_peers(&cluster.pool, &cluster.name, cluster.timing.lease).await {
@@ -98,9 +111,14 @@ pub(crate) async fn hand_off(
         count(HandoffOutcome::Failed);
         return None;
     }
+    let mut outcome = HandoffOutcome::Failed;
     for peer in peers.iter().take(MAX_PEERS) {
         let started = Instant::now();
         match forward(cluster, peer, &webhook).await {
+            Ok(answer) if answer.headers().contains_key(REFUSED) => {
+                info!(%path, peer = %peer.name, "the peer is busy too; trying the next ready peer");
+                outcome = HandoffOutcome::PeersBusy;
+            }
             Ok(answer) => {
                 info!(
                     %path,
@@ -130,8 +148,23 @@ pub(crate) async fn hand_off(
             debug!(error = %e, "the webhook's replay key was not recorded again");
         }
     }
-    count(HandoffOutcome::Failed);
+    count(outcome);
     None
+}
+
+/// What a peer answers a handed-off webhook it refuses busy as well: not the carrier's busy
+/// answer (the handing instance gives that, if no other peer takes the call) but a 503 marked
+/// [`REFUSED`].
+fn refused_handed(refusal: Refusal) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::from(format!(
+        "busy here too ({refusal:?}); not handed on\n"
+    ))));
+    *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    resp.headers_mut().insert(
+        HeaderName::from_static(REFUSED),
+        HeaderValue::from_static("busy"),
+    );
+    resp
 }
 
 /// The client hand-offs go out on: keep-alive, `TCP_NODELAY`, a short connect timeout, no
