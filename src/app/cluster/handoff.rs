@@ -62,11 +62,13 @@ enum HandoffError {
     },
     #[error("the peer URL {0:?} is not usable")]
     Url(String),
+    #[error("no HTTP client for hand-offs")]
+    Client,
 }
 
 /// Hands `webhook`, refused here with `refusal`, to a ready peer; returns the peer's answer,
-/// or `None` (refuse busy here) when there is no cluster, the webhook was handed here by a
-/// peer, no ready peer exists or none answered.
+/// or `None` (refuse busy here) when there is no cluster, no ready peer exists or none took
+/// it. A webhook a peer handed here gets [`refused_handed`]'s answer instead.
 pub(crate) async fn hand_off(
     app: &App,
     refusal: Refusal,
@@ -211,7 +213,7 @@ async fn forward(
     peer: &Peer,
     webhook: &Arrived,
 ) -> Result<Response<Body>, HandoffError> {
-    let client = client().ok_or_else(|| HandoffError::Url(peer.internal_url.clone()))?;
+    let client = client().ok_or(HandoffError::Client)?;
     let target = format!(
         "{}{}",
         peer.internal_url.trim_end_matches('/'),
