@@ -64,6 +64,17 @@ async fn sigterm_hands_new_calls_to_peers_and_finishes_its_own() {
         })
         .await;
 
+    let state = format!(
+        "SELECT state FROM instances WHERE name = '{}'",
+        TestCluster::name(k)
+    );
+    cluster
+        .eventually("k is marked draining", WAIT, || {
+            let s = cluster.db.query(&state);
+            async move { (s.trim() == "draining").then_some(()) }
+        })
+        .await;
+
     // New calls sent straight to the draining k, signed for the shared URL as Twilio signs.
     let straight = SimTwilio::new(&cluster.direct(k, ""), PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN);
     let mut handed = Vec::new();

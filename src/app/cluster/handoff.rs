@@ -154,6 +154,25 @@ pub(crate) async fn hand_off(
     None
 }
 
+/// Marks this instance `draining` in the database as soon as its drain starts (SIGTERM), so
+/// peers stop handing calls to it. The task ends with the drain's write, or when `app` goes.
+pub(crate) fn start(app: &std::sync::Arc<App>) {
+    let Some(cluster) = app.cluster.clone() else {
+        return;
+    };
+    let mut draining = app.draining.subscribe();
+    tokio::spawn(async move {
+        if draining.wait_for(|d| *d).await.is_err() {
+            return;
+        }
+        match sql::mark_draining(&cluster.pool, &cluster.name).await {
+            Ok(true) => info!(instance = %cluster.name, "marked draining in the cluster"),
+            Ok(false) => debug!(instance = %cluster.name, "no ready row to mark draining"),
+            Err(e) => warn!(error = %e, "cannot mark this instance draining in the cluster"),
+        }
+    });
+}
+
 /// What a peer answers a handed-off webhook it refuses busy as well: not the carrier's busy
 /// answer (the handing instance gives that, if no other peer takes the call) but a 503 marked
 /// [`REFUSED`].

@@ -116,12 +116,13 @@ pub(crate) fn resolve_urls(config: &mut Config, bound: SocketAddr) {
 }
 
 /// Starts what keeps this instance in step with its peers (the outbound slots' sweep, the
-/// settings sync); nothing without a cluster. The tasks end when `app` is dropped.
+/// settings sync, the `draining` mark); nothing without a cluster. The tasks end when `app` is dropped.
 pub(crate) fn start_sync(app: &std::sync::Arc<crate::app::App>) {
     #[cfg(feature = "postgres")]
     if app.cluster.is_some() {
         caps::start_sweep(app);
         settings::start(app, settings::Listen::On);
+        handoff::start(app);
     }
     #[cfg(not(feature = "postgres"))]
     let _ = app;

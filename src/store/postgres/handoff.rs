@@ -1,7 +1,8 @@
 //! The drain hand-off's statements: which peers may take a new call this instance refuses busy
 //! (the `ready` instances with a fresh heartbeat, most free capacity first; the lease is judged
 //! on the database's clock), and releasing a replay-guard key this instance recorded for a
-//! webhook it hands on, so the peer's guard takes the webhook as new. The policy is
+//! webhook it hands on, so the peer's guard takes the webhook as new; and the `draining` mark
+//! of an instance that got SIGTERM. The policy is
 //! `app::cluster::handoff`. (Membership — registration, heartbeats, the `draining` state — is
 //! `store::postgres::members`; [`ready_peers`] has the same shape as its query.)
 
@@ -46,6 +47,18 @@ pub(crate) async fn ready_peers(
         })
     })
     .collect()
+}
+
+/// Marks instance `name` `draining` (peers stop handing calls to it); true when its row was
+/// `ready`. Membership's heartbeat writes the state too once it exists.
+pub(crate) async fn mark_draining(pool: &PgPool, name: &str) -> Result<bool, sqlx_core::Error> {
+    let done = query::<Postgres>(
+        "UPDATE instances SET state = 'draining' WHERE name = $1 AND state = 'ready'",
+    )
+    .bind(name)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// Forgets `key` in the replay guard's `scope` (`webhook_seen`); true when it was recorded.
@@ -111,6 +124,19 @@ mod tests {
         let names: Vec<(&str, i64)> = peers.iter().map(|p| (p.name.as_str(), p.free)).collect();
         assert_eq!(names, [("p2", 8), ("p1", 2)]);
         assert_eq!(peers[0].internal_url, "http://p2");
+        assert!(mark_draining(&pool, "p2").await.unwrap());
+        assert!(
+            !mark_draining(&pool, "p5").await.unwrap(),
+            "stopped stays stopped"
+        );
+        let peers = ready_peers(&pool, "p0", Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(
+            peers.len(),
+            1,
+            "a draining peer takes no hand-off: {peers:?}"
+        );
 
         assert!(
             crate::store::postgres::claim::first_seen(&pool, "nonce", "n1", 60.0)
