@@ -1,8 +1,8 @@
 //! SIGTERM drains with no call cut and no new call refused: the draining instance k keeps its
 //! live call's turns; new-call webhooks that still reach k straight (a load balancer that has
 //! not yet seen k's `/readyz` 503) are handed to a ready peer, verbatim and still signed, and
-//! the carrier gets the peer's answer — its stream URL names the peer, which owns the call;
-//! k exits 0 once its call ends.
+//! the carrier gets the peer's answer — its stream URL names the peer, which owns the call (a
+//! ready peer that cannot be reached is skipped); k exits 0 once its call ends.
 
 use patterd_sim::twilio::SimTwilio;
 use patterd_sim::twilio::call::{SimCall, SimCallConfig};
@@ -74,6 +74,14 @@ async fn sigterm_hands_new_calls_to_peers_and_finishes_its_own() {
             async move { (s.trim() == "draining").then_some(()) }
         })
         .await;
+
+    // A ready peer nobody can reach, first in the choice (the most room): skipped at connect.
+    cluster.db.query(
+        "INSERT INTO instances (name, incarnation, internal_url, advertise_url, state, version,
+           max_calls, live_calls, heartbeat_at)
+         VALUES ('p9', 'test', 'http://127.0.0.1:9', 'http://127.0.0.1:9', 'ready', 'test',
+           100000, 0, now() + interval '1 hour')",
+    );
 
     // New calls sent straight to the draining k, signed for the shared URL as Twilio signs.
     let straight = SimTwilio::new(&cluster.direct(k, ""), PUBLIC_URL, ACCOUNT_SID, AUTH_TOKEN);
