@@ -11,7 +11,8 @@
 //! number, allow-list, agent), then the claim of the call id ([`super::replay::claim`]: in a
 //! cluster one insert of the call's row in the shared store, which only one instance wins; with
 //! SQLite a look-up of the store), then the actor. A call refused after its claim closes the
-//! claimed row.
+//! claimed row. In a cluster a full instance refuses before the claim, so that the peer it
+//! hands the webhook to can claim the call id.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +49,12 @@ pub(crate) async fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted,
     }
     if live_here(app, call_id) {
         return Err(repeated_here(app, call_id, "a replayed webhook"));
+    }
+    if full_in_cluster(app) {
+        Metrics::inc(&app.metrics.calls_rejected_busy);
+        app.metrics.webhooks_refused.inc(RefusalReason::Busy);
+        info!(carrier, call_id, %from, %to, "call refused: max_calls reached");
+        return Err(Refusal::Full);
     }
     let dialled = normalize_e164(call.to).unwrap_or_else(|| call.to.to_string());
     // One generation for the whole admission (a reload may swap it meanwhile).
@@ -115,6 +122,18 @@ pub(crate) async fn admit(app: &App, call: IncomingCall<'_>) -> Result<Admitted,
     Ok(Admitted {
         agent: number.agent.clone(),
     })
+}
+
+/// True in a cluster when this instance already carries `max_calls`: it says so before the
+/// claim, so the call id stays free for the ready peer the webhook is handed to
+/// (`cluster::handoff`). One instance finds it out when the actor starts, as before.
+fn full_in_cluster(app: &App) -> bool {
+    #[cfg(feature = "postgres")]
+    if app.cluster.is_some() {
+        return app.calls.len() >= app.server.max_calls;
+    }
+    let _ = app;
+    false
 }
 
 /// A call that is accepted: what [`launch`] needs to start it.

@@ -337,6 +337,21 @@ label_enum!(
     }
 );
 
+label_enum!(
+    /// What became of a new-call webhook a draining or full instance tried to hand to a peer.
+    HandoffOutcome, "outcome" {
+        /// A ready peer answered it; its answer was relayed.
+        Handed => "handed",
+        /// No ready peer: refused busy here.
+        NoPeer => "no_peer",
+        /// Every ready peer tried was busy as well: refused busy here.
+        PeersBusy => "peers_busy",
+        /// Ready peers, but none could be reached (or the database could not be asked):
+        /// refused busy here.
+        Failed => "failed",
+    }
+);
+
 // ------------------------------------------------------------------------------- families
 
 /// Something rendered at `/metrics` under `name`.
@@ -555,6 +570,8 @@ metrics! {
         "Requests on a call owned by another instance, by what became of them.";
     cluster_forward_seconds: Histogram<()> = "patterd_cluster_forward_seconds",
         "Time to forward a request to a call's owner and get its answer (or give up), in seconds.";
+    cluster_handoffs: Counter<HandoffOutcome> = "patterd_cluster_handoffs_total",
+        "New-call webhooks a draining or full instance tried to hand to a ready peer, by outcome.";
 }
 
 impl Metrics {

@@ -30,7 +30,8 @@ use crate::call::CallRegistry;
 use crate::carrier::Registry;
 use crate::carrier::dial::{Outbound, StatusUpdate};
 use crate::carrier::port::{
-    Admission, Counter, Direct, GuardUnavailable, Host, IncomingCall, MediaSocket, Pending,
+    Admission, Arrived, Counter, Direct, GuardUnavailable, Host, IncomingCall, MediaSocket,
+    Pending, Refusal,
 };
 use crate::config::Config;
 use crate::net::http::Body;
@@ -359,6 +360,20 @@ impl Host for App {
 
     fn admit<'a>(&'a self, call: IncomingCall<'a>) -> Admission<'a> {
         Box::pin(admission::admit(self, call))
+    }
+
+    fn hand_off<'a>(
+        &'a self,
+        refusal: Refusal,
+        webhook: Arrived,
+    ) -> Pending<'a, Option<Response<Body>>> {
+        #[cfg(feature = "postgres")]
+        return Box::pin(cluster::handoff::hand_off(self, refusal, webhook));
+        #[cfg(not(feature = "postgres"))]
+        {
+            let _ = (refusal, webhook);
+            Box::pin(std::future::ready(None))
+        }
     }
 
     fn agents(&self) -> Vec<String> {

@@ -131,6 +131,20 @@ pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// What [`Host::admit`] and [`Host::admit_direct`] answer.
 pub type Admission<'a> = Pending<'a, Result<Admitted, Refusal>>;
 
+/// A new-call webhook as it arrived (method, URI, headers, body), kept by the route that
+/// admits calls so that a busy refusal can hand it verbatim to a peer ([`Host::hand_off`]).
+#[derive(Debug, Clone)]
+pub struct Arrived {
+    pub method: hyper::Method,
+    pub uri: hyper::Uri,
+    pub headers: hyper::HeaderMap,
+    pub body: bytes::Bytes,
+    /// The replay-guard key this instance recorded for the webhook ([`Host::first_seen`]'s
+    /// scope and key: a Plivo nonce, a Telnyx event id), released before a peer gets it so the
+    /// peer's guard takes it as new.
+    pub seen: Option<(&'static str, String)>,
+}
+
 /// The shared replay guard could not be asked ([`Host::first_seen`]); the webhook is refused
 /// (fail closed) and the carrier retries it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -174,6 +188,18 @@ pub trait Host: Send + Sync + 'static {
         key: &str,
         ttl: Duration,
     ) -> Pending<'static, Result<bool, GuardUnavailable>>;
+    /// A new-call webhook this instance refused busy (`refusal`: draining or at `max_calls`):
+    /// in a cluster it is handed verbatim to a ready peer and the peer's answer is returned, to
+    /// be relayed to the carrier as it is (for a webhook a peer handed here: the answer that
+    /// tells that peer to try another). `None` — refuse as before — without a cluster, for
+    /// another refusal, or when no ready peer took it.
+    fn hand_off<'a>(
+        &'a self,
+        _refusal: Refusal,
+        _webhook: Arrived,
+    ) -> Pending<'a, Option<Response<Body>>> {
+        Box::pin(std::future::ready(None))
+    }
     /// A single-use media token for `call_id`.
     fn mint_token(&self, call_id: &str) -> String;
     /// The `[carriers.NAME]` account of the live call `call_id`.

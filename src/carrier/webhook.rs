@@ -1,12 +1,50 @@
 //! Helpers every carrier's routes share: the public URLs carriers call (and sign), reading
 //! form fields and headers, and the decision
 //! on a call we placed when the carrier says it was answered (a machine gets the voicemail
-//! message and the call ends, a person gets the media stream), with the outcome recorded.
+//! message and the call ends, a person gets the media stream), with the outcome recorded;
+//! and a new call's busy refusal, which in a cluster hands the webhook to a ready peer.
 
+use hyper::body::Incoming;
+use hyper::{Request, Response};
 use tracing::info;
 
 use super::dial::{CallOutcome, OutboundCall, StatusUpdate};
-use super::port::Host;
+use super::port::{Arrived, Host, Refusal};
+use crate::net::http::{Body, read_body};
+
+/// Reads a webhook's body (up to `limit` bytes), keeping the request as it arrived so it can
+/// be handed to a peer. `Err` is the response to send.
+pub(crate) async fn arrive(
+    req: Request<Incoming>,
+    limit: usize,
+) -> Result<Arrived, Response<Body>> {
+    let (parts, body) = req.into_parts();
+    let body = read_body(body, limit).await.map_err(|e| e.response())?;
+    Ok(Arrived {
+        method: parts.method,
+        uri: parts.uri,
+        headers: parts.headers,
+        body,
+        seen: None,
+    })
+}
+
+/// The answer to a new call refused with `refusal`: a busy refusal (draining, `max_calls`)
+/// is handed to a ready peer when there is one ([`Host::hand_off`]) and answered with the
+/// peer's response; otherwise, and for every other refusal, `refused`.
+pub(crate) async fn refused_or_handed(
+    host: &dyn Host,
+    refusal: Refusal,
+    webhook: Arrived,
+    refused: Response<Body>,
+) -> Response<Body> {
+    if matches!(refusal, Refusal::Draining | Refusal::Full)
+        && let Some(answer) = host.hand_off(refusal, webhook).await
+    {
+        return answer;
+    }
+    refused
+}
 
 /// Splits a public base URL into `scheme://authority` and a path prefix without trailing `/`.
 fn split_base(public_url: &str) -> (&str, &str) {

@@ -6,7 +6,8 @@
 //! application/json`). Each request's [`crate::api::Grant`] rides in its extensions to the
 //! tools, which run with that scope. rmcp itself checks `Host` against loopback names plus the host of
 //! `server.public_url` (DNS-rebinding protection). Session `DELETE` answers 204 (rmcp says 202,
-//! which the Python client logs as a failed termination).
+//! which the Python client logs as a failed termination). In a cluster, sessions are kept in
+//! the shared database too ([`super::session_store`]), so a session continues on any instance.
 
 use std::sync::{Arc, Weak};
 
@@ -36,9 +37,16 @@ impl McpHttp {
         {
             hosts.push(h.trim_matches(['[', ']']).to_string());
         }
-        let cfg = StreamableHttpServerConfig::default()
+        let mut cfg = StreamableHttpServerConfig::default()
             .with_allowed_hosts(hosts)
             .with_max_request_body_bytes(config.server.max_body_bytes.max(64 * 1024));
+        // In a cluster a session continues on any instance (`super::session_store`).
+        #[cfg(feature = "postgres")]
+        if let Some(cluster) = app.upgrade().and_then(|a| a.cluster.clone()) {
+            cfg.session_store = Some(Arc::new(super::session_store::PgSessionStore::new(
+                cluster.pool.clone(),
+            )));
+        }
         let backend: Arc<dyn super::Backend> = Arc::new(Local(app));
         let service = StreamableHttpService::new(
             move || Ok(PatterMcp::per_request(backend.clone())),

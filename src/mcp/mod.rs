@@ -13,6 +13,8 @@
 
 pub mod format;
 pub mod http;
+#[cfg(feature = "postgres")]
+mod session_store;
 pub mod stdio;
 
 use std::future::Future;

@@ -6,8 +6,10 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod drain;
 mod fence;
-mod kill;
 mod forward;
+mod kill;
+mod mcp;
 mod migrate;
 mod shared_state;

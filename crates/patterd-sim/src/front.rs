@@ -1,7 +1,9 @@
 //! A load balancer in miniature for the cluster tests and the cluster benchmark: an HTTP/1.1 proxy on 127.0.0.1 that
 //! sends each request to the next of its backends, round robin, among those whose `/readyz`
-//! answered 200 in the last 100 ms (polled every 20 ms) — what a Kubernetes Service with a
-//! readiness probe does for the shared `public_url`. A backend that refuses the connection is
+//! last answered 200 (polled every 20 ms; any other answer or a refused connection takes a
+//! backend out at once, three probes in a row without an answer in 200 ms do too — a
+//! readiness probe's `failureThreshold`, so a loaded machine does not empty the pool) — what a
+//! Kubernetes Service with a readiness probe does for the shared `public_url`. A backend that refuses the connection is
 //! skipped for that request (nothing was sent yet); one that accepted and then failed gives
 //! 502, as a real balancer would. Media sockets never pass here: the answer documents send
 //! them to the owner's `advertise_url`.
@@ -17,12 +19,15 @@ use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Request, Response};
 use tokio::net::TcpListener;
 
-/// How recent a 200 from `/readyz` must be for a backend to get requests.
-const FRESH: Duration = Duration::from_millis(100);
+/// Probes in a row without an answer that take a backend out.
+const MISSES: u32 = 3;
 
 struct Backend {
     addr: SocketAddr,
-    ready_at: Option<Instant>,
+    /// Its last probe answered 200 (and fewer than [`MISSES`] went unanswered since).
+    ready: bool,
+    /// Probes in a row that got no answer in time.
+    misses: u32,
     /// Requests this backend was sent.
     hits: usize,
 }
@@ -58,7 +63,8 @@ impl Front {
                     .into_iter()
                     .map(|addr| Backend {
                         addr,
-                        ready_at: None,
+                        ready: false,
+                        misses: 0,
                         hits: 0,
                     })
                     .collect(),
@@ -117,16 +123,12 @@ impl Front {
 
     /// The backends that get requests now.
     pub fn ready(&self) -> Vec<SocketAddr> {
-        let now = Instant::now();
         let b = self
             .shared
             .backends
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        b.iter()
-            .filter(|b| b.ready_at.is_some_and(|t| now.duration_since(t) < FRESH))
-            .map(|b| b.addr)
-            .collect()
+        b.iter().filter(|b| b.ready).map(|b| b.addr).collect()
     }
 
     /// Points backend `i` at a new address (an instance restarted on another port).
@@ -138,7 +140,8 @@ impl Front {
             .unwrap_or_else(|e| e.into_inner());
         b[i] = Backend {
             addr,
-            ready_at: None,
+            ready: false,
+            misses: 0,
             hits: 0,
         };
     }
@@ -168,14 +171,20 @@ async fn probe_loop(s: Arc<Shared>) {
             .map(|b| b.addr)
             .collect();
         for addr in addrs {
-            let ok = client
-                .get(format!("http://{addr}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().as_u16() == 200);
+            let answer = client.get(format!("http://{addr}/readyz")).send().await;
             let mut b = s.backends.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(b) = b.iter_mut().find(|b| b.addr == addr) {
-                b.ready_at = if ok { Some(Instant::now()) } else { None };
+                match answer {
+                    Ok(r) => {
+                        b.ready = r.status().as_u16() == 200;
+                        b.misses = 0;
+                    }
+                    Err(e) if e.is_timeout() => {
+                        b.misses += 1;
+                        b.ready &= b.misses < MISSES;
+                    }
+                    Err(_) => b.ready = false,
+                }
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -184,13 +193,11 @@ async fn probe_loop(s: Arc<Shared>) {
 
 /// The next ready backend after `skip` tries, round robin.
 fn pick(s: &Shared, tried: &[SocketAddr]) -> Option<SocketAddr> {
-    let now = Instant::now();
     let mut b = s.backends.lock().unwrap_or_else(|e| e.into_inner());
     let n = b.len();
     for _ in 0..n {
         let i = s.next.fetch_add(1, Ordering::Relaxed) % n;
-        let fresh = b[i].ready_at.is_some_and(|t| now.duration_since(t) < FRESH);
-        if fresh && !tried.contains(&b[i].addr) {
+        if b[i].ready && !tried.contains(&b[i].addr) {
             b[i].hits += 1;
             return Some(b[i].addr);
         }

@@ -12,11 +12,13 @@ pub(crate) mod caps;
 #[cfg(feature = "postgres")]
 mod claim;
 #[cfg(feature = "postgres")]
+pub(crate) mod forward;
+#[cfg(feature = "postgres")]
+pub(crate) mod handoff;
+#[cfg(feature = "postgres")]
 pub(crate) mod members;
 #[cfg(feature = "postgres")]
 pub(crate) mod reaper;
-#[cfg(feature = "postgres")]
-pub(crate) mod forward;
 #[cfg(feature = "postgres")]
 pub(crate) mod settings;
 

@@ -25,15 +25,17 @@ use super::rest::MakeCall;
 use super::{self as pv, Config, PlivoCodec, PlivoRest};
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::dial::{Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate};
-use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
+use crate::carrier::port::{Arrived, Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods};
 use crate::carrier::rest_client::path_safe;
-use crate::carrier::webhook::{Answer, answer_outbound, field, header};
+use crate::carrier::webhook::{
+    Answer, answer_outbound, arrive, field, header, refused_or_handed,
+};
 use crate::carrier::{
     Carrier, CarrierError, CarrierKind, DtmfDelivery, TransferRequest, public_request_url,
     public_ws_url,
 };
-use crate::net::http::{Body, empty, read_body, text, xml};
+use crate::net::http::{Body, empty, text, xml};
 use crate::security::mask_number;
 
 /// Every configured Plivo account.
@@ -210,13 +212,20 @@ async fn signed<'a>(
     host: &dyn Host,
     req: Request<Incoming>,
 ) -> Result<(&'a Account<PlivoRest>, Vec<(String, String)>), Response<Body>> {
-    let (parts, body) = req.into_parts();
-    let body = read_body(body, host.max_body_bytes())
-        .await
-        .map_err(|e| e.response())?;
+    let mut arrived = arrive(req, host.max_body_bytes()).await?;
+    verified(me, host, &mut arrived).await
+}
+
+/// Authenticates a Plivo webhook that has arrived ([`signed`]); the nonce it records is kept
+/// in `parts.seen` (released if the webhook is handed to a peer).
+async fn verified<'a>(
+    me: &'a PlivoCarrier,
+    host: &dyn Host,
+    parts: &mut Arrived,
+) -> Result<(&'a Account<PlivoRest>, Vec<(String, String)>), Response<Body>> {
     let post = parts.method == Method::POST;
     let form: Vec<(String, String)> = if post {
-        form_urlencoded::parse(&body).into_owned().collect()
+        form_urlencoded::parse(&parts.body).into_owned().collect()
     } else {
         Vec::new()
     };
@@ -261,7 +270,10 @@ async fn signed<'a>(
             );
             Err(text(503, "the replay guard is unavailable; try again\n"))
         }
-        Some(a) if fresh == Ok(true) => Ok((a, fields)),
+        Some(a) if fresh == Ok(true) => {
+            parts.seen = Some((NONCE_SCOPE, nonce));
+            Ok((a, fields))
+        }
         Some(_) => {
             host.count(Counter::WebhookForbidden);
             warn!(
@@ -326,7 +338,11 @@ fn stream(host: &dyn Host, call_uuid: &str, token: &str) -> Response<Body> {
 
 /// `POST /plivo/answer`: a call to answer.
 async fn answer(me: Arc<PlivoCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
-    let (account, fields) = match signed(&me, host.as_ref(), req).await {
+    let mut arrived = match arrive(req, host.max_body_bytes()).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let (account, fields) = match verified(&me, host.as_ref(), &mut arrived).await {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -350,7 +366,10 @@ async fn answer(me: Arc<PlivoCarrier>, host: Arc<dyn Host>, req: Request<Incomin
     };
     match host.admit(inbound).await {
         Ok(_) => {}
-        Err(r) if r.is_busy() => return xml(pv::hangup_xml(Some("busy"))),
+        Err(r) if r.is_busy() => {
+            let busy = xml(pv::hangup_xml(Some("busy")));
+            return refused_or_handed(host.as_ref(), r, arrived, busy).await;
+        }
         Err(r) if r.is_rejection() => return xml(pv::hangup_xml(Some("rejected"))),
         Err(_) => return xml(pv::hangup_xml(None)),
     }

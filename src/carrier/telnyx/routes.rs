@@ -27,14 +27,16 @@ use super::rest::{Dial, OUTBOUND_CLIENT_STATE};
 use super::{self as tx, Config, StreamParams, TelnyxCodec, TelnyxRest, WebhookEnvelope};
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::dial::{Outbound, OutboundCall, CallOutcome, Phase, PlaceCall, PlaceError, StatusUpdate};
-use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, Refusal, TokenSource};
+use crate::carrier::port::{
+    Arrived, Counter, Host, IncomingCall, MediaSocket, Refusal, TokenSource,
+};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
-use crate::carrier::webhook::{header, unix_now};
+use crate::carrier::webhook::{arrive, header, unix_now};
 use crate::carrier::{
     Carrier, CarrierError, CarrierKind, DtmfDelivery, TransferRequest, public_request_url,
     public_ws_url,
 };
-use crate::net::http::{Body, empty, read_body, text};
+use crate::net::http::{Body, empty, text};
 
 /// How long a webhook's `data.id` is remembered for de-duplication (retries, replays within
 /// the 300 s signature window).
@@ -168,16 +170,17 @@ impl Carrier for TelnyxCarrier {
 
 /// `POST /telnyx/webhook`: a Call Control event.
 async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
-    let (parts, body) = req.into_parts();
-    let body = match read_body(body, host.max_body_bytes()).await {
-        Ok(b) => b,
-        Err(e) => return e.response(),
+    let mut arrived = match arrive(req, host.max_body_bytes()).await {
+        Ok(a) => a,
+        Err(r) => return r,
     };
     let now = unix_now();
-    let Some(account) = verified_account(&me, host.as_ref(), &parts.headers, &body, now) else {
+    let Some(account) =
+        verified_account(&me, host.as_ref(), &arrived.headers, &arrived.body, now)
+    else {
         return empty(403);
     };
-    let event = match WebhookEnvelope::parse(&body) {
+    let event = match WebhookEnvelope::parse(&arrived.body) {
         Ok(e) => e,
         Err(e) => {
             warn!(error = %e, "telnyx webhook without the fields patterd needs");
@@ -189,7 +192,7 @@ async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incom
     // another instance); an event without an id cannot be told from its retries.
     if !event.id.is_empty() {
         match host.first_seen(EVENT_SCOPE, &event.id, SEEN_TTL).await {
-            Ok(true) => {}
+            Ok(true) => arrived.seen = Some((EVENT_SCOPE, event.id.clone())),
             Ok(false) => {
                 debug!(call_id = %id, event_id = %event.id, "telnyx webhook already handled");
                 return empty(200);
@@ -202,7 +205,11 @@ async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incom
     }
     let outbound = host.outbound().live(&id);
     match event.event_type.as_str() {
-        "call.initiated" => on_initiated(&host, account, &event).await,
+        "call.initiated" => {
+            if let Some(answer) = on_initiated(&host, account, &event, arrived).await {
+                return answer;
+            }
+        }
         "call.answered" => on_answered_event(&me, &host, account, outbound, &id),
         "call.machine.detection.ended" => {
             let pending = host
@@ -395,15 +402,19 @@ fn on_machine(
     });
 }
 
+/// `call.initiated`: admits an incoming call. Returns the answer to send instead of the plain
+/// acknowledgement when the call was refused busy here and handed to a peer (`webhook`, as it
+/// arrived), which then answers or rejects it.
 async fn on_initiated(
     host: &Arc<dyn Host>,
     account: &Account<TelnyxRest>,
     event: &WebhookEnvelope,
-) {
+    webhook: Arrived,
+) -> Option<Response<Body>> {
     let call = &event.call;
     if call.direction != "incoming" {
         debug!(call_id = %call.call_control_id, direction = %call.direction, "telnyx call.initiated for a call we did not receive; ignored");
-        return;
+        return None;
     }
     let inbound = IncomingCall {
         carrier: CarrierKind::Telnyx,
@@ -435,6 +446,12 @@ async fn on_initiated(
             });
         }
         Err(r) => {
+            // Busy here, but a ready peer may take it: the peer answers or rejects it.
+            if matches!(r, Refusal::Draining | Refusal::Full)
+                && let Some(answer) = host.hand_off(r, webhook).await
+            {
+                return Some(answer);
+            }
             let cause = if r.is_busy() {
                 "USER_BUSY"
             } else {
@@ -447,6 +464,7 @@ async fn on_initiated(
             });
         }
     }
+    None
 }
 
 fn on_answered(host: &Arc<dyn Host>, account: &Account<TelnyxRest>, id: &str) {

@@ -19,11 +19,13 @@ use crate::carrier::account::{Account, Accounts};
 use crate::carrier::dial::{
     CallStatus, Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate,
 };
-use crate::carrier::port::{Counter, Host, IncomingCall, MediaSocket, TokenSource};
+use crate::carrier::port::{Arrived, Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
-use crate::carrier::webhook::{Answer, answer_outbound, field_or_empty, header};
+use crate::carrier::webhook::{
+    Answer, answer_outbound, arrive, field_or_empty, header, refused_or_handed,
+};
 use crate::carrier::{Carrier, CarrierError, CarrierKind, TransferRequest};
-use crate::net::http::{Body, empty, read_body, text, xml};
+use crate::net::http::{Body, empty, text, xml};
 use crate::security::{LOG_FIELD_MAX, mask_number, peer_warning_allowed, truncate_for_log};
 
 /// Every configured Twilio account.
@@ -138,11 +140,18 @@ async fn signed_form<'a>(
     host: &dyn Host,
     req: Request<Incoming>,
 ) -> Result<(&'a Account<TwilioRest>, Vec<(String, String)>), Response<Body>> {
-    let (parts, body) = req.into_parts();
-    let body = read_body(body, host.max_body_bytes())
-        .await
-        .map_err(|e| e.response())?;
-    let params: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
+    let arrived = arrive(req, host.max_body_bytes()).await?;
+    verified_form(me, host, &arrived).await
+}
+
+/// Authenticates a Twilio webhook that has arrived ([`signed_form`]).
+async fn verified_form<'a>(
+    me: &'a TwilioCarrier,
+    host: &dyn Host,
+    parts: &Arrived,
+) -> Result<(&'a Account<TwilioRest>, Vec<(String, String)>), Response<Body>> {
+    let params: Vec<(String, String)> =
+        form_urlencoded::parse(&parts.body).into_owned().collect();
     // Twilio signed the URL it requested: under the shared `public_url` (a number's webhook)
     // or under this instance's own base (the per-call URLs we handed it).
     let urls: Vec<String> = host
@@ -191,7 +200,11 @@ fn connect(host: &dyn Host, token: &str) -> Response<Body> {
 
 /// `POST /twilio/voice`: an incoming call.
 async fn voice(me: Arc<TwilioCarrier>, host: Arc<dyn Host>, req: Request<Incoming>) -> Response<Body> {
-    let (account, params) = match signed_form(&me, host.as_ref(), req).await {
+    let arrived = match arrive(req, host.max_body_bytes()).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let (account, params) = match verified_form(&me, host.as_ref(), &arrived).await {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -211,7 +224,10 @@ async fn voice(me: Arc<TwilioCarrier>, host: Arc<dyn Host>, req: Request<Incomin
     };
     match host.admit(inbound).await {
         Ok(_) => {}
-        Err(r) if r.is_busy() => return xml(tw::twiml_reject(Some("busy"))),
+        Err(r) if r.is_busy() => {
+            let busy = xml(tw::twiml_reject(Some("busy")));
+            return refused_or_handed(host.as_ref(), r, arrived, busy).await;
+        }
         Err(r) if r.is_rejection() => return xml(tw::twiml_reject(Some("rejected"))),
         Err(_) => return xml(tw::twiml_reject(None)),
     }

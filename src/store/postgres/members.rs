@@ -65,16 +65,6 @@ pub(crate) struct Reaped {
     pub(crate) slots: u64,
 }
 
-/// A ready peer with a fresh heartbeat (the drain hand-off's candidates).
-#[allow(dead_code)] // for the drain hand-off (another branch)
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Peer {
-    pub(crate) name: String,
-    pub(crate) internal_url: String,
-    /// `max_calls − live_calls` at its last heartbeat (may be ≤ 0: full).
-    pub(crate) free: i64,
-}
-
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -201,38 +191,6 @@ where
     rows.iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
         .collect()
-}
-
-/// The ready peers with a heartbeat fresher than `lease` (this instance excluded), the most free
-/// capacity first. A database error is logged and answers no peer (the caller then refuses the
-/// call as it would without peers).
-#[allow(dead_code)] // for the drain hand-off (another branch)
-pub(crate) async fn ready_peers(pool: &PgPool, me: &str, lease: Duration) -> Vec<Peer> {
-    let rows = query::<Postgres>(
-        "SELECT name, internal_url, (max_calls - live_calls)::int8 AS free FROM instances
-         WHERE state = 'ready' AND name <> $1
-           AND heartbeat_at >= now() - $2::int8 * interval '1 millisecond'
-         ORDER BY free DESC, name",
-    )
-    .bind(me.to_string())
-    .bind(ms(lease))
-    .fetch_all(pool)
-    .await;
-    let peers = rows.and_then(|rows| {
-        rows.iter()
-            .map(|r| {
-                Ok(Peer {
-                    name: r.try_get(0)?,
-                    internal_url: r.try_get(1)?,
-                    free: r.try_get(2)?,
-                })
-            })
-            .collect::<Result<Vec<_>, sqlx_core::Error>>()
-    });
-    peers.unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "cannot read the ready peers; assuming none");
-        Vec::new()
-    })
 }
 
 /// Takes the reaper's session lock on `conn` without waiting; true when this session holds it
@@ -496,7 +454,9 @@ mod tests {
         let again = reap(&mut conn, "p0", Duration::from_secs(1)).await.unwrap();
         assert!(again.lost.is_empty() && again.calls.is_empty());
 
-        let peers = ready_peers(&pool, "p0", Duration::from_secs(1)).await;
+        let peers = super::super::handoff::ready_peers(&pool, "p0", Duration::from_secs(1))
+            .await
+            .unwrap();
         let got: Vec<(&str, i64)> = peers.iter().map(|p| (p.name.as_str(), p.free)).collect();
         assert_eq!(got, [("p3", 10), ("p4", 5)]);
         assert_eq!(peers[0].internal_url, "http://10.0.0.1:8080");

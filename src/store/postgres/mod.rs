@@ -8,6 +8,8 @@
 
 pub(crate) mod caps;
 pub(crate) mod claim;
+pub(crate) mod handoff;
+pub(crate) mod mcp_sessions;
 pub(crate) mod members;
 pub(crate) mod owner;
 pub(crate) mod settings;
