@@ -101,8 +101,7 @@ fn the_configmap_needs_the_pods_secrets() {
         .filter(|(k, _)| *k != "PATTERD_DATABASE_URL")
         .collect();
     let err = config::load_str_with_vars(&toml, "patter.toml", &env)
-        .err()
-        .expect("a missing database URL is an error")
+        .expect_err("a missing database URL is an error")
         .to_string();
     assert!(err.contains("PATTERD_DATABASE_URL"), "{err}");
 }
