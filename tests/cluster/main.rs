@@ -6,5 +6,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod k8s_pod;
 mod migrate;
 mod shared_state;

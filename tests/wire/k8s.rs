@@ -3,33 +3,13 @@
 //! resolves to one cluster instance per pod (name, per-pod advertise URL, headless-Service
 //! internal URL); the pod's grace period covers the ConfigMap's drain. The manifests' schemas
 //! and cross-file rules are deploy/k8s/validate.sh's (CI), which needs Python and PyPI; this
-//! test needs neither.
+//! test needs neither. tests/cluster/k8s_pod.rs runs the same file as a daemon.
 
 use patterd::config::{self, StoreBackend};
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/k8s");
+use crate::common::k8s::{configmap_toml, pod_env, read};
 
-fn read(name: &str) -> String {
-    std::fs::read_to_string(format!("{DIR}/{name}")).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-/// The `patter.toml: |` block scalar of configmap.yaml, its indentation removed.
-fn configmap_toml() -> String {
-    let text = read("configmap.yaml");
-    let mut lines = text.lines().skip_while(|l| l.trim() != "patter.toml: |");
-    assert!(
-        lines.next().is_some(),
-        "configmap.yaml has a patter.toml key"
-    );
-    let body: Vec<&str> = lines
-        .take_while(|l| l.is_empty() || l.starts_with("    "))
-        .collect();
-    assert!(body.len() > 10, "patter.toml is a block under the key");
-    body.iter()
-        .map(|l| l.strip_prefix("    ").unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
+const DB: &str = "postgres://patterd:pw@postgres.example.internal:5432/patterd";
 
 /// `KEY: N` on a line of `text` (the first one), as a number.
 fn yaml_number(text: &str, key: &str) -> u64 {
@@ -41,38 +21,13 @@ fn yaml_number(text: &str, key: &str) -> u64 {
         .unwrap_or_else(|e| panic!("{key}: {e}"))
 }
 
-/// What a pod's environment holds for the configuration: the downward API and the Secret's
-/// variables as statefulset.yaml sets them (stand-in secrets), plus deploy/Dockerfile's own.
-fn pod_env(pod: &str) -> Vec<(&str, &str)> {
-    vec![
-        ("POD_NAME", pod),
-        ("POD_NAMESPACE", "voice"),
-        ("PATTERD_PUBLIC_HOST", "voice.example.com"),
-        (
-            "PATTERD_DATABASE_URL",
-            "postgres://patterd:pw@postgres.example.internal:5432/patterd",
-        ),
-        ("PATTERD_API_TOKEN", "k8s-test-api-token-0123456789abcdef"),
-        (
-            "PATTERD_CLUSTER_TOKEN",
-            "k8s-test-cluster-token-0123456789ab",
-        ),
-        ("API_SERVER_KEY", "k"),
-        ("DEEPGRAM_API_KEY", "k"),
-        ("ELEVENLABS_API_KEY", "k"),
-        ("TWILIO_ACCOUNT_SID", "AC123"),
-        ("TWILIO_AUTH_TOKEN", "tok"),
-        ("PATTERD_SERVER__LISTEN", "0.0.0.0:8080"),
-        ("PATTERD_DATA_DIR", "/var/lib/patterd"),
-    ]
-}
-
 #[test]
 fn the_configmap_loads_as_one_cluster_instance_per_pod() {
     let toml = configmap_toml();
     for pod in ["patterd-0", "patterd-5"] {
-        let loaded = config::load_str_with_vars(&toml, "configmap.yaml patter.toml", &pod_env(pod))
-            .unwrap_or_else(|e| panic!("the ConfigMap's patter.toml must load:\n{e}"));
+        let loaded =
+            config::load_str_with_vars(&toml, "configmap.yaml patter.toml", &pod_env(pod, DB))
+                .unwrap_or_else(|e| panic!("the ConfigMap's patter.toml must load:\n{e}"));
         // `patterd check --strict` would refuse a warning.
         assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
         let c = &loaded.config;
@@ -96,7 +51,7 @@ fn the_configmap_loads_as_one_cluster_instance_per_pod() {
 fn the_configmap_needs_the_pods_secrets() {
     // Without the database URL from the Secret the pod does not start: the loader names it.
     let toml = configmap_toml();
-    let env: Vec<_> = pod_env("patterd-0")
+    let env: Vec<_> = pod_env("patterd-0", DB)
         .into_iter()
         .filter(|(k, _)| *k != "PATTERD_DATABASE_URL")
         .collect();
@@ -109,7 +64,7 @@ fn the_configmap_needs_the_pods_secrets() {
 #[test]
 fn the_grace_period_covers_the_drain() {
     let toml = configmap_toml();
-    let loaded = config::load_str_with_vars(&toml, "patter.toml", &pod_env("patterd-0"))
+    let loaded = config::load_str_with_vars(&toml, "patter.toml", &pod_env("patterd-0", DB))
         .unwrap_or_else(|e| panic!("{e}"));
     let drain = loaded.config.server.drain_timeout_s;
     let grace = yaml_number(&read("statefulset.yaml"), "terminationGracePeriodSeconds");
