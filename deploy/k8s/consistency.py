@@ -123,6 +123,20 @@ def main():
         if ref and ref["name"] == secret["metadata"]["name"] and ref["key"] not in keys:
             problems.append(f"statefulset.yaml reads Secret key {ref['key']}, absent from the template")
 
+    # kustomization.yaml applies every manifest but the Secret template.
+    kustomization = pathlib.Path(directory, "kustomization.yaml")
+    if kustomization.exists():
+        listed = set(yaml.safe_load(kustomization.read_text()).get("resources", []))
+        present = {
+            p.name for p in pathlib.Path(directory).glob("*.yaml") if p.name != "kustomization.yaml"
+        }
+        for name in sorted(present - listed - {"secret.example.yaml"}):
+            problems.append(f"kustomization.yaml does not list {name}")
+        for name in sorted(listed - present):
+            problems.append(f"kustomization.yaml lists {name}, which does not exist")
+        if "secret.example.yaml" in listed:
+            problems.append("kustomization.yaml must not apply the Secret template")
+
     # Probes on the daemon's own endpoints.
     if container.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/readyz":
         problems.append("the readiness probe must be GET /readyz (503 while draining)")

@@ -5,7 +5,8 @@
 #   2. the cross-file rules no schema knows (consistency.py): terminationGracePeriodSeconds ≥
 #      the ConfigMap's drain_timeout_s + 30, a per-pod Service and Ingress path for every pod
 #      the HPA may create, the headless Service publishing not-ready addresses, every ${VAR}
-#      of patter.toml and every Secret key the pods need being there;
+#      of patter.toml and every Secret key the pods need being there, kustomization.yaml
+#      listing every manifest but the Secret template;
 #   3. with a patterd binary (PATTERD_BIN, default target/debug/patterd when it exists),
 #      `patterd check --strict` on the ConfigMap's patter.toml in the environment a pod has.
 # kubernetes-validate comes from PyPI into a venv under target/, every package pinned by
