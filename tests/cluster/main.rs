@@ -9,6 +9,7 @@ mod common;
 mod drain;
 mod fence;
 mod forward;
+mod k8s_pod;
 mod kill;
 mod mcp;
 mod migrate;

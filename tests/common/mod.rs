@@ -13,6 +13,7 @@ pub mod carrier;
 pub mod cluster;
 pub mod daemon;
 pub mod fixtures;
+pub mod k8s;
 
 use std::time::Duration;
 

@@ -8,6 +8,7 @@ mod common;
 
 mod carrier_vectors;
 mod config;
+mod k8s;
 mod parsers;
 mod plivo_signature;
 mod providers;
