@@ -133,8 +133,9 @@ async fn metrics_count_the_turns_and_stages_of_a_call() {
     let m = metrics(&stack).await;
     assert_eq!(
         m.check_histograms(),
-        6 + 2,
-        "one series per stage, and the store's commit time and batch rows"
+        6 + 3,
+        "one series per stage, the store's commit time and batch rows, and the cluster's \
+         forward time (empty without a cluster)"
     );
     // The call's writes were committed in batches the store measured.
     assert!(m.get("patterd_store_commit_seconds_count") >= 1.0);
