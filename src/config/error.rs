@@ -64,8 +64,8 @@ fn join_lines(problems: &[Problem]) -> String {
 fn table_depth(path: &[String]) -> usize {
     match path.first().map(String::as_str) {
         Some("server") if path.get(1).map(String::as_str) == Some("tls") => 2,
-        Some("server" | "log") => 1,
-        Some("llm" | "stt" | "tts" | "carriers" | "agents" | "numbers") => 2,
+        Some("server" | "log" | "store" | "cluster" | "outbound") => 1,
+        Some("llm" | "stt" | "tts" | "carriers" | "agents" | "numbers" | "turn_model") => 2,
         _ => 0,
     }
 }

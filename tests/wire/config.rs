@@ -1361,7 +1361,7 @@ fn the_cluster_keys_are_checked() {
         ),
         (
             format!("{BASE}{pg}\n[cluster]\ninternal_url = \"10.0.0.7:8080\"\n"),
-            "cluster.internal_url",
+            "[cluster] internal_url = \"10.0.0.7:8080\" is not an absolute http/https URL",
         ),
         (
             format!("{BASE}{pg}\n[cluster]\nheartbeat_ms = 2000\nlease_ms = 3000\n"),
@@ -1370,6 +1370,10 @@ fn the_cluster_keys_are_checked() {
         (
             format!("{BASE}{pg}\n[cluster]\nreaper_ms = 0\n"),
             "[cluster] reaper_ms = 0",
+        ),
+        (
+            format!("{BASE}{pg}\n[cluster]\nheartbeat_mz = 500\n"),
+            "unknown key `heartbeat_mz` in [cluster]; did you mean `heartbeat_ms`?",
         ),
     ] {
         let err = load_err(&text);
