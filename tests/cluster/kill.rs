@@ -202,6 +202,14 @@ async fn a_restarted_instance_reaps_its_previous_incarnation_at_once() {
         .wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
         .await
         .expect("greeting plays");
+    // The store writes in batches: wait until the answered call is committed as in progress
+    // (under load that can trail the greeting), then kill.
+    cluster
+        .eventually("the call is stored in progress", WAIT, || {
+            let s = status(&cluster, &call.call_sid);
+            async move { (s == "in-progress|").then_some(()) }
+        })
+        .await;
     cluster.kill(0).await;
     assert_eq!(status(&cluster, &call.call_sid), "in-progress|");
     cluster.restart(0).await;

@@ -83,6 +83,8 @@ fn client(timeout: Duration, whole_request: bool) -> Result<reqwest::Client, Str
     let b = reqwest::Client::builder()
         // The cluster credential travels in the Authorization header: never follow a redirect.
         .redirect(reqwest::redirect::Policy::none())
+        // Peers are reached directly on their internal URLs, never through a proxy.
+        .no_proxy()
         .tcp_nodelay(true)
         .connect_timeout(CONNECT_TIMEOUT)
         .pool_idle_timeout(Duration::from_secs(90))
@@ -104,6 +106,12 @@ impl Peers {
             api: client(timeout, true),
             stream: client(timeout, false),
         }
+    }
+
+    /// The keep-alive client for whole requests to peers (the drain hand-off's too), unless it
+    /// could not be built.
+    pub(crate) fn api_client(&self) -> Option<&reqwest::Client> {
+        self.api.as_ref().ok()
     }
 
     fn request(
@@ -268,6 +276,14 @@ impl hyper::body::Body for RelayBody {
 mod tests {
     use super::*;
 
+    /// Peer `p1` listening (or not) at `addr`.
+    fn p1_at(addr: std::net::SocketAddr) -> PeerRef {
+        PeerRef {
+            name: "p1".into(),
+            internal_url: format!("http://{addr}"),
+        }
+    }
+
     /// A peer that accepts nothing (a closed port) is reported unreachable within the connect
     /// timeout, with its name; nothing hangs.
     #[tokio::test]
@@ -276,10 +292,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         drop(listener);
         let peers = Peers::new("p0", Secret::new("t"), Duration::from_secs(5));
-        let peer = PeerRef {
-            name: "p1".into(),
-            internal_url: format!("http://{addr}"),
-        };
+        let peer = p1_at(addr);
         let started = std::time::Instant::now();
         let e = peers
             .send(
@@ -315,10 +328,7 @@ mod tests {
             }
         });
         let peers = Peers::new("p0", Secret::new("t"), Duration::from_millis(300));
-        let peer = PeerRef {
-            name: "p1".into(),
-            internal_url: format!("http://{addr}"),
-        };
+        let peer = p1_at(addr);
         let started = std::time::Instant::now();
         let e = peers
             .send(

@@ -17,7 +17,6 @@
 //! released before the first peer gets it and recorded again if no peer took it. Counted in
 //! `patterd_cluster_handoffs_total{outcome}`.
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -38,9 +37,6 @@ pub(crate) const HANDED_BY: &str = "x-patterd-handed-by";
 
 /// Marks a peer's answer that refuses a handed-off webhook busy: the next peer is tried.
 const REFUSED: &str = "x-patterd-handoff-refused";
-
-/// How long a peer may take to accept the connection before the next one is tried.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Peers tried at most for one webhook.
 const MAX_PEERS: usize = 3;
@@ -169,25 +165,6 @@ fn refused_handed(refusal: Refusal) -> Response<Body> {
     resp
 }
 
-/// The client hand-offs go out on: keep-alive, `TCP_NODELAY`, a short connect timeout, no
-/// redirects, no proxy.
-fn client() -> Option<&'static reqwest::Client> {
-    static CLIENT: OnceLock<Option<reqwest::Client>> = OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            reqwest::Client::builder()
-                .tcp_nodelay(true)
-                .connect_timeout(CONNECT_TIMEOUT)
-                .pool_idle_timeout(Duration::from_secs(90))
-                .redirect(reqwest::redirect::Policy::none())
-                .no_proxy()
-                .build()
-                .inspect_err(|e| warn!(error = %e, "the hand-off HTTP client cannot be built"))
-                .ok()
-        })
-        .as_ref()
-}
-
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1), plus the
 /// ones the client sets itself.
 fn per_hop(name: &HeaderName) -> bool {
@@ -213,7 +190,7 @@ async fn forward(
     peer: &Peer,
     webhook: &Arrived,
 ) -> Result<Response<Body>, HandoffError> {
-    let client = client().ok_or(HandoffError::Client)?;
+    let client = cluster.peers.api_client().ok_or(HandoffError::Client)?;
     let target = format!(
         "{}{}",
         peer.internal_url.trim_end_matches('/'),

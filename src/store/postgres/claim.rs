@@ -114,9 +114,12 @@ mod tests {
         }
     }
 
-    async fn pools(url: &str, n: usize) -> Vec<PgPool> {
+    /// The database at `url` migrated (by opening a store on it) and three instances' pools.
+    async fn migrated(url: &str) -> (tempfile::TempDir, crate::store::Store, Vec<PgPool>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open_postgres(url, 1, "p0", dir.path(), 30, 16).unwrap();
         let mut pools = Vec::new();
-        for _ in 0..n {
+        for _ in 0..3 {
             pools.push(
                 PgPoolOptions::new()
                     .max_connections(6)
@@ -125,7 +128,7 @@ mod tests {
                     .unwrap(),
             );
         }
-        pools
+        (dir, store, pools)
     }
 
     /// The same webhook handed to three instances six times each, all at once: one claim
@@ -135,10 +138,7 @@ mod tests {
         let Some(db) = TestDatabase::create() else {
             return;
         };
-        let dir = tempfile::tempdir().unwrap();
-        let _store =
-            crate::store::Store::open_postgres(&db.url, 1, "p0", dir.path(), 30, 16).unwrap();
-        let pools = pools(&db.url, 3).await;
+        let (_dir, _store, pools) = migrated(&db.url).await;
         let mut tasks = Vec::new();
         for round in 0..6 {
             for (i, pool) in pools.iter().enumerate() {
@@ -192,10 +192,7 @@ mod tests {
         let Some(db) = TestDatabase::create() else {
             return;
         };
-        let dir = tempfile::tempdir().unwrap();
-        let _store =
-            crate::store::Store::open_postgres(&db.url, 1, "p0", dir.path(), 30, 16).unwrap();
-        let pools = pools(&db.url, 3).await;
+        let (_dir, _store, pools) = migrated(&db.url).await;
         let mut tasks = Vec::new();
         for _ in 0..4 {
             for pool in &pools {
