@@ -43,6 +43,8 @@ use serde_json::Value;
 use super::auth::{Grant, Scope};
 use super::{ApiError, ErrorCode};
 use crate::app::App;
+#[cfg(feature = "postgres")]
+use crate::app::cluster::forward::ForwardError;
 
 /// What a call-scoped route does, for forwarding: a read of the call, or an action on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,23 +113,6 @@ pub(crate) async fn elsewhere(
         if grant.scope == Scope::Peer {
             return not_forwarded_again(app, &cluster.name, id, kind).await;
         }
-        let lease_ms = u64::try_from(cluster.timing.lease.as_millis()).unwrap_or(u64::MAX);
-        let owner = match owner_of(&cluster.pool, &cluster.name, id, lease_ms).await {
-            Ok(o) => o,
-            Err(e) => return Some(Err(lookup_failed(id, &e))),
-        };
-        let peer = match owner {
-            Owner::Peer(p) | Owner::PeerStale(p) => p,
-            _ if foreign.is_some() => return Some(Err(call_token_refused())),
-            Owner::Lost { name } if kind == Kind::Act => {
-                app.metrics
-                    .cluster_forwards
-                    .inc(crate::app::metrics::ForwardOutcome::OwnerLost);
-                tracing::info!(call = %id, instance = %name, "action on a call whose instance stopped");
-                return Some(Err(owner_lost()));
-            }
-            _ => return None,
-        };
         let path_and_query = if req.query.is_empty() {
             format!("/v1{}", req.path)
         } else {
@@ -139,7 +124,55 @@ pub(crate) async fn elsewhere(
             body: req.body,
             call_token: foreign,
         };
-        Some(send(app, cluster, &peer, &out, id).await)
+        // An owner remembered from an earlier forward: straight to it, no lookup. If it
+        // cannot be reached (nothing was sent), the database says whether it is still the
+        // owner's lease that runs or the call that is over.
+        let mut refused_by = None;
+        if let Some(peer) = cluster.owners.get(id) {
+            match attempt(app, cluster, &peer, &out).await {
+                Err(ForwardError::Unreachable {
+                    maybe_delivered: false,
+                    ..
+                }) => {
+                    cluster.owners.forget(id);
+                    refused_by = Some(peer);
+                }
+                answer => return Some(finish(app, cluster, &peer, id, answer)),
+            }
+        }
+        let lease_ms = u64::try_from(cluster.timing.lease.as_millis()).unwrap_or(u64::MAX);
+        let owner = match owner_of(&cluster.pool, &cluster.name, id, lease_ms).await {
+            Ok(o) => o,
+            Err(e) => return Some(Err(lookup_failed(id, &e))),
+        };
+        let (peer, fresh) = match owner {
+            Owner::Peer(p) => (p, true),
+            Owner::PeerStale(p) => (p, false),
+            _ if foreign.is_some() => return Some(Err(call_token_refused())),
+            Owner::Lost { name } if kind == Kind::Act => {
+                app.metrics
+                    .cluster_forwards
+                    .inc(crate::app::metrics::ForwardOutcome::OwnerLost);
+                tracing::info!(call = %id, instance = %name, "action on a call whose instance stopped");
+                return Some(Err(owner_lost()));
+            }
+            _ => return None,
+        };
+        if refused_by.is_some_and(|r| r.internal_url == peer.internal_url) {
+            // The same owner at the same address refused the connection a moment ago.
+            let refused = Err(ForwardError::Unreachable {
+                peer: peer.name.clone(),
+                url: peer.internal_url.clone(),
+                reason: "connection failed".to_string(),
+                maybe_delivered: false,
+            });
+            return Some(finish(app, cluster, &peer, id, refused));
+        }
+        let answer = attempt(app, cluster, &peer, &out).await;
+        if fresh && answer.is_ok() {
+            cluster.owners.put(id, &peer);
+        }
+        Some(finish(app, cluster, &peer, id, answer))
     }
     #[cfg(not(feature = "postgres"))]
     {
@@ -222,29 +255,45 @@ fn owner_unreachable(id: &str, peer: &str, lease_s: u64, maybe_delivered: bool) 
     e
 }
 
-/// Sends the request to `peer` and relays its answer (or says why none came).
+/// Sends the request to `peer` (timed in `patterd_cluster_forward_seconds`).
 #[cfg(feature = "postgres")]
-async fn send(
+async fn attempt(
     app: &App,
     cluster: &crate::app::cluster::Cluster,
     peer: &crate::store::postgres::owner::PeerRef,
     out: &crate::app::cluster::forward::Outgoing<'_>,
-    id: &str,
-) -> Result<(u16, Value), ApiError> {
-    use crate::app::cluster::forward::ForwardError;
-    use crate::app::metrics::ForwardOutcome;
+) -> Result<crate::app::cluster::forward::Answer, ForwardError> {
     let started = std::time::Instant::now();
     let answer = cluster.peers.send(peer, out).await;
     app.metrics
         .cluster_forward_seconds
         .observe((), started.elapsed());
+    answer
+}
+
+/// The owner's answer relayed (or why none came), counted; an owner that did not answer, or
+/// answered that the call is not live there, is forgotten (`app::cluster::owners`).
+#[cfg(feature = "postgres")]
+fn finish(
+    app: &App,
+    cluster: &crate::app::cluster::Cluster,
+    peer: &crate::store::postgres::owner::PeerRef,
+    id: &str,
+    answer: Result<crate::app::cluster::forward::Answer, ForwardError>,
+) -> Result<(u16, Value), ApiError> {
+    use crate::app::metrics::ForwardOutcome;
     let lease_s = cluster.timing.lease.as_secs().max(1);
     match answer {
         Ok(a) => {
             app.metrics.cluster_forwards.inc(ForwardOutcome::Relayed);
-            relay(a.status, a.body, a.retry_after_s)
+            let relayed = relay(a.status, a.body, a.retry_after_s);
+            if matches!(&relayed, Err(e) if e.status == 404 || e.code == ErrorCode::CallNotLive) {
+                cluster.owners.forget(id);
+            }
+            relayed
         }
         Err(e @ (ForwardError::Unreachable { .. } | ForwardError::Client(_))) => {
+            cluster.owners.forget(id);
             app.metrics
                 .cluster_forwards
                 .inc(ForwardOutcome::Unreachable);
@@ -259,6 +308,7 @@ async fn send(
             Err(owner_unreachable(id, &peer.name, lease_s, maybe))
         }
         Err(e @ ForwardError::BadAnswer { .. }) => {
+            cluster.owners.forget(id);
             app.metrics.cluster_forwards.inc(ForwardOutcome::BadAnswer);
             tracing::warn!(call = %id, error = %e, "a call's owner answered a forwarded request oddly");
             Err(ApiError::new(

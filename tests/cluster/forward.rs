@@ -8,6 +8,7 @@
 //! [`register`] stands in for it: one row per instance with a heartbeat an hour ahead. Where
 //! membership wrote the rows already it changes nothing.
 
+mod cache;
 mod reach;
 
 use std::time::{Duration, Instant};

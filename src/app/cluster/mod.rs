@@ -18,6 +18,8 @@ pub(crate) mod handoff;
 #[cfg(feature = "postgres")]
 pub(crate) mod members;
 #[cfg(feature = "postgres")]
+pub(crate) mod owners;
+#[cfg(feature = "postgres")]
 pub(crate) mod reaper;
 #[cfg(feature = "postgres")]
 pub(crate) mod settings;
@@ -74,6 +76,8 @@ pub struct Cluster {
     pub(crate) members: members::Stats,
     /// The HTTP client for requests forwarded to a call's owner.
     pub(crate) peers: forward::Peers,
+    /// The owners of calls recently forwarded to (`owners`): later forwards skip the lookup.
+    pub(crate) owners: owners::OwnerCache,
 }
 
 #[cfg(feature = "postgres")]
@@ -104,6 +108,7 @@ impl Cluster {
             pool,
             settings_version: Default::default(),
             members: Default::default(),
+            owners: Default::default(),
         }
     }
 }
