@@ -146,7 +146,10 @@ EOF
 fi
 
 # 4. The image.
-say "building $IMAGE from deploy/Dockerfile"
+# The image's cargo profile: `image-test` unless PATTERD_IMAGE_PROFILE says otherwise (e.g.
+# `release`, the Dockerfile's default, to test the very build users get).
+BUILD_ARGS+=(--build-arg "CARGO_PROFILE=${PATTERD_IMAGE_PROFILE:-image-test}")
+say "building $IMAGE from deploy/Dockerfile (profile ${PATTERD_IMAGE_PROFILE:-image-test})"
 build_started=$(date +%s)
 docker build --label org.patterd.test-image=1 "${BUILD_ARGS[@]}" -f deploy/Dockerfile -t "$IMAGE" . \
   >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log" >&2; fail "docker build (deploy/Dockerfile)"; }

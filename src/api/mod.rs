@@ -7,6 +7,7 @@
 //! overrides [`inbound`].
 
 pub mod auth;
+mod cluster;
 mod error;
 pub(crate) mod forward;
 pub mod inbound;
@@ -52,6 +53,7 @@ pub(crate) fn route_permission<'a>(
             (ActOnCall, Some(*id))
         }
         (Method::PUT | Method::POST, ["inbound"]) => (Operator, None),
+        (Method::GET, ["cluster"]) => (Operator, None),
         _ => return None,
     })
 }
@@ -147,19 +149,25 @@ pub(crate) async fn dispatch(
         }
         (Method::GET, ["metrics"]) => {
             let m = app.store.metrics(None).await?;
-            ok(json!({"live_calls": app.calls.len(), "metrics": m}))
+            let mut v = json!({"live_calls": app.calls.len(), "metrics": m});
+            if let Some(c) = cluster::metrics(app).await? {
+                v["cluster"] = c;
+            }
+            ok(v)
         }
+        (Method::GET, ["cluster"]) => ok(cluster::view(app).await?),
         (Method::GET, ["inbound"]) => ok(inbound::get(app)),
         (Method::PUT | Method::POST, ["inbound"]) => {
             ok(inbound::configure(app, body.unwrap_or(Value::Null)).await?)
         }
-        (_, ["calls"] | ["calls", _] | ["calls", _, _] | ["metrics"] | ["inbound"]) => {
-            Err(ApiError::new(
-                405,
-                ErrorCode::MethodNotAllowed,
-                "method not allowed on this resource",
-            ))
-        }
+        (
+            _,
+            ["calls"] | ["calls", _] | ["calls", _, _] | ["metrics"] | ["inbound"] | ["cluster"],
+        ) => Err(ApiError::new(
+            405,
+            ErrorCode::MethodNotAllowed,
+            "method not allowed on this resource",
+        )),
         _ => Err(ApiError::new(
             404,
             ErrorCode::UnknownRoute,
@@ -412,6 +420,43 @@ mod tests {
         let loaded = crate::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
         let app = App::new(loaded.config).expect("app");
         (dir, app)
+    }
+
+    #[tokio::test]
+    async fn the_cluster_view_is_for_operators_and_empty_on_sqlite() {
+        let (_dir, app) = test_app();
+        let get = |grant: Grant, path: &'static str| {
+            let app = app.clone();
+            async move { dispatch(&app, &grant, &Method::GET, path, "", None).await }
+        };
+        let (s, v) = get(Grant::operator("t"), "/cluster")
+            .await
+            .expect("operator");
+        assert_eq!(s, 200);
+        assert_eq!(
+            v,
+            json!({"clustered": false, "live_calls": 0, "instances": []})
+        );
+        let read = Grant {
+            scope: Scope::Read,
+            name: "dash".into(),
+        };
+        let e = get(read.clone(), "/cluster").await.expect_err("read");
+        assert_eq!((e.status, e.code), (403, ErrorCode::ForbiddenScope));
+        // The metrics stay readable, without a cluster part on SQLite.
+        let (_, m) = get(read, "/metrics").await.expect("metrics");
+        assert_eq!(m.get("cluster"), None);
+        let e = dispatch(
+            &app,
+            &Grant::operator("t"),
+            &Method::POST,
+            "/cluster",
+            "",
+            None,
+        )
+        .await
+        .expect_err("post");
+        assert_eq!(e.status, 405);
     }
 
     #[test]

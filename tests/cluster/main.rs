@@ -13,4 +13,5 @@ mod k8s_pod;
 mod kill;
 mod mcp;
 mod migrate;
+mod roster;
 mod shared_state;

@@ -12,6 +12,7 @@ pub(crate) mod handoff;
 pub(crate) mod mcp_sessions;
 pub(crate) mod members;
 pub(crate) mod owner;
+pub(crate) mod roster;
 pub(crate) mod settings;
 mod sink;
 
