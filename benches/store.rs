@@ -9,7 +9,9 @@
 //! and this process's CPU (a PostgreSQL server's own CPU is in its processes, not counted here).
 //! PostgreSQL comes from `patterd_sim::postgres` (`PATTERD_TEST_DATABASE_URL`, or a throwaway
 //! server of the machine's binaries, fsync off — say so when quoting). Run with
-//! `cargo bench --bench store` (`CALLS=N SECS=S` to change the load).
+//! `cargo bench --bench store` (`CALLS=N SECS=S` to change the load). A last row splits the same
+//! calls over `WRITERS` stores (default 3) on the one PostgreSQL database, writing at once, as the
+//! instances of a cluster do; its commit figures are the worst writer's.
 
 use std::time::{Duration, Instant};
 
@@ -64,8 +66,7 @@ struct Figures {
     rows: u64,
     commit_p50: Option<f64>,
     commit_p99: Option<f64>,
-    durable_p50: Duration,
-    durable_p99: Duration,
+    durable: Vec<Duration>,
     dropped: u64,
     cpu: f64,
 }
@@ -101,8 +102,8 @@ fn exchange(store: &Store, id: &str, t: u64) -> u64 {
     13
 }
 
-async fn run(store: Store, calls: u64, secs: u64) -> Figures {
-    let ids: Vec<String> = (0..calls).map(|i| format!("CA{i:08}")).collect();
+async fn run(store: Store, prefix: &str, calls: u64, secs: u64) -> Figures {
+    let ids: Vec<String> = (0..calls).map(|i| format!("CA{prefix}{i:08}")).collect();
     let cpu0 = cpu_seconds();
     let start = Instant::now();
     let mut writes = 0u64;
@@ -144,8 +145,6 @@ async fn run(store: Store, calls: u64, secs: u64) -> Figures {
     }
     let _ = store.tx.flush().await;
     let elapsed = start.elapsed().as_secs_f64();
-    durable.sort();
-    let q = |p: f64| durable[((durable.len() as f64 * p) as usize).min(durable.len() - 1)];
     Figures {
         writes,
         secs: elapsed,
@@ -153,8 +152,7 @@ async fn run(store: Store, calls: u64, secs: u64) -> Figures {
         rows: store.stats.rows(),
         commit_p50: store.stats.commit_quantile(0.5),
         commit_p99: store.stats.commit_quantile(0.99),
-        durable_p50: q(0.5),
-        durable_p99: q(0.99),
+        durable,
         dropped: store.tx.dropped(),
         cpu: cpu_seconds() - cpu0,
     }
@@ -203,19 +201,71 @@ fn main() {
         ));
     }
     for (name, open) in backends {
-        let f = rt.block_on(async { run(open(), calls, secs).await });
-        println!(
-            "| {name} | {:.0} | {} | {:.1} | {} | {} | {:.1} ms | {:.1} ms | {} | {:.2} s ({:.1} % of a core) |",
-            f.writes as f64 / f.secs,
-            f.batches,
-            f.rows as f64 / f.batches.max(1) as f64,
-            show(f.commit_p50),
-            show(f.commit_p99),
-            f.durable_p50.as_secs_f64() * 1000.0,
-            f.durable_p99.as_secs_f64() * 1000.0,
-            f.dropped,
-            f.cpu,
-            100.0 * f.cpu / f.secs
+        let f = rt.block_on(async { run(open(), "", calls, secs).await });
+        print_row(name, f);
+    }
+    let writers = env_or("WRITERS", 3).max(1);
+    if let Some(db) = &db {
+        let stores: Vec<Store> = (0..writers)
+            .map(|w| {
+                let path = dir.path().join(format!("pg-writer-{w}"));
+                Store::open_postgres(&db.url, 4, &format!("bench-{w}"), &path, 0, 4096)
+                    .expect("postgres")
+            })
+            .collect();
+        let per = calls / writers;
+        let all = rt.block_on(async {
+            let runs = stores.into_iter().enumerate().map(|(w, store)| {
+                tokio::spawn(async move { run(store, &format!("W{w}"), per, secs).await })
+            });
+            let mut out = Vec::new();
+            for r in runs.collect::<Vec<_>>() {
+                out.push(r.await.expect("writer task"));
+            }
+            out
+        });
+        let worst = |pick: fn(&Figures) -> Option<f64>| {
+            all.iter()
+                .filter_map(pick)
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+        };
+        let merged = Figures {
+            writes: all.iter().map(|f| f.writes).sum(),
+            secs: all.iter().map(|f| f.secs).fold(0.0, f64::max),
+            batches: all.iter().map(|f| f.batches).sum(),
+            rows: all.iter().map(|f| f.rows).sum(),
+            commit_p50: worst(|f| f.commit_p50),
+            commit_p99: worst(|f| f.commit_p99),
+            durable: all.iter().flat_map(|f| f.durable.iter().copied()).collect(),
+            dropped: all.iter().map(|f| f.dropped).sum(),
+            cpu: all.iter().map(|f| f.cpu).fold(0.0, f64::max),
+        };
+        print_row(
+            &format!("postgres, {writers} writers × {per} calls (a cluster)"),
+            merged,
         );
     }
+}
+
+fn print_row(name: &str, mut f: Figures) {
+    f.durable.sort();
+    let q = |p: f64| {
+        f.durable
+            .get(((f.durable.len() as f64 * p) as usize).min(f.durable.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    println!(
+        "| {name} | {:.0} | {} | {:.1} | {} | {} | {:.1} ms | {:.1} ms | {} | {:.2} s ({:.1} % of a core) |",
+        f.writes as f64 / f.secs,
+        f.batches,
+        f.rows as f64 / f.batches.max(1) as f64,
+        show(f.commit_p50),
+        show(f.commit_p99),
+        q(0.5).as_secs_f64() * 1000.0,
+        q(0.99).as_secs_f64() * 1000.0,
+        f.dropped,
+        f.cpu,
+        100.0 * f.cpu / f.secs
+    );
 }
