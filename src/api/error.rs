@@ -69,6 +69,10 @@ error_codes! {
     NoRecording = "no_recording",
     /// The recording exists but could not be read.
     RecordingUnreadable = "recording_unreadable",
+    /// No webhook delivery by that id.
+    NoDelivery = "no_delivery",
+    /// Only a dead-lettered webhook delivery can be retried by hand.
+    DeliveryNotDead = "delivery_not_dead",
     /// The call has ended.
     CallNotLive = "call_not_live",
     /// The call runs on another instance of the cluster, which did not answer in time; retry

@@ -14,6 +14,7 @@ pub mod inbound;
 pub mod originate;
 pub mod pages;
 mod peer;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -54,6 +55,10 @@ pub(crate) fn route_permission<'a>(
         }
         (Method::PUT | Method::POST, ["inbound"]) => (Operator, None),
         (Method::GET, ["cluster"]) => (Operator, None),
+        (Method::GET, ["webhooks", "deliveries"] | ["webhooks", "deliveries", _]) => {
+            (Operator, None)
+        }
+        (Method::POST, ["webhooks", "deliveries", _, "retry"]) => (Operator, None),
         _ => return None,
     })
 }
@@ -156,13 +161,26 @@ pub(crate) async fn dispatch(
             ok(v)
         }
         (Method::GET, ["cluster"]) => ok(cluster::view(app).await?),
+        (Method::GET, ["webhooks", "deliveries"]) => ok(webhooks::list(app, &param).await?),
+        (Method::GET, ["webhooks", "deliveries", id]) => ok(webhooks::get(app, id).await?),
+        (Method::POST, ["webhooks", "deliveries", id, "retry"]) => {
+            ok(webhooks::retry(app, id).await?)
+        }
         (Method::GET, ["inbound"]) => ok(inbound::get(app)),
         (Method::PUT | Method::POST, ["inbound"]) => {
             ok(inbound::configure(app, body.unwrap_or(Value::Null)).await?)
         }
         (
             _,
-            ["calls"] | ["calls", _] | ["calls", _, _] | ["metrics"] | ["inbound"] | ["cluster"],
+            ["calls"]
+            | ["calls", _]
+            | ["calls", _, _]
+            | ["metrics"]
+            | ["inbound"]
+            | ["cluster"]
+            | ["webhooks", "deliveries"]
+            | ["webhooks", "deliveries", _]
+            | ["webhooks", "deliveries", _, "retry"],
         ) => Err(ApiError::new(
             405,
             ErrorCode::MethodNotAllowed,

@@ -204,6 +204,18 @@ impl From<&EndReason> for Outcome {
 }
 
 label_enum!(
+    /// What became of one webhook delivery attempt.
+    DeliveryOutcome, "outcome" {
+        /// The receiver answered 2xx.
+        Delivered => "delivered",
+        /// It failed and is scheduled again.
+        Retried => "retried",
+        /// It failed for good (410 Gone, no entry for its URL, or past give_up_after_s).
+        Dead => "dead",
+    }
+);
+
+label_enum!(
     /// What became of caller speech over the agent.
     BargeIn, "kind" {
         /// The agent's turn was cut short.
@@ -572,6 +584,8 @@ metrics! {
         "Time to forward a request to a call's owner and get its answer (or give up), in seconds.";
     cluster_handoffs: Counter<HandoffOutcome> = "patterd_cluster_handoffs_total",
         "New-call webhooks a draining or full instance tried to hand to a ready peer, by outcome.";
+    webhook_deliveries: Counter<DeliveryOutcome> = "patterd_webhook_deliveries_total",
+        "Webhook delivery attempts ([[webhooks]]), by outcome: delivered, retried, dead (dead-lettered).";
 }
 
 impl Metrics {

@@ -17,6 +17,7 @@ pub mod progress;
 pub mod reload;
 pub(crate) mod replay;
 pub mod trial;
+pub(crate) mod webhooks;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -150,6 +151,8 @@ pub struct App {
     pub cluster: Option<Arc<cluster::Cluster>>,
     /// The replay guards' memory without a shared store ([`replay`]).
     pub(crate) replay: replay::LocalSeen,
+    /// The webhook outbox's depth as its worker last saw it ([`webhooks`]).
+    pub(crate) outbox: webhooks::Gauges,
 }
 
 /// How many media sockets may be open at once: two per call (a carrier may reconnect) plus
@@ -212,6 +215,7 @@ impl App {
             auth_failures: Default::default(),
             turn_models,
             replay: Default::default(),
+            outbox: Default::default(),
         }))
     }
 

@@ -3,8 +3,9 @@
 //! latencies from the timeline's events (turn end → brain request, brain first token, TTS first
 //! audio, turn end → reply first frame, barge-in onset → clear), turns, barge-ins, provider
 //! errors, dropped frames and call outcomes — and prices the call's usage with `[pricing]`
-//! ([`Prices`]) when it ends. Each method is a few relaxed atomic operations, so
-//! the actor that calls it never waits.
+//! ([`Prices`]) when it ends; and the call's webhook events for the outbox
+//! (`app::webhooks::CallHooks`), queued with the writes they report. Each method is a few
+//! relaxed atomic operations and queue pushes, so the actor that calls it never waits.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -96,6 +97,8 @@ pub(crate) struct CallObserver {
     /// (µs; [`NONE`] until known): what the reply's first frame waited on the providers.
     brain_us: AtomicU64,
     tts_us: AtomicU64,
+    /// The call's webhook receivers (`[[webhooks]]`), if any wants its events.
+    hooks: Option<super::webhooks::CallHooks>,
 }
 
 impl CallObserver {
@@ -139,6 +142,7 @@ impl CallObserver {
             speech_start_ms: AtomicU64::new(NONE),
             brain_us: AtomicU64::new(NONE),
             tts_us: AtomicU64::new(NONE),
+            hooks: super::webhooks::CallHooks::new(config, setup),
         }
     }
 
@@ -252,9 +256,15 @@ impl CallLog for CallObserver {
     }
     fn turn(&self, call_id: &str, seq: usize, entry: &TranscriptEntry) {
         self.store.turn(call_id, seq, entry);
+        if let Some(h) = &self.hooks {
+            self.store.outbox(h.turn(seq, entry));
+        }
     }
     fn answered(&self, call_id: &str) {
         self.store.answered(call_id);
+        if let Some(h) = &self.hooks {
+            self.store.outbox(h.started());
+        }
     }
     fn reply_latency(&self, call_id: &str, latency_us: u64) {
         self.store.reply_latency(call_id, latency_us);
@@ -263,7 +273,18 @@ impl CallLog for CallObserver {
         self.metrics
             .calls_ended
             .inc((self.carrier, Outcome::from(reason)));
-        self.store.ended(call_id, reason);
+        // The end's webhook events commit with the end row (`store::outbox`).
+        let outbox = self
+            .hooks
+            .as_ref()
+            .map(|h| h.ended(reason))
+            .unwrap_or_default();
+        self.store.ended_with(call_id, reason, outbox);
+    }
+    fn recording_ready(&self, _call_id: &str, bytes: u64) {
+        if let Some(h) = &self.hooks {
+            self.store.outbox(h.recording_ready(bytes));
+        }
     }
     fn frame_dropped(&self, _call_id: &str, at: Dropped) {
         self.metrics.frames_dropped.inc(match at {

@@ -26,6 +26,9 @@ pub trait CallLog: Send + Sync {
     fn frame_dropped(&self, _call_id: &str, _where: Dropped) {}
     /// What the call used of each provider, reported once just before [`CallLog::ended`].
     fn usage(&self, _call_id: &str, _usage: &Usage) {}
+    /// The call's recording is complete (`bytes` long), after the call ended; called from the
+    /// recording's writer thread.
+    fn recording_ready(&self, _call_id: &str, _bytes: u64) {}
 }
 
 /// Where a call dropped a frame.

@@ -118,11 +118,17 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts recording to `path` now (the writer creates the file on its thread).
-    pub fn start(path: PathBuf) -> Self {
+    /// Starts recording to `path` now (the writer creates the file on its thread); `ready`
+    /// is told the file's size once it is complete.
+    pub fn start(path: PathBuf, ready: Option<Box<dyn FnOnce(u64) + Send>>) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = write(&path, rx) {
+        tokio::task::spawn_blocking(move || match write(&path, rx) {
+            Ok(()) => {
+                if let Some(ready) = ready {
+                    ready(std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0));
+                }
+            }
+            Err(e) => {
                 warn!(path = %path.display(), error = %e, "the call's recording could not be written; check that data_dir is writable");
             }
         });

@@ -14,10 +14,12 @@ pub use crate::util::secret::Secret;
 mod kinds;
 mod providers;
 mod turn_model;
+mod webhooks;
 pub(crate) use kinds::{llm_kinds, stt_kinds, tts_kinds};
 use providers::default_true;
 pub use providers::*;
 pub use turn_model::*;
+pub use webhooks::*;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -37,6 +39,10 @@ pub struct Config {
     pub pricing: PricingConfig,
     /// `[turn_model.NAME]`: end-of-turn models agents can use.
     pub turn_model: BTreeMap<String, TurnModelConfig>,
+    /// `[[webhooks]]`: receivers of the calls' events (docs/integrations.md).
+    pub webhooks: Vec<WebhookConfig>,
+    /// `[webhook_delivery]`: how the outbox delivers them.
+    pub webhook_delivery: WebhookDeliveryConfig,
 }
 
 /// `[pricing]`: what each provider and carrier account charges, in US dollars, keyed by the

@@ -14,6 +14,7 @@ use crate::util::phone::{is_e164, is_e164_prefix};
 mod cluster;
 mod providers;
 mod turn_model;
+mod webhooks;
 
 use providers::{carriers, llms, stts, ttss};
 
@@ -188,6 +189,7 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
         }
     }
     numbers(&mut c, config);
+    webhooks::check(&mut c, config);
     c.problems
 }
 

@@ -3,6 +3,7 @@
 //! text format.
 
 use std::fmt::Write;
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use hyper::Response;
@@ -39,6 +40,21 @@ pub(crate) fn gauges(app: &App) -> Vec<(&'static str, &'static str, u64)> {
             "patterd_draining",
             "1 while the daemon drains.",
             u64::from(app.is_draining()),
+        ),
+        (
+            "patterd_webhook_deliveries_pending",
+            "Webhook deliveries waiting in the outbox (due now or scheduled for a retry).",
+            app.outbox.pending.load(Ordering::Relaxed),
+        ),
+        (
+            "patterd_webhook_deliveries_held",
+            "call.ended deliveries waiting for the call's summary.",
+            app.outbox.held.load(Ordering::Relaxed),
+        ),
+        (
+            "patterd_webhook_dead_letters",
+            "Webhook deliveries given up (GET /v1/webhooks/deliveries?state=dead).",
+            app.outbox.dead.load(Ordering::Relaxed),
         ),
         (
             "patterd_calls_capacity",

@@ -117,6 +117,7 @@ pub async fn bind(config: Config) -> Result<Running, ServerError> {
         .await
         .map_err(ServerError::Cluster)?;
     crate::app::cluster::start_sync(&app);
+    crate::app::webhooks::start(&app);
     let served = Arc::new(Served {
         advertise_prefix: prefix::of(Host::callback_base(app.as_ref())),
         mcp: McpHttp::new(&app.config(), Arc::downgrade(&app)),

@@ -11,6 +11,7 @@
 //! its call id, sequence number and heard length (never its text).
 
 pub mod model;
+pub mod outbox;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod queue;
@@ -31,6 +32,7 @@ use tracing::{info, warn};
 
 use crate::call::{CallEvent, CallLog, EndReason, EventDetail, TranscriptEntry};
 pub use model::{CallFilter, CallRow, EventRow, Metrics, TurnRow};
+pub use outbox::{DeliveryRow, OutboxBody, OutboxCounts, OutboxEvent, OutboxRow, Settle};
 use queue::{Pushed, WriteQueue};
 use sqlite_schema::MIGRATIONS;
 use writer::writer_loop;
@@ -141,12 +143,16 @@ pub enum Write {
         call_id: String,
         latency_us: u64,
     },
-    /// The call ended at `at`, for `reason`.
+    /// The call ended at `at`, for `reason`; `outbox` holds the webhook events of its end
+    /// (`call.ended`, `call.transferred`), committed in the same transaction.
     Ended {
         call_id: String,
         reason: String,
         at: i64,
+        outbox: Vec<OutboxEvent>,
     },
+    /// Webhook events for the outbox (`store::outbox`), committed with the batch.
+    Outbox(Vec<OutboxEvent>),
     Setting {
         key: String,
         value: String,
@@ -292,11 +298,24 @@ impl StoreTx {
 
     /// The call ended now: its end time, duration, final status and outcome are settled.
     pub fn ended(&self, call_id: &str, reason: &EndReason) {
+        self.ended_with(call_id, reason, Vec::new());
+    }
+
+    /// [`StoreTx::ended`] with the webhook events of the end, committed with it.
+    pub(crate) fn ended_with(&self, call_id: &str, reason: &EndReason, outbox: Vec<OutboxEvent>) {
         self.send(Write::Ended {
             call_id: call_id.to_string(),
             reason: reason.to_string(),
             at: now_ms(),
+            outbox,
         });
+    }
+
+    /// Webhook events for the outbox (never dropped).
+    pub(crate) fn outbox(&self, events: Vec<OutboxEvent>) {
+        if !events.is_empty() {
+            self.send(Write::Outbox(events));
+        }
     }
 
     pub fn turn(&self, call_id: &str, seq: usize, entry: &TranscriptEntry) {
@@ -529,6 +548,11 @@ impl Store {
                 "closed calls left open by a previous run as failed"
             );
         }
+        // One instance: the webhook deliveries the last run had claimed are free again.
+        outbox::release_claims_sqlite(&writer).map_err(|source| StoreError::Open {
+            path: path.display().to_string(),
+            source,
+        })?;
         // Nor is any recording being written: a `.wav.part` is a crash's unfinished one.
         crate::call::recording::prune_parts(data_dir);
         let read = open_conn(&path)?;
@@ -741,6 +765,101 @@ impl Store {
             }
             #[cfg(feature = "postgres")]
             Reads::Postgres(p) => p.setting(&key).await,
+        }
+    }
+}
+
+/// The webhook outbox's delivery side (`app::webhooks`, `GET /v1/webhooks/deliveries`). These
+/// write directly (SQLite: on the read connection, waiting on the writer's lock at most its
+/// busy timeout; PostgreSQL: on the pool), not through the queue: a claim must be answered.
+impl Store {
+    /// Claims up to `limit` deliveries that are due for `owner`, for `lease_ms` (PostgreSQL:
+    /// `FOR UPDATE SKIP LOCKED`, so N instances never claim one row twice; a claim whose lease
+    /// ran out is taken again).
+    pub(crate) async fn outbox_claim(
+        &self,
+        owner: &str,
+        limit: usize,
+        lease_ms: i64,
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        let owner = owner.to_string();
+        match &self.read {
+            Reads::Sqlite(c) => {
+                Self::read_sqlite(c, move |c| {
+                    outbox::claim_sqlite(c, &owner, limit, lease_ms, now_ms())
+                })
+                .await
+            }
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.outbox_claim(&owner, limit, lease_ms).await,
+        }
+    }
+
+    /// Records how an attempt on a claimed delivery ended; false when the claim was no
+    /// longer `owner`'s.
+    pub(crate) async fn outbox_settle(
+        &self,
+        owner: &str,
+        id: &str,
+        settle: Settle,
+    ) -> Result<bool, StoreError> {
+        let (owner, id) = (owner.to_string(), id.to_string());
+        match &self.read {
+            Reads::Sqlite(c) => {
+                Self::read_sqlite(c, move |c| {
+                    outbox::settle_sqlite(c, &owner, &id, &settle, now_ms())
+                })
+                .await
+            }
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.outbox_settle(&owner, &id, &settle).await,
+        }
+    }
+
+    /// Deliveries pending, held and dead (the `/metrics` gauges).
+    pub(crate) async fn outbox_counts(&self) -> Result<OutboxCounts, StoreError> {
+        match &self.read {
+            Reads::Sqlite(c) => Self::read_sqlite(c, outbox::counts_sqlite).await,
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.outbox_counts().await,
+        }
+    }
+
+    /// The newest deliveries (in `state`, if given), at most `limit`.
+    pub(crate) async fn outbox_list(
+        &self,
+        state: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRow>, StoreError> {
+        self.settle().await;
+        match &self.read {
+            Reads::Sqlite(c) => {
+                Self::read_sqlite(c, move |c| outbox::list_sqlite(c, state.as_deref(), limit)).await
+            }
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.outbox_list(state.as_deref(), limit).await,
+        }
+    }
+
+    /// One delivery by its `webhook-id`.
+    pub(crate) async fn outbox_get(&self, id: &str) -> Result<Option<DeliveryRow>, StoreError> {
+        let id = id.to_string();
+        match &self.read {
+            Reads::Sqlite(c) => Self::read_sqlite(c, move |c| outbox::get_sqlite(c, &id)).await,
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.outbox_get(&id).await,
+        }
+    }
+
+    /// Puts a dead letter back in the queue, due now; false when `id` is not dead.
+    pub(crate) async fn outbox_retry(&self, id: &str) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        match &self.read {
+            Reads::Sqlite(c) => {
+                Self::read_sqlite(c, move |c| outbox::retry_sqlite(c, &id, now_ms())).await
+            }
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.outbox_retry(&id).await,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The store's write queue: what call actors and handlers hand to the writer thread. Pushing
 //! never blocks. Timeline events and latency notes are *droppable*: once `cap` writes are
 //! waiting (the disk is stalled), new ones are refused and counted. Everything else — call rows,
-//! status changes, turns, call ends, settings, flushes — is *kept* even then, because losing
+//! status changes, turns, call ends, webhook events, settings, flushes — is *kept* even then, because losing
 //! one orphans or corrupts a call; that overflow is bounded by the number of calls and turns,
 //! not by the event rate. A single queue keeps every write in the order it was made.
 //!
@@ -217,6 +217,7 @@ mod tests {
                 call_id: "CA2".into(),
                 reason: "caller hung up".into(),
                 at: 2,
+                outbox: Vec::new(),
             }),
             Pushed::Queued
         );

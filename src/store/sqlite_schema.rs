@@ -64,4 +64,28 @@ pub(super) const MIGRATIONS: &[&str] = &[
         wired_at INTEGER NOT NULL,
         PRIMARY KEY (carrier_account, app_id)
     );",
+    // 4: the webhook outbox (`store::outbox`): one row per event and receiver, written in the
+    // transaction of what it reports, delivered and retried by `app::webhooks`; and the call's
+    // summary (`[agents.X.summary]`).
+    "CREATE TABLE webhook_outbox (
+        id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        event TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        body TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('held', 'pending', 'delivered', 'dead')),
+        created_at INTEGER NOT NULL,
+        window_start INTEGER NOT NULL,
+        next_at INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        claimed_by TEXT,
+        lease_until INTEGER,
+        last_status INTEGER,
+        last_error TEXT,
+        done_at INTEGER
+    );
+    CREATE INDEX webhook_outbox_due ON webhook_outbox (next_at) WHERE state = 'pending';
+    CREATE INDEX webhook_outbox_state ON webhook_outbox (state, created_at);
+    CREATE INDEX webhook_outbox_call ON webhook_outbox (call_id);
+    ALTER TABLE calls ADD COLUMN summary TEXT;",
 ];

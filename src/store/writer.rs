@@ -43,7 +43,8 @@ fn lower_own_priority() {
 pub(super) trait Sink {
     /// Applies `batch` (no flushes in it) in one transaction; the error says what failed.
     fn commit(&mut self, batch: Vec<Write>) -> Result<(), String>;
-    /// Deletes the ended calls created before `cutoff_ms` and returns their ids.
+    /// Deletes the ended calls created before `cutoff_ms` and returns their ids (and the
+    /// delivered or dead webhook deliveries of that age).
     fn prune(&mut self, cutoff_ms: i64) -> Result<Vec<String>, String>;
     /// Answers a lookup a caller waits on synchronously (after the batch it came in committed).
     fn ask(&mut self, ask: Ask);
@@ -69,6 +70,7 @@ impl Sink for SqliteSink {
     }
 
     fn prune(&mut self, cutoff_ms: i64) -> Result<Vec<String>, String> {
+        super::outbox::prune_sqlite(&self.conn, cutoff_ms).map_err(|e| e.to_string())?;
         self.conn
             .prepare(
                 "DELETE FROM calls WHERE created_at < ?1 AND ended_at IS NOT NULL RETURNING call_id",
@@ -280,6 +282,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error
             call_id,
             reason,
             at,
+            outbox,
         } => {
             tx.execute(
                 "UPDATE calls SET ended_at = ?2, ended_reason = ?3,
@@ -292,7 +295,11 @@ fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error
                  WHERE call_id = ?1",
                 params![call_id, at, reason],
             )?;
+            // After the end row (and the cost and turns queued before it): `call.ended`
+            // reports the call as it now stands.
+            super::outbox::insert_sqlite(tx, outbox, now_ms())?;
         }
+        Write::Outbox(events) => super::outbox::insert_sqlite(tx, events, now_ms())?,
         Write::Cost { call_id, cost } => {
             let detail = serde_json::to_string(&cost).unwrap_or_default();
             tx.execute(

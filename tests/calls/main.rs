@@ -4,7 +4,8 @@
 //! conversation's timing runs on the paused clock in `src/call/driver/tests.rs`), faulty peers
 //! during a call (`faults`), a forged-webhook flood during live calls (`flood`), callers that
 //! send audio faster than real time (`media_flood`) and the
-//! agent's tools during a call (`tools`), and the conversation scenario suite (`suite`).
+//! agent's tools during a call (`tools`), post-call webhooks and their outbox (`webhooks`), and
+//! the conversation scenario suite (`suite`).
 //!
 //! `cargo test --test calls conversation::` runs one module's tests.
 
@@ -33,3 +34,4 @@ mod tools;
 mod tts;
 mod twilio;
 mod web;
+mod webhooks;

@@ -33,7 +33,19 @@ impl Daemon {
 
     /// [`Daemon::start`] with extra environment variables (e.g. systemd's `NOTIFY_SOCKET`).
     pub fn start_with_env(config_text: &str, env: &[(&str, &str)]) -> Daemon {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_in(tempfile::tempdir().expect("tempdir"), config_text, env)
+    }
+
+    /// Starts `patterd` again with `config_text` on this daemon's data directory (its store,
+    /// recordings), once this process is gone: killed here if it still runs.
+    pub fn restart(mut self, config_text: &str) -> Daemon {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self._dir, tempfile::tempdir().expect("tempdir"));
+        Self::start_in(dir, config_text, &[])
+    }
+
+    fn start_in(dir: tempfile::TempDir, config_text: &str, env: &[(&str, &str)]) -> Daemon {
         let path: PathBuf = dir.path().join("patter.toml");
         std::fs::write(&path, config_text).expect("write config");
         let mut child = Command::new(env!("CARGO_BIN_EXE_patterd"))

@@ -1380,3 +1380,87 @@ fn the_cluster_keys_are_checked() {
         assert!(err.contains(needle), "{needle}: {err}");
     }
 }
+
+/// `[[webhooks]]`: the SSRF guard on the URL (loopback only with `allow_loopback`), each URL
+/// once, a Standard Webhooks secret, known events and agents, a sane retry schedule — each
+/// error on its line, all reported together.
+#[test]
+fn webhooks_are_validated() {
+    const SECRET: &str = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    let ok = format!(
+        "{BASE}\n[[webhooks]]\nurl = \"http://127.0.0.1:9000/hooks\"\nsecret = \"{SECRET}\"\n\
+         allow_loopback = true\nagents = [\"front-desk\"]\n"
+    );
+    let loaded = load(&ok).expect("a loopback receiver with allow_loopback loads");
+    let w = &loaded.config.webhooks[0];
+    assert_eq!(
+        w.events,
+        [config::WebhookEvent::CallEnded],
+        "the default events"
+    );
+    assert_eq!(loaded.config.webhook_delivery.retry_base_ms, 5_000);
+
+    let bad = format!(
+        "{BASE}
+[[webhooks]]
+url = \"http://127.0.0.1:9000/hooks\"
+secret = \"short\"
+agents = [\"front-dsk\"]
+
+[[webhooks]]
+url = \"http://169.254.169.254/latest\"
+secret = \"whsec_not base64!\"
+allow_loopback = true
+events = []
+
+[[webhooks]]
+url = \"https://hooks.example.com/a\"
+secret = \"{SECRET}\"
+
+[[webhooks]]
+url = \"https://hooks.example.com/a\"
+secret = \"{SECRET}\"
+
+[webhook_delivery]
+retry_base_ms = 10000
+retry_max_ms = 1000
+concurrency = 0
+"
+    );
+    let err = load_err(&bad);
+    for (needle, on) in [
+        (
+            "loopback address and is not called",
+            "url = \"http://127.0.0.1:9000/hooks\"",
+        ),
+        ("24 to 64", "secret = \"short\""),
+        ("did you mean `front-desk`?", "agents = [\"front-dsk\"]"),
+        ("link-local", "url = \"http://169.254.169.254/latest\""),
+        ("not base64", "secret = \"whsec_not base64!\""),
+        ("events is empty", "events = []"),
+        ("concurrency = 0 must be 1 to 256", "concurrency = 0"),
+        ("below retry_base_ms", "retry_max_ms = 1000"),
+    ] {
+        let line = line_of(&bad, on);
+        assert!(
+            err.lines()
+                .any(|l| l.contains(needle) && l.starts_with(&format!("patter.toml:{line}:"))),
+            "{needle:?} on line {line}:\n{err}"
+        );
+    }
+    assert!(err.contains("is already [[webhooks]] entry 3"), "{err}");
+    assert!(
+        err.contains("allow_loopback = true"),
+        "the hint names the key:\n{err}"
+    );
+
+    let unknown = format!(
+        "{BASE}\n[[webhooks]]\nurl = \"https://hooks.example.com/a\"\nsecret = \"{SECRET}\"\n\
+         events = [\"call.endd\"]\n"
+    );
+    let err = load_err(&unknown);
+    assert!(
+        err.contains("call.ended"),
+        "the known events are listed:\n{err}"
+    );
+}

@@ -274,6 +274,19 @@ impl<T: Clone + std::fmt::Debug> Recorder<T> {
         self.0.borrow().clone()
     }
 
+    /// Waits up to `limit` until `pred` holds and returns that state; `None` after.
+    pub async fn wait_within(
+        &self,
+        limit: std::time::Duration,
+        mut pred: impl FnMut(&T) -> bool,
+    ) -> Option<T> {
+        let mut rx = self.0.subscribe();
+        match tokio::time::timeout(limit, rx.wait_for(|t| pred(t))).await {
+            Ok(Ok(r)) => Some(r.clone()),
+            _ => None,
+        }
+    }
+
     /// Waits until `pred` holds and returns that state. Test helper: panics (with the current
     /// state) after [`WAIT_LIMIT`].
     pub async fn wait_until(&self, what: &str, mut pred: impl FnMut(&T) -> bool) -> T {

@@ -1,7 +1,7 @@
 //! `patterd_sim`: simulators of the peers patterd talks to — the Twilio, Telnyx and Plivo
 //! carriers (webhooks signed as each carrier signs them, media streams in each dialect, REST
 //! fakes), Deepgram, AssemblyAI, an OpenAI-compatible transcription server, ElevenLabs, a Hermes Agent and
-//! the HTTP endpoints tools call — each speaking the documented wire protocol on 127.0.0.1 (the
+//! the HTTP endpoints tools and `[[webhooks]]` call — each speaking the documented wire protocol on 127.0.0.1 (the
 //! carriers also decode in-band DTMF in the agent audio, [`dtmf`]). patterd's integration tests
 //! (a dev-dependency) and the load generator drive
 //! whole calls through them; they are as strict as the real peers. The daemon never depends on
@@ -30,6 +30,7 @@ pub mod tool_endpoint;
 pub mod transcribe;
 pub mod twilio;
 pub mod vonage;
+pub mod webhook_receiver;
 pub mod words;
 pub mod ws;
 pub mod ws_conn;

@@ -48,7 +48,16 @@ impl Actor {
         self.media_tx = Some(m.commands);
         self.media_rx = Some(m.events);
         self.leg = Some(m.leg);
-        self.recorder = self.setup.recording.clone().map(Recorder::start);
+        self.recorder = self.setup.recording.clone().map(|path| {
+            let log = self.setup.log.clone();
+            let call_id = self.setup.call_id.clone();
+            Recorder::start(
+                path,
+                log.map(|log| -> Box<dyn FnOnce(u64) + Send> {
+                    Box::new(move |bytes| log.recording_ready(&call_id, bytes))
+                }),
+            )
+        });
         // The caller-audio stage goes to the media pump; kept here when nobody asked for it.
         if let Some(vad) = self.vad.take() {
             let ingress = self

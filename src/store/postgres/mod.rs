@@ -11,6 +11,7 @@ pub(crate) mod claim;
 pub(crate) mod handoff;
 pub(crate) mod mcp_sessions;
 pub(crate) mod members;
+mod outbox;
 pub(crate) mod owner;
 pub(crate) mod roster;
 pub(crate) mod settings;
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx_core::connection::Connection as _;
+use sqlx_core::executor::Executor;
 use sqlx_core::migrate::{Migration, MigrationType, Migrator};
 use sqlx_core::query::query;
 use sqlx_core::row::Row as _;
@@ -51,6 +53,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         3,
         "outbound caps",
         include_str!("../../../migrations/postgres/0003_outbound_caps.sql"),
+    ),
+    (
+        4,
+        "webhooks",
+        include_str!("../../../migrations/postgres/0004_webhooks.sql"),
     ),
 ];
 
@@ -273,6 +280,47 @@ fn call_row(r: &PgRow) -> Result<CallRow, sqlx_core::Error> {
     })
 }
 
+/// A call by id, on `db` (the pool, or the writer's transaction).
+async fn call_on<'e, E>(db: E, call_id: &str) -> Result<Option<CallRow>, sqlx_core::Error>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let sql = format!("SELECT {CALL_COLUMNS} FROM calls c WHERE c.call_id = $1");
+    let row = query::<Postgres>(AssertSqlSafe(sql))
+        .bind(call_id.to_string())
+        .fetch_optional(db)
+        .await?;
+    row.as_ref().map(call_row).transpose()
+}
+
+/// A call's transcript, on `db`.
+async fn turns_on<'e, E>(db: E, call_id: &str) -> Result<Vec<TurnRow>, sqlx_core::Error>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let rows = query::<Postgres>(
+        "SELECT seq, speaker, text, heard_text, interrupted, start_ms, end_ms,
+           response_latency_ms FROM turns WHERE call_id = $1 ORDER BY seq",
+    )
+    .bind(call_id.to_string())
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(TurnRow {
+                seq: r.try_get(0)?,
+                speaker: r.try_get(1)?,
+                text: r.try_get(2)?,
+                heard_text: r.try_get(3)?,
+                interrupted: r.try_get(4)?,
+                start_ms: r.try_get(5)?,
+                end_ms: r.try_get(6)?,
+                response_latency_ms: r.try_get(7)?,
+            })
+        })
+        .collect()
+}
+
 fn failed(e: sqlx_core::Error) -> StoreError {
     StoreError::Remote(e.to_string())
 }
@@ -334,36 +382,11 @@ impl Reads {
     }
 
     pub(crate) async fn call(&self, call_id: &str) -> Result<Option<CallRow>, StoreError> {
-        let sql = format!("SELECT {CALL_COLUMNS} FROM calls c WHERE c.call_id = $1");
-        let row = query::<Postgres>(AssertSqlSafe(sql))
-            .bind(call_id.to_string())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(failed)?;
-        row.as_ref().map(call_row).transpose().map_err(failed)
+        call_on(&self.pool, call_id).await.map_err(failed)
     }
 
     pub(crate) async fn turns(&self, call_id: &str) -> Result<Vec<TurnRow>, StoreError> {
-        let rows = query::<Postgres>(
-            "SELECT seq, speaker, text, heard_text, interrupted, start_ms, end_ms,
-               response_latency_ms FROM turns WHERE call_id = $1 ORDER BY seq",
-        )
-        .bind(call_id.to_string())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(failed)?;
-        map_rows(&rows, |r| {
-            Ok(TurnRow {
-                seq: r.try_get(0)?,
-                speaker: r.try_get(1)?,
-                text: r.try_get(2)?,
-                heard_text: r.try_get(3)?,
-                interrupted: r.try_get(4)?,
-                start_ms: r.try_get(5)?,
-                end_ms: r.try_get(6)?,
-                response_latency_ms: r.try_get(7)?,
-            })
-        })
+        turns_on(&self.pool, call_id).await.map_err(failed)
     }
 
     pub(crate) async fn events(&self, call_id: &str) -> Result<Vec<EventRow>, StoreError> {

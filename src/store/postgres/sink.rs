@@ -3,7 +3,7 @@
 //! take the media runtime's core). A batch is one transaction with one set-based statement per
 //! kind of write for the frequent ones — call rows, answers, turns, events, ends (`unnest` of one
 //! array per column) — and one statement per write for the rare ones (status callbacks, reply
-//! latencies, costs, settings). Events get a per-call sequence assigned here, before the first
+//! latencies, costs, settings, webhook outbox rows, which go last). Events get a per-call sequence assigned here, before the first
 //! attempt, so a batch retried after a lost COMMIT acknowledgement inserts nothing twice. A failed
 //! batch is retried with backoff for up to [`RETRY_FOR`]; the queue keeps accepting meanwhile
 //! (events are dropped when it fills, as with SQLite).
@@ -56,6 +56,8 @@ struct Columns {
     turns: Vec<(String, i64, crate::call::TranscriptEntry)>,
     events: EventColumns,
     ended: (Vec<String>, Vec<String>, Vec<i64>),
+    /// Webhook events (the ends' and the others'), inserted last.
+    outbox: Vec<crate::store::OutboxEvent>,
     /// The rare writes, in order.
     singles: Vec<Write>,
 }
@@ -119,11 +121,14 @@ impl Db {
                     call_id,
                     reason,
                     at,
+                    outbox,
                 } => {
                     c.ended.0.push(call_id);
                     c.ended.1.push(reason);
                     c.ended.2.push(at);
+                    c.outbox.extend(outbox);
                 }
+                Write::Outbox(events) => c.outbox.extend(events),
                 Write::Flush(_) | Write::Ask(_) => {}
                 other => c.singles.push(other),
             }
@@ -265,6 +270,10 @@ async fn apply(conn: &mut PgConnection, owner: &str, c: &Columns) -> Result<(), 
         .filter(|w| !matches!(w, Write::Status { .. } | Write::ReplyLatency { .. }))
     {
         single(&mut tx, w).await?;
+    }
+    // Last: a `call.ended` body reports the call with its end, cost and turns.
+    if !c.outbox.is_empty() {
+        super::outbox::insert(&mut tx, &c.outbox).await?;
     }
     tx.commit().await
 }
@@ -411,6 +420,7 @@ impl Sink for PgSink {
         let db = &mut self.db;
         let r = self.rt.block_on(async {
             let conn = db.connection().await?;
+            super::outbox::prune(&mut *conn, cutoff_ms).await?;
             let rows = query::<Postgres>(
                 "DELETE FROM calls WHERE created_at < $1 AND ended_at IS NOT NULL RETURNING call_id",
             )
