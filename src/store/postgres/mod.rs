@@ -10,6 +10,7 @@ pub(crate) mod caps;
 pub(crate) mod claim;
 pub(crate) mod handoff;
 pub(crate) mod mcp_sessions;
+pub(crate) mod messages;
 pub(crate) mod members;
 pub(crate) mod owner;
 pub(crate) mod roster;
@@ -51,6 +52,12 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         3,
         "outbound caps",
         include_str!("../../../migrations/postgres/0003_outbound_caps.sql"),
+    ),
+    // 4 is another branch's (merged later).
+    (
+        5,
+        "messages",
+        include_str!("../../../migrations/postgres/0005_messages.sql"),
     ),
 ];
 
