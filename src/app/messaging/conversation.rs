@@ -93,6 +93,7 @@ impl Conversations {
     }
 
     /// Conversations running now.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
