@@ -583,3 +583,100 @@ impl crate::tools::Texter for std::sync::Weak<App> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(dir: &tempfile::TempDir, max: u32) -> Arc<App> {
+        let text = format!(
+            "[server]\ndata_dir = {:?}\n\n[outbound]\nmax_sms_per_day = {max}\n\n\
+             [carriers.tw]\nkind = \"twilio\"\n",
+            dir.path().display().to_string()
+        );
+        let loaded = crate::config::load_str_with_vars(&text, "t.toml", &[]).expect("config");
+        App::new(loaded.config).expect("app")
+    }
+
+    fn message(to: &str) -> NewMessage {
+        NewMessage {
+            message_id: new_id(),
+            direction: "outbound",
+            carrier: "twilio".into(),
+            carrier_account: "tw".into(),
+            carrier_message_id: None,
+            from: "+15550001234".into(),
+            to: to.into(),
+            body: "hi".into(),
+            status: "sending",
+            agent: None,
+            call_id: None,
+            source: "api",
+            created_at: now_ms(),
+        }
+    }
+
+    /// The cap counts sent and in-flight messages, not failed ones, and holds across a
+    /// restart on the same store (SQLite: the rows are what a new process counts).
+    #[tokio::test]
+    async fn the_daily_cap_counts_the_store_across_restarts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let app = app(&dir, 3);
+            let config = app.config();
+            let mut sent = reserve(&app, &config, &message("+15557654321"))
+                .await
+                .expect("first");
+            sent.sent = true;
+            drop(sent);
+            // A failed send: released, its row `failed`.
+            let failed_msg = message("+15557654322");
+            let failed = reserve(&app, &config, &failed_msg).await.expect("second");
+            app.store.tx.send(Write::MessageStatus {
+                message_id: failed_msg.message_id.clone(),
+                status: "failed",
+                carrier_message_id: None,
+                error: Some("refused".into()),
+                at: now_ms(),
+            });
+            drop(failed);
+            let pending = reserve(&app, &config, &message("+15557654323"))
+                .await
+                .expect("third (in flight)");
+            let mut sent = reserve(&app, &config, &message("+15557654324"))
+                .await
+                .expect("fourth");
+            sent.sent = true;
+            drop(sent);
+            match reserve(&app, &config, &message("+15557654325")).await {
+                Err(SmsError::Daily { today }) => assert_eq!(today, 3),
+                Err(e) => panic!("wrong refusal: {e}"),
+                Ok(_) => panic!("the cap let a fourth message through"),
+            }
+            drop(pending);
+            app.store.tx.flush().await.expect("flush");
+        }
+        // A new process on the same store: two sent and one left `sending` (it never
+        // finished) count; the failed one does not.
+        let app = app(&dir, 3);
+        let config = app.config();
+        assert!(matches!(
+            reserve(&app, &config, &message("+15557654326")).await,
+            Err(SmsError::Daily { today: 3 })
+        ));
+        let app4 = {
+            drop(app);
+            self::app(&dir, 4)
+        };
+        let config = app4.config();
+        assert!(reserve(&app4, &config, &message("+15557654327")).await.is_ok());
+    }
+
+    #[test]
+    fn conversations_have_one_id_per_pair() {
+        assert_eq!(
+            conversation::conversation_id("+15550001234", "+15557654321"),
+            "sms-15550001234-15557654321"
+        );
+    }
+}

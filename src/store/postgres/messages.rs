@@ -168,3 +168,90 @@ where
     .try_get(0)?;
     Ok(n.max(0) as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use patterd_sim::postgres::TestDatabase;
+    use sqlx_postgres::PgPoolOptions;
+
+    fn message(i: usize) -> NewMessage {
+        NewMessage {
+            message_id: crate::store::messages::new_id(),
+            direction: "outbound",
+            carrier: "twilio".into(),
+            carrier_account: "tw".into(),
+            carrier_message_id: None,
+            from: "+15550001234".into(),
+            to: format!("+1555765{i:04}"),
+            body: "hi".into(),
+            status: "sending",
+            agent: None,
+            call_id: None,
+            source: "api",
+            created_at: crate::store::now_ms(),
+        }
+    }
+
+    /// 30 messages at once from three instances' pools against `max_sms_per_day = 5`: exactly
+    /// 5 rows inserted; a failed one frees its place; yesterday's do not count.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_daily_cap_holds_across_instances_under_a_race() {
+        let Some(db) = TestDatabase::create() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let _store =
+            crate::store::Store::open_postgres(&db.url, 1, "p0", dir.path(), 30, 16).unwrap();
+        let mut pools = Vec::new();
+        for _ in 0..3 {
+            pools.push(
+                PgPoolOptions::new()
+                    .max_connections(10)
+                    .connect(&db.url)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let now = crate::store::now_ms();
+        let day = now - now.rem_euclid(86_400_000);
+        let mut tasks = tokio::task::JoinSet::new();
+        for k in 0..30 {
+            let pool = pools[k % 3].clone();
+            tasks.spawn(async move {
+                let m = message(k);
+                let r = reserve(&pool, &m, 5, day).await.unwrap();
+                (r.granted, m.message_id)
+            });
+        }
+        let mut granted = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            let (ok, id) = r.unwrap();
+            if ok {
+                granted.push(id);
+            }
+        }
+        assert_eq!(granted.len(), 5, "{granted:?}");
+        assert_eq!(sent_since(&pools[0], day).await.unwrap(), 5);
+        let r = reserve(&pools[1], &message(99), 5, day).await.unwrap();
+        assert_eq!((r.granted, r.today), (false, 5));
+        update(&pools[2], &granted[0], "failed", None, Some("refused"), now)
+            .await
+            .unwrap();
+        assert!(reserve(&pools[1], &message(98), 5, day).await.unwrap().granted);
+        // A new day starts from zero.
+        let r = reserve(&pools[0], &message(97), 1, day + 86_400_000).await.unwrap();
+        assert_eq!((r.granted, r.today), (true, 1));
+        let rows = list(
+            &pools[0],
+            &MessageFilter {
+                limit: 100,
+                ..MessageFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(rows.len(), 7);
+        assert_eq!(rows.iter().filter(|m| m.status == "failed").count(), 1);
+    }
+}
