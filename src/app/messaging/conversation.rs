@@ -91,12 +91,6 @@ impl Conversations {
         map.insert(key.clone(), tx);
         tokio::spawn(run(app.clone(), key, rx));
     }
-
-    /// Conversations running now.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.lock().len()
-    }
 }
 
 /// One conversation's task: its messages in order, until it is idle.
