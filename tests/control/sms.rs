@@ -519,7 +519,11 @@ async fn the_in_call_tool_texts_the_caller_only() {
     assert_eq!(rec.requests[0].tool_names(), vec!["send_sms"]);
     let told = rec.requests[1].tool_messages();
     assert_eq!(told[0].1, format!("The text message was sent to {CALLER}."));
+    // The follow-up after the second round carries both answers.
     let told = rec.requests[2].tool_messages();
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert_eq!(told[1].0, "call_s2");
+    let told = &told[1..];
     assert!(
         told[0].1.starts_with("The text message was not sent:") && told[0].1.contains("allowed_destinations"),
         "{told:?}"
