@@ -161,10 +161,9 @@ pub(crate) async fn dispatch(
             ok(v)
         }
         (Method::GET, ["cluster"]) => ok(cluster::view(app).await?),
-        (Method::POST, ["messages"]) => Ok((
-            201,
-            messages::send(app, body.unwrap_or(Value::Null)).await?,
-        )),
+        (Method::POST, ["messages"]) => {
+            Ok((201, messages::send(app, body.unwrap_or(Value::Null)).await?))
+        }
         (Method::GET, ["messages"]) => ok(messages::list(app, &param).await?),
         (Method::GET, ["numbers", number, "lookup"]) => {
             ok(messages::lookup(app, number, param("account")).await?)

@@ -465,9 +465,9 @@ pub(crate) async fn lookup(
 /// account that can.
 fn lookup_account(config: &Config) -> Option<String> {
     let can = |name: &str| {
-        config
-            .carrier(name)
-            .is_some_and(|c| c.account().sms_problem().is_none() && c.missing_credentials().is_empty())
+        config.carrier(name).is_some_and(|c| {
+            c.account().sms_problem().is_none() && c.missing_credentials().is_empty()
+        })
     };
     config
         .numbers
@@ -484,7 +484,10 @@ pub(crate) async fn incoming(
 ) -> Result<SmsReceipt, GuardUnavailable> {
     let key = format!("{}:{}", sms.carrier.as_str(), sms.carrier_message_id);
     if !app.first_seen(SEEN_SCOPE, &key, SEEN_TTL).await? {
-        info!(carrier = sms.carrier.as_str(), "text message already received (a retry or a replay); ignored");
+        info!(
+            carrier = sms.carrier.as_str(),
+            "text message already received (a retry or a replay); ignored"
+        );
         return Ok(SmsReceipt::Repeated);
     }
     let config = app.config();
@@ -669,7 +672,11 @@ mod tests {
             self::app(&dir, 4)
         };
         let config = app4.config();
-        assert!(reserve(&app4, &config, &message("+15557654327")).await.is_ok());
+        assert!(
+            reserve(&app4, &config, &message("+15557654327"))
+                .await
+                .is_ok()
+        );
     }
 
     #[test]

@@ -531,7 +531,7 @@ impl PatterMcp {
                     .await
                     .map_err(|e| format!("Lookup of {number} failed: {}", api(e)))?;
                 let or_unknown = |k: &str| match format::str_of(&v, k) {
-                    s if s.is_empty() => "unknown".to_string(),
+                    "" => "unknown".to_string(),
                     s => s.to_string(),
                 };
                 Ok(format!(

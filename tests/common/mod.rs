@@ -418,7 +418,9 @@ impl Stack {
         telnyx_rest
             .sms
             .modify(|l| l.senders.push(TELNYX_NUMBER.into()));
-        plivo_rest.sms.modify(|l| l.senders.push(PLIVO_NUMBER.into()));
+        plivo_rest
+            .sms
+            .modify(|l| l.senders.push(PLIVO_NUMBER.into()));
         let hermes_url = opts
             .llm_base_url
             .clone()

@@ -138,7 +138,10 @@ async fn messages_and_lookups_through_every_sms_carrier() {
         ] {
             let (status, v) = get(
                 &stack,
-                &format!("/numbers/{}/lookup?account={account}", number.replace('+', "%2B")),
+                &format!(
+                    "/numbers/{}/lookup?account={account}",
+                    number.replace('+', "%2B")
+                ),
             )
             .await;
             assert_eq!(status, 200, "{c:?} {number}: {v}");
@@ -178,7 +181,11 @@ async fn messages_and_lookups_through_every_sms_carrier() {
     }
     // Without `account`, the first number's (Twilio here).
     let (status, v) = get(&stack, "/numbers/+15557654321/lookup").await;
-    assert_eq!((status, &v["carrier_account"]), (200, &json!("twilio")), "{v}");
+    assert_eq!(
+        (status, &v["carrier_account"]),
+        (200, &json!("twilio")),
+        "{v}"
+    );
 }
 
 #[tokio::test]
@@ -196,33 +203,82 @@ async fn refusals_never_reach_a_carrier() {
         assert_eq!(v["error"]["code"], "outbound_disabled");
     }
     let (status, v) = post(&stack, "/messages", json!({"to": CALLER, "body": "hi"})).await;
-    assert_eq!((status, &v["error"]["code"]), (403, &json!("outbound_disabled")));
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (403, &json!("outbound_disabled"))
+    );
     nothing_reached_a_carrier(&stack);
-    assert!(get(&stack, "/messages").await.1["messages"]
-        .as_array()
-        .is_some_and(Vec::is_empty));
+    assert!(
+        get(&stack, "/messages").await.1["messages"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    );
 
     let stack = Stack::start(stack_opts(&["+1555"])).await;
     let long = "x".repeat(1601);
     let cases = [
-        (json!({"to": "+442071234567", "from": OUR_NUMBER, "body": "hi"}), 403, "destination_not_allowed"),
-        (json!({"to": "+442071234567", "body": "hi"}), 403, "outbound_disabled"),
-        (json!({"to": "555", "from": OUR_NUMBER, "body": "hi"}), 400, "invalid_number"),
-        (json!({"to": CALLER, "from": OUR_NUMBER, "body": "  "}), 400, "invalid_request"),
-        (json!({"to": CALLER, "from": OUR_NUMBER, "body": long}), 400, "body_too_long"),
-        (json!({"to": CALLER, "from": "+15559999999", "body": "hi"}), 400, "unknown_number"),
-        (json!({"to": CALLER, "from": VONAGE_NUMBER, "body": "hi"}), 422, "messaging_unsupported"),
-        (json!({"to": CALLER, "body": "hi", "media": "x"}), 400, "invalid_request"),
+        (
+            json!({"to": "+442071234567", "from": OUR_NUMBER, "body": "hi"}),
+            403,
+            "destination_not_allowed",
+        ),
+        (
+            json!({"to": "+442071234567", "body": "hi"}),
+            403,
+            "outbound_disabled",
+        ),
+        (
+            json!({"to": "555", "from": OUR_NUMBER, "body": "hi"}),
+            400,
+            "invalid_number",
+        ),
+        (
+            json!({"to": CALLER, "from": OUR_NUMBER, "body": "  "}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"to": CALLER, "from": OUR_NUMBER, "body": long}),
+            400,
+            "body_too_long",
+        ),
+        (
+            json!({"to": CALLER, "from": "+15559999999", "body": "hi"}),
+            400,
+            "unknown_number",
+        ),
+        (
+            json!({"to": CALLER, "from": VONAGE_NUMBER, "body": "hi"}),
+            422,
+            "messaging_unsupported",
+        ),
+        (
+            json!({"to": CALLER, "body": "hi", "media": "x"}),
+            400,
+            "invalid_request",
+        ),
         (json!({"to": CALLER}), 400, "invalid_request"),
     ];
     for (body, status, code) in cases {
         let (s, v) = post(&stack, "/messages", body.clone()).await;
-        assert_eq!((s, v["error"]["code"].as_str()), (status, Some(code)), "{body}: {v}");
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body}: {v}"
+        );
     }
     let (s, v) = get(&stack, "/numbers/555/lookup").await;
-    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("invalid_number")), "{v}");
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (400, Some("invalid_number")),
+        "{v}"
+    );
     let (s, v) = get(&stack, "/numbers/+15557654321/lookup?account=vonage").await;
-    assert_eq!((s, v["error"]["code"].as_str()), (422, Some("messaging_unsupported")), "{v}");
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (422, Some("messaging_unsupported")),
+        "{v}"
+    );
     nothing_reached_a_carrier(&stack);
 }
 
@@ -241,7 +297,11 @@ async fn the_daily_cap_refuses_before_the_carrier() {
         json!({"to": CALLER, "from": TELNYX_NUMBER, "body": "hi"}),
     )
     .await;
-    assert_eq!((status, &v["error"]["code"]), (502, &json!("carrier_error")), "{v}");
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (502, &json!("carrier_error")),
+        "{v}"
+    );
     for (c, _) in [SMS_CARRIERS[0], SMS_CARRIERS[2]] {
         let (status, v) = post(
             &stack,
@@ -257,10 +317,22 @@ async fn the_daily_cap_refuses_before_the_carrier() {
         json!({"to": CALLER, "from": OUR_NUMBER, "body": "one more"}),
     )
     .await;
-    assert_eq!((status, &v["error"]["code"]), (429, &json!("sms_daily_limit")), "{v}");
-    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("max_sms_per_day")));
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (429, &json!("sms_daily_limit")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("max_sms_per_day"))
+    );
     let l = ledger(&stack, Carrier::Twilio);
-    assert_eq!((l.sent.len(), l.refused.len()), (1, 0), "the refused message reached Twilio");
+    assert_eq!(
+        (l.sent.len(), l.refused.len()),
+        (1, 0),
+        "the refused message reached Twilio"
+    );
 }
 
 #[tokio::test]
@@ -273,11 +345,24 @@ async fn a_carrier_refusal_is_stored_as_failed() {
         json!({"to": CALLER, "from": OUR_NUMBER, "body": "hi"}),
     )
     .await;
-    assert_eq!((status, &v["error"]["code"]), (502, &json!("carrier_error")), "{v}");
-    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("21606")), "{v}");
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (502, &json!("carrier_error")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("21606")),
+        "{v}"
+    );
     let (_, list) = get(&stack, "/messages").await;
     assert_eq!(list["messages"][0]["status"], "failed", "{list}");
-    assert!(list["messages"][0]["error"].as_str().is_some_and(|e| e.contains("21606")));
+    assert!(
+        list["messages"][0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("21606"))
+    );
 }
 
 /// An inbound message to a number with `sms = true`, through `carrier`'s simulator, from
@@ -328,7 +413,10 @@ async fn inbound_messages_are_answered_by_the_agent_by_text() {
             Some("What is your address?")
         );
         // Caller memory: the sender's key, as their calls have.
-        assert!(req.header("x-hermes-session-key").is_some_and(|k| k.starts_with("patter-caller-")));
+        assert!(
+            req.header("x-hermes-session-key")
+                .is_some_and(|k| k.starts_with("patter-caller-"))
+        );
 
         let (_, list) = get(&stack, &format!("/messages?number={ours}")).await;
         let rows = list["messages"].as_array().cloned().unwrap_or_default();
@@ -348,7 +436,10 @@ async fn inbound_messages_are_answered_by_the_agent_by_text() {
     let rec = stack.hermes.record();
     assert_eq!(rec.requests.len(), 4);
     // Hermes keeps the session: only the newest message travels.
-    assert_eq!(rec.requests[3].messages().last().map(|m| m.1.clone()), Some("Until when?".into()));
+    assert_eq!(
+        rec.requests[3].messages().last().map(|m| m.1.clone()),
+        Some("Until when?".into())
+    );
 }
 
 #[tokio::test]
@@ -359,14 +450,17 @@ async fn inbound_messages_are_stored_once_and_forged_ones_refused() {
     })
     .await;
     // Forged: a wrong signature for each carrier; 403 and nothing stored or answered.
-    let params = patterd_sim::twilio::sms_webhook_params(ACCOUNT_SID, "SM1", CALLER, OUR_NUMBER, "hi");
+    let params =
+        patterd_sim::twilio::sms_webhook_params(ACCOUNT_SID, "SM1", CALLER, OUR_NUMBER, "hi");
     let r = stack
         .twilio
         .post_form_with_signature("/twilio/sms", &params, "bm90IGEgc2lnbmF0dXJl")
         .await
         .expect("webhook");
     assert_eq!(r.status, 403);
-    let body = stack.telnyx.message_received("m1", CALLER, TELNYX_NUMBER, "hi");
+    let body = stack
+        .telnyx
+        .message_received("m1", CALLER, TELNYX_NUMBER, "hi");
     let r = stack
         .telnyx
         .post_signed_to("/telnyx/sms", &body, Some("AAAA"), Some("1"))
@@ -379,7 +473,10 @@ async fn inbound_messages_are_stored_once_and_forged_ones_refused() {
         .post_with(
             "/plivo/message",
             &params,
-            &[("X-Plivo-Signature-V2", "bm9wZQ=="), ("X-Plivo-Signature-V2-Nonce", "123")],
+            &[
+                ("X-Plivo-Signature-V2", "bm9wZQ=="),
+                ("X-Plivo-Signature-V2-Nonce", "123"),
+            ],
         )
         .await
         .expect("webhook");
@@ -391,7 +488,10 @@ async fn inbound_messages_are_stored_once_and_forged_ones_refused() {
         .post_with(
             "/plivo/message",
             &params,
-            &[("X-Plivo-Signature-V2", &sig), ("X-Plivo-Signature-V2-Nonce", &nonce)],
+            &[
+                ("X-Plivo-Signature-V2", &sig),
+                ("X-Plivo-Signature-V2-Nonce", &nonce),
+            ],
         )
         .await
         .expect("webhook");
@@ -406,15 +506,35 @@ async fn inbound_messages_are_stored_once_and_forged_ones_refused() {
     stack.hermes.push(HermesReply::text("Hello again!"));
     let (sig, nonce) = stack.plivo.v2_headers("/plivo/message");
     let params = patterd_sim::plivo::SimPlivo::message_params("u2", CALLER, PLIVO_NUMBER, "hi");
-    let headers = [("X-Plivo-Signature-V2", sig.as_str()), ("X-Plivo-Signature-V2-Nonce", nonce.as_str())];
-    let first = stack.plivo.post_with("/plivo/message", &params, &headers).await.expect("webhook");
-    let again = stack.plivo.post_with("/plivo/message", &params, &headers).await.expect("webhook");
+    let headers = [
+        ("X-Plivo-Signature-V2", sig.as_str()),
+        ("X-Plivo-Signature-V2-Nonce", nonce.as_str()),
+    ];
+    let first = stack
+        .plivo
+        .post_with("/plivo/message", &params, &headers)
+        .await
+        .expect("webhook");
+    let again = stack
+        .plivo
+        .post_with("/plivo/message", &params, &headers)
+        .await
+        .expect("webhook");
     assert_eq!((first.status, again.status), (200, 403));
-    let params = patterd_sim::twilio::sms_webhook_params(ACCOUNT_SID, "SM2", CALLER, OUR_NUMBER, "hi");
+    let params =
+        patterd_sim::twilio::sms_webhook_params(ACCOUNT_SID, "SM2", CALLER, OUR_NUMBER, "hi");
     for _ in 0..2 {
-        let r = stack.twilio.post_form("/twilio/sms", &params).await.expect("webhook");
+        let r = stack
+            .twilio
+            .post_form("/twilio/sms", &params)
+            .await
+            .expect("webhook");
         assert_eq!(r.status, 200);
-        assert!(r.content_type.as_deref().is_some_and(|t| t.starts_with("text/xml")));
+        assert!(
+            r.content_type
+                .as_deref()
+                .is_some_and(|t| t.starts_with("text/xml"))
+        );
         assert!(r.body.ends_with("<Response/>"), "{}", r.body);
     }
     wait_sent(&stack, Carrier::Plivo, 1).await;
@@ -434,7 +554,8 @@ async fn inbound_messages_are_stored_once_and_forged_ones_refused() {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let sig = patterd_sim::telnyx::sign_webhook(&telnyx_seed(), ts, body.as_bytes()).unwrap_or_default();
+    let sig =
+        patterd_sim::telnyx::sign_webhook(&telnyx_seed(), ts, body.as_bytes()).unwrap_or_default();
     let r = stack
         .telnyx
         .post_signed_to("/telnyx/sms", &body, Some(&sig), Some(&ts.to_string()))
@@ -466,21 +587,39 @@ async fn mcp_send_sms_and_lookup_number() {
     )));
     let args = |v: Value| v.as_object().cloned().unwrap_or_default();
     let out = mcp
-        .run_tool("send_sms", args(json!({"to": CALLER, "body": "See you at 7."})))
+        .run_tool(
+            "send_sms",
+            args(json!({"to": CALLER, "body": "See you at 7."})),
+        )
         .await
         .expect("send_sms");
-    assert!(out.starts_with(&format!("Text message sent to {CALLER} from {OUR_NUMBER}.")), "{out}");
-    assert_eq!(wait_sent(&stack, Carrier::Twilio, 1).await.sent[0].body, "See you at 7.");
+    assert!(
+        out.starts_with(&format!("Text message sent to {CALLER} from {OUR_NUMBER}.")),
+        "{out}"
+    );
+    assert_eq!(
+        wait_sent(&stack, Carrier::Twilio, 1).await.sent[0].body,
+        "See you at 7."
+    );
     let out = mcp
         .run_tool("lookup_number", args(json!({"number": "+15550000008"})))
         .await
         .expect("lookup_number");
-    assert!(out.contains("Valid: yes") && out.contains("Line type: voip"), "{out}");
+    assert!(
+        out.contains("Valid: yes") && out.contains("Line type: voip"),
+        "{out}"
+    );
     let e = mcp
-        .run_tool("send_sms", args(json!({"to": "+442071234567", "body": "x"})))
+        .run_tool(
+            "send_sms",
+            args(json!({"to": "+442071234567", "body": "x"})),
+        )
         .await
         .expect_err("refused");
-    assert!(e.starts_with("Text message not sent:") && e.contains("allowed_destinations"), "{e}");
+    assert!(
+        e.starts_with("Text message not sent:") && e.contains("allowed_destinations"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -509,7 +648,11 @@ async fn the_in_call_tool_texts_the_caller_only() {
     speak(&sim, 600);
     let l = wait_sent(&stack, Carrier::Twilio, 1).await;
     assert_eq!(
-        (l.sent[0].to.as_str(), l.sent[0].from.as_str(), l.sent[0].body.as_str()),
+        (
+            l.sent[0].to.as_str(),
+            l.sent[0].from.as_str(),
+            l.sent[0].body.as_str()
+        ),
         (CALLER, OUR_NUMBER, "12 Main St, 7 pm")
     );
     let rec = stack
@@ -525,7 +668,8 @@ async fn the_in_call_tool_texts_the_caller_only() {
     assert_eq!(told[1].0, "call_s2");
     let told = &told[1..];
     assert!(
-        told[0].1.starts_with("The text message was not sent:") && told[0].1.contains("allowed_destinations"),
+        told[0].1.starts_with("The text message was not sent:")
+            && told[0].1.contains("allowed_destinations"),
         "{told:?}"
     );
     sim.hang_up().await;

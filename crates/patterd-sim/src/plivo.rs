@@ -606,7 +606,12 @@ impl SimPlivo {
     }
 
     /// The form fields Plivo posts to an application's `message_url` (numbers as digits).
-    pub fn message_params(message_uuid: &str, from: &str, to: &str, text: &str) -> Vec<(String, String)> {
+    pub fn message_params(
+        message_uuid: &str,
+        from: &str,
+        to: &str,
+        text: &str,
+    ) -> Vec<(String, String)> {
         [
             ("From", from.trim_start_matches('+')),
             ("MessageIntent", ""),

@@ -14,9 +14,9 @@ use hyper::{Method, Request, Response};
 use serde_json::Value;
 use tracing::warn;
 
+use super::PlivoRest;
 use super::routes::{PlivoCarrier, verified};
 use super::signature::{NONCE_MAX_LEN, NONCE_V2_HEADER, NONCE_WINDOW, validate_v2};
-use super::PlivoRest;
 use crate::carrier::account::Account;
 use crate::carrier::messaging::{
     InboundSms, JsonStyle, JsonValue, LineType, NumberInfo, OutgoingSms, SentSms, ordered_json,

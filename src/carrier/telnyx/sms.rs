@@ -121,8 +121,8 @@ pub enum MessagingWebhookError {
 pub fn parse_webhook(
     body: &[u8],
 ) -> Result<(String, Option<ReceivedMessage>), MessagingWebhookError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| MessagingWebhookError::BadJson(e.to_string()))?;
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| MessagingWebhookError::BadJson(e.to_string()))?;
     let data = &v["data"];
     let event = non_empty(&data["event_type"])
         .ok_or(MessagingWebhookError::MissingField("data.event_type"))?;
@@ -136,7 +136,10 @@ pub fn parse_webhook(
     let message = ReceivedMessage {
         id: need(&p["id"], "data.payload.id")?,
         from: need(&p["from"]["phone_number"], "data.payload.from.phone_number")?,
-        to: need(&p["to"][0]["phone_number"], "data.payload.to[0].phone_number")?,
+        to: need(
+            &p["to"][0]["phone_number"],
+            "data.payload.to[0].phone_number",
+        )?,
         text: p["text"].as_str().unwrap_or_default().to_string(),
     };
     Ok((event, Some(message)))
@@ -196,7 +199,10 @@ mod tests {
         let (event, m) = parse_webhook(body).expect("parses");
         assert_eq!(event, "message.received");
         let m = m.expect("message");
-        assert_eq!((m.id.as_str(), m.to.as_str(), m.text.as_str()), ("m1", "+15550002000", "hi"));
+        assert_eq!(
+            (m.id.as_str(), m.to.as_str(), m.text.as_str()),
+            ("m1", "+15550002000", "hi")
+        );
         let (event, m) =
             parse_webhook(br#"{"data":{"event_type":"message.finalized","payload":{}}}"#)
                 .expect("parses");

@@ -238,9 +238,16 @@ mod tests {
         update(&pools[2], &granted[0], "failed", None, Some("refused"), now)
             .await
             .unwrap();
-        assert!(reserve(&pools[1], &message(98), 5, day).await.unwrap().granted);
+        assert!(
+            reserve(&pools[1], &message(98), 5, day)
+                .await
+                .unwrap()
+                .granted
+        );
         // A new day starts from zero.
-        let r = reserve(&pools[0], &message(97), 1, day + 86_400_000).await.unwrap();
+        let r = reserve(&pools[0], &message(97), 1, day + 86_400_000)
+            .await
+            .unwrap();
         assert_eq!((r.granted, r.today), (true, 1));
         let rows = list(
             &pools[0],

@@ -132,9 +132,7 @@ impl SmsRequest<'_> {
 /// `+` then 8 to 15 digits, the first not 0.
 pub fn is_e164(s: &str) -> bool {
     s.strip_prefix('+').is_some_and(|d| {
-        (8..=15).contains(&d.len())
-            && d.bytes().all(|b| b.is_ascii_digit())
-            && !d.starts_with('0')
+        (8..=15).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()) && !d.starts_with('0')
     })
 }
 
@@ -239,7 +237,10 @@ pub fn sdk_body(
     let mut fields = Vec::new();
     for k in order {
         if let Some(v) = map.get(*k) {
-            fields.push((*k, Scalar::of(v).ok_or_else(|| format!("`{k}` is not a scalar"))?));
+            fields.push((
+                *k,
+                Scalar::of(v).ok_or_else(|| format!("`{k}` is not a scalar"))?,
+            ));
         }
     }
     Ok((map.clone(), sdk_json(&fields, python)))

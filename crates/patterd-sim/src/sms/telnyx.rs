@@ -111,7 +111,11 @@ fn lookup(ledger: &Recorder<SmsLedger>, req: &SmsRequest<'_>, number: &str) -> R
         return refuse(405, "10005", "Method not allowed");
     }
     if !number.starts_with('+') || number.contains('%') {
-        return refuse(404, "10005", "the number is not in the path as the SDK writes it");
+        return refuse(
+            404,
+            "10005",
+            "the number is not in the path as the SDK writes it",
+        );
     }
     if req.query != "type=carrier" {
         return refuse(400, "10015", "type must be carrier (as patterd asks)");

@@ -8,8 +8,8 @@ use hyper::Response;
 use serde_json::json;
 
 use super::{SentSms, SmsLedger, SmsRequest, is_e164, python_urlencode};
-use crate::http::{Body, json as json_resp};
 use crate::http::Recorder;
+use crate::http::{Body, json as json_resp};
 
 /// The form fields `messages.create` may send, in the SDK's order (the ones patterd uses and
 /// their neighbours).
@@ -56,7 +56,11 @@ fn send(ledger: &Recorder<SmsLedger>, req: &SmsRequest<'_>) -> Response<Body> {
         return refuse(405, 20004, "Method not allowed");
     }
     if req.content_type() != "application/x-www-form-urlencoded" {
-        return refuse(415, 20001, "Content-Type must be application/x-www-form-urlencoded");
+        return refuse(
+            415,
+            20001,
+            "Content-Type must be application/x-www-form-urlencoded",
+        );
     }
     let form: Vec<(String, String)> = form_urlencoded::parse(req.body).into_owned().collect();
     if let Some((k, _)) = form.iter().find(|(k, _)| !ORDER.contains(&k.as_str())) {
@@ -141,7 +145,11 @@ fn lookup(ledger: &Recorder<SmsLedger>, req: &SmsRequest<'_>, number: &str) -> R
         );
     }
     if req.query != "Fields=line_type_intelligence" {
-        return refuse(400, 60200, "Fields must be line_type_intelligence (as patterd asks)");
+        return refuse(
+            400,
+            60200,
+            "Fields must be line_type_intelligence (as patterd asks)",
+        );
     }
     let (line, _) = {
         let l = ledger.snapshot();
