@@ -92,6 +92,12 @@ error_codes! {
     ConcurrentLimit = "concurrent_limit",
     /// The daily outbound cap is reached.
     DailyLimit = "daily_limit",
+    /// `[outbound] max_sms_per_day` is reached.
+    SmsDailyLimit = "sms_daily_limit",
+    /// A text message body is longer than `[outbound] max_sms_chars`.
+    BodyTooLong = "body_too_long",
+    /// The account's carrier cannot send text messages or look numbers up.
+    MessagingUnsupported = "messaging_unsupported",
     /// The cluster's outbound caps could not be checked in the store (fail closed).
     CapsUnavailable = "caps_unavailable",
     /// The agent or its providers cannot take a call.

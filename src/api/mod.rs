@@ -4,13 +4,14 @@
 //! HTTP layer (`crate::server`) adds bodies around [`dispatch`]; the in-process MCP server
 //! calls [`dispatch`] directly and `patterd mcp --stdio` reaches the same routes over HTTP, so
 //! all three behave identically. The originate operation is [`originate`], runtime inbound
-//! overrides [`inbound`].
+//! overrides [`inbound`], text messages and number lookups `messages`.
 
 pub mod auth;
 mod cluster;
 mod error;
 pub(crate) mod forward;
 pub mod inbound;
+mod messages;
 pub mod originate;
 pub mod pages;
 mod peer;
@@ -59,6 +60,10 @@ pub(crate) fn route_permission<'a>(
             (Operator, None)
         }
         (Method::POST, ["webhooks", "deliveries", _, "retry"]) => (Operator, None),
+        (Method::POST, ["messages"]) => (Operator, None),
+        (Method::GET, ["messages"]) => (ReadAll, None),
+        // A lookup costs money at the carrier, like a call.
+        (Method::GET, ["numbers", _, "lookup"]) => (Operator, None),
         _ => return None,
     })
 }
@@ -166,6 +171,13 @@ pub(crate) async fn dispatch(
         (Method::POST, ["webhooks", "deliveries", id, "retry"]) => {
             ok(webhooks::retry(app, id).await?)
         }
+        (Method::POST, ["messages"]) => {
+            Ok((201, messages::send(app, body.unwrap_or(Value::Null)).await?))
+        }
+        (Method::GET, ["messages"]) => ok(messages::list(app, &param).await?),
+        (Method::GET, ["numbers", number, "lookup"]) => {
+            ok(messages::lookup(app, number, param("account")).await?)
+        }
         (Method::GET, ["inbound"]) => ok(inbound::get(app)),
         (Method::PUT | Method::POST, ["inbound"]) => {
             ok(inbound::configure(app, body.unwrap_or(Value::Null)).await?)
@@ -180,7 +192,9 @@ pub(crate) async fn dispatch(
             | ["cluster"]
             | ["webhooks", "deliveries"]
             | ["webhooks", "deliveries", _]
-            | ["webhooks", "deliveries", _, "retry"],
+            | ["webhooks", "deliveries", _, "retry"]
+            | ["messages"]
+            | ["numbers", _, "lookup"],
         ) => Err(ApiError::new(
             405,
             ErrorCode::MethodNotAllowed,

@@ -11,6 +11,7 @@ pub mod cluster;
 pub(crate) mod dialer;
 pub mod inbound;
 pub mod media;
+pub(crate) mod messaging;
 pub mod metrics;
 pub mod observe;
 pub mod progress;
@@ -153,6 +154,12 @@ pub struct App {
     pub(crate) replay: replay::LocalSeen,
     /// The webhook outbox's depth as its worker last saw it ([`webhooks`]).
     pub(crate) outbox: webhooks::Gauges,
+    /// The SQLite store's count toward `[outbound] max_sms_per_day` ([`messaging`]).
+    pub(crate) sms_caps: messaging::SmsCaps,
+    /// The agents' text conversations running now ([`messaging`]).
+    pub(crate) conversations: messaging::Conversations,
+    /// This `App` (what the calls' in-call `send_sms` sends through).
+    me: std::sync::Weak<App>,
 }
 
 /// How many media sockets may be open at once: two per call (a carrier may reconnect) plus
@@ -192,10 +199,14 @@ impl App {
         let cluster = store
             .pg_pool()
             .map(|pool| Arc::new(cluster::Cluster::new(&config, pool)));
-        Ok(Arc::new(Self {
+        let generation = Generation::build(config, providers)?;
+        Ok(Arc::new_cyclic(|me| Self {
+            me: me.clone(),
+            sms_caps: Default::default(),
+            conversations: Default::default(),
             #[cfg(feature = "postgres")]
             cluster,
-            live: RwLock::new(Arc::new(Generation::build(config, providers)?)),
+            live: RwLock::new(Arc::new(generation)),
             carriers,
             reloads: Reloads::default(),
             server,
@@ -433,6 +444,13 @@ impl Host for App {
     ) -> Response<Body> {
         media::accept(self, req, socket)
     }
+
+    fn incoming_sms<'a>(
+        self: Arc<Self>,
+        sms: crate::carrier::messaging::InboundSms<'a>,
+    ) -> Pending<'a, Result<crate::carrier::messaging::SmsReceipt, GuardUnavailable>> {
+        Box::pin(messaging::incoming(self, sms))
+    }
 }
 
 /// Gives a call its agent's tools from `generation` (the one its agent and providers came
@@ -456,6 +474,7 @@ pub(crate) fn with_tools(
         ));
     }
     let (caller, callee) = (setup.from.clone(), setup.to.clone());
+    let texter: Arc<dyn crate::tools::Texter> = Arc::new(app.me.clone());
     setup.tools = generation.tools.get(&setup.agent_name).and_then(|t| {
         t.for_call(crate::tools::CallCtx {
             call_id: setup.call_id.clone(),
@@ -463,6 +482,9 @@ pub(crate) fn with_tools(
             callee,
             agent: setup.agent_name.clone(),
             calls: app.calls.clone(),
+            outbound: setup.outbound,
+            carrier_account: setup.carrier_account.clone(),
+            texter: Some(texter),
         })
     });
     setup

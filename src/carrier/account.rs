@@ -98,6 +98,15 @@ pub trait AccountConfig: Send + Sync {
     fn outbound_problem(&self) -> Option<String> {
         None
     }
+    /// Why the account cannot send text messages, if it cannot (ends "… through
+    /// [carriers.NAME], "). Only the carriers whose `sms.rs` implements them can.
+    fn sms_problem(&self) -> Option<String> {
+        Some(
+            "whose kind cannot send text messages through patterd (Twilio, Telnyx and Plivo \
+             accounts can)"
+                .into(),
+        )
+    }
     /// The REST API root: `api_base_url`, or the public default.
     fn api_base(&self) -> &str {
         match self.api_base_url() {

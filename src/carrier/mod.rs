@@ -17,6 +17,7 @@ pub mod admin;
 pub(crate) mod codec_util;
 pub mod dial;
 pub mod leg;
+pub mod messaging;
 pub mod port;
 pub(crate) mod registry;
 pub(crate) mod rest_client;
@@ -312,6 +313,14 @@ pub enum CarrierError {
     },
     #[error("{carrier} calls cannot {what} (not supported by patterd for this carrier yet)")]
     Unsupported {
+        carrier: &'static str,
+        what: &'static str,
+    },
+    #[error(
+        "{carrier} cannot {what} through patterd; text messages and number lookups go through a \
+         Twilio, Telnyx or Plivo account"
+    )]
+    NoMessaging {
         carrier: &'static str,
         what: &'static str,
     },

@@ -19,6 +19,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 
 use super::dial::{Outbound, StatusUpdate};
+use super::messaging::{InboundSms, SmsReceipt};
 use super::{Carrier, CarrierKind, SharedCodec};
 use crate::net::http::Body;
 
@@ -226,6 +227,16 @@ pub trait Host: Send + Sync + 'static {
     /// The phone-link key, when the configuration has secret material for one.
     fn phone_links(&self) -> Option<Arc<crate::security::link::PhoneLinks>> {
         None
+    }
+    /// A text message a carrier's signed webhook delivered to one of our numbers: stored once
+    /// per carrier message id (a retry or replay is [`SmsReceipt::Repeated`]) and, when the
+    /// number has `sms = true`, answered by its agent by text message in the background. Fails
+    /// only while the replay guard cannot be asked (the carrier retries).
+    fn incoming_sms<'a>(
+        self: Arc<Self>,
+        _sms: InboundSms<'a>,
+    ) -> Pending<'a, Result<SmsReceipt, GuardUnavailable>> {
+        Box::pin(std::future::ready(Ok(SmsReceipt::Stored)))
     }
     /// Upgrades `req` and serves the media socket in the background.
     fn accept_media(self: Arc<Self>, req: Request<Incoming>, socket: MediaSocket)

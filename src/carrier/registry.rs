@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 
 use super::dial::{Outbound, PlaceCall, PlaceError};
+use super::messaging::{NumberInfo, OutgoingSms, SentSms};
 use super::port::Host;
 use super::{CarrierConfig, CarrierError, CarrierKind, DtmfDelivery, TransferRequest};
 use crate::net::http::Body;
@@ -132,6 +133,16 @@ fn unsupported<T: Send + 'static>(
     })))
 }
 
+fn no_messaging<T: Send + 'static>(
+    kind: CarrierKind,
+    what: &'static str,
+) -> BoxFuture<Result<T, CarrierError>> {
+    Box::pin(std::future::ready(Err(CarrierError::NoMessaging {
+        carrier: kind.as_str(),
+        what,
+    })))
+}
+
 /// What the daemon asks of a carrier and its configured accounts. One value per registered
 /// carrier kind; `account` arguments name a `[carriers.NAME]` section of that kind.
 pub trait Carrier: Send + Sync + 'static {
@@ -191,6 +202,26 @@ pub trait Carrier: Send + Sync + 'static {
         _digits: &str,
     ) -> BoxFuture<Result<DtmfDelivery, CarrierError>> {
         Box::pin(std::future::ready(Ok(DtmfDelivery::InBand)))
+    }
+
+    /// Sends a text message from one of the account's numbers. Unsupported unless the
+    /// carrier implements it.
+    fn send_sms(
+        &self,
+        _account: &str,
+        _sms: &OutgoingSms,
+    ) -> BoxFuture<Result<SentSms, CarrierError>> {
+        no_messaging(self.kind(), "send text messages")
+    }
+
+    /// Looks a number up (validity, country, operator, line type) with the carrier's lookup
+    /// API. Unsupported unless the carrier implements it.
+    fn lookup_number(
+        &self,
+        _account: &str,
+        _number: &str,
+    ) -> BoxFuture<Result<NumberInfo, CarrierError>> {
+        no_messaging(self.kind(), "look numbers up")
     }
 }
 

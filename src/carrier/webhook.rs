@@ -2,15 +2,33 @@
 //! form fields and headers, and the decision
 //! on a call we placed when the carrier says it was answered (a machine gets the voicemail
 //! message and the call ends, a person gets the media stream), with the outcome recorded;
-//! and a new call's busy refusal, which in a cluster hands the webhook to a ready peer.
+//! a new call's busy refusal, which in a cluster hands the webhook to a ready peer; and the
+//! answer to an inbound text message's webhook.
 
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use tracing::info;
 
 use super::dial::{CallOutcome, OutboundCall, StatusUpdate};
-use super::port::{Arrived, Host, Refusal};
+use super::messaging::SmsReceipt;
+use super::port::{Arrived, GuardUnavailable, Host, Refusal};
 use crate::net::http::{Body, read_body};
+
+/// The answer to a text message's webhook once the host has it: `stored` (the carrier's
+/// acknowledgement) for a stored or repeated message, 503 while the replay guard cannot be
+/// asked (the carrier retries; nothing was stored).
+pub(crate) fn sms_answer(
+    receipt: Result<SmsReceipt, GuardUnavailable>,
+    stored: impl FnOnce() -> Response<Body>,
+) -> Response<Body> {
+    match receipt {
+        Ok(_) => stored(),
+        Err(e) => {
+            tracing::warn!(error = %e, "text message refused for now (the carrier retries)");
+            crate::net::http::text(503, "the replay guard is unavailable; try again\n")
+        }
+    }
+}
 
 /// Reads a webhook's body (up to `limit` bytes), keeping the request as it arrived so it can
 /// be handed to a peer. `Err` is the response to send.

@@ -180,7 +180,9 @@ impl Default for StoreConfig {
     }
 }
 
-/// `[outbound]`: limits on calls the daemon places (REST `POST /v1/calls`, MCP `make_call`).
+/// `[outbound]`: limits on calls the daemon places (REST `POST /v1/calls`, MCP `make_call`)
+/// and on the text messages it sends (REST `POST /v1/messages`, MCP and in-call `send_sms`,
+/// the agents' answers to inbound messages).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutboundConfig {
@@ -190,6 +192,10 @@ pub struct OutboundConfig {
     pub max_concurrent: usize,
     /// Seconds to let the destination ring before giving up (Twilio `Timeout`).
     pub ring_timeout_s: u32,
+    /// Text messages sent per UTC day, across all numbers (and, on PostgreSQL, all instances).
+    pub max_sms_per_day: u32,
+    /// The longest text message body, in characters (1 to 1600).
+    pub max_sms_chars: usize,
 }
 
 impl Default for OutboundConfig {
@@ -198,6 +204,8 @@ impl Default for OutboundConfig {
             max_per_day: 100,
             max_concurrent: 5,
             ring_timeout_s: 30,
+            max_sms_per_day: 100,
+            max_sms_chars: 1600,
         }
     }
 }
@@ -691,10 +699,15 @@ pub struct NumberConfig {
     /// Callers allowed to reach this number (E.164); empty means everyone.
     #[serde(default)]
     pub allowed_callers: Vec<String>,
-    /// Destinations this number may call out to (E.164 numbers or prefixes); empty means
-    /// outbound calls are refused.
+    /// Destinations this number may call out to and text (E.164 numbers or prefixes); empty
+    /// means outbound calls and messages are refused (an in-call `send_sms` may still text
+    /// the caller of that call).
     #[serde(default)]
     pub allowed_destinations: Vec<String>,
+    /// Text messages to this number start a turn of its agent, answered by text message (one
+    /// conversation per pair of numbers). Off: they are only stored.
+    #[serde(default)]
+    pub sms: bool,
 }
 
 impl Config {

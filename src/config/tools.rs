@@ -20,10 +20,18 @@ pub enum BuiltinTool {
     TransferCall,
     /// `send_dtmf(digits)`: press keys (`0-9*#A-D`).
     SendDtmf,
+    /// `send_sms(body, to?)`: text the caller (or a number `allowed_destinations` admits)
+    /// from this call's number.
+    SendSms,
 }
 
 impl BuiltinTool {
-    pub const ALL: [BuiltinTool; 3] = [Self::EndCall, Self::TransferCall, Self::SendDtmf];
+    pub const ALL: [BuiltinTool; 4] = [
+        Self::EndCall,
+        Self::TransferCall,
+        Self::SendDtmf,
+        Self::SendSms,
+    ];
 
     /// The tool's name as the model sees it.
     pub fn name(self) -> &'static str {
@@ -31,7 +39,14 @@ impl BuiltinTool {
             Self::EndCall => "end_call",
             Self::TransferCall => "transfer_call",
             Self::SendDtmf => "send_dtmf",
+            Self::SendSms => "send_sms",
         }
+    }
+
+    /// True for the built-ins that are actions on the call (`call::action`); the others are
+    /// tools of their own (`crate::tools::send_sms`).
+    pub fn is_call_action(self) -> bool {
+        !matches!(self, Self::SendSms)
     }
 }
 

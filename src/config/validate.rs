@@ -316,6 +316,17 @@ fn limits(c: &mut Check, config: &Config) {
         &["outbound", "ring_timeout_s"],
         u64::from(config.outbound.ring_timeout_s),
     );
+    let max_chars = config.outbound.max_sms_chars;
+    if !(1..=crate::carrier::messaging::MAX_SMS_CHARS).contains(&max_chars) {
+        c.fail(
+            &["outbound", "max_sms_chars"],
+            format!(
+                "[outbound] max_sms_chars = {max_chars} must be 1 to {} (the longest message \
+                 every SMS carrier accepts)",
+                crate::carrier::messaging::MAX_SMS_CHARS
+            ),
+        );
+    }
 
     if let Err(why) = check_log_level(&config.log.level) {
         c.fail(
@@ -580,6 +591,21 @@ fn numbers(c: &mut Check, config: &Config) {
                     ),
                 );
             }
+        }
+        if number.sms
+            && let Some(carrier) = config.carriers.get(&number.carrier)
+            && let Some(why) = carrier.account().sms_problem()
+        {
+            c.fail(
+                &["numbers", &idx, "sms"],
+                format!(
+                    "{entry} has sms = true, so its agent answers text messages through \
+                     [carriers.{}] (kind {}), {why}; set sms = false or move the number to \
+                     such an account",
+                    number.carrier,
+                    carrier.kind().as_str()
+                ),
+            );
         }
         if !number.allowed_destinations.is_empty()
             && let Some(carrier) = config.carriers.get(&number.carrier)

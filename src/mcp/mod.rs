@@ -2,7 +2,8 @@
 //! with patter-mcp's names, camelCase arguments and text layouts so existing prompts keep
 //! working — `make_call`, `call_third_party`, `get_calls`, `get_transcript` — plus our
 //! `end_call`, the actions on a live call `transfer_call`, `send_dtmf` and `say` (through the
-//! call's actor, so the agent's policies apply), `get_metrics` and `configure_inbound`, and the resources `patter://dashboard` and
+//! call's actor, so the agent's policies apply), `get_metrics`, `configure_inbound`,
+//! `send_sms` and `lookup_number` (`POST /v1/messages`, `GET /v1/numbers/{n}/lookup`), and the resources `patter://dashboard` and
 //! `patter://call/{callId}`. Tools speak to a [`Backend`]: the daemon itself for Streamable HTTP
 //! at `/mcp` ([`http`]), or the running daemon's REST API for `patterd mcp --stdio`
 //! ([`stdio`]); either way the same `/v1` routes run. Each tool declares its
@@ -119,7 +120,7 @@ fn action_tool(spec: &ActionSpec, control: &Control) -> Tool {
     )
 }
 
-/// The ten tools with their input schemas: the live-call actions (`call::action`) after
+/// The twelve tools with their input schemas: the live-call actions (`call::action`) after
 /// `end_call`.
 pub fn tools() -> Vec<Tool> {
     scoped_tools().into_iter().map(|(t, _)| t).collect()
@@ -239,6 +240,35 @@ fn own_tools() -> Vec<(Tool, Permission)> {
                     "voice": s("The name of a [tts.NAME] section"),
                     "enabled": b("false refuses inbound calls, true accepts them again")
                 }
+            }),
+        ),
+        tool(
+            "send_sms",
+            Permission::Operator,
+            "Send a text message (SMS) from one of patterd's numbers. The destination must be \
+             allowed by that number's allowed_destinations; [outbound] max_sms_per_day and \
+             max_sms_chars apply.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "to": s("Number to text, E.164 with country code, e.g. +15551234567"),
+                    "body": s("The message text"),
+                    "from": s("One of patterd's numbers (E.164); default: the first that may text `to`")
+                },
+                "required": ["to", "body"]
+            }),
+        ),
+        tool(
+            "lookup_number",
+            Permission::Operator,
+            "Look a phone number up with the carrier: whether it is valid, its country, its \
+             network operator and line type (mobile, landline, voip, toll_free).",
+            json!({
+                "type": "object",
+                "properties": {
+                    "number": s("The number, E.164 with country code, e.g. +15551234567")
+                },
+                "required": ["number"]
             }),
         ),
     ]
@@ -476,6 +506,47 @@ impl PatterMcp {
                     .map_err(api)?;
                 Ok(format::inbound(&v))
             }
+            "send_sms" => {
+                let body = json!({
+                    "to": a.req("to")?,
+                    "body": a.req("body")?,
+                    "from": a.str("from")?,
+                });
+                let v = self
+                    .post("/messages".into(), body)
+                    .await
+                    .map_err(|e| format!("Text message not sent: {}", api(e)))?;
+                Ok(format!(
+                    "Text message sent to {} from {}.\nMessage ID: {}\nStatus: {}",
+                    format::str_of(&v, "to"),
+                    format::str_of(&v, "from"),
+                    format::str_of(&v, "message_id"),
+                    format::str_of(&v, "carrier_status"),
+                ))
+            }
+            "lookup_number" => {
+                let number = a.req("number")?;
+                let v = self
+                    .get(format!("/numbers/{}/lookup", seg(&number)))
+                    .await
+                    .map_err(|e| format!("Lookup of {number} failed: {}", api(e)))?;
+                let or_unknown = |k: &str| match format::str_of(&v, k) {
+                    "" => "unknown".to_string(),
+                    s => s.to_string(),
+                };
+                Ok(format!(
+                    "Number: {}\nValid: {}\nCountry: {}\nCarrier: {}\nLine type: {}",
+                    or_unknown("number"),
+                    match v["valid"].as_bool() {
+                        Some(true) => "yes",
+                        Some(false) => "no",
+                        None => "unknown",
+                    },
+                    or_unknown("country"),
+                    or_unknown("carrier"),
+                    or_unknown("line_type"),
+                ))
+            }
             other => {
                 let names: Vec<String> = self
                     .visible_tools()
@@ -662,12 +733,13 @@ mod tests {
         (dir, app)
     }
 
-    /// The live-call actions sit after `end_call`, and an unknown tool's answer lists all ten.
+    /// The live-call actions sit after `end_call`, and an unknown tool's answer lists all twelve.
     #[tokio::test]
     async fn the_tool_list_keeps_its_order() {
         let names: Vec<String> = tools().into_iter().map(|t| t.name.into()).collect();
         let want = "make_call, call_third_party, get_calls, get_transcript, end_call, \
-                    transfer_call, send_dtmf, say, get_metrics, configure_inbound";
+                    transfer_call, send_dtmf, say, get_metrics, configure_inbound, send_sms, \
+                    lookup_number";
         assert_eq!(names.join(", "), want);
         let (_dir, app) = app_with_telnyx_call().await;
         let mcp = PatterMcp::new(Arc::new(Local(Arc::downgrade(&app))));

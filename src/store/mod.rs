@@ -10,6 +10,7 @@
 //! At debug level (`patterd::store=debug`) each committed turn is logged as `turn stored` with
 //! its call id, sequence number and heard length (never its text).
 
+pub mod messages;
 pub mod model;
 pub mod outbox;
 #[cfg(feature = "postgres")]
@@ -31,6 +32,7 @@ use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use crate::call::{CallEvent, CallLog, EndReason, EventDetail, TranscriptEntry};
+pub use messages::{MessageFilter, MessageRow, NewMessage};
 pub use model::{CallFilter, CallRow, EventRow, Metrics, TurnRow};
 pub use outbox::{DeliveryRow, OutboxBody, OutboxCounts, OutboxEvent, OutboxRow, Settle};
 use queue::{Pushed, WriteQueue};
@@ -169,6 +171,16 @@ pub enum Write {
         call_id: String,
         cost: CallCost,
     },
+    /// A text message sent or received ([`messages`]).
+    Message(NewMessage),
+    /// A sent message's carrier id and status (`sent`, `failed` with `error`).
+    MessageStatus {
+        message_id: String,
+        status: &'static str,
+        carrier_message_id: Option<String>,
+        error: Option<String>,
+        at: i64,
+    },
     /// Answered once everything queued before it is committed.
     Flush(oneshot::Sender<()>),
     /// A lookup someone waits on synchronously, answered by the writer after the batch it came
@@ -198,7 +210,12 @@ impl Write {
     fn urgent(&self) -> bool {
         matches!(
             self,
-            Write::Flush(_) | Write::Call(_) | Write::Setting { .. } | Write::Ask(_)
+            Write::Flush(_)
+                | Write::Call(_)
+                | Write::Setting { .. }
+                | Write::Ask(_)
+                | Write::Message(_)
+                | Write::MessageStatus { .. }
         )
     }
 }
@@ -683,6 +700,32 @@ impl Store {
             }
             #[cfg(feature = "postgres")]
             Reads::Postgres(p) => p.outbound_since(since_ms).await,
+        }
+    }
+
+    /// Text messages matching `filter`, newest first.
+    pub async fn messages(&self, filter: MessageFilter) -> Result<Vec<MessageRow>, StoreError> {
+        self.settle().await;
+        match &self.read {
+            Reads::Sqlite(c) => Self::read_sqlite(c, move |c| messages::list(c, &filter)).await,
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => postgres::messages::list(p.pool(), &filter)
+                .await
+                .map_err(|e| StoreError::Remote(e.to_string())),
+        }
+    }
+
+    /// Outbound text messages since `since_ms` that count toward `max_sms_per_day`.
+    pub(crate) async fn sms_sent_since(&self, since_ms: i64) -> Result<u64, StoreError> {
+        self.settle().await;
+        match &self.read {
+            Reads::Sqlite(c) => {
+                Self::read_sqlite(c, move |c| messages::sent_since(c, since_ms)).await
+            }
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => postgres::messages::sent_since(p.pool(), since_ms)
+                .await
+                .map_err(|e| StoreError::Remote(e.to_string())),
         }
     }
 

@@ -88,4 +88,27 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX webhook_outbox_state ON webhook_outbox (state, created_at);
     CREATE INDEX webhook_outbox_call ON webhook_outbox (call_id);
     ALTER TABLE calls ADD COLUMN summary TEXT;",
+    // 5: text messages sent and received (`store::messages`). An outbound row is written
+    // `sending` before its carrier is asked; `max_sms_per_day` counts `sending` and `sent`.
+    "CREATE TABLE messages (
+        message_id TEXT PRIMARY KEY,
+        direction TEXT NOT NULL CHECK (direction IN ('inbound', 'outbound')),
+        carrier TEXT NOT NULL,
+        carrier_account TEXT NOT NULL,
+        carrier_message_id TEXT,
+        from_number TEXT NOT NULL,
+        to_number TEXT NOT NULL,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error TEXT,
+        agent TEXT,
+        call_id TEXT,
+        source TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX messages_created ON messages (created_at);
+    CREATE INDEX messages_pair ON messages (from_number, to_number, created_at);
+    CREATE UNIQUE INDEX messages_carrier_id ON messages (carrier, carrier_message_id)
+        WHERE carrier_message_id IS NOT NULL;",
 ];

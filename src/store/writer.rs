@@ -72,6 +72,9 @@ impl Sink for SqliteSink {
     fn prune(&mut self, cutoff_ms: i64) -> Result<Vec<String>, String> {
         super::outbox::prune_sqlite(&self.conn, cutoff_ms).map_err(|e| e.to_string())?;
         self.conn
+            .execute("DELETE FROM messages WHERE created_at < ?1", [cutoff_ms])
+            .map_err(|e| e.to_string())?;
+        self.conn
             .prepare(
                 "DELETE FROM calls WHERE created_at < ?1 AND ended_at IS NOT NULL RETURNING call_id",
             )
@@ -314,6 +317,21 @@ fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error
                 params![key, value],
             )?;
         }
+        Write::Message(m) => super::messages::insert(tx, &m)?,
+        Write::MessageStatus {
+            message_id,
+            status,
+            carrier_message_id,
+            error,
+            at,
+        } => super::messages::update(
+            tx,
+            &message_id,
+            status,
+            carrier_message_id.as_deref(),
+            error.as_deref(),
+            at,
+        )?,
         // One instance: the leg id lives in memory only (`carrier::dial::Outbound`).
         Write::Flush(_) | Write::Ask(_) | Write::Leg { .. } => {}
     }

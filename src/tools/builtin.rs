@@ -14,12 +14,13 @@ use crate::call::action::ActionSpec;
 use crate::config::BuiltinTool;
 use crate::provider::{ToolFuture, ToolOutput, ToolSpec};
 
-/// The agent's built-ins, in the order configured.
+/// The agent's built-ins that are call actions, in the order configured (the others are
+/// their own kinds, e.g. `send_sms`).
 pub(crate) fn build(env: &ToolEnv) -> Result<Vec<Arc<dyn Tool>>, ToolSetupError> {
     let mut seen = Vec::new();
     let mut tools = Vec::new();
     for t in &env.agent.tools {
-        if seen.contains(t) {
+        if seen.contains(t) || !t.is_call_action() {
             continue;
         }
         seen.push(*t);
@@ -79,10 +80,11 @@ impl Tool for Builtin {
 mod tests {
     use super::*;
 
-    /// Every built-in the configuration accepts is an action the in-call model may take.
+    /// Every call-action built-in the configuration accepts is an action the in-call model
+    /// may take.
     #[test]
     fn every_configured_builtin_has_an_in_call_action() {
-        for t in BuiltinTool::ALL {
+        for t in BuiltinTool::ALL.into_iter().filter(|t| t.is_call_action()) {
             let spec = in_call_action(t).unwrap_or_else(|| panic!("{}", t.name()));
             assert_eq!(spec.name, t.name());
         }

@@ -1,5 +1,6 @@
 //! The tools an agent's in-call model may call (docs/agents.md): built-ins that act on the call
 //! (`builtin.rs`: `end_call`, `transfer_call`, `send_dtmf` through `CallHandle::act`), the
+//! built-in `send_sms` (`send_sms.rs`: a text message through the daemon's [`Texter`]), the
 //! consult of a back-office agent (`consult.rs`) and webhook tools declared in TOML
 //! (`webhook.rs`). [`AgentTools`] is built once per agent from its configuration (HTTP clients,
 //! compiled argument schemas, circuit breakers shared by its calls); [`AgentTools::for_call`]
@@ -9,6 +10,7 @@
 
 pub(crate) mod builtin;
 pub mod consult;
+pub(crate) mod send_sms;
 pub mod webhook;
 
 use std::collections::BTreeMap;
@@ -34,6 +36,41 @@ pub struct CallCtx {
     pub agent: String,
     /// Live calls, to reach this call's actor.
     pub calls: Arc<CallRegistry>,
+    /// True for a call we placed (ours is then `caller`, the other party `callee`).
+    pub outbound: bool,
+    /// The `[carriers.NAME]` account of the call.
+    pub carrier_account: String,
+    /// Where the built-in `send_sms` sends its message (the daemon); `None`: it cannot.
+    pub texter: Option<Arc<dyn Texter>>,
+}
+
+impl CallCtx {
+    /// The other party of the call: the caller of an inbound call, the callee of one we
+    /// placed.
+    pub fn other_party(&self) -> &str {
+        if self.outbound {
+            &self.callee
+        } else {
+            &self.caller
+        }
+    }
+
+    /// Our number on the call.
+    pub fn our_number(&self) -> &str {
+        if self.outbound {
+            &self.caller
+        } else {
+            &self.callee
+        }
+    }
+}
+
+/// What the in-call `send_sms` asks of the daemon (implemented by the composition root):
+/// text `to` — the call's other party when `None` — from the call's own number, refused unless
+/// `to` is that party or the number's `allowed_destinations` admit it, under the daemon's
+/// caps. The output is what the model is told.
+pub trait Texter: Send + Sync {
+    fn text_from_call(&self, call: &CallCtx, to: Option<String>, body: String) -> ToolFuture;
 }
 
 /// One tool.
@@ -70,7 +107,12 @@ pub enum ToolSetupError {
 type Builder = fn(&ToolEnv) -> Result<Vec<Arc<dyn Tool>>, ToolSetupError>;
 
 /// The registration list: every kind of tool, one line each.
-const KINDS: &[Builder] = &[builtin::build, consult::build, webhook::build];
+const KINDS: &[Builder] = &[
+    builtin::build,
+    send_sms::build,
+    consult::build,
+    webhook::build,
+];
 
 struct Entry {
     tool: Arc<dyn Tool>,

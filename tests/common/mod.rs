@@ -91,6 +91,8 @@ pub struct Opts {
     pub allowed_destinations: Vec<String>,
     pub outbound_max_concurrent: usize,
     pub outbound_max_per_day: u32,
+    /// `[outbound] max_sms_per_day`.
+    pub outbound_max_sms_per_day: u32,
     /// Extra `key = value` lines for `[agents.front-desk]`.
     pub agent_extra: String,
     /// Speech (μ-law) the fake ElevenLabs speaks with instead of a tone, and its pace.
@@ -112,6 +114,8 @@ pub struct Opts {
     pub words: Option<std::sync::Arc<patterd_sim::words::WordTrack>>,
     /// With `words`: how long after its end the fake Deepgram reports a word.
     pub word_lag_ms: u64,
+    /// `sms = true` on the Twilio, Telnyx and Plivo numbers (their agent answers texts).
+    pub sms: bool,
 }
 
 impl Default for Opts {
@@ -128,6 +132,7 @@ impl Default for Opts {
             allowed_destinations: Vec::new(),
             outbound_max_concurrent: 5,
             outbound_max_per_day: 100,
+            outbound_max_sms_per_day: 100,
             agent_extra: String::new(),
             voice: None,
             llm: "hermes".into(),
@@ -137,6 +142,7 @@ impl Default for Opts {
             extra_config: String::new(),
             words: None,
             word_lag_ms: 0,
+            sms: false,
         }
     }
 }
@@ -226,6 +232,7 @@ carrier = "telnyx"
 agent = "front-desk"
 allowed_callers = [{callers}]
 allowed_destinations = [{destinations}]
+sms = {sms}
 
 [[numbers]]
 number = "{PLIVO_NUMBER}"
@@ -233,7 +240,9 @@ carrier = "plivo"
 agent = "front-desk"
 allowed_callers = [{callers}]
 allowed_destinations = [{destinations}]
-"#
+sms = {sms}
+"#,
+        sms = opts.sms,
     )
 }
 
@@ -260,6 +269,7 @@ data_dir = "${{PATTERD_DATA_DIR:-./data}}"
 [outbound]
 max_concurrent = {max_concurrent}
 max_per_day = {max_per_day}
+max_sms_per_day = {max_sms_per_day}
 ring_timeout_s = 20
 
 [log]
@@ -303,10 +313,12 @@ carrier = "twilio"
 agent = "front-desk"
 allowed_callers = [{callers}]
 allowed_destinations = [{destinations}]
+sms = {sms}
 {extra_numbers}
 {extra_config}
 "#,
         extra_config = opts.extra_config,
+        sms = opts.sms,
         max_calls = opts.max_calls,
         sim_sections = patterd_sim::config::SimSections {
             deepgram: (dg, DG_KEY),
@@ -319,6 +331,7 @@ allowed_destinations = [{destinations}]
         api_token = opts.api_token,
         max_concurrent = opts.outbound_max_concurrent,
         max_per_day = opts.outbound_max_per_day,
+        max_sms_per_day = opts.outbound_max_sms_per_day,
         first = opts.first_message,
         after = opts.long_turn_after_s,
         max_duration = opts.max_duration_s,
@@ -400,6 +413,14 @@ impl Stack {
         let vonage_rest = FakeVonageRest::start(VONAGE_APPLICATION_ID, VONAGE_PRIVATE_KEY)
             .await
             .expect("fake vonage rest");
+        // The numbers each account may text from.
+        rest.sms.modify(|l| l.senders.push(OUR_NUMBER.into()));
+        telnyx_rest
+            .sms
+            .modify(|l| l.senders.push(TELNYX_NUMBER.into()));
+        plivo_rest
+            .sms
+            .modify(|l| l.senders.push(PLIVO_NUMBER.into()));
         let hermes_url = opts
             .llm_base_url
             .clone()

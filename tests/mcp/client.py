@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamablehttp_client
 
 TOOLS = {"make_call", "call_third_party", "get_calls", "get_transcript", "end_call",
          "transfer_call", "send_dtmf", "say",
-         "get_metrics", "configure_inbound"}
+         "get_metrics", "configure_inbound", "send_sms", "lookup_number"}
 
 
 def step(name, **fields):
@@ -49,7 +49,7 @@ async def scenario(session):
     tools = (await session.list_tools()).tools
     names = {t.name for t in tools}
     step("tools", names=sorted(names))
-    check(names == TOOLS, "exactly the ten tools")
+    check(names == TOOLS, "exactly the twelve tools")
     by_name = {t.name: t for t in tools}
     check(by_name["make_call"].inputSchema["required"] == ["to", "systemPrompt"],
           "make_call requires to and systemPrompt")

@@ -492,3 +492,106 @@ fn plivo_sessions_replay_mulaw_and_l16() {
         assert!((i32::from(*x) - i32::from(*y)).abs() <= 1100, "{x} vs {y}");
     }
 }
+
+/// The messaging and lookup requests patterd builds are the official SDKs' (captured in
+/// `messaging_requests.json`): the same URL, auth and content type, and the same body bytes.
+#[test]
+fn messaging_requests_match_the_sdks() {
+    use patterd::carrier::messaging::OutgoingSms;
+    let v = json("messaging_requests.json");
+    let op = |carrier: &str, prefix: &str| {
+        v[carrier]
+            .as_array()
+            .expect("requests")
+            .iter()
+            .find(|r| r["op"].as_str().is_some_and(|o| o.starts_with(prefix)))
+            .unwrap_or_else(|| panic!("{carrier} {prefix}"))
+            .clone()
+    };
+    let body = "Your table is booked: 12 Main St & 5th, 7 pm. Reply STOP to opt out — ça va?";
+    let sms = OutgoingSms {
+        from: "+14155550100".into(),
+        to: "+14155550123".into(),
+        body: body.into(),
+    };
+
+    let tw = op("twilio", "messages.create(to, from_, body)");
+    assert_eq!(
+        patterd::carrier::twilio::sms::message_form(&sms),
+        tw["body"]
+    );
+    assert!(
+        tw["url"]
+            .as_str()
+            .expect("url")
+            .ends_with("/Accounts/AC00000000000000000000000000000001/Messages.json")
+    );
+    assert_eq!(
+        header(&tw["headers"], "content-type"),
+        Some("application/x-www-form-urlencoded")
+    );
+    let rest = patterd::carrier::twilio::TwilioRest::new(
+        "https://api.twilio.com",
+        "AC00000000000000000000000000000001",
+        "0123456789abcdef0123456789abcdef",
+    )
+    .expect("client");
+    let lookup = op(
+        "twilio",
+        "lookups.v2.phone_numbers(n).fetch(fields='line_type_intelligence')",
+    );
+    assert_eq!(
+        patterd::carrier::twilio::sms::lookup_url("https://lookups.twilio.com", "+14155550123"),
+        lookup["url"]
+    );
+    assert_eq!(
+        header(&lookup["headers"], "authorization"),
+        Some(
+            format!(
+                "Basic {}",
+                STANDARD
+                    .encode("AC00000000000000000000000000000001:0123456789abcdef0123456789abcdef")
+            )
+            .as_str()
+        )
+    );
+    drop(rest);
+
+    let tx = op("telnyx", "messages.send(to, from_, text)");
+    assert_eq!(
+        patterd::carrier::telnyx::sms::message_body(&sms),
+        tx["body"]
+    );
+    assert_eq!(tx["url"], "https://api.telnyx.com/v2/messages");
+    let lookup = op("telnyx", "number_lookup.retrieve(n, type='carrier')");
+    assert_eq!(
+        patterd::carrier::telnyx::sms::lookup_url("https://api.telnyx.com", "+14155550123"),
+        lookup["url"]
+    );
+
+    let pl = op("plivo", "messages.create(src, dst, text)");
+    // Plivo writes numbers as digits; the SDK sends what it is given (here E.164), so the
+    // capture with digits is the one to match.
+    let digits = op("plivo", "messages.create(src, dst, text, url, method)");
+    assert!(
+        digits["body"]
+            .as_str()
+            .expect("body")
+            .starts_with(r#"{"dst": "14155550123""#)
+    );
+    let expected = pl["body"]
+        .as_str()
+        .expect("body")
+        .replace("\"+14155550123\"", "\"14155550123\"")
+        .replace("\"+14155550100\"", "\"14155550100\"");
+    assert_eq!(plivo::sms::message_body(&sms), expected);
+    assert_eq!(
+        pl["url"],
+        "https://api.plivo.com/v1/Account/MA0000000000000000AB/Message/"
+    );
+    let lookup = op("plivo", "lookup.get(number)");
+    assert_eq!(
+        plivo::sms::lookup_url("https://lookup.plivo.com", "+14155550123"),
+        lookup["url"]
+    );
+}

@@ -379,6 +379,33 @@ fn telnyx_outbound_needs_a_connection_id() {
 }
 
 #[test]
+fn sms_needs_a_carrier_that_can_text() {
+    let text = format!(
+        "{BASE}\n[carriers.web]\nkind = \"web\"\n\n\
+         [[numbers]]\nnumber = \"+15550002000\"\ncarrier = \"web\"\nagent = \"front-desk\"\n\
+         sms = true\n"
+    );
+    let err = load_err(&text);
+    let line = line_of(&text, "sms = true");
+    assert!(
+        err.contains(&format!(
+            "patter.toml:{line}: [[numbers]] entry 2 has sms = true, so its agent answers text \
+             messages through [carriers.web] (kind web), whose kind cannot send text messages"
+        )),
+        "{err}"
+    );
+    // The same number on the Twilio account loads.
+    let ok = text.replace("carrier = \"web\"", "carrier = \"twilio\"");
+    load(&ok).expect("sms on a twilio number loads");
+    let too_long = format!("{BASE}\n[outbound]\nmax_sms_chars = 1601\n");
+    let err = load_err(&too_long);
+    assert!(
+        err.contains("[outbound] max_sms_chars = 1601 must be 1 to 1600"),
+        "{err}"
+    );
+}
+
+#[test]
 fn duplicate_numbers_are_reported() {
     let text = format!(
         "{BASE}\n[[numbers]]\nnumber = \"+15550001234\"\ncarrier = \"twilio\"\nagent = \"front-desk\"\n"

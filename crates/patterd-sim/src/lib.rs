@@ -23,6 +23,7 @@ pub mod openai_realtime;
 pub mod openai_speech;
 pub mod plivo;
 pub mod postgres;
+pub mod sms;
 pub mod stream;
 pub mod telnyx;
 pub mod tone;

@@ -230,6 +230,8 @@ pub struct FakePlivoRest {
     /// Answer `POST Call/` with this status (0: place the call).
     fail_create: Arc<std::sync::atomic::AtomicU16>,
     account: Arc<std::sync::Mutex<PlivoAccount>>,
+    /// Messages sent, lookups answered and messaging requests refused (`crate::sms`).
+    pub sms: Arc<Recorder<crate::sms::SmsLedger>>,
     _server: TaskGuard,
 }
 
@@ -249,9 +251,12 @@ impl FakePlivoRest {
         let account = Arc::new(std::sync::Mutex::new(PlivoAccount::default()));
         let acc = account.clone();
         let account_id = auth_id.to_string();
+        let sms = Arc::new(Recorder::<crate::sms::SmsLedger>::default());
+        let sms_ledger = sms.clone();
         let (addr, guard) = serve(move |req| {
             let rec = rec.clone();
             let acc = acc.clone();
+            let sms = sms_ledger.clone();
             let account_id = account_id.clone();
             let expected = expected.clone();
             let prefix = prefix.clone();
@@ -262,7 +267,20 @@ impl FakePlivoRest {
                 let query = req.uri().query().unwrap_or("").to_string();
                 let method = req.method().to_string();
                 let auth_ok = super::http::authorized(&req, &expected);
+                let headers = super::http::header_pairs(&req);
                 let raw = read_body(req, 1 << 20).await.unwrap_or_default();
+                if auth_ok {
+                    let sms_req = crate::sms::SmsRequest {
+                        method: &method,
+                        path: &path,
+                        query: &query,
+                        headers: &headers,
+                        body: &raw,
+                    };
+                    if let Some(resp) = crate::sms::plivo::handle(&sms, &sms_req, &account_id) {
+                        return resp;
+                    }
+                }
                 let body: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_default();
                 let uuid = path
                     .strip_prefix(&prefix)
@@ -400,6 +418,7 @@ impl FakePlivoRest {
             record,
             fail_create,
             account,
+            sms,
             _server: guard,
         })
     }
@@ -584,6 +603,67 @@ impl SimPlivo {
             ],
         )
         .await
+    }
+
+    /// The form fields Plivo posts to an application's `message_url` (numbers as digits).
+    pub fn message_params(
+        message_uuid: &str,
+        from: &str,
+        to: &str,
+        text: &str,
+    ) -> Vec<(String, String)> {
+        [
+            ("From", from.trim_start_matches('+')),
+            ("MessageIntent", ""),
+            ("MessageUUID", message_uuid),
+            ("PowerpackUUID", ""),
+            ("Text", text),
+            ("To", to.trim_start_matches('+')),
+            ("TotalAmount", "0.00000"),
+            ("TotalRate", "0.00000"),
+            ("Type", "sms"),
+            ("Units", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    /// The V2 headers Plivo signs a messaging webhook with: HMAC-SHA256 over the URL without
+    /// its query and a fresh nonce.
+    pub fn v2_headers(&self, path: &str) -> (String, String) {
+        let url = signed_url(&self.public_url, path);
+        let nonce: String = new_sid("")
+            .bytes()
+            .take(20)
+            .map(|b| char::from(b'0' + b % 10))
+            .collect();
+        let sig = patterd::carrier::plivo::signature::compute_v2(&self.auth_token, &url, &nonce);
+        (sig, nonce)
+    }
+
+    /// An inbound text message: posts the `message_url` (`/plivo/message`) signed with V2 as
+    /// Plivo does, with a fresh `MessageUUID`. Returns it and patterd's answer.
+    pub async fn incoming_message(
+        &self,
+        from: &str,
+        to: &str,
+        text: &str,
+    ) -> Result<(String, WebhookResponse), reqwest::Error> {
+        let id = new_uuid();
+        let params = Self::message_params(&id, from, to, text);
+        let (sig, nonce) = self.v2_headers("/plivo/message");
+        let r = self
+            .post_with(
+                "/plivo/message",
+                &params,
+                &[
+                    ("X-Plivo-Signature-V2", sig.as_str()),
+                    ("X-Plivo-Signature-V2-Nonce", nonce.as_str()),
+                ],
+            )
+            .await?;
+        Ok((id, r))
     }
 
     /// POSTs with caller-chosen headers (negative tests).

@@ -1,7 +1,8 @@
 //! Plivo: everything patterd needs to speak to Plivo Voice. `X-Plivo-Signature-V3` webhook
 //! signatures, single-use nonces, V2 refused ([`signature`]), answer XML with a bidirectional `<Stream>`
 //! ([`xml`]), the audio stream codec including L16 ⇄ μ-law ([`codec`]), the REST calls
-//! ([`rest`]), its `[carriers.NAME]` keys ([`config`]) and its routes and
+//! ([`rest`]), text messages and number lookups with the V2-signed message webhook
+//! ([`sms`]), its `[carriers.NAME]` keys ([`config`]) and its routes and
 //! [`crate::carrier::Carrier`] implementation ([`routes`]).
 
 pub mod codec;
@@ -10,6 +11,7 @@ pub mod numbers;
 pub mod rest;
 pub mod routes;
 pub mod signature;
+pub mod sms;
 pub mod xml;
 
 pub use config::Config;

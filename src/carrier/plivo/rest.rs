@@ -64,6 +64,10 @@ pub struct PlivoRest {
     pub base: String,
     pub auth_id: String,
     auth_token: String,
+    /// The Lookup API root without trailing slash: `lookup_base_url`, else
+    /// `https://lookup.plivo.com` for the public API and the API root itself for any other (a
+    /// proxy or a fake serves both).
+    pub(crate) lookup_base: String,
 }
 
 impl std::fmt::Debug for PlivoRest {
@@ -84,21 +88,32 @@ impl PlivoRest {
                 message: "auth_id and auth_token must both be set".into(),
             });
         }
+        let base = base.trim_end_matches('/').to_string();
+        let lookup_base = if base == DEFAULT_API_BASE {
+            super::sms::DEFAULT_LOOKUP_BASE.to_string()
+        } else {
+            base.clone()
+        };
         Ok(Self {
             client: build_client(CARRIER)?,
-            base: base.trim_end_matches('/').to_string(),
+            base,
             auth_id: auth_id.trim().to_string(),
             auth_token: auth_token.trim().to_string(),
+            lookup_base,
         })
     }
 
     /// From a `[carriers.*]` entry of kind plivo.
     pub(crate) fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
-        Self::new(
+        let mut rest = Self::new(
             cfg.api_base(),
             cfg.auth_id.expose(),
             cfg.auth_token.expose(),
-        )
+        )?;
+        if let Some(lookup) = &cfg.lookup_base_url {
+            rest.lookup_base = lookup.trim_end_matches('/').to_string();
+        }
+        Ok(rest)
     }
 
     pub(crate) fn authorization(&self) -> String {

@@ -31,6 +31,7 @@ use crate::carrier::rest_client::path_safe;
 use crate::carrier::webhook::{
     Answer, answer_outbound, arrive, field, header, refused_or_handed,
 };
+use crate::carrier::messaging::{NumberInfo, OutgoingSms, SentSms};
 use crate::carrier::{
     Carrier, CarrierError, CarrierKind, DtmfDelivery, TransferRequest, public_request_url,
     public_ws_url,
@@ -40,7 +41,7 @@ use crate::security::mask_number;
 
 /// Every configured Plivo account.
 pub(crate) struct PlivoCarrier {
-    accounts: Accounts<PlivoRest>,
+    pub(super) accounts: Accounts<PlivoRest>,
     /// Transfers asked for and not yet fetched by Plivo: `CallUUID` → (to, caller id).
     transfers: Mutex<HashMap<String, (String, String)>>,
 }
@@ -77,8 +78,13 @@ impl Carrier for PlivoCarrier {
     account_methods!();
 
     fn routes(self: Arc<Self>) -> Vec<Route> {
-        let (a, b, t) = (self.clone(), self.clone(), self.clone());
+        let (a, b, t, m) = (self.clone(), self.clone(), self.clone(), self.clone());
         vec![
+            Route::new(
+                &[Method::POST, Method::GET],
+                RoutePath::Exact("/plivo/message"),
+                move |h, r| super::sms::webhook(m.clone(), h, r),
+            ),
             Route::new(
                 &[Method::POST, Method::GET],
                 RoutePath::Exact("/plivo/transfer"),
@@ -203,6 +209,30 @@ impl Carrier for PlivoCarrier {
     fn call_id_for_leg(&self, outbound: &Outbound, leg_id: &str) -> Option<String> {
         outbound.call_id_for_leg(leg_id)
     }
+
+    fn send_sms(&self, account: &str, sms: &OutgoingSms) -> BoxFuture<Result<SentSms, CarrierError>> {
+        let rest = self.rest(account);
+        let sms = sms.clone();
+        Box::pin(async move { unconfigured(rest)?.send_message(&sms).await })
+    }
+
+    fn lookup_number(
+        &self,
+        account: &str,
+        number: &str,
+    ) -> BoxFuture<Result<NumberInfo, CarrierError>> {
+        let rest = self.rest(account);
+        let number = number.to_string();
+        Box::pin(async move { unconfigured(rest)?.lookup(&number).await })
+    }
+}
+
+/// The account's REST client, or the error saying it has no credentials.
+fn unconfigured(rest: Option<Arc<PlivoRest>>) -> Result<Arc<PlivoRest>, CarrierError> {
+    rest.ok_or_else(|| CarrierError::Config {
+        carrier: "Plivo",
+        message: "the account has no auth_id / auth_token".into(),
+    })
 }
 
 /// Reads and authenticates a Plivo webhook; returns the account and the call's fields (the
@@ -218,7 +248,7 @@ async fn signed<'a>(
 
 /// Authenticates a Plivo webhook that has arrived ([`signed`]); the nonce it records is kept
 /// in `parts.seen` (released if the webhook is handed to a peer).
-async fn verified<'a>(
+pub(super) async fn verified<'a>(
     me: &'a PlivoCarrier,
     host: &dyn Host,
     parts: &mut Arrived,

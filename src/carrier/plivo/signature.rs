@@ -4,8 +4,10 @@
 //! fields as `keyvalue…`, then `.` + the nonce; the header may list several signatures
 //! separated by commas and any one may match. All comparisons are constant-time.
 //!
-//! V2 (HMAC over the URL without its query + nonce) is refused: it signs neither the body nor
-//! the query, so one captured V2 signature would let anyone forge any call to that URL. A V3
+//! V2 (HMAC over the URL without its query + nonce) is refused for calls: it signs neither the
+//! body nor the query, so one captured V2 signature would let anyone forge any call to that URL.
+//! Plivo signs messaging webhooks with V2 only, so the message route alone takes it
+//! ([`validate_v2`]), with the same single-use nonce. A V3
 //! signature is single use: the daemon's replay guard remembers every nonce that verified for
 //! [`NONCE_WINDOW`] (cluster-wide with a shared store), and a request carrying a nonce seen
 //! before is a replay.
@@ -132,6 +134,42 @@ pub fn validate_request(
     }
 }
 
+/// The V2 nonce header's name (messaging webhooks).
+pub(crate) const NONCE_V2_HEADER: &str = "X-Plivo-Signature-V2-Nonce";
+
+/// The V2 signature of a request to `url` with `nonce`: HMAC-SHA256 (auth token) over the URL
+/// without its query, then the nonce. What Plivo signs its messaging webhooks with (they carry
+/// no V3 signature).
+pub fn compute_v2(auth_token: &str, url: &str, nonce: &str) -> String {
+    let (base, _) = split_query(url);
+    mac_b64(auth_token, &format!("{base}{nonce}"))
+}
+
+/// Validates a messaging webhook's V2 headers (`X-Plivo-Signature-V2` and `-Ma-V2`, either
+/// may match) with its V2 nonce. Only the message route accepts V2, and only with a fresh
+/// nonce (`Host::first_seen`): V2 signs neither the body nor the query, so a signature is
+/// worth one request, the one Plivo sent. `header` looks a header up by name.
+pub(crate) fn validate_v2(
+    auth_token: &str,
+    url: &str,
+    header: impl Fn(&str) -> Option<String>,
+) -> bool {
+    let signatures = [
+        header("X-Plivo-Signature-V2"),
+        header("X-Plivo-Signature-Ma-V2"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(",");
+    match header(NONCE_V2_HEADER) {
+        Some(nonce) if !auth_token.is_empty() && !nonce.is_empty() && !signatures.is_empty() => {
+            any_matches(&compute_v2(auth_token, url, &nonce), &signatures)
+        }
+        _ => false,
+    }
+}
+
 /// How long a verified V3 nonce is remembered: a replay inside this window is refused. Plivo's
 /// nonce carries no timestamp, so the window is ours: a day covers any retry or capture that
 /// is still worth replaying while the call it names can matter.
@@ -217,6 +255,24 @@ mod tests {
             _ => None,
         };
         assert!(!validate_request("tok", "POST", "https://h/a", &[], h));
+    }
+
+    /// The messaging webhook's V2: URL without query + nonce, either header, and nothing
+    /// without the nonce.
+    #[test]
+    fn v2_for_messages() {
+        let sig = compute_v2("tok", "https://h/plivo/message?x=1", "n1");
+        assert_eq!(sig, mac_b64("tok", "https://h/plivo/messagen1"));
+        let h = |name: &str| match name {
+            "X-Plivo-Signature-Ma-V2" => Some(sig.clone()),
+            "X-Plivo-Signature-V2-Nonce" => Some("n1".to_string()),
+            _ => None,
+        };
+        assert!(validate_v2("tok", "https://h/plivo/message", h));
+        assert!(!validate_v2("other", "https://h/plivo/message", h));
+        assert!(!validate_v2("tok", "https://h/plivo/answer", h));
+        let no_nonce = |name: &str| (name == "X-Plivo-Signature-V2").then(|| sig.clone());
+        assert!(!validate_v2("tok", "https://h/plivo/message", no_nonce));
     }
 
     #[test]

@@ -34,6 +34,10 @@ impl AccountConfig for Config {
         ])
     }
 
+    fn sms_problem(&self) -> Option<String> {
+        None
+    }
+
     fn outbound_problem(&self) -> Option<String> {
         self.connection_id.trim().is_empty().then(|| {
             "which has no connection_id: set it to the id of the Call Control application that \

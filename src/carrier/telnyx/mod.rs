@@ -1,8 +1,8 @@
 //! Telnyx Call Control: everything patterd needs to speak to Telnyx. Ed25519 webhook signatures
 //! ([`signature`]), the webhook envelope ([`webhook`]), Call Control REST commands — answer,
 //! streaming_start, speak, reject, hangup, dial ([`rest`]) — the media streaming codec
-//! ([`codec`]), its `[carriers.NAME]` keys ([`config`]) and its routes and [`crate::carrier::Carrier`]
-//! implementation ([`routes`]).
+//! ([`codec`]), text messages and number lookups ([`sms`]), its `[carriers.NAME]` keys
+//! ([`config`]) and its routes and [`crate::carrier::Carrier`] implementation ([`routes`]).
 
 pub mod codec;
 pub mod config;
@@ -10,6 +10,7 @@ pub mod numbers;
 pub mod rest;
 pub mod routes;
 pub mod signature;
+pub mod sms;
 pub mod webhook;
 
 pub use config::Config;

@@ -229,22 +229,52 @@ impl TelnyxRest {
         call_control_id: &str,
         body: &Value,
     ) -> Result<Value, CarrierError> {
-        let url = url.to_string();
-        let resp = self
+        self.post_raw(url, &format!("call {call_control_id}"), body.to_string())
+            .await
+    }
+
+    /// `POST url` with a JSON body already serialised; `what` names the resource in a 404.
+    pub(crate) async fn post_raw(
+        &self,
+        url: &str,
+        what: &str,
+        body: String,
+    ) -> Result<Value, CarrierError> {
+        let req = self
             .client
-            .post(&url)
-            .header("Authorization", format!("Bearer {}", self.api_key))
+            .post(url)
+            .header("Authorization", self.authorization())
             .header("Content-Type", "application/json")
             .header("Accept", "application/json")
-            .body(body.to_string())
+            .body(body);
+        self.send(req, url, what).await
+    }
+
+    /// `GET url` (its query already encoded), answered with JSON.
+    pub(crate) async fn get(&self, url: &str, what: &str) -> Result<Value, CarrierError> {
+        let req = self
+            .client
+            .get(url)
+            .header("Authorization", self.authorization())
+            .header("Accept", "application/json");
+        self.send(req, url, what).await
+    }
+
+    async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+        url: &str,
+        what: &str,
+    ) -> Result<Value, CarrierError> {
+        let resp = req
             .send()
             .await
-            .map_err(|e| send_error(CARRIER, &self.base, &url, e))?;
+            .map_err(|e| send_error(CARRIER, &self.base, url, e))?;
         let status = resp.status().as_u16();
         let text = resp
             .text()
             .await
-            .map_err(|e| send_error(CARRIER, &self.base, &url, e))?;
+            .map_err(|e| send_error(CARRIER, &self.base, url, e))?;
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         match status {
             200..=299 => Ok(v),
@@ -254,7 +284,7 @@ impl TelnyxRest {
             }),
             404 => Err(CarrierError::NotFound {
                 carrier: CARRIER,
-                what: format!("call {call_control_id}"),
+                what: what.to_string(),
             }),
             _ => {
                 let first = v.get("errors").and_then(|e| e.get(0));

@@ -32,6 +32,7 @@ use crate::carrier::port::{
 };
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
 use crate::carrier::webhook::{arrive, header, unix_now};
+use crate::carrier::messaging::{NumberInfo, OutgoingSms, SentSms};
 use crate::carrier::{
     Carrier, CarrierError, CarrierKind, DtmfDelivery, TransferRequest, public_request_url,
     public_ws_url,
@@ -51,7 +52,7 @@ const DETECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Every configured Telnyx account.
 pub(crate) struct TelnyxCarrier {
-    accounts: Accounts<TelnyxRest>,
+    pub(super) accounts: Accounts<TelnyxRest>,
     /// `connection_id` of each account (outbound calls).
     connections: Vec<(String, String)>,
 }
@@ -87,6 +88,12 @@ impl Carrier for TelnyxCarrier {
         vec![
             Route::to(&[Method::POST], RoutePath::Exact("/telnyx/webhook"), &self, webhook),
             Route::to(&[Method::GET], RoutePath::Prefix("/telnyx/media/"), &self, media),
+            Route::to(
+                &[Method::POST],
+                RoutePath::Exact("/telnyx/sms"),
+                &self,
+                super::sms::webhook,
+            ),
         ]
     }
 
@@ -166,6 +173,30 @@ impl Carrier for TelnyxCarrier {
         let _ = outbound;
         self.hang_up(account, call_id)
     }
+
+    fn send_sms(&self, account: &str, sms: &OutgoingSms) -> BoxFuture<Result<SentSms, CarrierError>> {
+        let rest = self.accounts.rest(account);
+        let sms = sms.clone();
+        Box::pin(async move { unconfigured(rest)?.send_message(&sms).await })
+    }
+
+    fn lookup_number(
+        &self,
+        account: &str,
+        number: &str,
+    ) -> BoxFuture<Result<NumberInfo, CarrierError>> {
+        let rest = self.accounts.rest(account);
+        let number = number.to_string();
+        Box::pin(async move { unconfigured(rest)?.lookup(&number).await })
+    }
+}
+
+/// The account's REST client, or the error saying it has no credentials.
+fn unconfigured(rest: Option<Arc<TelnyxRest>>) -> Result<Arc<TelnyxRest>, CarrierError> {
+    rest.ok_or_else(|| CarrierError::Config {
+        carrier: "Telnyx",
+        message: "the account has no api_key / public_key".into(),
+    })
 }
 
 /// `POST /telnyx/webhook`: a Call Control event.
@@ -270,7 +301,7 @@ async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incom
 
 /// The account whose public key signed this webhook, or `None` (counted and logged) when none
 /// did.
-fn verified_account<'a>(
+pub(super) fn verified_account<'a>(
     me: &'a TelnyxCarrier,
     host: &dyn Host,
     headers: &http::HeaderMap,

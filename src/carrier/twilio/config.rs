@@ -19,6 +19,10 @@ pub struct Config {
     /// The REST API root (proxies, regions, tests).
     #[serde(default)]
     pub api_base_url: Option<String>,
+    /// The Lookup API root (default `https://lookups.twilio.com`, or `api_base_url` when that
+    /// is set: a proxy or a fake serves both).
+    #[serde(default)]
+    pub lookup_base_url: Option<String>,
 }
 
 impl AccountConfig for Config {
@@ -29,5 +33,9 @@ impl AccountConfig for Config {
             ("account_sid", self.account_sid.is_empty()),
             ("auth_token", self.auth_token.is_empty()),
         ])
+    }
+
+    fn sms_problem(&self) -> Option<String> {
+        None
     }
 }

@@ -1,8 +1,9 @@
 //! Twilio: everything patterd needs to speak to Twilio Programmable Voice. Webhook signature
 //! checks ([`signature`]), webhook form parsing and public-URL reconstruction ([`webhook`]),
 //! TwiML answer documents ([`twiml`]), the Media Streams codec ([`codec`]), the REST client
-//! that places and hangs up calls ([`rest`]), its `[carriers.NAME]` keys ([`config`]) and its
-//! routes and [`crate::carrier::Carrier`] implementation ([`routes`]).
+//! that places and hangs up calls ([`rest`]), text messages and number lookups ([`sms`]), its
+//! `[carriers.NAME]` keys ([`config`]) and its routes and [`crate::carrier::Carrier`]
+//! implementation ([`routes`]).
 
 pub mod codec;
 pub mod config;
@@ -10,6 +11,7 @@ pub mod numbers;
 pub mod rest;
 pub mod routes;
 pub mod signature;
+pub mod sms;
 pub mod twiml;
 pub mod webhook;
 

@@ -16,6 +16,8 @@ const CARRIER: &str = "Twilio";
 pub(crate) const TRANSFER_RING_S: u32 = 30;
 /// Twilio's public API root.
 pub(crate) const DEFAULT_API_BASE: &str = "https://api.twilio.com";
+/// Twilio's Lookup API root (another host than the REST API's).
+pub(crate) const DEFAULT_LOOKUP_BASE: &str = "https://lookups.twilio.com";
 
 /// Encodes form pairs exactly like Python's `urllib.parse.urlencode` (what the Twilio SDK
 /// sends): unreserved `A-Za-z0-9_.-~` kept, space → `+`, everything else `%XX` (uppercase).
@@ -110,6 +112,10 @@ pub struct TwilioRest {
     pub base: String,
     pub account_sid: String,
     auth_token: String,
+    /// The Lookup API root without trailing slash: `lookup_base_url`, else
+    /// `https://lookups.twilio.com` for the public API and the API root itself for any other
+    /// (a proxy or a fake serves both).
+    pub(crate) lookup_base: String,
 }
 
 impl std::fmt::Debug for TwilioRest {
@@ -142,27 +148,43 @@ impl TwilioRest {
         account_sid: &str,
         auth_token: &str,
     ) -> Self {
+        let base = base.trim_end_matches('/').to_string();
+        let lookup_base = if base == DEFAULT_API_BASE {
+            DEFAULT_LOOKUP_BASE.to_string()
+        } else {
+            base.clone()
+        };
         Self {
             client,
-            base: base.trim_end_matches('/').to_string(),
+            base,
             account_sid: account_sid.trim().to_string(),
             auth_token: auth_token.trim().to_string(),
+            lookup_base,
         }
     }
 
     /// From a `[carriers.*]` entry of kind twilio.
     pub(crate) fn from_config(cfg: &Config) -> Result<Self, CarrierError> {
         use crate::carrier::AccountConfig;
-        Self::new(
+        let mut rest = Self::new(
             cfg.api_base(),
             cfg.account_sid.expose(),
             cfg.auth_token.expose(),
-        )
+        )?;
+        if let Some(lookup) = &cfg.lookup_base_url {
+            rest.lookup_base = lookup.trim_end_matches('/').to_string();
+        }
+        Ok(rest)
     }
 
     pub(crate) fn authorization(&self) -> String {
         let raw = format!("{}:{}", self.account_sid, self.auth_token);
         format!("Basic {}", STANDARD.encode(raw))
+    }
+
+    /// `…/2010-04-01/Accounts/{AccountSid}`.
+    pub(crate) fn account_url(&self) -> String {
+        format!("{}/2010-04-01/Accounts/{}", self.base, self.account_sid)
     }
 
     fn calls_url(&self) -> String {
@@ -172,22 +194,43 @@ impl TwilioRest {
         )
     }
 
-    async fn post_form(
+    pub(crate) async fn post_form(
         &self,
         url: &str,
         what: &str,
         body: String,
     ) -> Result<serde_json::Value, CarrierError> {
-        let resp = self
+        let req = self
             .client
             .post(url)
             .header("Authorization", self.authorization())
             .header("Content-Type", "application/x-www-form-urlencoded")
             .header("Accept", "application/json")
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| self.map_send_error(url, e))?;
+            .body(body);
+        self.send(req, url, what).await
+    }
+
+    /// `GET url` (its query already encoded), answered with JSON.
+    pub(crate) async fn get_json(
+        &self,
+        url: &str,
+        what: &str,
+    ) -> Result<serde_json::Value, CarrierError> {
+        let req = self
+            .client
+            .get(url)
+            .header("Authorization", self.authorization())
+            .header("Accept", "application/json");
+        self.send(req, url, what).await
+    }
+
+    async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+        url: &str,
+        what: &str,
+    ) -> Result<serde_json::Value, CarrierError> {
+        let resp = req.send().await.map_err(|e| self.map_send_error(url, e))?;
         let status = resp.status().as_u16();
         let text = resp.text().await.map_err(|e| self.map_send_error(url, e))?;
         match status {

@@ -24,13 +24,14 @@ use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, thr
 use crate::carrier::webhook::{
     Answer, answer_outbound, arrive, field_or_empty, header, refused_or_handed,
 };
+use crate::carrier::messaging::{NumberInfo, OutgoingSms, SentSms};
 use crate::carrier::{Carrier, CarrierError, CarrierKind, TransferRequest};
 use crate::net::http::{Body, empty, text, xml};
 use crate::security::{LOG_FIELD_MAX, mask_number, peer_warning_allowed, truncate_for_log};
 
 /// Every configured Twilio account.
 pub(crate) struct TwilioCarrier {
-    accounts: Accounts<TwilioRest>,
+    pub(super) accounts: Accounts<TwilioRest>,
 }
 
 /// The Twilio carrier with its usable accounts.
@@ -63,6 +64,12 @@ impl Carrier for TwilioCarrier {
                 outbound_answer,
             ),
             Route::to(&[Method::GET], RoutePath::Exact("/twilio/media"), &self, media),
+            Route::to(
+                &[Method::POST],
+                RoutePath::Exact("/twilio/sms"),
+                &self,
+                super::sms::webhook,
+            ),
         ]
     }
 
@@ -132,10 +139,34 @@ impl Carrier for TwilioCarrier {
 
     // DTMF: Twilio has no REST command while `<Connect><Stream>` runs;
     // the default answers `InBand` and the tones go on the media stream.
+
+    fn send_sms(&self, account: &str, sms: &OutgoingSms) -> BoxFuture<Result<SentSms, CarrierError>> {
+        let rest = self.accounts.rest(account);
+        let sms = sms.clone();
+        Box::pin(async move { unconfigured(rest)?.send_message(&sms).await })
+    }
+
+    fn lookup_number(
+        &self,
+        account: &str,
+        number: &str,
+    ) -> BoxFuture<Result<NumberInfo, CarrierError>> {
+        let rest = self.accounts.rest(account);
+        let number = number.to_string();
+        Box::pin(async move { unconfigured(rest)?.lookup(&number).await })
+    }
+}
+
+/// The account's REST client, or the error saying it has no credentials.
+fn unconfigured(rest: Option<Arc<TwilioRest>>) -> Result<Arc<TwilioRest>, CarrierError> {
+    rest.ok_or_else(|| CarrierError::Config {
+        carrier: "Twilio",
+        message: "the account has no account_sid / auth_token".into(),
+    })
 }
 
 /// Reads and authenticates a Twilio webhook. `Err` is the response to send.
-async fn signed_form<'a>(
+pub(super) async fn signed_form<'a>(
     me: &'a TwilioCarrier,
     host: &dyn Host,
     req: Request<Incoming>,

@@ -12,6 +12,7 @@ pub(crate) mod handoff;
 pub(crate) mod mcp_sessions;
 pub(crate) mod members;
 mod outbox;
+pub(crate) mod messages;
 pub(crate) mod owner;
 pub(crate) mod roster;
 pub(crate) mod settings;
@@ -58,6 +59,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         4,
         "webhooks",
         include_str!("../../../migrations/postgres/0004_webhooks.sql"),
+    ),
+    (
+        5,
+        "messages",
+        include_str!("../../../migrations/postgres/0005_messages.sql"),
     ),
 ];
 

@@ -341,6 +341,24 @@ async fn single(
             .execute(&mut **tx)
             .await?;
         }
+        Write::Message(m) => super::messages::insert(&mut **tx, m).await?,
+        Write::MessageStatus {
+            message_id,
+            status,
+            carrier_message_id,
+            error,
+            at,
+        } => {
+            super::messages::update(
+                &mut **tx,
+                message_id,
+                status,
+                carrier_message_id.as_deref(),
+                error.as_deref(),
+                *at,
+            )
+            .await?
+        }
         Write::Leg { call_id, leg_id } => {
             query::<Postgres>("UPDATE calls SET leg_id = $2 WHERE call_id = $1")
                 .bind(call_id)
@@ -421,6 +439,10 @@ impl Sink for PgSink {
         let r = self.rt.block_on(async {
             let conn = db.connection().await?;
             super::outbox::prune(&mut *conn, cutoff_ms).await?;
+            query::<Postgres>("DELETE FROM messages WHERE created_at < $1")
+                .bind(cutoff_ms)
+                .execute(&mut *conn)
+                .await?;
             let rows = query::<Postgres>(
                 "DELETE FROM calls WHERE created_at < $1 AND ended_at IS NOT NULL RETURNING call_id",
             )

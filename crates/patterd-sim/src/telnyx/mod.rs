@@ -133,9 +133,55 @@ impl SimTelnyx {
         signature: Option<&str>,
         timestamp: Option<&str>,
     ) -> Result<WebhookResponse, reqwest::Error> {
+        self.post_signed_to("/telnyx/webhook", body, signature, timestamp)
+            .await
+    }
+
+    /// `body` as a messaging profile's webhook would carry an inbound message (`message.received`).
+    pub fn message_received(&self, message_id: &str, from: &str, to: &str, text: &str) -> String {
+        envelope_json(
+            "message.received",
+            &new_sid("")[..32],
+            json!({"record_type": "message", "direction": "inbound", "id": message_id,
+                   "type": "SMS", "messaging_profile_id": "400174d6-a5e1-4e25-b6ee-000000000001",
+                   "from": {"phone_number": from, "carrier": "T-MOBILE USA, INC.",
+                            "line_type": "Wireless"},
+                   "to": [{"phone_number": to, "status": "webhook_delivered",
+                           "carrier": "TELNYX LLC", "line_type": "VoIP"}],
+                   "cc": [], "text": text, "media": [], "encoding": "GSM-7", "parts": 1}),
+            &format!("{}/telnyx/sms", self.public_url),
+        )
+    }
+
+    /// An inbound text message: posts `message.received` to `/telnyx/sms`, signed now, with a
+    /// fresh message id. Returns the id and patterd's answer.
+    pub async fn incoming_sms(
+        &self,
+        from: &str,
+        to: &str,
+        text: &str,
+    ) -> Result<(String, WebhookResponse), reqwest::Error> {
+        let id = crate::stream::new_uuid();
+        let body = self.message_received(&id, from, to, text);
+        let ts = Self::now();
+        let sig = sign_webhook(&self.seed, ts, body.as_bytes()).unwrap_or_default();
+        let r = self
+            .post_signed_to("/telnyx/sms", &body, Some(&sig), Some(&ts.to_string()))
+            .await?;
+        Ok((id, r))
+    }
+
+    /// Posts `body` to `path` with caller-chosen signature headers.
+    pub async fn post_signed_to(
+        &self,
+        path: &str,
+        body: &str,
+        signature: Option<&str>,
+        timestamp: Option<&str>,
+    ) -> Result<WebhookResponse, reqwest::Error> {
         let mut req = self
             .client
-            .post(format!("{}/telnyx/webhook", self.base_url))
+            .post(format!("{}{path}", self.base_url))
             .header("Content-Type", "application/json")
             .header("User-Agent", "telnyx-webhooks")
             .body(body.to_string());

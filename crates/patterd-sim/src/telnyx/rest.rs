@@ -198,6 +198,8 @@ pub struct FakeTelnyxRest {
     /// Answer dials with this status (0: place the call).
     fail_dial: Arc<std::sync::atomic::AtomicU16>,
     account: Arc<Mutex<TelnyxAccount>>,
+    /// Messages sent, lookups answered and messaging requests refused (`crate::sms`).
+    pub sms: Arc<Recorder<crate::sms::SmsLedger>>,
     _server: TaskGuard,
 }
 
@@ -269,9 +271,12 @@ impl FakeTelnyxRest {
         let fail = fail_dial.clone();
         let account = Arc::new(Mutex::new(TelnyxAccount::default()));
         let acc = account.clone();
+        let sms = Arc::new(Recorder::<crate::sms::SmsLedger>::default());
+        let sms_ledger = sms.clone();
         let (addr, guard) = serve(move |req| {
             let rec = rec.clone();
             let acc = acc.clone();
+            let sms = sms_ledger.clone();
             let calls = calls.clone();
             let expected = expected.clone();
             let fail = fail.load(std::sync::atomic::Ordering::Relaxed);
@@ -285,6 +290,7 @@ impl FakeTelnyxRest {
                     .and_then(|v| v.to_str().ok())
                     .is_some_and(|v| v.starts_with("application/json"));
                 let method = req.method().clone();
+                let headers = crate::http::header_pairs(&req);
                 let body = read_body(req, 1 << 20).await.unwrap_or_default();
                 let refuse = |status: u16, code: &str, title: &str| {
                     rec.modify(|r| r.refused.push((path.clone(), status)));
@@ -292,6 +298,16 @@ impl FakeTelnyxRest {
                 };
                 if !auth_ok {
                     return refuse(401, "10009", "Authentication failed");
+                }
+                let sms_req = crate::sms::SmsRequest {
+                    method: method.as_str(),
+                    path: &path,
+                    query: &query,
+                    headers: &headers,
+                    body: &body,
+                };
+                if let Some(resp) = crate::sms::telnyx::handle(&sms, &sms_req) {
+                    return resp;
                 }
                 let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
                 if let Some(resp) = account_api(&acc, &method, &parts, &query, &body) {
@@ -411,6 +427,7 @@ impl FakeTelnyxRest {
             record,
             fail_dial,
             account,
+            sms,
             _server: guard,
         })
     }

@@ -64,6 +64,40 @@ pub fn voice_webhook_params(
     .collect()
 }
 
+/// The form fields Twilio posts to a number's messaging webhook for an inbound SMS.
+pub fn sms_webhook_params(
+    account_sid: &str,
+    message_sid: &str,
+    from: &str,
+    to: &str,
+    body: &str,
+) -> Vec<(String, String)> {
+    [
+        ("ToCountry", "US"),
+        ("ToState", "CA"),
+        ("SmsMessageSid", message_sid),
+        ("NumMedia", "0"),
+        ("ToCity", ""),
+        ("FromZip", ""),
+        ("SmsSid", message_sid),
+        ("FromState", "CA"),
+        ("SmsStatus", "received"),
+        ("FromCity", ""),
+        ("Body", body),
+        ("FromCountry", "US"),
+        ("To", to),
+        ("ToZip", ""),
+        ("NumSegments", "1"),
+        ("MessageSid", message_sid),
+        ("AccountSid", account_sid),
+        ("From", from),
+        ("ApiVersion", "2010-04-01"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
 /// What patterd answered to a webhook.
 #[derive(Debug, Clone)]
 pub struct WebhookResponse {
@@ -239,6 +273,20 @@ impl SimTwilio {
         }
         let url = created.field("Url").unwrap_or_default();
         self.post_form(&self.path_of(&url), &params).await
+    }
+
+    /// An inbound text message: posts the messaging webhook (`/twilio/sms`) with a fresh
+    /// `MessageSid`. Returns the `MessageSid` and patterd's answer.
+    pub async fn incoming_sms(
+        &self,
+        from: &str,
+        to: &str,
+        body: &str,
+    ) -> Result<(String, WebhookResponse), reqwest::Error> {
+        let sid = new_sid("SM");
+        let params = sms_webhook_params(&self.account_sid, &sid, from, to, body);
+        let resp = self.post_form("/twilio/sms", &params).await?;
+        Ok((sid, resp))
     }
 
     /// A new inbound call: posts the voice webhook to `path` with a fresh `CallSid`.

@@ -80,6 +80,8 @@ struct Inner {
     requests: Vec<RecordedRequest>,
     /// `IncomingPhoneNumbers` instances.
     numbers: Vec<serde_json::Value>,
+    /// Messages and lookups (`crate::sms::twilio`).
+    sms: Arc<crate::http::Recorder<crate::sms::SmsLedger>>,
 }
 
 /// The number fields `POST IncomingPhoneNumbers/{sid}.json` may change, by form name.
@@ -102,12 +104,15 @@ pub struct FakeTwilioRest {
     inner: Arc<Mutex<Inner>>,
     count: watch::Receiver<usize>,
     gates: Arc<Gates>,
+    /// Messages sent, lookups answered and messaging requests refused (`crate::sms`).
+    pub sms: Arc<crate::http::Recorder<crate::sms::SmsLedger>>,
     _server: TaskGuard,
 }
 
 impl FakeTwilioRest {
     /// Starts on an ephemeral port, accepting `account_sid:auth_token`.
     pub async fn start(account_sid: &str, auth_token: &str) -> std::io::Result<Self> {
+        let sms = Arc::new(crate::http::Recorder::default());
         let inner = Arc::new(Mutex::new(Inner {
             account_sid: account_sid.to_string(),
             auth_token: auth_token.to_string(),
@@ -115,6 +120,7 @@ impl FakeTwilioRest {
             delay: Duration::ZERO,
             requests: Vec::new(),
             numbers: Vec::new(),
+            sms: sms.clone(),
         }));
         let (count_tx, count_rx) = watch::channel(0usize);
         let count_tx = Arc::new(count_tx);
@@ -139,6 +145,7 @@ impl FakeTwilioRest {
             inner,
             count: count_rx,
             gates,
+            sms,
             _server: server,
         })
     }
@@ -424,13 +431,14 @@ async fn handle(
         .await
         .map(|b| b.to_vec())
         .unwrap_or_default();
-    let (account_sid, auth_token, fail_with, delay) = {
+    let (account_sid, auth_token, fail_with, delay, sms) = {
         let g = inner.lock().unwrap_or_else(|e| e.into_inner());
         (
             g.account_sid.clone(),
             g.auth_token.clone(),
             g.fail_with,
             g.delay,
+            g.sms.clone(),
         )
     };
     if !delay.is_zero() {
@@ -458,6 +466,18 @@ async fn handle(
             hyper::header::HeaderValue::from_static("Basic realm=\"Twilio API\""),
         );
         r
+    } else if let Some(resp) = crate::sms::twilio::handle(
+        &sms,
+        &crate::sms::SmsRequest {
+            method: &method,
+            path: &route_path,
+            query: path.split_once('?').map_or("", |(_, q)| q),
+            headers: &headers,
+            body: &body,
+        },
+        &account_sid,
+    ) {
+        resp
     } else if let Some(resp) = numbers_api(&inner, &method, &path, &form, &account_sid) {
         resp
     } else if method != "POST" {
