@@ -1,7 +1,7 @@
 //! The control surfaces, one binary: the REST API (`api`), outbound calls over every carrier
 //! (`outbound`), the outbound caps under a race (`outbound_caps`), MCP with the official Python
 //! client (`mcp`), the daemon as a child process (`daemon`), the caller's keypad against it
-//! (`keypad`), the security holes across the daemon's edges (`security`) and the API tokens'
+//! (`keypad`), voicemail after the beep (`voicemail`), the security holes across the daemon's edges (`security`) and the API tokens'
 //! scopes (`scopes`).
 
 #[path = "../common/mod.rs"]
@@ -19,4 +19,5 @@ mod reload;
 mod scopes;
 mod security;
 mod systemd;
+mod voicemail;
 mod web;
