@@ -62,7 +62,7 @@ mod speaking;
 mod speculate;
 #[cfg(test)]
 mod tests;
-mod voicemail;
+pub(crate) mod voicemail;
 
 pub(crate) use eot::TurnModelTiming;
 pub(crate) use io::Action;
