@@ -126,7 +126,7 @@ impl BeepDetector {
         for &b in audio {
             self.buf.push(f32::from(ulaw_to_linear(b)) / 32768.0);
             self.pushed += 1;
-            if self.pushed % HOP as u64 == 0 && self.buf.len() >= WINDOW {
+            if self.pushed.is_multiple_of(HOP as u64) && self.buf.len() >= WINDOW {
                 found = found.or(self.window());
                 let extra = self.buf.len().saturating_sub(LONG);
                 self.buf.drain(..extra);

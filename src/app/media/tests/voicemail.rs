@@ -259,6 +259,7 @@ async fn voicemail_after_the_beep() {
     let (_dir, app) = test_app();
     let machines = machines();
     let mut delays = Vec::new();
+    let mut ends = Vec::new();
     let message_frames = MeteredTts::new(Vec::new(), MS_PER_CHAR, Duration::ZERO)
         .duration_ms(MESSAGE)
         .div_ceil(FRAME_MS);
@@ -274,6 +275,7 @@ async fn voicemail_after_the_beep() {
             "the message started during the beep: {case}"
         );
         delays.push(first - h.beep_end_ms);
+        ends.push(h.beep_end_ms);
         assert_eq!(h.audio_frames as u64, message_frames, "{case}");
         assert_eq!(h.record.ended_reason, EndReason::VoicemailLeft, "{case}");
         let cue: Vec<&str> = h
@@ -299,8 +301,10 @@ async fn voicemail_after_the_beep() {
     let within = delays.iter().filter(|d| **d <= 500).count();
     let pct = |p: usize| delays[(n * p / 100).min(n - 1)];
     println!(
-        "voicemail: {n} greetings, message after the beep's end: min {} ms, p50 {} ms, \
-         p95 {} ms, max {} ms; {within}/{n} within 500 ms",
+        "voicemail: {n} greetings (beeps ending {}-{} ms into the stream), message after the \
+         beep's end: min {} ms, p50 {} ms, p95 {} ms, max {} ms; {within}/{n} within 500 ms",
+        ends.iter().min().unwrap_or(&0),
+        ends.iter().max().unwrap_or(&0),
         delays[0],
         pct(50),
         pct(95),
