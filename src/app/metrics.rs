@@ -182,6 +182,7 @@ label_enum!(
         CallerSilent => "caller_silent",
         Transferred => "transferred",
         BrainDown => "brain_down",
+        Voicemail => "voicemail",
         Shutdown => "shutdown",
     }
 );
@@ -198,6 +199,7 @@ impl From<&EndReason> for Outcome {
             EndReason::CallerSilent => Outcome::CallerSilent,
             EndReason::Transferred(_) => Outcome::Transferred,
             EndReason::BrainDown => Outcome::BrainDown,
+            EndReason::VoicemailLeft => Outcome::Voicemail,
             EndReason::HandlesDropped | EndReason::InProgress => Outcome::Shutdown,
         }
     }

@@ -423,6 +423,17 @@ impl Host for App {
         }
     }
 
+    fn machine_answered(
+        &self,
+        call_id: &str,
+        message: &str,
+        machine: crate::carrier::dial::Machine,
+    ) -> bool {
+        self.calls
+            .get(call_id)
+            .is_some_and(|h| h.machine_answered(message, machine).is_ok())
+    }
+
     fn outbound(&self) -> &Outbound {
         &self.outbound
     }

@@ -5,8 +5,10 @@
 //! speak 16–48 kHz PCM), and per-call voice activity detection
 //! ([`vad`], with its background-level tracker [`noise_floor`] and, behind the cargo feature
 //! `silero`, the Silero network in `silero`), the pitch measure barge-in uses ([`pitch`]) and
-//! the echo estimate that tells the agent's own voice coming back from the caller ([`echo`]).
+//! the echo estimate that tells the agent's own voice coming back from the caller ([`echo`]),
+//! and the answering machine's end-of-greeting beep ([`beep`]).
 
+pub(crate) mod beep;
 pub mod dtmf;
 pub mod echo;
 pub mod g711;

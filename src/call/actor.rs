@@ -25,8 +25,8 @@ use super::echo::EchoReference;
 use super::eot::{CallerRing, TurnModelAnswer, TurnModelWorker, Unavailable, Verdict};
 use super::event::{EndReason, EventDetail, EventKind};
 use super::ingress::{
-    BargeWatch, CallerIngress, CallerNote, CallerShared, MediaInput, STT_ENDPOINT_MARGIN_MS,
-    STT_UNBATCHED_TAIL_MS, SttFeed,
+    BargeWatch, BeepWatch, CallerIngress, CallerNote, CallerShared, MediaInput,
+    STT_ENDPOINT_MARGIN_MS, STT_UNBATCHED_TAIL_MS, SttFeed,
 };
 use super::log::{Dropped, Usage};
 use super::mouth::{Mouth, Pumped};
@@ -190,6 +190,7 @@ impl Actor {
         let caller = CallerShared {
             stt: SttFeed::new(setup.log.clone(), &setup.call_id),
             barge: BargeWatch::default(),
+            beep: BeepWatch::default(),
             echo: setup
                 .agent
                 .barge_in_echo_check
@@ -306,8 +307,10 @@ impl Actor {
             let deadline = self.deadline();
             self.wakes += 1;
             // A superset of when the policy's barge-in is eligible (the agent may be heard).
+            self.caller.beep.set(self.policy.awaits_beep());
             self.caller.barge.set(
                 self.setup.agent.barge_in
+                    && !self.policy.in_voicemail()
                     && (self.mouth.is_speaking()
                         || self.mouth.is_playing(now)
                         || self.mouth.is_held()),

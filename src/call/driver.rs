@@ -573,10 +573,21 @@ impl MemoryCall {
         agent: Arc<AgentConfig>,
         providers: AgentProviders,
     ) -> Result<Self, InsertError> {
+        Self::start_with(agent, providers, |_| {})
+    }
+
+    /// [`MemoryCall::start`], with `before` done to the call before its media attaches (what
+    /// a carrier's webhook tells it, e.g. that a machine answered).
+    pub(crate) fn start_with(
+        agent: Arc<AgentConfig>,
+        providers: AgentProviders,
+        before: impl FnOnce(&CallHandle),
+    ) -> Result<Self, InsertError> {
         let call_id = "CAmemory".to_string();
         let setup = memory_setup(&call_id, "memory", agent, providers);
         let registry = Arc::new(CallRegistry::new());
         let handle = actor::start(setup, registry.clone(), 1)?;
+        before(&handle);
         let leg =
             MemoryLeg::attach(&handle, &call_id, Rest::Recorded).map_err(|_| InsertError::Full)?;
         Ok(Self {

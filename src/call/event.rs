@@ -40,6 +40,15 @@ macro_rules! event_kinds {
 event_kinds! {
     /// The carrier's media stream started (detail: its stream id).
     MediaStart = "media_start",
+    /// The carrier's machine detection says a machine answered the call we placed (detail:
+    /// `greeting` while it plays, `greeting_ended` when the carrier heard it end): the
+    /// conversation stops and the voicemail message waits for the greeting's end.
+    MachineDetected = "machine_detected",
+    /// A machine's beep ended (detail: `freq_hz=… length_ms=…`), heard in the caller's audio.
+    Beep = "beep",
+    /// The voicemail message started (detail: `cue=beep|carrier|silence|no_greeting|timeout
+    /// waited_ms=…`, what let it go and how long after the machine was detected).
+    VoicemailMessage = "voicemail_message",
     /// The caller pressed a key (detail: the key).
     Dtmf = "dtmf",
     /// Caller keys over the keypad's rate limit were not acted on (detail: how many so far;
@@ -307,6 +316,8 @@ pub enum EndReason {
     Transferred(String),
     /// The brain answered nothing for `brain_down_hangup_s`; the agent said goodbye.
     BrainDown,
+    /// A machine answered the call we placed and the voicemail message was left.
+    VoicemailLeft,
 }
 
 impl EndReason {
@@ -323,6 +334,7 @@ impl EndReason {
             EndReason::CallerSilent => "caller silent",
             EndReason::HandlesDropped => "handles dropped",
             EndReason::BrainDown => "the brain was unavailable",
+            EndReason::VoicemailLeft => "voicemail left",
             EndReason::HungUp(why) => return Cow::Owned(format!("hung up: {why}")),
             EndReason::Transferred(to) => return Cow::Owned(format!("transferred to {to}")),
         })

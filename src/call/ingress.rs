@@ -16,10 +16,12 @@
 //!
 //! The stage runs on the media pump's task, the actor on its own: what the two share is one
 //! handle, [`CallerShared`], which the actor owns and clones into the stage it builds when
-//! media attaches ([`CallerShared::stage`]). It holds exactly four pieces, each written by one
+//! media attaches ([`CallerShared::stage`]). It holds exactly five pieces, each written by one
 //! side and read by the other, none of them waited on: the [`SttFeed`] (the stage writes
 //! audio, the actor swaps the session and sends control; one mutex, held for a `try_send`),
-//! the [`BargeWatch`] (written by the actor on every wake, read by the stage on every frame),
+//! the [`BargeWatch`] and the [`BeepWatch`] (written by the actor on every wake, read by the
+//! stage on every frame; the second runs the answering machine's beep detector while a call
+//! a machine answered waits for its greeting to end),
 //! the [`EchoReference`] (written by the actor's pacer with the levels of the agent audio it
 //! sends, read by the stage's echo check) and the end-of-turn model's [`CallerRing`] (written
 //! by the stage with every frame, snapshotted by the actor when the policy asks the model). The
@@ -37,6 +39,7 @@ use super::echo::{CallerClock, EchoReference};
 use super::eot::CallerRing;
 use super::log::{CallLog, Dropped};
 use super::recording::CallerTrack;
+use crate::audio::beep::{Beep, BeepDetector};
 use crate::audio::echo::{EchoEstimator, EchoPath, LAGS, ulaw_db};
 use crate::audio::pitch::Periodicity;
 use crate::audio::vad::{Vad, VadEvent};
@@ -144,6 +147,8 @@ pub struct CallerNote {
     pub(crate) echo_ms: u64,
     /// The echo path was found (`Some(Some(path))`) or lost (`Some(None)`) since the last note.
     pub(crate) echo_path: Option<Option<EchoPath>>,
+    /// A machine's beep ended in the audio since the last note (while [`BeepWatch`] listened).
+    pub(crate) beep: Option<Beep>,
     /// Frames covered.
     pub frames: u32,
 }
@@ -168,6 +173,22 @@ impl BargeWatch {
     }
 
     pub(crate) fn armed(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether the caller-audio stage listens for an answering machine's beep: set by the actor on
+/// every wake while a call a machine answered waits for the greeting to end, read by the stage
+/// on every frame. Clear by default.
+#[derive(Clone, Default)]
+pub(crate) struct BeepWatch(Arc<AtomicBool>);
+
+impl BeepWatch {
+    pub(crate) fn set(&self, listen: bool) {
+        self.0.store(listen, Ordering::Relaxed);
+    }
+
+    pub(crate) fn listening(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
 }
@@ -308,6 +329,8 @@ pub(crate) struct CallerShared {
     pub stt: SttFeed,
     /// Whether barge-in could act on caller speech now.
     pub barge: BargeWatch,
+    /// Whether to listen for an answering machine's beep now.
+    pub beep: BeepWatch,
     /// The levels of the agent audio sent (agents with `barge_in_echo_check` only).
     pub echo: Option<EchoReference>,
     /// The caller's last 8 s for the end-of-turn model (agents with `turn_model` only).
@@ -320,7 +343,8 @@ impl CallerShared {
     pub(crate) fn stage(&self, vad: Vad, stt_tail_ms: u64) -> CallerIngress {
         let stage = CallerIngress::new(vad, self.stt.clone(), stt_tail_ms)
             .with_ring(self.ring.clone())
-            .with_barge_watch(self.barge.clone());
+            .with_barge_watch(self.barge.clone())
+            .with_beep_watch(self.beep.clone());
         match &self.echo {
             Some(echo) => stage.with_echo_reference(echo.clone()),
             None => stage,
@@ -354,6 +378,9 @@ pub struct CallerIngress {
     /// that the echo does not explain (see [`ECHO_START_OWN_MS`]).
     held_start: Option<VadEvent>,
     held_own_ms: u64,
+    /// When to listen for a machine's beep, and the detector while it listens.
+    beep_watch: BeepWatch,
+    beep: Option<BeepDetector>,
     /// The note being gathered.
     note: CallerNote,
 }
@@ -378,6 +405,8 @@ impl CallerIngress {
             echo_ms: 0,
             held_start: None,
             held_own_ms: 0,
+            beep_watch: BeepWatch::default(),
+            beep: None,
             note: CallerNote::default(),
         }
     }
@@ -419,6 +448,12 @@ impl CallerIngress {
         self
     }
 
+    /// Listens for a machine's beep while `watch` says so.
+    pub(crate) fn with_beep_watch(mut self, watch: BeepWatch) -> Self {
+        self.beep_watch = watch;
+        self
+    }
+
     /// A note after every frame (as the actor hears frames when it runs the stage itself).
     pub(crate) fn every_frame(mut self) -> Self {
         self.every_frame = true;
@@ -439,7 +474,7 @@ impl CallerIngress {
         {
             log.frame_dropped(&self.call_id, Dropped::ToRecording);
         }
-        let mut event = false;
+        let mut event = self.listen_for_beep(&frame);
         let floor = self.vad.floor_db();
         let (echoing, echoed) = match &mut self.echo {
             Some(e) => {
@@ -539,6 +574,25 @@ impl CallerIngress {
         } else {
             None
         }
+    }
+}
+
+impl CallerIngress {
+    /// Runs the beep detector on `frame` while the watch says so (a fresh one each time it
+    /// starts listening); true when a beep ended in it (noted).
+    fn listen_for_beep(&mut self, frame: &[u8]) -> bool {
+        if !self.beep_watch.listening() {
+            self.beep = None;
+            return false;
+        }
+        let found = self
+            .beep
+            .get_or_insert_with(BeepDetector::new)
+            .push_ulaw(frame);
+        if found.is_some() {
+            self.note.beep = found;
+        }
+        found.is_some()
     }
 }
 

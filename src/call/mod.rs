@@ -171,6 +171,11 @@ pub(crate) enum CallMsg {
     },
     /// Speak this text now (queued after what is already being said).
     Say(String),
+    /// A machine answered the call we placed: leave `message` after its greeting.
+    Machine {
+        message: String,
+        machine: crate::carrier::dial::Machine,
+    },
     /// A copy of the call's record so far.
     Snapshot(oneshot::Sender<CallRecord>),
     /// What is new for a progress reader at this cursor.
@@ -246,6 +251,19 @@ impl CallHandle {
     /// Speaks `text` to the caller.
     pub fn say(&self, text: &str) -> Result<(), CallError> {
         self.send(CallMsg::Say(text.to_string()))
+    }
+
+    /// A machine answered the call (what the carrier's machine detection said): the call
+    /// stops the conversation and leaves `message` after the greeting's beep.
+    pub fn machine_answered(
+        &self,
+        message: &str,
+        machine: crate::carrier::dial::Machine,
+    ) -> Result<(), CallError> {
+        self.send(CallMsg::Machine {
+            message: message.to_string(),
+            machine,
+        })
     }
 
     /// The call's transcript and timeline so far.

@@ -73,6 +73,8 @@ pub enum UttKind {
     Idle,
     /// In-band DTMF tones the agent sends (never interrupted by caller speech).
     Dtmf,
+    /// The voicemail message left on a machine.
+    Voicemail,
 }
 
 /// One piece of text on its way to the caller.

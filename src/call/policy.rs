@@ -62,6 +62,7 @@ mod speaking;
 mod speculate;
 #[cfg(test)]
 mod tests;
+pub(crate) mod voicemail;
 
 pub(crate) use eot::TurnModelTiming;
 pub(crate) use io::Action;
@@ -199,6 +200,9 @@ pub(crate) struct Policy {
     brain_down_since: Option<Instant>,
     /// The jitter of the brain's retry backoff.
     jitter: retry::Jitter,
+    /// A machine answered: the voicemail message waits for its greeting to end
+    /// (`voicemail.rs`).
+    voicemail: Option<voicemail::Voicemail>,
 }
 
 /// A speculative brain request: the text it was started on and the reply events held back
@@ -256,6 +260,7 @@ impl Policy {
             last_now: now,
             brain_down_since: None,
             jitter: retry::Jitter::new(0x5EED),
+            voicemail: None,
         }
     }
 
@@ -342,6 +347,11 @@ impl Policy {
                 }
             }
             Input::Answered => self.answered = Some(now),
+            Input::Machine {
+                message,
+                greeting_over,
+            } => self.on_machine(&message, greeting_over, now, mouth),
+            Input::Beep { freq_hz, length_ms } => self.on_beep(freq_hz, length_ms, now, mouth),
             Input::Vad { event, audio_ms } => self.on_vad(event, audio_ms, now, mouth),
             Input::CallerAudio {
                 speech_run_ms,
@@ -437,6 +447,7 @@ impl Policy {
         match event {
             VadEvent::SpeechStart { onset_ms } => {
                 self.caller_speaking = true;
+                self.voicemail_speech(true, at(onset_ms));
                 self.endpointer.on_speech_start(at(onset_ms));
                 self.gate.on_speech_start();
                 self.eot_at = None;
@@ -447,6 +458,7 @@ impl Policy {
                 last_voiced_ms,
             } => {
                 self.caller_speaking = false;
+                self.voicemail_speech(false, at(last_voiced_ms));
                 self.endpointer.on_speech_end(at(last_voiced_ms));
                 let length_ms = last_voiced_ms.saturating_sub(onset_ms);
                 self.event(
@@ -476,6 +488,7 @@ impl Policy {
             self.keypad.deadline(),
             phase_at,
             self.idle_deadline(mouth),
+            self.voicemail_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -568,6 +581,7 @@ impl Policy {
             self.check_end_of_turn(now, mouth);
         }
         self.keypad_timer(now, mouth);
+        self.voicemail_timer(now, mouth);
         if let Phase::BargeIn { at, deadline } = self.phase
             && deadline <= now
         {
@@ -641,6 +655,7 @@ impl Policy {
         let after = self.agent.idle_nudge_after_s;
         if after <= 0.0
             || self.answered.is_none()
+            || self.voicemail.is_some()
             || !matches!(self.phase, Phase::Idle)
             || mouth.is_speaking()
             || self.held_turn.is_some()
@@ -679,6 +694,13 @@ impl Policy {
     /// The caller finished a turn (`reason` says how we knew). Backchannels and echo over a
     /// busy agent are dropped; otherwise the agent is cut (if allowed) and the brain asked.
     fn caller_turn(&mut self, text: String, reason: TurnEnd, now: Instant, mouth: &mut Mouth) {
+        if self.awaits_beep() {
+            // A machine's greeting: words for the transcript, never a turn.
+            if reason != TurnEnd::Dtmf {
+                self.greeting_words(text, now);
+            }
+            return;
+        }
         if self.closing.is_some() {
             // The call is being ended or transferred: nothing the caller says changes that.
             self.event(EventKind::TurnHeld, "closing");

@@ -4,7 +4,7 @@
 //! ours (Plivo's `CallUUID` for our `request_uuid`), and the typed status and outcome carriers
 //! report ([`CallStatus`], [`CallOutcome`], written to the store as the strings served today).
 //! The composition root places calls and creates the actor; carrier routes move calls through
-//! their phases here.
+//! their phases here and say what machine detection heard ([`Machine`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -133,12 +133,27 @@ pub enum Phase {
     Ringing,
     /// Answered; waiting for the carrier's machine detection before connecting media.
     Detecting,
-    /// A machine answered; the carrier is speaking the voicemail message.
+    /// A machine answered and the call has a voicemail message: media is connected to the
+    /// call, which waits for the end of the greeting and leaves the message.
     Voicemail,
     /// Answered by a person (or a machine without detection): media is connected.
     Connected,
     /// Over: hung up, or the voicemail message was spoken.
     Ended,
+}
+
+/// What a carrier's machine detection says about a call we placed that a machine answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Machine {
+    /// A machine answered and its greeting is (or may still be) playing: Twilio's
+    /// `machine_start` (`MachineDetection=Enable`), Telnyx's `call.machine.detection.ended`,
+    /// Plivo's `Machine=true`. The call waits for the greeting's beep.
+    Greeting,
+    /// The carrier heard the greeting end: Twilio's `machine_end_beep`, `machine_end_silence`,
+    /// `machine_end_other`; Telnyx's `call.machine.greeting.ended`. The message goes now.
+    GreetingEnded,
+    /// A fax machine: nothing to say to it.
+    Fax,
 }
 
 /// What we know about a call we placed.

@@ -18,7 +18,7 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 
-use super::dial::{Outbound, StatusUpdate};
+use super::dial::{Machine, Outbound, StatusUpdate};
 use super::messaging::{InboundSms, SmsReceipt};
 use super::{Carrier, CarrierKind, SharedCodec};
 use crate::net::http::Body;
@@ -207,6 +207,13 @@ pub trait Host: Send + Sync + 'static {
     fn live_call_account(&self, call_id: &str) -> Option<String>;
     /// Ends the live call's actor; false when no such call is live.
     fn end_call(&self, call_id: &str, reason: &str) -> bool;
+    /// A machine answered the call we placed, `call_id` ([`Machine::Greeting`] or
+    /// [`Machine::GreetingEnded`]): its actor stops the conversation and leaves `message` in
+    /// the agent's voice after the greeting. False when no such call is live (the carrier then
+    /// hangs up instead of connecting media).
+    fn machine_answered(&self, _call_id: &str, _message: &str, _machine: Machine) -> bool {
+        false
+    }
     /// The outbound calls we placed.
     fn outbound(&self) -> &Outbound;
     /// Records what the carrier reported about a call.

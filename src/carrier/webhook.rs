@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use tracing::info;
 
-use super::dial::{CallOutcome, OutboundCall, StatusUpdate};
+use super::dial::{CallOutcome, Machine, OutboundCall, Phase, StatusUpdate};
 use super::messaging::SmsReceipt;
 use super::port::{Arrived, GuardUnavailable, Host, Refusal};
 use crate::net::http::{Body, read_body};
@@ -150,18 +150,19 @@ pub fn unix_now() -> u64 {
 pub enum Answer {
     /// Not a live outbound call of ours: hang up.
     NotOurs,
-    /// A machine, with machine detection asked for: speak the message (if any) and hang up.
-    Voicemail(Option<String>),
-    /// Connect the media stream with this token.
+    /// A machine without anything to say to it (no voicemail message, or a fax): hang up.
+    HangUp,
+    /// Connect the media stream with this token (a person, or a machine the call leaves its
+    /// voicemail message on).
     Connect(String),
 }
 
 /// Decides on an answered outbound call and records the outcome. `machine` is the carrier's
-/// verdict; `answered_by(machine, call)` what to record as who answered.
+/// verdict (`None`: a person); `answered_by(machine, call)` what to record as who answered.
 pub fn answer_outbound(
     host: &dyn Host,
     call_id: &str,
-    machine: bool,
+    machine: Option<Machine>,
     answered_by: impl FnOnce(bool, &OutboundCall) -> Option<String>,
 ) -> Answer {
     let (Some(_), Some(call)) = (
@@ -170,15 +171,13 @@ pub fn answer_outbound(
     ) else {
         return Answer::NotOurs;
     };
-    if machine && call.machine_detection {
-        info!(call_id, "outbound call reached a machine");
-        host.report(StatusUpdate::outcome(
-            call_id,
-            CallOutcome::Voicemail,
-            answered_by(true, &call),
-        ));
-        host.end_call(call_id, "voicemail");
-        return Answer::Voicemail(call.voicemail_message);
+    if let Some(machine) = machine.filter(|_| call.machine_detection) {
+        let by = answered_by(true, &call);
+        return if reached_machine(host, call_id, &call, machine, by) {
+            Answer::Connect(host.mint_token(call_id))
+        } else {
+            Answer::HangUp
+        };
     }
     host.report(StatusUpdate::outcome(
         call_id,
@@ -190,11 +189,43 @@ pub fn answer_outbound(
     Answer::Connect(host.mint_token(call_id))
 }
 
+/// Machine detection heard a machine on our call `call_id`: the outcome is `voicemail`. A
+/// voice machine on a call with a voicemail message gets the call's media (true: connect it;
+/// the call waits for the greeting's end and leaves the message in the agent's voice);
+/// anything else ends the call (false: hang up).
+pub(crate) fn reached_machine(
+    host: &dyn Host,
+    call_id: &str,
+    call: &OutboundCall,
+    machine: Machine,
+    answered_by: Option<String>,
+) -> bool {
+    info!(call_id, ?machine, "outbound call reached a machine");
+    host.report(StatusUpdate::outcome(
+        call_id,
+        CallOutcome::Voicemail,
+        answered_by,
+    ));
+    let message = call
+        .voicemail_message
+        .as_deref()
+        .filter(|_| machine != Machine::Fax);
+    if let Some(message) = message
+        && host.machine_answered(call_id, message, machine)
+    {
+        host.outbound().set_phase(call_id, Phase::Voicemail);
+        return true;
+    }
+    host.outbound().set_phase(call_id, Phase::Ended);
+    host.end_call(call_id, "voicemail");
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::carrier::CarrierKind;
-    use crate::carrier::dial::{Outbound, Phase};
+    use crate::carrier::dial::Outbound;
     use crate::carrier::port::{Counter, IncomingCall, MediaSocket, Refusal};
     use std::sync::{Arc, Mutex};
 
@@ -204,6 +235,7 @@ mod tests {
         outbound: Outbound,
         live: Mutex<Vec<String>>,
         reports: Mutex<Vec<StatusUpdate>>,
+        machines: Mutex<Vec<(String, String, Machine)>>,
     }
 
     impl Host for FakeHost {
@@ -243,6 +275,16 @@ mod tests {
             live.retain(|c| c != call_id);
             live.len() < before
         }
+        fn machine_answered(&self, call_id: &str, message: &str, machine: Machine) -> bool {
+            if self.live_call_account(call_id).is_none() {
+                return false;
+            }
+            self.machines
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((call_id.into(), message.into(), machine));
+            true
+        }
         fn outbound(&self) -> &Outbound {
             &self.outbound
         }
@@ -261,7 +303,7 @@ mod tests {
         }
     }
 
-    fn host_with(call_id: &str, machine_detection: bool) -> FakeHost {
+    fn host_with(call_id: &str, machine_detection: bool, message: Option<&str>) -> FakeHost {
         let host = FakeHost::default();
         host.live
             .lock()
@@ -273,7 +315,7 @@ mod tests {
                 account: "acct".into(),
                 kind: CarrierKind::Twilio,
                 machine_detection,
-                voicemail_message: Some("Call me back".into()),
+                voicemail_message: message.map(str::to_string),
                 leg_id: None,
                 phase: Phase::Ringing,
             },
@@ -281,46 +323,97 @@ mod tests {
         host
     }
 
-    #[test]
-    fn a_machine_gets_the_voicemail_a_person_the_stream() {
-        let host = host_with("CA1", true);
-        let by = |machine: bool, _: &OutboundCall| {
-            Some(if machine { "machine" } else { "human" }.into())
-        };
-        match answer_outbound(&host, "CA1", true, by) {
-            Answer::Voicemail(m) => assert_eq!(m.as_deref(), Some("Call me back")),
-            _ => panic!("a machine gets the voicemail message"),
-        }
-        assert!(
-            host.live_call_account("CA1").is_none(),
-            "the actor is ended"
-        );
-        let reports = host
-            .reports
+    fn by(machine: bool, _: &OutboundCall) -> Option<String> {
+        Some(if machine { "machine" } else { "human" }.into())
+    }
+
+    fn reports(host: &FakeHost) -> Vec<StatusUpdate> {
+        host.reports
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone();
+            .clone()
+    }
+
+    /// A machine on a call with a voicemail message gets the media stream and the call is
+    /// told to leave the message; the outcome is `voicemail`.
+    #[test]
+    fn a_machine_gets_the_stream_and_the_call_leaves_the_message() {
+        let host = host_with("CA1", true, Some("Call me back"));
+        match answer_outbound(&host, "CA1", Some(Machine::Greeting), by) {
+            Answer::Connect(token) => assert_eq!(token, "token-CA1"),
+            _ => panic!("a machine with a message to leave gets the stream"),
+        }
+        assert!(host.live_call_account("CA1").is_some(), "the call goes on");
         assert_eq!(
-            reports,
+            host.machines
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            vec![("CA1".into(), "Call me back".into(), Machine::Greeting)]
+        );
+        assert_eq!(
+            host.outbound.live("CA1").map(|c| c.phase),
+            Some(Phase::Voicemail)
+        );
+        assert_eq!(
+            reports(&host),
             vec![StatusUpdate::outcome(
                 "CA1",
                 CallOutcome::Voicemail,
                 Some("machine".into())
             )]
         );
+    }
 
+    /// Without a message, or for a fax, a machine is hung up on (outcome `voicemail`).
+    #[test]
+    fn a_machine_without_a_message_or_a_fax_is_hung_up_on() {
+        for (id, message, machine) in [
+            ("CA1", None, Machine::Greeting),
+            ("CA2", Some("Call me back"), Machine::Fax),
+        ] {
+            let host = host_with(id, true, message);
+            assert!(matches!(
+                answer_outbound(&host, id, Some(machine), by),
+                Answer::HangUp
+            ));
+            assert!(host.live_call_account(id).is_none(), "the actor is ended");
+            assert!(
+                host.machines
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_empty()
+            );
+            assert_eq!(reports(&host)[0].outcome, Some(CallOutcome::Voicemail));
+        }
+    }
+
+    #[test]
+    fn a_person_gets_the_stream() {
+        let host = host_with("CA3", true, Some("Call me back"));
+        match answer_outbound(&host, "CA3", None, by) {
+            Answer::Connect(token) => assert_eq!(token, "token-CA3"),
+            _ => panic!("connect"),
+        }
+        assert_eq!(reports(&host)[0].outcome, Some(CallOutcome::Answered));
         // Without machine detection a machine is treated as a person.
-        let host = host_with("CA2", false);
-        match answer_outbound(&host, "CA2", true, by) {
+        let host = host_with("CA2", false, Some("Call me back"));
+        match answer_outbound(&host, "CA2", Some(Machine::Greeting), by) {
             Answer::Connect(token) => assert_eq!(token, "token-CA2"),
             _ => panic!("connect"),
         }
+        assert!(
+            host.machines
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
+        );
         assert_eq!(
             host.outbound.live("CA2").map(|c| c.phase),
             Some(Phase::Connected)
         );
         assert!(matches!(
-            answer_outbound(&host, "CAnot-ours", false, by),
+            answer_outbound(&host, "CAnot-ours", None, by),
             Answer::NotOurs
         ));
     }

@@ -4,7 +4,7 @@
 //! answer URL), a conversation over that carrier's media stream, a hang-up through the API that
 //! reaches the carrier's REST API; a destination outside the allow-list makes no carrier
 //! request; busy and no-answer outcomes; a carrier refusing the call; cancelling a call that
-//! still rings; machine detection and the voicemail message.
+//! still rings (machine detection and the voicemail message: `voicemail.rs`).
 
 use crate::common::api::Api;
 use crate::common::carrier::{ALL, Carrier, Carriers};
@@ -348,78 +348,6 @@ async fn cancelling_an_unanswered_call_reaches_the_carrier() {
             _ => assert_eq!(stack.plivo_rest.cancelled(), vec![id.clone()]),
         }
     }
-}
-
-/// Places a call from `from` with machine detection and a voicemail message; our call id.
-async fn originate_with_voicemail(stack: &Stack, from: &str) -> String {
-    let (s, v) = Api::authed(stack)
-        .post(
-            "/v1/calls",
-            json!({"to": CALLEE, "from": from, "machine_detection": true,
-               "voicemail_message": "Please call us back."}),
-        )
-        .await;
-    assert_eq!(s, 201, "{v}");
-    v["call_id"].as_str().expect("call_id").to_string()
-}
-
-/// Waits for the call to end and checks the stored outcome: voicemail, answered by a machine.
-async fn assert_ended_as_voicemail(stack: &Stack, id: &str) {
-    stack.finished(id).await;
-    stack.server.app.store.tx.flush().await.expect("flush");
-    let (_, v) = Api::authed(stack).get(&format!("/v1/calls/{id}")).await;
-    assert_eq!(v["outcome"], "voicemail", "{v}");
-    assert_eq!(v["answered_by"], "machine");
-}
-
-#[tokio::test]
-async fn telnyx_machine_hears_the_voicemail_message_then_hangs_up() {
-    let stack = Stack::start(opts()).await;
-    let id = originate_with_voicemail(&stack, TELNYX_NUMBER).await;
-    let d = stack.telnyx_rest.dialled()[0].clone();
-    assert_eq!(d.body["answering_machine_detection"], "detect");
-    let sim = stack
-        .telnyx
-        .answer_outbound(&stack.telnyx_rest, &d, &stack.ws_base(), Some("machine"))
-        .await
-        .expect("telnyx answers");
-    assert!(sim.is_none());
-    let rec = stack
-        .telnyx_rest
-        .wait_until("speak", |r| !r.ok("speak").is_empty())
-        .await;
-    let speak = rec.ok("speak")[0].clone();
-    assert_eq!(speak.call_control_id, id);
-    assert_eq!(speak.body["payload"], "Please call us back.");
-    assert!(
-        rec.ok("streaming_start").is_empty(),
-        "a machine got the agent"
-    );
-    assert!(
-        stack.telnyx_rest.hung_up().is_empty(),
-        "hung up mid-message"
-    );
-    stack.telnyx.speak_ended(&id).await.expect("speak ended");
-    stack.wait_rest_hang_up(Carrier::Telnyx, &id).await;
-    assert_ended_as_voicemail(&stack, &id).await;
-}
-
-#[tokio::test]
-async fn plivo_machine_hears_the_voicemail_message_then_hangs_up() {
-    let stack = Stack::start(opts()).await;
-    let id = originate_with_voicemail(&stack, PLIVO_NUMBER).await;
-    let c = stack.plivo_rest.created()[0].clone();
-    assert_eq!(c.field("machine_detection"), Some("true"));
-    let (_, r) = stack
-        .plivo
-        .answer_outbound(&c, Some(true))
-        .await
-        .expect("answer URL");
-    let a = PlivoAnswer::parse(&r.body).expect("Plivo XML");
-    assert!(a.stream_url.is_none(), "{}", r.body);
-    assert_eq!(a.speak, vec!["Please call us back.".to_string()]);
-    assert!(a.hangup.is_some(), "{}", r.body);
-    assert_ended_as_voicemail(&stack, &id).await;
 }
 
 #[tokio::test]

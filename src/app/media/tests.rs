@@ -499,3 +499,5 @@ async fn a_caller_flooding_audio_is_paced_then_closed() {
         assert!(paced.len() >= 2, "{call_id}: {paced:?}");
     }
 }
+
+mod voicemail;

@@ -15,6 +15,25 @@ impl Actor {
                 return Some(EndReason::HungUp(reason));
             }
             CallMsg::Say(text) => return self.step(Input::Say(text)),
+            CallMsg::Machine { message, machine } => {
+                use crate::carrier::dial::Machine;
+                let greeting_over = match machine {
+                    Machine::Greeting => false,
+                    Machine::GreetingEnded => true,
+                    Machine::Fax => {
+                        return self.on_msg(CallMsg::HangUp {
+                            reason: "a fax machine answered".into(),
+                        });
+                    }
+                };
+                let end = self.step(Input::Machine {
+                    message,
+                    greeting_over,
+                });
+                // The beep detector listens from the next frame on.
+                self.caller.beep.set(self.policy.awaits_beep());
+                return end;
+            }
             CallMsg::Snapshot(tx) => {
                 let _ = tx.send(self.record(&EndReason::InProgress));
             }
@@ -116,6 +135,12 @@ impl Actor {
                 None => "lost".to_string(),
             };
             self.event(EventKind::EchoPath, detail);
+        }
+        if let Some(beep) = note.beep {
+            ended = ended.or(self.step(Input::Beep {
+                freq_hz: beep.freq_hz,
+                length_ms: beep.length_ms(),
+            }));
         }
         ended.or(self.step(Input::CallerAudio {
             speech_run_ms: note.speech_run_ms,

@@ -14,6 +14,7 @@ use crate::provider::memory::{Answer, MeteredTts, ScriptedBrain, ScriptedStt};
 mod conversation;
 mod figures;
 mod outage;
+mod voicemail;
 
 const GREETING: &str = "Hello, how can I help?";
 const S1: &str = "We are open every day from noon until ten.";

@@ -38,6 +38,8 @@ pub(super) enum Closing {
     /// The brain has been down for `brain_down_hangup_s`: hang up once `brain_down_message`
     /// has played (`retry.rs`).
     BrainDown,
+    /// A machine answered: hang up once the voicemail message has played (`voicemail.rs`).
+    Voicemail,
 }
 
 fn refused(reason: impl Into<String>) -> ActionOutcome {
@@ -58,6 +60,7 @@ impl Policy {
     fn busy_closing(&self) -> Option<&'static str> {
         match self.closing {
             Some(Closing::End { .. } | Closing::BrainDown) => Some("the call is already ending"),
+            Some(Closing::Voicemail) => Some("the call is leaving a voicemail message"),
             Some(Closing::Transfer { .. }) => Some("the call is already being transferred"),
             None => None,
         }
@@ -196,6 +199,7 @@ impl Policy {
                 self.event(EventKind::HangUp, EndReason::BrainDown.text());
                 self.out.push(Action::HangUp(EndReason::BrainDown));
             }
+            Some(Closing::Voicemail) => self.voicemail_left(),
             Some(Closing::Transfer {
                 id,
                 to,

@@ -103,6 +103,7 @@ impl Policy {
     fn barge_in_eligible(&self, now: Instant, mouth: &Mouth) -> bool {
         let agent = &self.agent;
         agent.barge_in
+            && self.voicemail.is_none()
             && !matches!(self.phase, Phase::BargeIn { .. } | Phase::Goodbye { .. })
             && mouth.is_playing(now)
             && (agent.greeting_interruptible || mouth.current_kind() != Some(UttKind::Greeting))

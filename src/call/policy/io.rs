@@ -16,6 +16,14 @@ pub enum Input {
     Start,
     /// The carrier's media stream started: the call is answered.
     Answered,
+    /// The carrier's machine detection says a machine answered the call we placed: leave
+    /// `message` after its greeting (`greeting_over`: the carrier heard the greeting end).
+    Machine {
+        message: String,
+        greeting_over: bool,
+    },
+    /// The caller-audio stage heard a machine's beep end (while the call waited for it).
+    Beep { freq_hz: u32, length_ms: u64 },
     /// Our detector heard the caller start or stop speaking; `audio_ms` is the audio time it
     /// has judged so far (the event's audio times become wall times by their lag behind it).
     Vad { event: VadEvent, audio_ms: u64 },

@@ -12,6 +12,7 @@ impl Policy {
         let text = text.trim().to_string();
         if text.is_empty()
             || self.brain_keeps_history
+            || self.voicemail.is_some()
             || self.brain_note.is_some()
             || !matches!(self.overlap(mouth), Overlap::Free)
             || !matches!(self.phase, Phase::Idle)

@@ -9,8 +9,9 @@
 //! Calls we placed (`Direction: outbound`) are known by the `request_uuid` Plivo answered `POST
 //! Call/` with; the answer URL brings the `CallUUID`, recorded as the call's leg id so the media
 //! stream, REST hang-ups and the hangup callback find the call. The answer is the same
-//! `<Stream>`, or, when synchronous machine detection says `Machine=true`, `<Speak>` of the
-//! voicemail message and `<Hangup/>`. A hangup callback before the answer gives the outcome
+//! `<Stream>` — also when synchronous machine detection says `Machine=true` and the call has a
+//! voicemail message, which the call leaves itself after the greeting's beep — or `<Hangup/>`
+//! for another machine. A hangup callback before the answer gives the outcome
 //! from `HangupCause`: `USER_BUSY` → busy, `NO_ANSWER` → no_answer, `CALL_REJECTED` and
 //! unreachable numbers → failed.
 
@@ -24,7 +25,7 @@ use tracing::{info, warn};
 use super::rest::MakeCall;
 use super::{self as pv, Config, PlivoCodec, PlivoRest};
 use crate::carrier::account::{Account, Accounts};
-use crate::carrier::dial::{Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate};
+use crate::carrier::dial::{CallOutcome, Machine, Outbound, PlaceCall, PlaceError, StatusUpdate};
 use crate::carrier::port::{Arrived, Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods};
 use crate::carrier::rest_client::path_safe;
@@ -408,9 +409,10 @@ async fn answer(me: Arc<PlivoCarrier>, host: Arc<dyn Host>, req: Request<Incomin
 }
 
 /// The answer URL of a call we placed: a person gets the stream (the media path keys the call
-/// by its `request_uuid`, the stream URL names the `CallUUID`); a machine (with synchronous
-/// machine detection, `Machine=true`) gets the voicemail message spoken by Plivo's `<Speak>`
-/// and `<Hangup/>`, as Twilio's `<Say>` does.
+/// by its `request_uuid`, the stream URL names the `CallUUID`); so does a machine (with
+/// synchronous machine detection, `Machine=true`) when the call has a voicemail message, which
+/// the call leaves after the greeting's beep in the agent's voice; another machine gets
+/// `<Hangup/>`.
 fn outbound_answer(host: &dyn Host, call_uuid: &str, fields: &[(String, String)]) -> Response<Body> {
     let request_uuid = field(fields, "RequestUUID")
         .or_else(|| field(fields, "ALegRequestUUID"))
@@ -420,7 +422,9 @@ fn outbound_answer(host: &dyn Host, call_uuid: &str, fields: &[(String, String)]
         // Stored too, so a peer can hang the leg up should this instance be lost.
         host.record_leg(request_uuid, call_uuid);
     }
-    let machine = field(fields, "Machine").is_some_and(|m| m.eq_ignore_ascii_case("true"));
+    let machine = field(fields, "Machine")
+        .is_some_and(|m| m.eq_ignore_ascii_case("true"))
+        .then_some(Machine::Greeting);
     let answered_by = |machine: bool, call: &crate::carrier::dial::OutboundCall| {
         if machine {
             Some("machine".to_string())
@@ -437,10 +441,7 @@ fn outbound_answer(host: &dyn Host, call_uuid: &str, fields: &[(String, String)]
             );
             xml(pv::hangup_xml(None))
         }
-        Answer::Voicemail(message) => xml(match &message {
-            Some(m) => pv::speak_hangup_xml(m),
-            None => pv::hangup_xml(None),
-        }),
+        Answer::HangUp => xml(pv::hangup_xml(None)),
         Answer::Connect(token) => {
             info!(call_id = request_uuid, call_uuid, "outbound call answered");
             stream(host, call_uuid, &token)

@@ -1,6 +1,6 @@
 //! Telnyx Call Control REST commands patterd issues: `dial` (`POST
 //! /v2/calls`, outbound calls), `answer`, `streaming_start` (bidirectional RTP, PCMU 8 kHz,
-//! inbound track only), `speak` (voicemail messages), `reject` and `hangup`,
+//! inbound track only), `reject` and `hangup`,
 //! as `POST {api_base_url}/v2/calls/{call_control_id}/actions/{command}` with a Bearer API key
 //! and JSON bodies shaped exactly like the official SDK's (`rest_requests.json`). A command on a
 //! call that has already ended (HTTP 422, error code 90018) counts as done for `hangup`.
@@ -208,19 +208,6 @@ impl TelnyxRest {
                 status: 200,
                 message: "the dial response has no usable data.call_control_id".into(),
             })
-    }
-
-    /// Speaks `text` with Telnyx's own TTS (voicemail messages); `call.speak.ended` follows.
-    pub(crate) async fn speak(&self, call_control_id: &str, text: &str) -> Result<(), CarrierError> {
-        let body = json!({
-            "payload": text,
-            "voice": "female",
-            "language": "en-US",
-            "command_id": format!("speak-{call_control_id}"),
-        });
-        self.command(call_control_id, "speak", &body)
-            .await
-            .map(|_| ())
     }
 
     async fn post(

@@ -9,11 +9,12 @@
 //!
 //! Calls we dialled (`POST /v2/calls`) use the same events: `call.initiated` (`outgoing`) is
 //! ignored; `call.answered` starts the stream and records the outcome `answered` — unless
-//! machine detection was asked for, in which case the call waits in
+//! machine detection was asked for (`detect_beep`), in which case the call waits in
 //! [`Phase::Detecting`] for `call.machine.detection.ended` (at most 10 s): a person (or
-//! `not_sure`, or no result in time) gets the stream, a machine gets the voicemail message
-//! spoken by Telnyx's own `speak` verb (the agent's TTS is never connected to a machine) and a
-//! `hangup` when `call.speak.ended` arrives. A `call.hangup` before the answer gives the outcome
+//! `not_sure`, or no result in time) gets the stream; so does a machine when the call has a
+//! voicemail message, which the call leaves in the agent's voice after the greeting's beep
+//! (heard in-band, or Telnyx's `call.machine.greeting.ended`, whichever comes first), then
+//! hangs up; another machine is hung up on. A `call.hangup` before the answer gives the outcome
 //! from its cause: `user_busy` → busy, `no_answer`/`timeout` → no_answer,
 //! `call_rejected`/`not_found`/`unallocated_number` → failed.
 
@@ -26,13 +27,15 @@ use tracing::{debug, info, warn};
 use super::rest::{Dial, OUTBOUND_CLIENT_STATE};
 use super::{self as tx, Config, StreamParams, TelnyxCodec, TelnyxRest, WebhookEnvelope};
 use crate::carrier::account::{Account, Accounts};
-use crate::carrier::dial::{Outbound, OutboundCall, CallOutcome, Phase, PlaceCall, PlaceError, StatusUpdate};
+use crate::carrier::dial::{
+    CallOutcome, Machine, Outbound, OutboundCall, Phase, PlaceCall, PlaceError, StatusUpdate,
+};
 use crate::carrier::port::{
     Arrived, Counter, Host, IncomingCall, MediaSocket, Refusal, TokenSource,
 };
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
-use crate::carrier::webhook::{arrive, header, unix_now};
 use crate::carrier::messaging::{NumberInfo, OutgoingSms, SentSms};
+use crate::carrier::webhook::{arrive, header, reached_machine, unix_now};
 use crate::carrier::{
     Carrier, CarrierError, CarrierKind, DtmfDelivery, TransferRequest, public_request_url,
     public_ws_url,
@@ -157,7 +160,10 @@ impl Carrier for TelnyxCarrier {
                 webhook_url: public_request_url(&p.public_url, "/telnyx/webhook", None),
                 client_state: Some(OUTBOUND_CLIENT_STATE.into()),
                 timeout_secs: Some(p.ring_timeout_s),
-                answering_machine_detection: p.machine_detection.then(|| "detect".to_string()),
+                // `detect_beep`: `call.machine.greeting.ended` follows a machine's beep.
+                answering_machine_detection: p
+                    .machine_detection
+                    .then(|| "detect_beep".to_string()),
                 stream_url: None,
             };
             Ok(rest.dial(&dial).await?)
@@ -249,7 +255,7 @@ async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incom
             if let Some(call) = outbound.filter(|_| pending) {
                 let result = event.call.result.as_deref().unwrap_or("not_sure");
                 if result == "machine" {
-                    on_machine(&host, account, &id, call.voicemail_message);
+                    on_machine(&host, account, &id, &call);
                 } else {
                     host.report(StatusUpdate::outcome(
                         &id,
@@ -260,14 +266,16 @@ async fn webhook(me: Arc<TelnyxCarrier>, host: Arc<dyn Host>, req: Request<Incom
                 }
             }
         }
-        "call.speak.ended" => {
-            if host.outbound().advance(&id, Phase::Voicemail, Phase::Ended) {
-                let rest = account.rest.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = rest.hang_up(&id).await {
-                        warn!(call_id = %id, error = %e, "telnyx hangup after the voicemail message failed");
-                    }
-                });
+        "call.machine.greeting.ended" => {
+            // The beep (or the greeting's end) as Telnyx heard it: the message goes now, if
+            // the call has not heard the beep itself already.
+            let result = event.call.result.as_deref().unwrap_or("");
+            if let Some(call) = outbound.filter(|c| c.phase == Phase::Voicemail)
+                && result != "not_sure"
+                && let Some(message) = &call.voicemail_message
+            {
+                debug!(call_id = %id, result, "telnyx heard the greeting end");
+                host.machine_answered(&id, message, Machine::GreetingEnded);
             }
         }
         "call.hangup" => {
@@ -396,39 +404,18 @@ fn unanswered_outcome(cause: &str) -> Option<CallOutcome> {
     }
 }
 
-/// Machine detection heard a machine: the voicemail message (Telnyx speaks it, then we hang
-/// up on `call.speak.ended`) or a hang-up at once. The call's actor ends; it never had media.
-fn on_machine(
-    host: &Arc<dyn Host>,
-    account: &Account<TelnyxRest>,
-    id: &str,
-    message: Option<String>,
-) {
-    info!(call_id = %id, "outbound call reached a machine");
-    host.report(StatusUpdate::outcome(
-        id,
-        CallOutcome::Voicemail,
-        Some("machine".into()),
-    ));
-    host.end_call(id, "voicemail");
+/// Machine detection heard a machine: the stream, for the call to leave its voicemail message
+/// (see [`reached_machine`]), or a hang-up at once.
+fn on_machine(host: &Arc<dyn Host>, account: &Account<TelnyxRest>, id: &str, call: &OutboundCall) {
+    if reached_machine(host.as_ref(), id, call, Machine::Greeting, Some("machine".into())) {
+        on_answered(host, account, id);
+        return;
+    }
     let rest = account.rest.clone();
     let id = id.to_string();
-    host.outbound().set_phase(
-        &id,
-        if message.is_some() {
-            Phase::Voicemail
-        } else {
-            Phase::Ended
-        },
-    );
     tokio::spawn(async move {
-        let result = match message {
-            Some(m) => rest.speak(&id, &m).await,
-            None => rest.hang_up(&id).await,
-        };
-        if let Err(e) = result {
-            warn!(call_id = %id, error = %e, "telnyx voicemail command failed; hanging up");
-            let _ = rest.hang_up(&id).await;
+        if let Err(e) = rest.hang_up(&id).await {
+            warn!(call_id = %id, error = %e, "telnyx hangup of a machine failed");
         }
     });
 }

@@ -56,7 +56,8 @@ pub struct CallEvent {
     pub stream_url: Option<String>,
     /// `streaming.failed`.
     pub(crate) failure_reason: Option<String>,
-    /// `call.machine.detection.ended`: `human`, `machine`, `not_sure`.
+    /// `call.machine.detection.ended`: `human`, `machine`, `not_sure`;
+    /// `call.machine.greeting.ended`: `ended`, `beep_detected`, `not_sure`.
     pub result: Option<String>,
 }
 

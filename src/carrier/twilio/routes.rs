@@ -1,7 +1,7 @@
 //! Twilio's routes and its [`Carrier`] implementation: `POST /twilio/voice` (signed
 //! incoming-call webhook → TwiML with a tokenized `<Connect><Stream>`), `POST /twilio/outbound`
-//! (the answer webhook of calls we placed: the same TwiML, or the voicemail message when machine
-//! detection heard a machine), `POST /twilio/status` (signed status callbacks, recorded and
+//! (the answer webhook of calls we placed: the same TwiML — for a machine too when the call
+//! has a voicemail message, which the call leaves itself after the beep — or a hang-up), `POST /twilio/status` (signed status callbacks, recorded and
 //! turned into outcomes) and `WS /twilio/media` (Media Streams, handed to the carrier-neutral
 //! pump). Placing a call is `POST Calls.json` with our answer URL and status callback;
 //! cancelling a ringing one is `Status=canceled`. The wire details — signatures, TwiML, frames,
@@ -17,7 +17,7 @@ use super::rest::CreateCall;
 use super::{self as tw, Config, TwilioCodec, TwilioRest};
 use crate::carrier::account::{Account, Accounts};
 use crate::carrier::dial::{
-    CallStatus, Outbound, CallOutcome, PlaceCall, PlaceError, StatusUpdate,
+    CallOutcome, CallStatus, Machine, Outbound, PlaceCall, PlaceError, StatusUpdate,
 };
 use crate::carrier::port::{Arrived, Counter, Host, IncomingCall, MediaSocket, TokenSource};
 use crate::carrier::registry::{BoxFuture, Route, RoutePath, account_methods, through_rest};
@@ -319,12 +319,26 @@ fn outcome_for(status: &str, answered_by: &str) -> Option<CallOutcome> {
 
 /// Twilio's `AnsweredBy` values for anything but a person.
 fn is_machine(answered_by: &str) -> bool {
-    answered_by.starts_with("machine") || answered_by == "fax"
+    machine(answered_by).is_some()
+}
+
+/// What Twilio's `AnsweredBy` says about a machine: `machine_start` (what
+/// `MachineDetection=Enable` answers, early in the greeting), `machine_end_beep`,
+/// `machine_end_silence`, `machine_end_other` (`DetectMessageEnd`: the greeting is over),
+/// `fax`. `None`: a person (`human`) or nobody knows (`unknown`, empty).
+fn machine(answered_by: &str) -> Option<Machine> {
+    match answered_by {
+        "fax" => Some(Machine::Fax),
+        a if a.starts_with("machine_end") => Some(Machine::GreetingEnded),
+        a if a.starts_with("machine") => Some(Machine::Greeting),
+        _ => None,
+    }
 }
 
 /// `POST /twilio/outbound`: a call we placed was answered. A person gets the media stream,
-/// like an inbound call; a machine (with machine detection) gets the voicemail message, if
-/// any, and the call ends.
+/// like an inbound call; so does a machine (with machine detection) when the call has a
+/// voicemail message, which the call leaves after the greeting's beep in the agent's voice;
+/// another machine is hung up on.
 async fn outbound_answer(
     me: Arc<TwilioCarrier>,
     host: Arc<dyn Host>,
@@ -337,7 +351,7 @@ async fn outbound_answer(
     let call_sid = field_or_empty(&params, "CallSid");
     let answered_by = field_or_empty(&params, "AnsweredBy");
     let by = (!answered_by.is_empty()).then(|| answered_by.to_string());
-    match answer_outbound(host.as_ref(), call_sid, is_machine(answered_by), |_, _| by) {
+    match answer_outbound(host.as_ref(), call_sid, machine(answered_by), |_, _| by) {
         Answer::NotOurs => {
             warn!(
                 call_sid,
@@ -345,10 +359,7 @@ async fn outbound_answer(
             );
             xml(tw::twiml_hangup())
         }
-        Answer::Voicemail(message) => xml(match &message {
-            Some(m) => tw::twiml_say_hangup(m),
-            None => tw::twiml_hangup(),
-        }),
+        Answer::HangUp => xml(tw::twiml_hangup()),
         Answer::Connect(token) => {
             info!(call_sid, answered_by, "outbound call answered");
             connect(host.as_ref(), &token)

@@ -28,11 +28,6 @@ pub fn hang_up() -> Value {
     json!([])
 }
 
-/// Speaks `text` and ends the call (voicemail on a call we placed).
-pub(crate) fn talk_then_hang_up(text: &str) -> Value {
-    json!([{"action": "talk", "text": text}])
-}
-
 /// Cold-transfers the call to `to` (E.164), showing `caller_id`; `ring_s` seconds of ringing.
 pub(crate) fn connect_phone(to: &str, caller_id: &str, ring_s: u32) -> Value {
     json!([{
@@ -68,6 +63,5 @@ mod tests {
         assert_eq!(n[0]["endpoint"][0]["type"], "phone");
         assert_eq!(n[0]["from"], "15550002222");
         assert_eq!(hang_up(), json!([]));
-        assert_eq!(talk_then_hang_up("hi")[0]["action"], "talk");
     }
 }

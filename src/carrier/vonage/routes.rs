@@ -246,10 +246,9 @@ async fn answer(me: Arc<VonageCarrier>, host: Arc<dyn Host>, req: Request<Incomi
 
 /// The answer webhook of a call we placed (Vonage gives the same `uuid` as `POST /v1/calls`).
 fn outbound_answer(host: &dyn Host, uuid: &str) -> Response<Body> {
-    match answer_outbound(host, uuid, false, |_, _| None) {
-        Answer::NotOurs => json(200, &ncco::hang_up()),
-        Answer::Voicemail(Some(m)) => json(200, &ncco::talk_then_hang_up(&m)),
-        Answer::Voicemail(None) => json(200, &ncco::hang_up()),
+    // patterd asks Vonage for no machine detection: whoever answers gets the stream.
+    match answer_outbound(host, uuid, None, |_, _| None) {
+        Answer::NotOurs | Answer::HangUp => json(200, &ncco::hang_up()),
         Answer::Connect(token) => {
             info!(call_id = uuid, "outbound call answered");
             connect(host, uuid, &token)

@@ -216,8 +216,9 @@ impl SimTelnyx {
     }
 
     /// Telnyx answering a call patterd dialled: `call.initiated` (`outgoing`), `call.answered`,
-    /// with `amd` a `call.machine.detection.ended` carrying that result; unless the result is
-    /// `machine`, waits for patterd's `streaming_start` and opens the media socket.
+    /// with `amd` a `call.machine.detection.ended` carrying that result; then waits for
+    /// patterd's `streaming_start` and opens the media socket — or, when patterd hangs up
+    /// instead (a machine it has nothing to say to), returns `None`.
     pub async fn answer_outbound(
         &self,
         rest: &FakeTelnyxRest,
@@ -250,20 +251,25 @@ impl SimTelnyx {
             self.post(&self.event("call.machine.detection.ended", &id, p))
                 .await
                 .map_err(|e| e.to_string())?;
-            if result == "machine" {
-                return Ok(None);
-            }
         }
         let stream = tokio::time::timeout(
             Duration::from_secs(10),
-            rest.wait_until("streaming_start", |r| {
-                r.commands
-                    .iter()
-                    .any(|c| c.action == "streaming_start" && c.call_control_id == id)
+            rest.wait_until("streaming_start or hangup", |r| {
+                r.commands.iter().any(|c| {
+                    matches!(c.action.as_str(), "streaming_start" | "hangup")
+                        && c.call_control_id == id
+                })
             }),
         )
         .await
         .map_err(|_| format!("patterd sent no streaming_start for {id}"))?;
+        if !stream
+            .commands
+            .iter()
+            .any(|c| c.action == "streaming_start" && c.call_control_id == id)
+        {
+            return Ok(None);
+        }
         let cmd = stream
             .commands
             .iter()
@@ -290,15 +296,17 @@ impl SimTelnyx {
         self.post(&body).await
     }
 
-    /// `call.speak.ended` (Telnyx finished a `speak`).
-    pub async fn speak_ended(
+    /// `call.machine.greeting.ended` (`answering_machine_detection: detect_beep` heard the
+    /// beep) with `result` (`beep_detected`, `ended`, `not_sure`).
+    pub async fn greeting_ended(
         &self,
         call_control_id: &str,
+        result: &str,
     ) -> Result<WebhookResponse, reqwest::Error> {
         let body = self.event(
-            "call.speak.ended",
+            "call.machine.greeting.ended",
             call_control_id,
-            json!({"status": "completed"}),
+            json!({"result": result}),
         );
         self.post(&body).await
     }
