@@ -260,6 +260,48 @@ async fn telnyx_machine_hears_the_message_when_the_greeting_ends() {
     assert_eq!(r.status, 200);
 }
 
+/// `call.machine.greeting.ended` for a call a person answered changes nothing: the agent
+/// greets and listens as ever.
+#[tokio::test]
+async fn telnyx_greeting_ended_on_a_person_changes_nothing() {
+    let stack = Stack::start(opts()).await;
+    let id = originate(&stack, TELNYX_NUMBER, Some(MESSAGE)).await;
+    let d = stack.telnyx_rest.dialled()[0].clone();
+    let sim = stack
+        .telnyx
+        .answer_outbound(&stack.telnyx_rest, &d, &stack.ws_base(), Some("human"))
+        .await
+        .expect("telnyx answers")
+        .expect("a person gets the stream");
+    let r = stack
+        .telnyx
+        .greeting_ended(&id, "ended")
+        .await
+        .expect("greeting ended");
+    assert_eq!(r.status, 200);
+    sim.wait_for("the greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("the agent greets");
+    assert!(
+        !stack.spoken().iter().any(|t| t == MESSAGE),
+        "{:?}",
+        stack.spoken()
+    );
+    assert!(
+        stack.server.app.calls.get(&id).is_some(),
+        "the call goes on"
+    );
+    sim.hang_up().await;
+    let record = stack.finished(&id).await;
+    assert_eq!(record.ended_reason, "caller hung up");
+    assert_eq!(
+        record
+            .events_of(patterd::call::EventKind::MachineDetected)
+            .count(),
+        0
+    );
+}
+
 /// Plivo: `Machine=true` gets the stream; the message goes after the beep heard in-band.
 #[tokio::test]
 async fn plivo_machine_hears_the_message_after_the_beep() {

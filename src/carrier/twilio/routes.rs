@@ -379,3 +379,27 @@ async fn media(me: Arc<TwilioCarrier>, host: Arc<dyn Host>, req: Request<Incomin
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `AnsweredBy` as Twilio sends it; anything else (a person, `unknown`, a value Twilio
+    /// does not send) is a person.
+    #[test]
+    fn answered_by_names_the_machine() {
+        assert_eq!(machine("machine_start"), Some(Machine::Greeting));
+        for end in ["machine_end_beep", "machine_end_silence", "machine_end_other"] {
+            assert_eq!(machine(end), Some(Machine::GreetingEnded), "{end}");
+        }
+        assert_eq!(machine("fax"), Some(Machine::Fax));
+        for person in ["human", "unknown", "", "MACHINE_START", "robot", "machin"] {
+            assert_eq!(machine(person), None, "{person:?}");
+        }
+        assert_eq!(
+            outcome_for("in-progress", "machine_start"),
+            Some(CallOutcome::Voicemail)
+        );
+        assert_eq!(outcome_for("in-progress", "human"), None);
+    }
+}
