@@ -352,6 +352,16 @@ label_enum!(
     }
 );
 
+label_enum!(
+    /// Why a span of a call's trace never reached the collector (`[telemetry]`).
+    SpanDrop, "reason" {
+        /// The exporter's queue was full (`max_queued_spans`): the collector is slow or down.
+        QueueFull => "queue_full",
+        /// The collector refused the batch, could not be reached or did not answer in time.
+        ExportFailed => "export_failed",
+    }
+);
+
 // ------------------------------------------------------------------------------- families
 
 /// Something rendered at `/metrics` under `name`.
@@ -572,6 +582,10 @@ metrics! {
         "Time to forward a request to a call's owner and get its answer (or give up), in seconds.";
     cluster_handoffs: Counter<HandoffOutcome> = "patterd_cluster_handoffs_total",
         "New-call webhooks a draining or full instance tried to hand to a ready peer, by outcome.";
+    otel_spans_exported: AtomicU64 = "patterd_otel_spans_exported_total",
+        "Spans of calls' traces the collector took ([telemetry]).";
+    otel_spans_dropped: Counter<SpanDrop> = "patterd_otel_spans_dropped_total",
+        "Spans of calls' traces dropped before the collector took them, by reason.";
 }
 
 impl Metrics {

@@ -13,6 +13,7 @@ use super::{CallCtx, Tool, ToolEnv, ToolSetupError};
 use crate::call::action::ActionSpec;
 use crate::config::BuiltinTool;
 use crate::provider::{ToolFuture, ToolOutput, ToolSpec};
+use crate::util::traceparent::TraceParent;
 
 /// The agent's built-ins, in the order configured.
 pub(crate) fn build(env: &ToolEnv) -> Result<Vec<Arc<dyn Tool>>, ToolSetupError> {
@@ -57,7 +58,11 @@ impl Tool for Builtin {
         }
     }
 
-    fn run(&self, ctx: Arc<CallCtx>, args: Value) -> ToolFuture {
+    fn kind(&self) -> &'static str {
+        "builtin"
+    }
+
+    fn run(&self, ctx: Arc<CallCtx>, args: Value, _trace: Option<TraceParent>) -> ToolFuture {
         let action = (self.0.build)(&|key| string_arg(&args, key));
         Box::pin(async move {
             let Some(handle) = ctx.calls.get(&ctx.call_id) else {
