@@ -131,11 +131,13 @@ async fn each_call_is_one_trace_with_its_turn_stages_in_order_and_the_brain_join
         "call, greeting, turn and its stages, per call: {:#?}",
         rec.spans
     );
+    // Counted once the collector's answer is in.
+    let n = rec.spans.len() as u64;
+    until_counted(&stack, "the exported spans are counted", |m| {
+        m.otel_spans_exported.load(Ordering::Relaxed) == n
+    })
+    .await;
     let m = &stack.server.app.metrics;
-    assert_eq!(
-        m.otel_spans_exported.load(Ordering::Relaxed),
-        rec.spans.len() as u64
-    );
     assert_eq!(m.otel_spans_dropped.get(SpanDrop::QueueFull), 0);
     assert_eq!(m.otel_spans_dropped.get(SpanDrop::ExportFailed), 0);
 }
