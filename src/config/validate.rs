@@ -176,7 +176,7 @@ fn telemetry(c: &mut Check<'_>, t: &crate::config::schema::TelemetryConfig) {
     if t.service_name.trim().is_empty() {
         c.fail(
             &["telemetry", "service_name"],
-            "telemetry.service_name is empty; name the service spans are reported under \
+            "`telemetry.service_name` is empty; name the service spans are reported under \
              (e.g. \"patterd\")"
                 .into(),
         );
@@ -191,8 +191,8 @@ fn telemetry(c: &mut Check<'_>, t: &crate::config::schema::TelemetryConfig) {
             c.fail(
                 &["telemetry", "headers", name],
                 format!(
-                    "telemetry.headers.{name} is not a valid HTTP header (a token name and a \
-                     value of visible ASCII)"
+                    "`telemetry.headers` entry {name:?} is not a valid HTTP header (a token \
+                     name and a value of visible ASCII)"
                 ),
             );
         }
