@@ -406,7 +406,11 @@ impl Actor {
         if let Some(trace) = self.trace.as_mut() {
             match &ev {
                 LlmEvent::ToolCall(call) => {
-                    let kind = self.setup.tools.as_ref().map_or("tool", |t| t.0.kind(&call.name));
+                    let kind = self
+                        .setup
+                        .tools
+                        .as_ref()
+                        .map_or("tool", |t| t.0.kind(&call.name));
                     trace.tool_call(call, kind, Instant::now());
                 }
                 LlmEvent::ToolResult { id, ok, .. } => trace.tool_result(id, *ok, Instant::now()),

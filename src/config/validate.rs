@@ -181,7 +181,10 @@ fn telemetry(c: &mut Check<'_>, t: &crate::config::schema::TelemetryConfig) {
                 .into(),
         );
     }
-    c.at_least_one(&["telemetry", "max_queued_spans"], t.max_queued_spans as u64);
+    c.at_least_one(
+        &["telemetry", "max_queued_spans"],
+        t.max_queued_spans as u64,
+    );
     c.at_least_one(&["telemetry", "export_interval_ms"], t.export_interval_ms);
     c.at_least_one(&["telemetry", "export_timeout_ms"], t.export_timeout_ms);
     for (name, value) in &t.headers {

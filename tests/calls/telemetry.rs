@@ -52,7 +52,10 @@ async fn call_with_one_turn(stack: &Stack, marks: usize) -> String {
 }
 
 /// The call span of `call_sid` and every span of its trace.
-fn trace_of<'a>(rec: &'a CollectorRecord, call_sid: &str) -> (&'a ReceivedSpan, Vec<&'a ReceivedSpan>) {
+fn trace_of<'a>(
+    rec: &'a CollectorRecord,
+    call_sid: &str,
+) -> (&'a ReceivedSpan, Vec<&'a ReceivedSpan>) {
     let calls: Vec<&ReceivedSpan> = rec
         .named("call")
         .into_iter()
@@ -96,7 +99,9 @@ async fn each_call_is_one_trace_with_its_turn_stages_in_order_and_the_brain_join
         assert_eq!(root.attribute("patterd.carrier"), Some("twilio"));
         assert_eq!(root.attribute("patterd.turns"), Some("1"));
         assert!(
-            spans.iter().all(|s| s.start_ns >= root.start_ns && s.end_ns <= root.end_ns),
+            spans
+                .iter()
+                .all(|s| s.start_ns >= root.start_ns && s.end_ns <= root.end_ns),
             "every span within the call's"
         );
         // Everything but the root hangs from a span of the same trace.
@@ -116,7 +121,11 @@ async fn each_call_is_one_trace_with_its_turn_stages_in_order_and_the_brain_join
         let names: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, STAGES, "the stages under the turn, by start time");
         for w in stages.windows(2) {
-            assert_eq!(w[0].end_ns, w[1].start_ns, "{} ends where {} starts", w[0].name, w[1].name);
+            assert_eq!(
+                w[0].end_ns, w[1].start_ns,
+                "{} ends where {} starts",
+                w[0].name, w[1].name
+            );
         }
         assert!(stages[0].start_ns >= turn.start_ns && stages[4].end_ns <= turn.end_ns);
         // The brain's request carried the turn span's context.
@@ -142,7 +151,8 @@ async fn each_call_is_one_trace_with_its_turn_stages_in_order_and_the_brain_join
     assert_eq!(m.otel_spans_dropped.get(SpanDrop::ExportFailed), 0);
 }
 
-const LOOKUP_SCHEMA: &str = r#"{ type = "object", properties = { order = { type = "string" } }, required = ["order"] }"#;
+const LOOKUP_SCHEMA: &str =
+    r#"{ type = "object", properties = { order = { type = "string" } }, required = ["order"] }"#;
 
 #[tokio::test]
 async fn a_consult_and_a_webhook_tool_are_spans_of_their_turn_and_send_them_on() {
@@ -182,7 +192,9 @@ async fn a_consult_and_a_webhook_tool_are_spans_of_their_turn_and_send_them_on()
         "lookup_order",
         r#"{"order":"42"}"#,
     ));
-    stack.hermes.push(HermesReply::text("Order 42 has shipped."));
+    stack
+        .hermes
+        .push(HermesReply::text("Order 42 has shipped."));
     // Greeting, reassurance, answer.
     let call_sid = call_with_one_turn(&stack, 3).await;
     let rec = collector
@@ -208,12 +220,21 @@ async fn a_consult_and_a_webhook_tool_are_spans_of_their_turn_and_send_them_on()
     assert_eq!(consult.attribute("gen_ai.tool.call.id"), Some("call_c"));
     assert_eq!(webhook.attribute("patterd.tool.kind"), Some("webhook"));
     assert_eq!(consult.status, 1, "ok");
-    assert!(consult.end_ns <= webhook.start_ns, "the consult, then the webhook");
+    assert!(
+        consult.end_ns <= webhook.start_ns,
+        "the consult, then the webhook"
+    );
     // Each endpoint got its own tool span's context; every brain request of the turn the turn's.
     let asked = office.record().requests;
-    assert_eq!(asked[0].header("traceparent"), Some(consult.traceparent().as_str()));
+    assert_eq!(
+        asked[0].header("traceparent"),
+        Some(consult.traceparent().as_str())
+    );
     let hooked = hook.record().requests;
-    assert_eq!(hooked[0].header("traceparent"), Some(webhook.traceparent().as_str()));
+    assert_eq!(
+        hooked[0].header("traceparent"),
+        Some(webhook.traceparent().as_str())
+    );
     let reqs = stack.hermes.record().requests;
     assert_eq!(reqs.len(), 3);
     for r in &reqs {
@@ -226,7 +247,10 @@ async fn until_counted(stack: &Stack, what: &str, done: impl Fn(&patterd::app::M
     let m = &stack.server.app.metrics;
     let until = tokio::time::Instant::now() + WAIT;
     while !done(m) {
-        assert!(tokio::time::Instant::now() < until, "timed out waiting until {what}");
+        assert!(
+            tokio::time::Instant::now() < until,
+            "timed out waiting until {what}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
@@ -259,14 +283,24 @@ async fn a_collector_that_is_down_costs_the_call_nothing_but_counted_spans() {
     assert_eq!(stack.spoken()[0], GREETING);
     assert!(stack.spoken().len() >= 2, "{:?}", stack.spoken());
     let reqs = stack.hermes.record().requests;
-    let tp = request_of(&reqs, &call_sid)[0].traceparent().expect("traceparent");
-    assert!(patterd::util::traceparent::TraceParent::parse(tp).is_some(), "{tp}");
+    let tp = request_of(&reqs, &call_sid)[0]
+        .traceparent()
+        .expect("traceparent");
+    assert!(
+        patterd::util::traceparent::TraceParent::parse(tp).is_some(),
+        "{tp}"
+    );
     until_counted(&stack, "the call's spans are counted as dropped", |m| {
         m.otel_spans_dropped.get(SpanDrop::ExportFailed) >= 1 + 1 + 1 + STAGES.len() as u64
     })
     .await;
     let text = metrics_text(&stack).await;
-    assert!(sample(&text, "patterd_otel_spans_dropped_total{reason=\"export_failed\"}") >= 8);
+    assert!(
+        sample(
+            &text,
+            "patterd_otel_spans_dropped_total{reason=\"export_failed\"}"
+        ) >= 8
+    );
     assert_eq!(sample(&text, "patterd_otel_spans_exported_total"), 0);
     // The collector is back: the next call's trace reaches it.
     collector.start_again().await.unwrap();

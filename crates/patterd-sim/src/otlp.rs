@@ -219,7 +219,9 @@ fn text(v: &Option<AnyValue>) -> String {
 }
 
 fn attributes(kvs: &[KeyValue]) -> Vec<(String, String)> {
-    kvs.iter().map(|kv| (kv.key.clone(), text(&kv.value))).collect()
+    kvs.iter()
+        .map(|kv| (kv.key.clone(), text(&kv.value)))
+        .collect()
 }
 
 fn flatten(request: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
@@ -236,7 +238,11 @@ fn flatten(request: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
             .map(|(_, v)| v.clone())
             .unwrap_or_default();
         for ss in rs.scope_spans {
-            let scope = ss.scope.as_ref().map(|s| s.name.clone()).unwrap_or_default();
+            let scope = ss
+                .scope
+                .as_ref()
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
             for span in ss.spans {
                 out.push(ReceivedSpan {
                     trace_id: hex::encode(&span.trace_id),

@@ -94,7 +94,10 @@ async fn a_turn_has_its_stages_in_order_under_it_and_the_call_is_the_root() {
     );
     let root = one(&spans, "call");
     assert_eq!(root.parent_span_id, SpanId::INVALID);
-    assert_eq!(root.span_context.span_id(), SpanId::from_bytes(call.span_id));
+    assert_eq!(
+        root.span_context.span_id(),
+        SpanId::from_bytes(call.span_id)
+    );
     assert_eq!(spans.last().map(|s| s.name.as_ref()), Some("call"));
     let wall0 = root.start_time;
     assert_eq!(at(&root.end_time, wall0), 3000);
@@ -102,7 +105,10 @@ async fn a_turn_has_its_stages_in_order_under_it_and_the_call_is_the_root() {
     let greeting = one(&spans, "greeting");
     assert_eq!(greeting.parent_span_id, root.span_context.span_id());
     assert_eq!(
-        (at(&greeting.start_time, wall0), at(&greeting.end_time, wall0)),
+        (
+            at(&greeting.start_time, wall0),
+            at(&greeting.end_time, wall0)
+        ),
         (100, 400)
     );
 
@@ -279,7 +285,10 @@ async fn ignored_words_do_not_start_a_turn_and_an_interruption_ends_one() {
     let turn = one(&spans, "turn");
     let wall0 = turn.start_time - ms(1000);
     assert_eq!(at(&turn.end_time, wall0), 2100);
-    assert_eq!(turn.events.last().map(|e| e.name.as_ref()), Some("interrupted"));
+    assert_eq!(
+        turn.events.last().map(|e| e.name.as_ref()),
+        Some("interrupted")
+    );
     // The next turn starts from its own speech end, not the ignored words' turn end.
     t.on_event(EventKind::SpeechEnd, t0 + ms(3000), true);
     t.on_event(EventKind::TurnEnd, t0 + ms(3200), true);
