@@ -464,7 +464,7 @@ pub(crate) fn with_tools(
             app.call_tokens.mint(&setup.call_id),
         ));
     }
-    setup.tracing = app.telemetry.as_ref().map(|t| t.for_call());
+    setup.tracing = app.telemetry.as_ref().map(|t| t.for_call(&setup.call_id));
     let (caller, callee) = (setup.from.clone(), setup.to.clone());
     setup.tools = generation.tools.get(&setup.agent_name).and_then(|t| {
         t.for_call(crate::tools::CallCtx {

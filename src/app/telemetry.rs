@@ -176,9 +176,9 @@ impl Telemetry {
         *self.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(TaskGuard::new(task));
     }
 
-    /// A new call's tracing: a fresh trace whose spans go to this exporter.
-    pub(crate) fn for_call(&self) -> CallTracing {
-        CallTracing::new(self.queue.clone())
+    /// Call `call_id`'s tracing: its trace, whose spans go to this exporter.
+    pub(crate) fn for_call(&self, call_id: &str) -> CallTracing {
+        CallTracing::new(self.queue.clone(), call_id)
     }
 
     /// Sends what is queued and waits for it, at most `within` (at exit).

@@ -1,6 +1,6 @@
 //! A call's trace (`[telemetry]`): the OpenTelemetry spans of one call, made by the actor from
 //! the times it already records on the timeline, so no span code runs per frame. One span per
-//! call (the root; its context is chosen at admission, [`CallTracing::call`]); under it the
+//! call (the root; its context follows from the call id, [`CallTracing::call`]); under it the
 //! greeting, one span per caller turn and the transfers; under a turn its stages — the
 //! consecutive intervals `speech_end → turn_end → brain_request → first_token → first_audio →
 //! first_frame` (see [`STAGES`]) —, its tool calls (consults and webhook tools included) and the
@@ -31,8 +31,9 @@ pub trait SpanSink: Send + Sync {
     fn send(&self, span: SpanData);
 }
 
-/// What a call needs to be traced: where its spans go and its own span's context (made at
-/// admission, so whatever reports on the call — a webhook about it — can name it too).
+/// What a call needs to be traced: where its spans go and its own span's context (derived
+/// from the call id, [`TraceParent::for_call`], so whatever reports on the call — a webhook
+/// about it — can name it too).
 #[derive(Clone)]
 pub struct CallTracing {
     pub sink: Arc<dyn SpanSink>,
@@ -41,11 +42,11 @@ pub struct CallTracing {
 }
 
 impl CallTracing {
-    /// A new trace for a call whose spans go to `sink`.
-    pub fn new(sink: Arc<dyn SpanSink>) -> Self {
+    /// The trace of call `call_id`, whose spans go to `sink`.
+    pub fn new(sink: Arc<dyn SpanSink>, call_id: &str) -> Self {
         Self {
             sink,
-            call: TraceParent::root(),
+            call: TraceParent::for_call(call_id),
         }
     }
 }

@@ -2,7 +2,8 @@
 //! a request belongs to and the sampled flag, as `00-<32 hex>-<16 hex>-<2 hex>`. patterd sends
 //! it to the brain, to consults and to webhook tools when `[telemetry]` is on, so the peer's
 //! own trace joins the call's ([`TraceParent::header_value`]; [`TRACEPARENT`] is the header's
-//! name). [`TraceParent::child`] is the context of a new span under this one (a fresh random
+//! name). A call's own span follows from its call id ([`TraceParent::for_call`]), so whatever
+//! reports on a call later (a webhook delivery) can join its trace knowing only the id. [`TraceParent::child`] is the context of a new span under this one (a fresh random
 //! span id), which is how a request made for a tool call carries that call's span. Plain data:
 //! no tracer, no I/O.
 
@@ -10,6 +11,9 @@ use std::fmt;
 
 /// The request header's name (lower case, as the specification writes it).
 pub const TRACEPARENT: &str = "traceparent";
+
+/// Domain separation of a call's trace ids ([`TraceParent::for_call`]).
+const CALL_TRACE_LABEL: &str = "patterd call trace v1\n";
 
 /// One span's context as a `traceparent` carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -30,6 +34,24 @@ impl TraceParent {
             span_id,
             sampled,
         })
+    }
+
+    /// The context of call `call_id`'s own span: trace and span ids taken from SHA-256 of a
+    /// label and the call id, sampled. Anything that knows a call's id — a webhook delivered
+    /// after the call, another instance of a cluster — names the same span without asking the
+    /// call for it (call ids are unique: a call id is admitted once).
+    pub fn for_call(call_id: &str) -> Self {
+        let digest = ring::digest::digest(
+            &ring::digest::SHA256,
+            format!("{CALL_TRACE_LABEL}{call_id}").as_bytes(),
+        );
+        let d = digest.as_ref();
+        let mut trace_id = [0u8; 16];
+        let mut span_id = [0u8; 8];
+        trace_id.copy_from_slice(&d[..16]);
+        span_id.copy_from_slice(&d[16..24]);
+        // An all-zero id has odds of 2^-64 at most; such a call gets a random trace instead.
+        Self::new(trace_id, span_id, true).unwrap_or_else(Self::root)
     }
 
     /// A new trace: random trace and span ids, sampled.
@@ -182,6 +204,15 @@ mod tests {
         // A later version may carry more fields; its first four are read.
         let later = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes";
         assert!(TraceParent::parse(later).is_some());
+    }
+
+    #[test]
+    fn a_call_s_context_follows_from_its_id_alone() {
+        let a = TraceParent::for_call("CA0123");
+        assert_eq!(a, TraceParent::for_call("CA0123"));
+        assert_ne!(a.trace_id, TraceParent::for_call("CA0124").trace_id);
+        assert!(a.sampled);
+        assert_eq!(TraceParent::parse(&a.header_value()), Some(a));
     }
 
     #[test]

@@ -94,6 +94,12 @@ async fn each_call_is_one_trace_with_its_turn_stages_in_order_and_the_brain_join
         let (root, spans) = trace_of(&rec, call_sid);
         traces.push(root.trace_id.clone());
         assert!(root.parent.is_empty(), "the call span is the root");
+        let named = patterd::util::traceparent::TraceParent::for_call(call_sid);
+        assert_eq!(
+            root.traceparent(),
+            named.header_value(),
+            "named by its call id"
+        );
         assert_eq!(root.service, "patterd");
         assert_eq!(root.scope, "patterd");
         assert_eq!(root.attribute("patterd.carrier"), Some("twilio"));

@@ -25,7 +25,7 @@ fn trace() -> (CallTrace, Arc<Captured>, Instant) {
     let sink = Arc::new(Captured::default());
     let now = Instant::now();
     let t = CallTrace::new(
-        CallTracing::new(sink.clone()),
+        CallTracing::new(sink.clone(), "CA1"),
         CallFacts {
             call_id: "CA1".into(),
             carrier: "twilio",
@@ -94,6 +94,7 @@ async fn a_turn_has_its_stages_in_order_under_it_and_the_call_is_the_root() {
     );
     let root = one(&spans, "call");
     assert_eq!(root.parent_span_id, SpanId::INVALID);
+    assert_eq!(call, TraceParent::for_call("CA1"), "named by the call id");
     assert_eq!(
         root.span_context.span_id(),
         SpanId::from_bytes(call.span_id)
