@@ -198,4 +198,23 @@ mod tests {
         assert!(!same.token_rotated && !same.tokens_changed);
         assert!(same.needs_restart.is_empty(), "{:?}", same.needs_restart);
     }
+
+    /// The trace exporter starts with the daemon: a changed `[telemetry]` is named and kept.
+    #[test]
+    fn a_changed_telemetry_section_is_kept_and_named() {
+        let old = config('a', 't', "");
+        let new = {
+            let mut c = config('a', 't', "");
+            c.telemetry.otlp_endpoint = "http://127.0.0.1:4318".into();
+            c
+        };
+        let p = plan(&old, new);
+        assert!(!p.config.telemetry.enabled(), "the running value stays");
+        assert_eq!(p.needs_restart.len(), 1, "{:?}", p.needs_restart);
+        assert!(
+            p.needs_restart[0].starts_with("telemetry.otlp_endpoint changed"),
+            "{:?}",
+            p.needs_restart
+        );
+    }
 }
