@@ -2,12 +2,13 @@
 //! task when dropped (how provider streams are cancelled), and the process-wide TLS setup;
 //! phone-number helpers in [`phone`], the never-printed [`secret::Secret`] and systemd's
 //! notifications ([`sd_notify`]); [`create_private_dir`] for the directories that hold call
-//! data; RFC 3339 timestamps in [`time`].
+//! data; RFC 3339 timestamps in [`time`]; the W3C `traceparent` header in [`traceparent`].
 
 pub mod phone;
 pub(crate) mod sd_notify;
 pub mod secret;
 pub mod time;
+pub mod traceparent;
 
 use tokio::task::JoinHandle;
 

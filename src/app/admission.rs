@@ -187,6 +187,7 @@ async fn launch(
         recording: None,
         turn_model: None,
         call_token: None,
+        tracing: None,
     };
     let setup = CallSetup {
         log: Some(app.call_log(&setup)),

@@ -425,6 +425,7 @@ async fn place_if(
         recording: None,
         turn_model: None,
         call_token: None,
+        tracing: None,
     };
     let setup = CallSetup {
         log: Some(app.call_log(&setup)),

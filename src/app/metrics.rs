@@ -366,6 +366,16 @@ label_enum!(
     }
 );
 
+label_enum!(
+    /// Why a span of a call's trace never reached the collector (`[telemetry]`).
+    SpanDrop, "reason" {
+        /// The exporter's queue was full (`max_queued_spans`): the collector is slow or down.
+        QueueFull => "queue_full",
+        /// The collector refused the batch, could not be reached or did not answer in time.
+        ExportFailed => "export_failed",
+    }
+);
+
 // ------------------------------------------------------------------------------- families
 
 /// Something rendered at `/metrics` under `name`.
@@ -588,6 +598,10 @@ metrics! {
         "New-call webhooks a draining or full instance tried to hand to a ready peer, by outcome.";
     webhook_deliveries: Counter<DeliveryOutcome> = "patterd_webhook_deliveries_total",
         "Webhook delivery attempts ([[webhooks]]), by outcome: delivered, retried, dead (dead-lettered).";
+    otel_spans_exported: AtomicU64 = "patterd_otel_spans_exported_total",
+        "Spans of calls' traces the collector took ([telemetry]).";
+    otel_spans_dropped: Counter<SpanDrop> = "patterd_otel_spans_dropped_total",
+        "Spans of calls' traces dropped before the collector took them, by reason.";
 }
 
 impl Metrics {

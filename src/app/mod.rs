@@ -17,6 +17,7 @@ pub mod observe;
 pub mod progress;
 pub mod reload;
 pub(crate) mod replay;
+pub mod telemetry;
 pub mod trial;
 pub(crate) mod webhooks;
 
@@ -59,6 +60,8 @@ pub enum AppError {
     Tools(#[from] crate::tools::ToolSetupError),
     #[error("{0}")]
     TurnModel(#[from] crate::call::eot::TurnModelSetupError),
+    #[error("{0}")]
+    Telemetry(#[from] telemetry::TelemetryError),
     #[error(
         "the saved inbound overrides (store setting `{key}`) cannot be read: {source}; \
          fix or delete them with `sqlite3 {db} \"DELETE FROM settings WHERE key = '{key}'\"` \
@@ -160,6 +163,8 @@ pub struct App {
     pub(crate) conversations: messaging::Conversations,
     /// This `App` (what the calls' in-call `send_sms` sends through).
     me: std::sync::Weak<App>,
+    /// The trace exporter (`[telemetry]`; `None` when off), as the daemon started.
+    pub telemetry: Option<Arc<telemetry::Telemetry>>,
 }
 
 /// How many media sockets may be open at once: two per call (a carrier may reconnect) plus
@@ -195,6 +200,12 @@ impl App {
             ..config.server.clone()
         };
         let media_sockets = Arc::new(tokio::sync::Semaphore::new(media_socket_limit(&config)));
+        let metrics: Arc<Metrics> = Arc::default();
+        let telemetry = telemetry::Telemetry::new(
+            &config.telemetry,
+            &config.cluster.instance_name(),
+            metrics.clone(),
+        )?;
         #[cfg(feature = "postgres")]
         let cluster = store
             .pg_pool()
@@ -212,7 +223,7 @@ impl App {
             server,
             tokens: MediaTokens::new(MEDIA_TOKEN_TTL),
             calls: Arc::new(CallRegistry::new()),
-            metrics: Arc::default(),
+            metrics,
             store,
             outbound: Outbound::default(),
             outbound_caps: dialer::Caps::default(),
@@ -227,6 +238,7 @@ impl App {
             turn_models,
             replay: Default::default(),
             outbox: Default::default(),
+            telemetry,
         }))
     }
 
@@ -465,7 +477,8 @@ impl Host for App {
 }
 
 /// Gives a call its agent's tools from `generation` (the one its agent and providers came
-/// from; none when the agent has none) and, when the agent records calls, its recording's path.
+/// from; none when the agent has none), its trace when `[telemetry]` is on and, when the agent
+/// records calls, its recording's path.
 pub(crate) fn with_tools(
     app: &App,
     generation: &Generation,
@@ -484,6 +497,7 @@ pub(crate) fn with_tools(
             app.call_tokens.mint(&setup.call_id),
         ));
     }
+    setup.tracing = app.telemetry.as_ref().map(|t| t.for_call(&setup.call_id));
     let (caller, callee) = (setup.from.clone(), setup.to.clone());
     let texter: Arc<dyn crate::tools::Texter> = Arc::new(app.me.clone());
     setup.tools = generation.tools.get(&setup.agent_name).and_then(|t| {

@@ -1,5 +1,5 @@
 //! What a reload applies and what it keeps. [`plan`] takes the re-read configuration and keeps
-//! `[server]`, `[log]`, `[store]`, `[carriers.*]` and `[turn_model.*]` as the daemon started
+//! `[server]`, `[log]`, `[store]`, `[carriers.*]`, `[turn_model.*]` and `[telemetry]` as the daemon started
 //! (they need a restart), except `server.api_token` and `[[server.api_tokens]]`, which take
 //! effect: the API's bearer check and scopes, the phone-link key and the page cookie all
 //! derive from the configuration in force.
@@ -69,6 +69,12 @@ pub fn plan(old: &Config, mut new: Config) -> Plan {
         &new.turn_model,
         "end-of-turn models load at start",
     );
+    kept(
+        "telemetry",
+        &old.telemetry,
+        &new.telemetry,
+        "the trace exporter starts with the daemon",
+    );
     let token_rotated = old.server.api_token != new.server.api_token;
     let tokens_changed = changed_keys(
         "server",
@@ -88,6 +94,7 @@ pub fn plan(old: &Config, mut new: Config) -> Plan {
     new.cluster = old.cluster.clone();
     new.carriers = old.carriers.clone();
     new.turn_model = old.turn_model.clone();
+    new.telemetry = old.telemetry.clone();
     Plan {
         config: new,
         needs_restart,
@@ -190,5 +197,24 @@ mod tests {
         let same = plan(&old, config('a', 't', ""));
         assert!(!same.token_rotated && !same.tokens_changed);
         assert!(same.needs_restart.is_empty(), "{:?}", same.needs_restart);
+    }
+
+    /// The trace exporter starts with the daemon: a changed `[telemetry]` is named and kept.
+    #[test]
+    fn a_changed_telemetry_section_is_kept_and_named() {
+        let old = config('a', 't', "");
+        let new = {
+            let mut c = config('a', 't', "");
+            c.telemetry.otlp_endpoint = "http://127.0.0.1:4318".into();
+            c
+        };
+        let p = plan(&old, new);
+        assert!(!p.config.telemetry.enabled(), "the running value stays");
+        assert_eq!(p.needs_restart.len(), 1, "{:?}", p.needs_restart);
+        assert!(
+            p.needs_restart[0].starts_with("telemetry.otlp_endpoint changed"),
+            "{:?}",
+            p.needs_restart
+        );
     }
 }

@@ -34,6 +34,7 @@ use super::policy::{Action, Input, Policy};
 use super::recording::Recorder;
 use super::registry::InsertError;
 use super::timeline::EventLog;
+use super::trace::{CallFacts, CallTrace};
 use super::transcript::{CallEvent, CallRecord};
 use super::{CallHandle, CallMsg, CallRegistry, CallSetup, MediaAttach};
 use crate::audio::vad::{Vad, VadConfig, VadEngine};
@@ -129,6 +130,8 @@ struct Actor {
     recorder: Option<Recorder>,
     /// The end-of-turn model's link (agents with `turn_model` only).
     turn_model: Option<TurnModelLink>,
+    /// The call's spans (`[telemetry]` on only).
+    trace: Option<Box<CallTrace>>,
 }
 
 /// Microseconds from `at` to now.
@@ -247,6 +250,15 @@ impl Actor {
             turn_tokens: TokenUsage::default(),
             recorder: None,
             turn_model,
+            trace: setup.tracing.clone().map(|tracing| {
+                let facts = CallFacts {
+                    call_id: setup.call_id.clone(),
+                    carrier: setup.carrier.as_str(),
+                    agent: setup.agent_name.clone(),
+                    outbound: setup.outbound,
+                };
+                Box::new(CallTrace::new(tracing, facts, now))
+            }),
             setup,
         }
     }
@@ -255,9 +267,11 @@ impl Actor {
         let typed = detail.into();
         let detail = typed.to_text();
         debug!(event = kind.as_str(), %detail, "call event");
-        let t_ms = Instant::now()
-            .saturating_duration_since(self.created)
-            .as_millis() as u64;
+        let now = Instant::now();
+        if let Some(trace) = self.trace.as_mut() {
+            trace.on_event(kind, now, !self.mouth.is_speaking());
+        }
+        let t_ms = now.saturating_duration_since(self.created).as_millis() as u64;
         let n = self.events.push(CallEvent { t_ms, kind, detail });
         if let (Some(store), Some(e)) = (&self.setup.log, self.events.last()) {
             store.event(&self.setup.call_id, e, &typed);
@@ -391,6 +405,20 @@ impl Actor {
         if let LlmEvent::Usage(u) = ev {
             self.turn_tokens = u;
             return None;
+        }
+        if let Some(trace) = self.trace.as_mut() {
+            match &ev {
+                LlmEvent::ToolCall(call) => {
+                    let kind = self
+                        .setup
+                        .tools
+                        .as_ref()
+                        .map_or("tool", |t| t.0.kind(&call.name));
+                    trace.tool_call(call, kind, Instant::now());
+                }
+                LlmEvent::ToolResult { id, ok, .. } => trace.tool_result(id, *ok, Instant::now()),
+                _ => {}
+            }
         }
         if let (LlmEvent::Delta(_), Some(at)) = (&ev, self.llm_requested) {
             self.llm_requested = None;

@@ -554,6 +554,7 @@ pub(crate) fn memory_setup(
         recording: None,
         turn_model: None,
         call_token: None,
+        tracing: None,
     }
 }
 

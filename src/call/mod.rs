@@ -4,7 +4,8 @@
 //! [`policy`] (agent phase, barge-in, held turns, fillers, idle nudges, transcript and history),
 //! the endpointer and word checks in [`turn`], and the mouth (utterance queue and pacer) in
 //! [`mouth`]; [`event`] is the typed timeline. The actor sees only carrier-neutral media events
-//! and provider traits, so it does not know which carrier or vendor it talks to.
+//! and provider traits, so it does not know which carrier or vendor it talks to. A traced call
+//! (`[telemetry]`) makes its OpenTelemetry spans in [`trace`].
 
 pub mod action;
 pub mod actor;
@@ -20,6 +21,7 @@ pub mod policy;
 pub mod recording;
 pub(crate) mod registry;
 pub mod timeline;
+pub mod trace;
 pub mod transcript;
 pub mod turn;
 
@@ -70,9 +72,18 @@ pub struct CallSetup {
     /// The call's own API token (scope `call`), sent to the brain in `X-Patterd-Call-Token`
     /// (`None` in token-less mode).
     pub(crate) call_token: Option<crate::util::secret::Secret>,
+    /// Where the call's spans go and its trace context (`None`: not traced, `[telemetry]` off).
+    pub tracing: Option<trace::CallTracing>,
 }
 
 impl CallSetup {
+    /// The call span's `traceparent` when the call is traced: what a request about the call
+    /// (a webhook delivery) carries so it joins the call's trace
+    /// ([`crate::net::http::with_traceparent`]).
+    pub fn traceparent(&self) -> Option<crate::util::traceparent::TraceParent> {
+        self.tracing.as_ref().map(|t| t.call)
+    }
+
     /// The number of the person on the other end (the caller, or whom we called).
     pub(crate) fn remote_party(&self) -> &str {
         if self.outbound { &self.to } else { &self.from }

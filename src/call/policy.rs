@@ -310,6 +310,11 @@ impl Policy {
         self.turns
     }
 
+    /// The brain works on a speculative reply (an eager end of turn, not yet committed).
+    pub(crate) fn is_speculating(&self) -> bool {
+        self.speculation.is_some()
+    }
+
     /// Applies one input at `now` and queues what the actor must do, in order, before any
     /// actions still pending (see the driving rule in the module docs); take them with
     /// [`Policy::poll_action`].

@@ -43,6 +43,50 @@ pub struct Config {
     pub webhooks: Vec<WebhookConfig>,
     /// `[webhook_delivery]`: how the outbox delivers them.
     pub webhook_delivery: WebhookDeliveryConfig,
+    /// `[telemetry]`: OpenTelemetry traces (off unless `otlp_endpoint` is set).
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]`: a call's trace (a span per call, per turn and per stage, tool calls and
+/// transfers) exported over OTLP/HTTP with protobuf bodies (docs/integrations.md, "Tracing
+/// with OpenTelemetry"). Off while `otlp_endpoint` is empty: nothing is exported and no
+/// `traceparent` is sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP URL (`http://collector:4318`): spans go to
+    /// `<otlp_endpoint>/v1/traces` unless the URL has a path of its own, which is used as is.
+    pub otlp_endpoint: String,
+    /// The resource's `service.name`.
+    pub service_name: String,
+    /// Extra request headers for the collector (an API key); never logged.
+    pub headers: BTreeMap<String, Secret>,
+    /// Spans waiting for export at most; more are dropped (counted).
+    pub max_queued_spans: usize,
+    /// How often queued spans are sent (a call's spans also go as soon as it ends).
+    pub export_interval_ms: u64,
+    /// How long one export may take before its spans count as dropped.
+    pub export_timeout_ms: u64,
+}
+
+impl TelemetryConfig {
+    /// True when spans are exported.
+    pub fn enabled(&self) -> bool {
+        !self.otlp_endpoint.trim().is_empty()
+    }
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: String::new(),
+            service_name: "patterd".into(),
+            headers: BTreeMap::new(),
+            max_queued_spans: 4096,
+            export_interval_ms: 2_000,
+            export_timeout_ms: 5_000,
+        }
+    }
 }
 
 /// `[pricing]`: what each provider and carrier account charges, in US dollars, keyed by the

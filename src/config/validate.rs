@@ -162,6 +162,47 @@ fn pricing(c: &mut Check<'_>, config: &Config) {
     }
 }
 
+/// `[telemetry]`: an absolute http(s) collector URL, a service name, limits of at least 1.
+/// Nothing is checked while it is off (`otlp_endpoint` empty).
+fn telemetry(c: &mut Check<'_>, t: &crate::config::schema::TelemetryConfig) {
+    if !t.enabled() {
+        return;
+    }
+    c.url(
+        &["telemetry", "otlp_endpoint"],
+        t.otlp_endpoint.trim(),
+        &["http", "https"],
+        "http://127.0.0.1:4318",
+    );
+    if t.service_name.trim().is_empty() {
+        c.fail(
+            &["telemetry", "service_name"],
+            "`telemetry.service_name` is empty; name the service spans are reported under \
+             (e.g. \"patterd\")"
+                .into(),
+        );
+    }
+    c.at_least_one(
+        &["telemetry", "max_queued_spans"],
+        t.max_queued_spans as u64,
+    );
+    c.at_least_one(&["telemetry", "export_interval_ms"], t.export_interval_ms);
+    c.at_least_one(&["telemetry", "export_timeout_ms"], t.export_timeout_ms);
+    for (name, value) in &t.headers {
+        let valid = http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+            && http::HeaderValue::from_str(value.expose()).is_ok();
+        if !valid {
+            c.fail(
+                &["telemetry", "headers", name],
+                format!(
+                    "`telemetry.headers` entry {name:?} is not a valid HTTP header (a token \
+                     name and a value of visible ASCII)"
+                ),
+            );
+        }
+    }
+}
+
 /// Every problem with `config`, located through `loc`, section by section.
 pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     let mut c = Check {
@@ -171,6 +212,7 @@ pub(crate) fn validate(config: &Config, loc: &Locator) -> Vec<Problem> {
     server(&mut c, config);
     limits(&mut c, config);
     pricing(&mut c, config);
+    telemetry(&mut c, &config.telemetry);
     turn_model::check(&mut c, config);
     llms(&mut c, config);
     stts(&mut c, config);

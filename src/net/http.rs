@@ -1,6 +1,7 @@
 //! Small HTTP helpers for handlers (carrier routes, the API edge, the server): the response
 //! body types, plain, XML and JSON responses, and reading a request body under a size and time
-//! limit.
+//! limit; on the client side, [`with_traceparent`] for a request made on a traced call's
+//! behalf.
 
 use std::time::Duration;
 
@@ -11,6 +12,19 @@ use hyper::Response;
 use hyper::body::Incoming;
 
 pub type Body = Full<Bytes>;
+
+/// Adds the W3C `traceparent` header for `trace` (nothing for `None`): what an outgoing
+/// request made for a traced call (a tool, a consult, a webhook delivery) carries so the
+/// receiver's trace joins the call's.
+pub fn with_traceparent(
+    req: reqwest::RequestBuilder,
+    trace: Option<&crate::util::traceparent::TraceParent>,
+) -> reqwest::RequestBuilder {
+    match trace {
+        Some(tp) => req.header(crate::util::traceparent::TRACEPARENT, tp.header_value()),
+        None => req,
+    }
+}
 
 /// Any response body: buffered for most routes, streamed (SSE) for `/mcp`.
 pub(crate) type AnyBody = BoxBody<Bytes, std::convert::Infallible>;

@@ -220,6 +220,7 @@ mod tests {
             history_limits: Default::default(),
             tools: None,
             call_token: None,
+            trace: None,
         }
     }
 

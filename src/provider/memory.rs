@@ -503,6 +503,7 @@ mod tests {
             history_limits: Default::default(),
             tools: None,
             call_token: None,
+            trace: None,
         };
         let started = tokio::time::Instant::now();
         let mut a = brain.stream(turn("hi"));

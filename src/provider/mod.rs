@@ -237,6 +237,10 @@ pub struct ChatTurn {
     /// call through patterd's MCP or REST API; sent in `X-Patterd-Call-Token` where the
     /// brain's `[llm.*] send_call_token` says so.
     pub call_token: Option<crate::util::secret::Secret>,
+    /// The span this turn belongs to (the call's turn span, or a consult's tool span), sent
+    /// as `traceparent` so the brain's own trace joins the call's; `None` without
+    /// `[telemetry]`.
+    pub trace: Option<crate::util::traceparent::TraceParent>,
 }
 
 /// What a streamed chat turn reports.

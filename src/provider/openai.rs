@@ -40,6 +40,7 @@ use super::tools::ToolCallAccumulator;
 use super::{ChatTurn, LlmEvent, LlmProvider, LlmStream, Role, TokenUsage, ToolCall, Tools};
 use crate::config::schema::{LlmConfig, LlmKind, SessionKeyFrom};
 use crate::util::TaskGuard;
+use crate::util::traceparent::{TRACEPARENT, TraceParent};
 
 /// The request header the brain gets the call's own API token in (scope `call`).
 pub const CALL_TOKEN_HEADER: &str = "X-Patterd-Call-Token";
@@ -99,6 +100,9 @@ impl OpenAiChat {
             && let Some(t) = &turn.call_token
         {
             headers.push((CALL_TOKEN_HEADER.to_string(), t.expose().to_string()));
+        }
+        if let Some(tp) = &turn.trace {
+            headers.push((TRACEPARENT.to_string(), tp.header_value()));
         }
         let mut messages: Vec<Value> = Vec::new();
         if !turn.system_prompt.trim().is_empty() {
@@ -203,6 +207,7 @@ impl LlmProvider for OpenAiChat {
         let (tx, rx) = mpsc::channel(64);
         let (headers, body) = self.build_request(&turn);
         let tools = self.offered_tools(&turn);
+        let trace = turn.trace;
         let client = self.client.clone();
         let url = self.url.clone();
         let first = Duration::from_secs(self.cfg.first_token_timeout_s.max(1));
@@ -213,7 +218,7 @@ impl LlmProvider for OpenAiChat {
                     .iter()
                     .fold(client.post(&url).json(body), |r, (k, v)| r.header(k, v))
             };
-            let last = match rounds(request, body, tools, first, total, &tx).await {
+            let last = match rounds(request, body, tools, trace, first, total, &tx).await {
                 Ok(()) => LlmEvent::Done,
                 Err(e) => {
                     tracing::warn!(error = %e, unavailable = e.unavailable(), "chat turn failed");
@@ -229,11 +234,13 @@ impl LlmProvider for OpenAiChat {
     }
 }
 
-/// One caller turn: requests and tool rounds until the model answers without tool calls.
+/// One caller turn: requests and tool rounds until the model answers without tool calls. Each
+/// tool call gets a span of its own under the turn's (`trace`), which the tool sends on.
 async fn rounds(
     request: impl Fn(&Value) -> reqwest::RequestBuilder,
     mut body: Value,
     tools: Option<Tools>,
+    trace: Option<TraceParent>,
     first: Duration,
     total: Duration,
     tx: &mpsc::Sender<LlmEvent>,
@@ -271,7 +278,8 @@ async fn rounds(
             "content": content,
             "tool_calls": end.calls.iter().map(ToolCall::to_json).collect::<Vec<_>>(),
         })];
-        for call in end.calls {
+        for mut call in end.calls {
+            call.trace = trace.as_ref().map(TraceParent::child);
             if let Some(line) = t.0.announce(&call.name) {
                 send(tx, LlmEvent::Say(line)).await?;
             }

@@ -39,6 +39,10 @@ pub struct ToolCall {
     pub id: String,
     pub name: String,
     pub arguments: String,
+    /// The span of this tool call (a child of the turn's), set by the brain's client before
+    /// the call runs: the tool sends it as `traceparent`, the call records the span under it.
+    /// `None` without `[telemetry]`.
+    pub trace: Option<crate::util::traceparent::TraceParent>,
 }
 
 impl ToolCall {
@@ -94,6 +98,10 @@ pub trait ToolRunner: Send + Sync {
     fn announce(&self, _name: &str) -> Option<String> {
         None
     }
+    /// What kind of tool `name` is (`builtin`, `consult`, `webhook`), for the call's trace.
+    fn kind(&self, _name: &str) -> &'static str {
+        "tool"
+    }
     /// Runs one call. Never panics on what the model sent: bad arguments are an output.
     fn run(&self, call: ToolCall) -> ToolFuture;
 }
@@ -132,6 +140,7 @@ impl ToolCallAccumulator {
                             id: String::new(),
                             name: String::new(),
                             arguments: String::new(),
+                            trace: None,
                         },
                     ));
                     self.calls.len() - 1

@@ -447,6 +447,11 @@ pub async fn run(loaded: LoadedConfig, config_path: Option<std::path::PathBuf>) 
         Ok(()) => info!("call store flushed"),
         Err(e) => warn!(error = %e, "call store not flushed before exit"),
     }
+    if let Some(t) = &app.telemetry
+        && !t.flush(TRACE_FLUSH_LIMIT).await
+    {
+        warn!("the calls' last spans were not all exported before exit");
+    }
     // After the flush: a stopped instance is never reaped, so its calls' ends must be in.
     crate::app::cluster::leave(&app).await;
     0
@@ -529,6 +534,9 @@ fn watchdog() -> Option<crate::util::TaskGuard> {
 
 /// The longest wait for the call store's last writes at exit.
 const STORE_FLUSH_LIMIT: Duration = Duration::from_secs(5);
+
+/// The longest wait for the calls' last spans at exit (`[telemetry]`).
+const TRACE_FLUSH_LIMIT: Duration = Duration::from_secs(2);
 
 /// SIGTERM and SIGINT as one stream.
 struct Signals {

@@ -13,6 +13,7 @@ use super::{CallCtx, Tool, ToolEnv, ToolSetupError};
 use crate::call::action::ActionSpec;
 use crate::config::BuiltinTool;
 use crate::provider::{ToolFuture, ToolOutput, ToolSpec};
+use crate::util::traceparent::TraceParent;
 
 /// The agent's built-ins that are call actions, in the order configured (the others are
 /// their own kinds, e.g. `send_sms`).
@@ -58,7 +59,11 @@ impl Tool for Builtin {
         }
     }
 
-    fn run(&self, ctx: Arc<CallCtx>, args: Value) -> ToolFuture {
+    fn kind(&self) -> &'static str {
+        "builtin"
+    }
+
+    fn run(&self, ctx: Arc<CallCtx>, args: Value, _trace: Option<TraceParent>) -> ToolFuture {
         let action = (self.0.build)(&|key| string_arg(&args, key));
         Box::pin(async move {
             let Some(handle) = ctx.calls.get(&ctx.call_id) else {

@@ -5,9 +5,10 @@
 //! session headers with the per-call consult session `patter-call-consult-<call id>`, so it
 //! keeps the context of earlier consults in the same call). The `reassurance` line is spoken
 //! when the consult starts; on failure or after `timeout_s` the caller hears [`FALLBACK_LINE`]
-//! and the model is told the consult failed. Caller and callee go out as a normalised E.164
-//! number or `unknown` ([`crate::util::phone::for_prompt`]): caller ids are unauthenticated
-//! carrier text and the consulted agent reads them.
+//! and the model is told the consult failed. A traced call's consult carries the tool call's
+//! `traceparent` (to the endpoint, or to the consulted brain). Caller and callee go out as a
+//! normalised E.164 number or `unknown` ([`crate::util::phone::for_prompt`]): caller ids are
+//! unauthenticated carrier text and the consulted agent reads them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,11 +18,13 @@ use serde_json::{Value, json};
 
 use super::{CallCtx, Tool, ToolEnv, ToolSetupError, read_capped, with_headers};
 use crate::config::ConsultConfig;
+use crate::net::http::with_traceparent;
 use crate::net::ssrf;
 use crate::provider::{
     ChatMessage, ChatTurn, LlmEvent, LlmProvider, Role, ToolFuture, ToolOutput, ToolSpec,
 };
 use crate::util::secret::Secret;
+use crate::util::traceparent::TraceParent;
 
 /// Spoken when a consult fails or times out.
 pub const FALLBACK_LINE: &str = "I'm sorry, I couldn't get an answer on that right now.";
@@ -103,7 +106,11 @@ impl Tool for Consult {
         Some(self.cfg.reassurance.clone())
     }
 
-    fn run(&self, ctx: Arc<CallCtx>, args: Value) -> ToolFuture {
+    fn kind(&self) -> &'static str {
+        "consult"
+    }
+
+    fn run(&self, ctx: Arc<CallCtx>, args: Value, trace: Option<TraceParent>) -> ToolFuture {
         let request = args
             .get("request")
             .and_then(Value::as_str)
@@ -113,7 +120,8 @@ impl Tool for Consult {
         let timeout = self.timeout;
         Box::pin(async move {
             let started = tokio::time::Instant::now();
-            let result = match tokio::time::timeout(timeout, ask(&target, &ctx, &request)).await {
+            let asked = ask(&target, &ctx, &request, trace);
+            let result = match tokio::time::timeout(timeout, asked).await {
                 Ok(r) => r,
                 Err(_) => Err(format!("it timed out after {} s", timeout.as_secs())),
             };
@@ -139,7 +147,12 @@ impl Tool for Consult {
     }
 }
 
-async fn ask(target: &Target, ctx: &CallCtx, request: &str) -> Result<String, String> {
+async fn ask(
+    target: &Target,
+    ctx: &CallCtx,
+    request: &str,
+    trace: Option<TraceParent>,
+) -> Result<String, String> {
     let caller = crate::util::phone::for_prompt(&ctx.caller);
     let callee = crate::util::phone::for_prompt(&ctx.callee);
     match target {
@@ -156,7 +169,8 @@ async fn ask(target: &Target, ctx: &CallCtx, request: &str) -> Result<String, St
                 "caller": caller,
                 "callee": callee,
             });
-            let resp = with_headers(client.post(url).json(&body), headers)
+            let req = with_headers(client.post(url).json(&body), headers);
+            let resp = with_traceparent(req, trace.as_ref())
                 .send()
                 .await
                 .map_err(|e| describe(&e))?;
@@ -193,6 +207,7 @@ async fn ask(target: &Target, ctx: &CallCtx, request: &str) -> Result<String, St
                 history_limits: Default::default(),
                 tools: None,
                 call_token: None,
+                trace,
             };
             let mut stream = llm.stream(turn);
             let mut text = String::new();

@@ -21,6 +21,7 @@ use serde_json::Value;
 use crate::call::CallRegistry;
 use crate::config::AgentConfig;
 use crate::provider::{LlmProvider, ToolCall, ToolFuture, ToolOutput, ToolRunner, ToolSpec, Tools};
+use crate::util::traceparent::TraceParent;
 
 /// Longest reply body read from a consult or webhook endpoint.
 pub(crate) const MAX_REPLY_BYTES: usize = 1 << 20;
@@ -81,8 +82,11 @@ pub trait Tool: Send + Sync {
     fn announce(&self) -> Option<String> {
         None
     }
-    /// Runs the tool on arguments already validated against `spec().parameters`.
-    fn run(&self, ctx: Arc<CallCtx>, args: Value) -> ToolFuture;
+    /// What kind of tool it is, for the call's trace (`builtin`, `consult`, `webhook`).
+    fn kind(&self) -> &'static str;
+    /// Runs the tool on arguments already validated against `spec().parameters`; `trace` is
+    /// the tool call's span, sent on by a tool that makes a request (`traceparent`).
+    fn run(&self, ctx: Arc<CallCtx>, args: Value, trace: Option<TraceParent>) -> ToolFuture;
 }
 
 /// What a tool kind may use to build its tools.
@@ -244,6 +248,10 @@ impl ToolRunner for CallTools {
             .filter(|s| !s.trim().is_empty())
     }
 
+    fn kind(&self, name: &str) -> &'static str {
+        self.agent.find(name).map_or("unknown", |e| e.tool.kind())
+    }
+
     fn run(&self, call: ToolCall) -> ToolFuture {
         let Some(entry) = self.agent.find(&call.name) else {
             let names = self.agent.names().join(", ");
@@ -256,7 +264,7 @@ impl ToolRunner for CallTools {
         match check_arguments(entry, &call.arguments) {
             Ok(args) => {
                 tracing::info!(tool = %call.name, "running a tool for the model");
-                entry.tool.run(self.ctx.clone(), args)
+                entry.tool.run(self.ctx.clone(), args, call.trace)
             }
             Err(msg) => {
                 tracing::info!(tool = %call.name, %msg, "refused a tool call with bad arguments");

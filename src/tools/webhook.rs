@@ -1,9 +1,10 @@
 //! Webhook tools (`[[agents.X.webhook_tools]]`): a tool declared in TOML — name, description,
 //! a JSON-schema `parameters` — served by an HTTP endpoint. Each call is
-//! `POST {tool, arguments, call_id, caller, callee, attempt}`; a 2xx JSON reply goes back to the
-//! model as is. A connection error, timeout, 429 or 5xx is retried up to `retries` times (other
-//! 4xx are not); `breaker_failures` failed calls in a row open a circuit breaker that refuses
-//! calls without a request for `breaker_reset_s`, then lets one call through to try again.
+//! `POST {tool, arguments, call_id, caller, callee, attempt}` (with the tool call's
+//! `traceparent` when the call is traced); a 2xx JSON reply goes back to the model as is. A
+//! connection error, timeout, 429 or 5xx is retried up to `retries` times (other 4xx are not);
+//! `breaker_failures` failed calls in a row open a circuit breaker that refuses calls without a
+//! request for `breaker_reset_s`, then lets one call through to try again.
 //! URLs go through the SSRF guard.
 
 use std::sync::{Arc, Mutex};
@@ -14,8 +15,10 @@ use tokio::time::Instant;
 
 use super::{CallCtx, Tool, ToolEnv, ToolSetupError, read_capped, with_headers};
 use crate::config::WebhookToolConfig;
+use crate::net::http::with_traceparent;
 use crate::net::ssrf;
 use crate::provider::{ToolFuture, ToolOutput, ToolSpec};
+use crate::util::traceparent::TraceParent;
 
 pub fn build(env: &ToolEnv) -> Result<Vec<Arc<dyn Tool>>, ToolSetupError> {
     env.agent
@@ -101,7 +104,13 @@ enum Attempt {
 }
 
 impl Inner {
-    async fn attempt(&self, ctx: &CallCtx, args: &Value, attempt: u32) -> Attempt {
+    async fn attempt(
+        &self,
+        ctx: &CallCtx,
+        args: &Value,
+        attempt: u32,
+        trace: Option<&TraceParent>,
+    ) -> Attempt {
         let body = json!({
             "tool": self.cfg.name,
             "arguments": args,
@@ -110,9 +119,12 @@ impl Inner {
             "callee": ctx.callee,
             "attempt": attempt,
         });
-        let req = with_headers(
-            self.client.post(&self.cfg.url).json(&body),
-            &self.cfg.headers,
+        let req = with_traceparent(
+            with_headers(
+                self.client.post(&self.cfg.url).json(&body),
+                &self.cfg.headers,
+            ),
+            trace,
         );
         let resp = match req.send().await {
             Ok(r) => r,
@@ -138,7 +150,7 @@ impl Inner {
         }
     }
 
-    async fn call(&self, ctx: &CallCtx, args: Value) -> ToolOutput {
+    async fn call(&self, ctx: &CallCtx, args: Value, trace: Option<TraceParent>) -> ToolOutput {
         let name = &self.cfg.name;
         let now = Instant::now();
         let allowed = self
@@ -155,7 +167,7 @@ impl Inner {
         let mut why = String::new();
         let mut ok = None;
         for attempt in 1..=self.cfg.retries.saturating_add(1) {
-            match self.attempt(ctx, &args, attempt).await {
+            match self.attempt(ctx, &args, attempt, trace.as_ref()).await {
                 Attempt::Reply(v) => {
                     ok = Some(v);
                     break;
@@ -198,9 +210,13 @@ impl Tool for Webhook {
         }
     }
 
-    fn run(&self, ctx: Arc<CallCtx>, args: Value) -> ToolFuture {
+    fn kind(&self) -> &'static str {
+        "webhook"
+    }
+
+    fn run(&self, ctx: Arc<CallCtx>, args: Value, trace: Option<TraceParent>) -> ToolFuture {
         let inner = self.inner.clone();
-        Box::pin(async move { inner.call(&ctx, args).await })
+        Box::pin(async move { inner.call(&ctx, args, trace).await })
     }
 }
 

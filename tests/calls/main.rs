@@ -4,7 +4,8 @@
 //! conversation's timing runs on the paused clock in `src/call/driver/tests.rs`), faulty peers
 //! during a call (`faults`), a forged-webhook flood during live calls (`flood`), callers that
 //! send audio faster than real time (`media_flood`) and the
-//! agent's tools during a call (`tools`), post-call webhooks and their outbox (`webhooks`), and
+//! agent's tools during a call (`tools`), post-call webhooks and their outbox (`webhooks`), the
+//! calls' OpenTelemetry traces (`telemetry`), and
 //! the conversation scenario suite (`suite`).
 //!
 //! `cargo test --test calls conversation::` runs one module's tests.
@@ -29,6 +30,7 @@ mod smart_turn_reference;
 mod stt_fallback;
 mod stt_providers;
 mod suite;
+mod telemetry;
 mod telnyx_plivo;
 mod tools;
 mod tts;

@@ -1490,4 +1490,51 @@ concurrency = 0
         err.contains("call.ended"),
         "the known events are listed:\n{err}"
     );
+#[test]
+fn telemetry_is_off_by_default_and_its_keys_are_checked_when_on() {
+    let loaded = load(BASE).expect("loads");
+    assert!(!loaded.config.telemetry.enabled());
+    let on = format!(
+        "{BASE}\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\nheaders = {{ \"x-api-key\" = \"${{OTLP_KEY}}\" }}\n"
+    );
+    let loaded = config::load_str_with_vars(&on, ORIGIN, &[("OTLP_KEY", "secret-key")])
+        .expect("loads with a collector");
+    let t = &loaded.config.telemetry;
+    assert!(t.enabled());
+    assert_eq!(t.service_name, "patterd");
+    assert_eq!(t.headers["x-api-key"].expose(), "secret-key");
+    // A typo'd key is still an error while the section is off.
+    let typo = format!("{BASE}\n[telemetry]\notlp_endpiont = \"http://127.0.0.1:4318\"\n");
+    assert!(
+        load_err(&typo).contains("did you mean `otlp_endpoint`?"),
+        "{}",
+        load_err(&typo)
+    );
+    for (extra, needle) in [
+        (
+            "otlp_endpoint = \"collector:4318\"",
+            "`telemetry.otlp_endpoint` = \"collector:4318\" is not an absolute http/https URL",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4318\"\nservice_name = \" \"",
+            "`telemetry.service_name` is empty",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4318\"\nmax_queued_spans = 0",
+            "`telemetry.max_queued_spans` must be at least 1",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4318\"\nexport_timeout_ms = 0",
+            "`telemetry.export_timeout_ms` must be at least 1",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4318\"\nheaders = { \"bad header\" = \"v\" }",
+            "is not a valid HTTP header",
+        ),
+    ] {
+        let text = format!("{BASE}\n[telemetry]\n{extra}\n");
+        let err = load_err(&text);
+        assert!(err.contains(needle), "{needle}: {err}");
+        assert!(err.starts_with("patter.toml:"), "located: {err}");
+    }
 }

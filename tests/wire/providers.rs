@@ -448,6 +448,7 @@ fn turn() -> ChatTurn {
         history_limits: Default::default(),
         tools: None,
         call_token: None,
+        trace: None,
     }
 }
 

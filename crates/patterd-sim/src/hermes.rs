@@ -153,6 +153,11 @@ impl HermesRequest {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The W3C `traceparent` the request carried (patterd sends it when `[telemetry]` is on).
+    pub fn traceparent(&self) -> Option<&str> {
+        self.header("traceparent")
+    }
+
     /// The names of the request's `tools`.
     pub fn tool_names(&self) -> Vec<String> {
         self.body

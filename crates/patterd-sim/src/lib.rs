@@ -1,7 +1,9 @@
 //! `patterd_sim`: simulators of the peers patterd talks to — the Twilio, Telnyx and Plivo
 //! carriers (webhooks signed as each carrier signs them, media streams in each dialect, REST
-//! fakes), Deepgram, AssemblyAI, an OpenAI-compatible transcription server, ElevenLabs, a Hermes Agent and
-//! the HTTP endpoints tools and `[[webhooks]]` call — each speaking the documented wire protocol on 127.0.0.1 (the
+//! fakes), Deepgram, AssemblyAI, an OpenAI-compatible transcription server, ElevenLabs, a
+//! Hermes Agent, the HTTP endpoints tools and `[[webhooks]]` call and an OpenTelemetry
+//! collector's OTLP/HTTP receiver ([`otlp`]) — each speaking the documented wire protocol on
+//! 127.0.0.1 (the
 //! carriers also decode in-band DTMF in the agent audio, [`dtmf`]). patterd's integration tests
 //! (a dev-dependency) and the load generator drive
 //! whole calls through them; they are as strict as the real peers. The daemon never depends on
@@ -21,6 +23,7 @@ pub mod hermes;
 pub mod http;
 pub mod openai_realtime;
 pub mod openai_speech;
+pub mod otlp;
 pub mod plivo;
 pub mod postgres;
 pub mod sms;

@@ -105,7 +105,12 @@ impl Actor {
 
     fn start_brain(&mut self, history: Vec<crate::provider::ChatMessage>) {
         self.end_brain_turn();
-        self.llm_requested = Some(Instant::now());
+        let now = Instant::now();
+        self.llm_requested = Some(now);
+        // The turn this request is for: the next one while the brain speculates on it.
+        let speculative = self.policy.is_speculating();
+        let number = self.policy.turns() + u64::from(speculative);
+        let trace = (self.trace.as_mut()).map(|t| t.brain_request(number, speculative, now));
         self.llm = Some(self.setup.providers.llm.stream(ChatTurn {
             call_id: self.setup.call_id.clone(),
             caller: crate::util::phone::known_number(self.setup.remote_party()),
@@ -114,6 +119,7 @@ impl Actor {
             history_limits: crate::provider::history::HistoryLimits::of(&self.setup.agent),
             tools: self.setup.tools.clone(),
             call_token: self.setup.call_token.clone(),
+            trace,
         }));
     }
 

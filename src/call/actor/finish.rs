@@ -45,6 +45,9 @@ impl Actor {
         self.end_brain_turn();
         self.usage.carrier_ms = self.answered.map_or(0, |a| a.elapsed().as_millis() as u64);
         self.event(EventKind::CallEnd, reason.log_text());
+        if let Some(trace) = self.trace.take() {
+            trace.finish(&reason, Instant::now());
+        }
         if let Some(store) = &self.setup.log {
             store.usage(&self.setup.call_id, &self.usage);
             store.ended(&self.setup.call_id, &reason);

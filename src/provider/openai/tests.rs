@@ -56,6 +56,7 @@ fn tools_are_offered_to_compatible_brains_and_never_to_hermes() {
         history_limits: Default::default(),
         tools: Some(Tools(std::sync::Arc::new(OneTool))),
         call_token: Some(crate::util::secret::Secret::new("pdc1.x.y")),
+        trace: None,
     };
     let (_, body) = client("openai_compatible").build_request(&turn);
     assert_eq!(body["tools"][0]["type"], "function");
@@ -76,6 +77,7 @@ fn the_call_token_goes_to_hermes_only_by_default() {
         history_limits: Default::default(),
         tools: None,
         call_token: Some(crate::util::secret::Secret::new("pdc1.Q0Ex.tag")),
+        trace: None,
     };
     let token = |c: &OpenAiChat| {
         let (headers, _) = c.build_request(&turn);
@@ -118,6 +120,7 @@ fn a_compatible_request_carries_a_bounded_history_and_the_system_prompt() {
         },
         tools: None,
         call_token: None,
+        trace: None,
     };
     let (_, body) = client("openai_compatible").build_request(&turn);
     let messages = body["messages"].as_array().expect("messages");

@@ -189,6 +189,7 @@ fn tool_call(name: &str) -> LlmEvent {
         id: "call_1".into(),
         name: name.into(),
         arguments: "{}".into(),
+        trace: None,
     })
 }
 

@@ -191,6 +191,7 @@ fn a_tool_call_is_never_repeated_by_a_retry() {
         id: "call_1".into(),
         name: "book".into(),
         arguments: "{}".into(),
+        trace: None,
     })));
     c.step(refused());
     assert_eq!(c.until_brain_start(10_000), None);
