@@ -117,6 +117,10 @@ pub(super) async fn attempt(config: &Config, clients: &Clients, row: &OutboxRow)
         .header("webhook-timestamp", timestamp.to_string())
         .header("webhook-signature", signature)
         .body(row.body.clone());
+    // With tracing on, the receiver's trace joins the call's (its id follows from the call id).
+    let trace = (config.telemetry.enabled() && !row.call_id.is_empty())
+        .then(|| crate::util::traceparent::TraceParent::for_call(&row.call_id));
+    let req = crate::net::http::with_traceparent(req, trace.as_ref());
     let resp = match req.send().await {
         Ok(r) => r,
         Err(e) => {
