@@ -314,8 +314,10 @@ impl App {
 
     /// The log a new call reports to: the store, with the call metrics derived on the way.
     pub(crate) fn call_log(&self, setup: &crate::call::CallSetup) -> Arc<dyn crate::call::CallLog> {
+        let generation = self.current();
         Arc::new(observe::CallObserver::new(
-            &self.config(),
+            &generation.config,
+            &generation.providers,
             self.store.tx.clone(),
             self.metrics.clone(),
             setup,

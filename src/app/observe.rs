@@ -99,11 +99,14 @@ pub(crate) struct CallObserver {
     tts_us: AtomicU64,
     /// The call's webhook receivers (`[[webhooks]]`), if any wants its events.
     hooks: Option<super::webhooks::CallHooks>,
+    /// The call's summary, when its agent has `[agents.X.summary]`.
+    summary: Option<Arc<super::webhooks::SummaryJob>>,
 }
 
 impl CallObserver {
     pub(crate) fn new(
         config: &Config,
+        providers: &crate::provider::Providers,
         store: StoreTx,
         metrics: Arc<Metrics>,
         setup: &CallSetup,
@@ -143,6 +146,7 @@ impl CallObserver {
             brain_us: AtomicU64::new(NONE),
             tts_us: AtomicU64::new(NONE),
             hooks: super::webhooks::CallHooks::new(config, setup),
+            summary: super::webhooks::SummaryJob::new(providers, setup),
         }
     }
 
@@ -259,6 +263,9 @@ impl CallLog for CallObserver {
         if let Some(h) = &self.hooks {
             self.store.outbox(h.turn(seq, entry));
         }
+        if let Some(s) = &self.summary {
+            s.turn(seq, entry);
+        }
     }
     fn answered(&self, call_id: &str) {
         self.store.answered(call_id);
@@ -273,13 +280,18 @@ impl CallLog for CallObserver {
         self.metrics
             .calls_ended
             .inc((self.carrier, Outcome::from(reason)));
+        // A call with something to summarise is summarised; its `call.ended` waits for it.
+        let summary = self.summary.as_ref().filter(|s| s.has_transcript());
         // The end's webhook events commit with the end row (`store::outbox`).
         let outbox = self
             .hooks
             .as_ref()
-            .map(|h| h.ended(reason))
+            .map(|h| h.ended(reason, summary.is_some()))
             .unwrap_or_default();
         self.store.ended_with(call_id, reason, outbox);
+        if let Some(s) = summary {
+            s.spawn(call_id, self.store.clone());
+        }
     }
     fn recording_ready(&self, _call_id: &str, bytes: u64) {
         if let Some(h) = &self.hooks {

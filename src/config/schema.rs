@@ -557,6 +557,9 @@ pub struct AgentConfig {
     /// `[[agents.X.webhook_tools]]`: tools served over HTTP.
     #[serde(default)]
     pub webhook_tools: Vec<super::tools::WebhookToolConfig>,
+    /// `[agents.X.summary]`: after each call, a brain summarises it (and fills a schema).
+    #[serde(default)]
+    pub summary: Option<SummaryConfig>,
 }
 
 impl AgentConfig {

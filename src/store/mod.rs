@@ -155,6 +155,12 @@ pub enum Write {
     },
     /// Webhook events for the outbox (`store::outbox`), committed with the batch.
     Outbox(Vec<OutboxEvent>),
+    /// The call's summary (`[agents.X.summary]`), stored with the call; its held `call.ended`
+    /// deliveries are made again with it and released, in the same transaction.
+    Summary {
+        call_id: String,
+        summary: serde_json::Value,
+    },
     Setting {
         key: String,
         value: String,
@@ -325,6 +331,14 @@ impl StoreTx {
             reason: reason.to_string(),
             at: now_ms(),
             outbox,
+        });
+    }
+
+    /// The call's summary; releases its held `call.ended` deliveries.
+    pub(crate) fn summary(&self, call_id: &str, summary: serde_json::Value) {
+        self.send(Write::Summary {
+            call_id: call_id.to_string(),
+            summary,
         });
     }
 
@@ -891,6 +905,22 @@ impl Store {
             Reads::Sqlite(c) => Self::read_sqlite(c, move |c| outbox::get_sqlite(c, &id)).await,
             #[cfg(feature = "postgres")]
             Reads::Postgres(p) => p.outbox_get(&id).await,
+        }
+    }
+
+    /// Releases `held` deliveries created more than `older_than_ms` ago (their summary never
+    /// came: its brain hung, or the process that waited for it died); returns how many.
+    pub(crate) async fn outbox_release_stale(&self, older_than_ms: i64) -> Result<u64, StoreError> {
+        match &self.read {
+            Reads::Sqlite(c) => {
+                Self::read_sqlite(c, move |c| {
+                    outbox::release_stale_sqlite(c, now_ms() - older_than_ms, now_ms())
+                        .map(|n| n as u64)
+                })
+                .await
+            }
+            #[cfg(feature = "postgres")]
+            Reads::Postgres(p) => p.outbox_release_stale(older_than_ms).await,
         }
     }
 

@@ -35,6 +35,8 @@ pub struct CallRow {
     /// The usage and the cost per provider behind `cost_usd` ([`crate::store::CallCost`]).
     pub cost: Option<crate::store::CallCost>,
     pub turns: i64,
+    /// What `[agents.X.summary]` wrote after the call: `{"text", "data", "llm", "error"}`.
+    pub summary: Option<serde_json::Value>,
 }
 
 impl CallRow {
@@ -112,7 +114,7 @@ pub struct Metrics {
 const CALL_COLUMNS: &str = "c.call_id, c.carrier, c.carrier_account, c.direction, c.from_number,
     c.to_number, c.agent, c.status, c.outcome, c.answered_by, c.ended_reason, c.created_at,
     c.answered_at, c.ended_at, c.duration_ms, c.carrier_duration_s, c.cost_usd,
-    (SELECT COUNT(*) FROM turns t WHERE t.call_id = c.call_id), c.cost_detail";
+    (SELECT COUNT(*) FROM turns t WHERE t.call_id = c.call_id), c.cost_detail, c.summary";
 
 fn call_row(r: &Row<'_>) -> Result<CallRow, rusqlite::Error> {
     Ok(CallRow {
@@ -137,6 +139,9 @@ fn call_row(r: &Row<'_>) -> Result<CallRow, rusqlite::Error> {
         // A detail this version cannot read is left out rather than failing the listing.
         cost: r
             .get::<_, Option<String>>(18)?
+            .and_then(|t| serde_json::from_str(&t).ok()),
+        summary: r
+            .get::<_, Option<String>>(19)?
             .and_then(|t| serde_json::from_str(&t).ok()),
     })
 }

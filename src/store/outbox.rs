@@ -91,12 +91,13 @@ impl Latency {
     }
 }
 
-/// The body of `call.ended`: the call as `GET /v1/calls/{id}` serves it (with its cost), its
-/// transcript (each caller turn with its reply latency) and the latencies summed up.
+/// The body of `call.ended`: the call as `GET /v1/calls/{id}` serves it (with its cost and
+/// summary), its transcript (each caller turn with its reply latency) and the latencies summed
+/// up. Its `timestamp` is the call's end (`at_ms` if the row has none).
 pub(crate) fn call_ended_body(at_ms: i64, call: &CallRow, turns: &[TurnRow]) -> String {
     envelope(
         WebhookEvent::CallEnded,
-        at_ms,
+        call.ended_at.unwrap_or(at_ms),
         json!({
             "call": call,
             "transcript": turns,
@@ -210,6 +211,51 @@ pub(super) fn insert_sqlite(
         )?;
     }
     Ok(())
+}
+
+/// The summary of `call_id` was stored (in `tx`): its held deliveries are due now, each
+/// `call.ended` made again from the call as it now stands.
+pub(super) fn release_held_sqlite(
+    tx: &Connection,
+    call_id: &str,
+    now: i64,
+) -> Result<(), rusqlite::Error> {
+    let held: Vec<(String, String)> = tx
+        .prepare("SELECT id, event FROM webhook_outbox WHERE call_id = ?1 AND state = 'held'")?
+        .query_map([call_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    if held.is_empty() {
+        return Ok(());
+    }
+    let call = super::model::get_call(tx, call_id)?;
+    let turns = super::model::turns(tx, call_id)?;
+    for (id, event) in held {
+        let body = match &call {
+            Some(call) if event == WebhookEvent::CallEnded.as_str() => {
+                Some(call_ended_body(now, call, &turns))
+            }
+            _ => None,
+        };
+        tx.execute(
+            "UPDATE webhook_outbox SET state = 'pending', next_at = ?2, body = COALESCE(?3, body)
+             WHERE id = ?1 AND state = 'held'",
+            params![id, now, body],
+        )?;
+    }
+    Ok(())
+}
+
+/// Held deliveries created before `cutoff` are due now, as they are.
+pub(super) fn release_stale_sqlite(
+    c: &Connection,
+    cutoff: i64,
+    now: i64,
+) -> Result<usize, rusqlite::Error> {
+    c.execute(
+        "UPDATE webhook_outbox SET state = 'pending', next_at = ?2
+         WHERE state = 'held' AND created_at < ?1",
+        params![cutoff, now],
+    )
 }
 
 /// At open, one instance: whatever the last process had claimed is free again.

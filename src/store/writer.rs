@@ -303,6 +303,13 @@ fn apply(tx: &rusqlite::Transaction<'_>, w: Write) -> Result<(), rusqlite::Error
             super::outbox::insert_sqlite(tx, outbox, now_ms())?;
         }
         Write::Outbox(events) => super::outbox::insert_sqlite(tx, events, now_ms())?,
+        Write::Summary { call_id, summary } => {
+            tx.execute(
+                "UPDATE calls SET summary = ?2 WHERE call_id = ?1",
+                params![call_id, summary.to_string()],
+            )?;
+            super::outbox::release_held_sqlite(tx, &call_id, now_ms())?;
+        }
         Write::Cost { call_id, cost } => {
             let detail = serde_json::to_string(&cost).unwrap_or_default();
             tx.execute(

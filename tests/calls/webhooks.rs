@@ -2,7 +2,9 @@
 //! receiver (`patterd_sim::webhook_receiver`) signed so that the Standard Webhooks library
 //! from PyPI (`standardwebhooks`, in the venv of tests/webhooks/setup.sh) verifies them, and a
 //! forged copy fails; a receiver that answers 410 dead-letters the delivery, which the API
-//! lists and retries by hand; a receiver that hangs is timed out and tried again; and the
+//! lists and retries by hand; a receiver that hangs is timed out and tried again; an agent's
+//! `[agents.X.summary]` is written after the call, stored and sent in `call.ended` (which waits
+//! for it), and a summary that fails is stored as failed without holding the event; and the
 //! acceptance test: the daemon SIGKILLed with 100 undelivered `call.ended` events while the
 //! receiver answers 500 for a minute — after the restart all 100 arrive, each acknowledged
 //! once per id, every signature verified by the library.
@@ -395,6 +397,123 @@ async fn a_receiver_that_hangs_is_timed_out_and_tried_again() {
     assert!(
         second >= first,
         "each attempt is signed with its own timestamp"
+    );
+}
+
+/// `[agents.front-desk.summary]` on the fake Hermes' OpenAI-compatible side, with a schema.
+const SUMMARY: &str = "summary = { llm = \"compat\", timeout_s = 10, schema = { type = \"object\", \
+    properties = { party_size = { type = \"integer\" } }, required = [\"party_size\"] } }";
+
+/// The `call.ended` of `call_sid` once the receiver has it.
+async fn call_ended(hooks: &FakeWebhookReceiver, call_sid: &str) -> Value {
+    let rec = hooks
+        .wait_until("call.ended", WAIT, |r| {
+            r.acknowledged().iter().any(|d| d.event() == "call.ended")
+        })
+        .await;
+    let d = rec
+        .acknowledged()
+        .into_iter()
+        .find(|d| d.event() == "call.ended")
+        .expect("call.ended")
+        .json();
+    assert_eq!(d["data"]["call"]["call_id"], call_sid);
+    d
+}
+
+#[tokio::test]
+async fn a_summary_is_written_after_the_call_stored_with_it_and_sent_in_call_ended() {
+    use patterd_sim::hermes::HermesReply;
+    let hooks = FakeWebhookReceiver::start().await.expect("receiver");
+    let stack = Stack::start(Opts {
+        transcripts: vec!["a table for two at eight".into()],
+        agent_extra: SUMMARY.into(),
+        extra_config: webhook_config(&hooks.url(), &["call.ended"]),
+        ..Default::default()
+    })
+    .await;
+    stack
+        .hermes
+        .push(HermesReply::text("Sure, two people at eight."));
+    stack.hermes.push(HermesReply::text(
+        "```json\n{\"summary\": \"The caller booked a table for two at eight.\", \"data\": {\"party_size\": 2}}\n```",
+    ));
+    let (call_sid, sim) = stack.call().await;
+    sim.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .unwrap();
+    speak(&sim, 600);
+    sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .unwrap();
+    sim.hang_up().await;
+    stack.finished(&call_sid).await;
+
+    let v = call_ended(&hooks, &call_sid).await;
+    let summary = &v["data"]["call"]["summary"];
+    assert_eq!(
+        *summary,
+        json!({"text": "The caller booked a table for two at eight.", "data": {"party_size": 2},
+               "llm": "compat", "error": null}),
+        "{v}"
+    );
+    // The brain read the transcript (what the caller said, what they heard of the agent).
+    let rec = stack.hermes.record();
+    let asked = rec.requests.last().expect("the summary request").messages();
+    let text: String = asked.iter().map(|(_, c)| c.as_str()).collect();
+    assert!(text.contains("caller: a table for two at eight"), "{text}");
+    assert!(text.contains("agent: Sure, two people at eight."), "{text}");
+    assert!(
+        text.contains("party_size"),
+        "the schema is in the prompt: {text}"
+    );
+    // Stored with the call.
+    let call: Value = stack
+        .api_client()
+        .get(format!("{}/v1/calls/{call_sid}", stack.base))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(call["summary"], *summary);
+}
+
+#[tokio::test]
+async fn a_failed_summary_is_stored_as_such_and_call_ended_goes_all_the_same() {
+    use patterd_sim::hermes::HermesReply;
+    let hooks = FakeWebhookReceiver::start().await.expect("receiver");
+    let stack = Stack::start(Opts {
+        transcripts: vec!["a table for two".into()],
+        agent_extra: SUMMARY.into(),
+        extra_config: webhook_config(&hooks.url(), &["call.ended"]),
+        ..Default::default()
+    })
+    .await;
+    stack.hermes.push(HermesReply::text("Sure."));
+    // The summary's brain answers something that is not the schema's data.
+    stack.hermes.push(HermesReply::text(
+        "{\"summary\": \"A booking.\", \"data\": {\"party_size\": \"two\"}}",
+    ));
+    let (call_sid, sim) = stack.call().await;
+    sim.wait_for("greeting", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .unwrap();
+    speak(&sim, 600);
+    sim.wait_for("reply", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .unwrap();
+    sim.hang_up().await;
+    let v = call_ended(&hooks, &call_sid).await;
+    let summary = &v["data"]["call"]["summary"];
+    assert_eq!(summary["text"], "A booking.", "{v}");
+    assert_eq!(summary["data"], Value::Null);
+    assert!(
+        summary["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("does not match the schema")),
+        "{summary}"
     );
 }
 

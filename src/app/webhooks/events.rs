@@ -195,8 +195,8 @@ impl CallHooks {
 
     /// The call ended for `reason`: the last open entry's `turn.completed`, `call.transferred`
     /// when it was transferred, then `call.ended` (its body made by the store in the
-    /// transaction that ends the call).
-    pub(crate) fn ended(&self, reason: &EndReason) -> Vec<OutboxEvent> {
+    /// transaction that ends the call; `held` until the call's summary is stored).
+    pub(crate) fn ended(&self, reason: &EndReason, held: bool) -> Vec<OutboxEvent> {
         let mut out = Vec::new();
         {
             let mut t = self.turns.lock().unwrap_or_else(|e| e.into_inner());
@@ -220,7 +220,11 @@ impl CallHooks {
                 &mut out,
             );
         }
+        let from = out.len();
         self.rows(WebhookEvent::CallEnded, |_| OutboxBody::CallEnded, &mut out);
+        for e in &mut out[from..] {
+            e.held = held;
+        }
         out
     }
 
@@ -323,7 +327,7 @@ mod tests {
         let started = h.started();
         assert_eq!(started.len(), 1, "only the first entry wants call.started");
         assert_eq!(data(&started[0])["call_id"], "CA 1");
-        let ended = h.ended(&EndReason::CallerHungUp);
+        let ended = h.ended(&EndReason::CallerHungUp, false);
         assert_eq!(ended.len(), 2);
         assert_ne!(ended[0].id, ended[1].id);
         assert!(
@@ -353,7 +357,7 @@ mod tests {
         assert!(h.turn(0, &entry(Speaker::Agent, "Hello there")).is_empty());
         assert!(h.turn(1, &entry(Speaker::Caller, "hi")).is_empty());
         assert!(h.turn(2, &entry(Speaker::Agent, "Sure, bye")).is_empty());
-        let end = h.ended(&EndReason::Transferred("+15550009999".into()));
+        let end = h.ended(&EndReason::Transferred("+15550009999".into()), false);
         let kinds: Vec<WebhookEvent> = end.iter().map(|e| e.event).collect();
         assert_eq!(
             kinds,
@@ -370,7 +374,7 @@ mod tests {
             vec![],
         )
         .unwrap();
-        let end = h.ended(&EndReason::Transferred("+15550009999".into()));
+        let end = h.ended(&EndReason::Transferred("+15550009999".into()), false);
         assert_eq!(end[0].event, WebhookEvent::CallTransferred);
         assert_eq!(data(&end[0])["transferred_to"], "+15550009999");
         let rec = h.recording_ready(4044);

@@ -1,7 +1,7 @@
 //! Post-call webhooks (`[[webhooks]]`, docs/integrations.md): what each call reports
 //! ([`events`]: `call.started`, `turn.completed`, `call.transferred`, `call.ended`,
-//! `recording.ready`, written to the store's outbox in the transaction of what they report) and
-//! the delivery worker that empties the outbox ([`start`]): its own task, polling every
+//! `recording.ready`, written to the store's outbox in the transaction of what they report), the
+//! call's summary ([`summary`], which `call.ended` waits for) and the delivery worker that empties the outbox ([`start`]): its own task, polling every
 //! `poll_ms` for due deliveries, claiming at most as many as it has free slots
 //! (`concurrency`) with a lease (`timeout_s` + 30 s; on PostgreSQL any instance may claim, none
 //! twice), sending each once ([`deliver`]) and settling it — delivered, retried later with
@@ -11,6 +11,7 @@
 
 mod deliver;
 pub(crate) mod events;
+pub(crate) mod summary;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -24,6 +25,7 @@ use super::metrics::DeliveryOutcome;
 use crate::config::WebhookDeliveryConfig;
 use crate::store::{OutboxRow, Settle, now_ms};
 pub(crate) use events::CallHooks;
+pub(crate) use summary::SummaryJob;
 
 /// The outbox as the last poll found it (`/metrics`).
 #[derive(Debug, Default)]
@@ -84,6 +86,7 @@ async fn run(w: Arc<Worker>) {
     let lease_ms = i64::try_from((w.cfg.timeout_s.saturating_add(30)).saturating_mul(1000))
         .unwrap_or(i64::MAX);
     let mut warned: Option<Instant> = None;
+    let mut last_release = Instant::now() - RELEASE_EVERY;
     loop {
         let Some(app) = w.app.upgrade() else { return };
         let free = w.slots.available_permits();
@@ -114,6 +117,10 @@ async fn run(w: Arc<Worker>) {
                 }
             }
         }
+        if last_release.elapsed() >= RELEASE_EVERY {
+            last_release = Instant::now();
+            release_stale(&app).await;
+        }
         if let Ok(c) = app.store.outbox_counts().await {
             app.outbox.pending.store(c.pending, Ordering::Relaxed);
             app.outbox.held.store(c.held, Ordering::Relaxed);
@@ -129,6 +136,31 @@ async fn run(w: Arc<Worker>) {
         } else {
             tokio::time::sleep(poll).await;
         }
+    }
+}
+
+/// How often held deliveries are checked for a summary that never came.
+const RELEASE_EVERY: Duration = Duration::from_secs(10);
+
+/// Releases the `call.ended` deliveries held longer than any summary may take (the longest
+/// `[agents.X.summary] timeout_s` and a minute): the summary's task died with its process, or
+/// its brain never answered.
+async fn release_stale(app: &App) {
+    let longest = app
+        .config()
+        .agents
+        .values()
+        .filter_map(|a| a.summary.as_ref().map(|s| s.timeout_s))
+        .max()
+        .unwrap_or(0);
+    let hold_ms =
+        i64::try_from(longest.saturating_add(60).saturating_mul(1000)).unwrap_or(i64::MAX);
+    match app.store.outbox_release_stale(hold_ms).await {
+        Ok(0) | Err(_) => {}
+        Ok(n) => warn!(
+            deliveries = n,
+            "released call.ended deliveries whose summary never came; they go without it"
+        ),
     }
 }
 

@@ -1,9 +1,11 @@
 //! `[[webhooks]]`: where patterd posts what happened to calls (docs/integrations.md) — each
 //! entry a URL, the events it wants ([`WebhookEvent`]), the Standard Webhooks signing secret
-//! and an optional agent filter — and `[webhook_delivery]`, how the outbox delivers them
-//! (timeouts, concurrency, the retry schedule).
+//! and an optional agent filter — `[webhook_delivery]`, how the outbox delivers them
+//! (timeouts, concurrency, the retry schedule), and `[agents.X.summary]`, the summary a brain
+//! writes after each call (stored with it, sent in `call.ended`).
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::util::secret::Secret;
 
@@ -122,4 +124,34 @@ impl Default for WebhookDeliveryConfig {
             poll_ms: 1_000,
         }
     }
+}
+
+/// `[agents.X.summary]`: after each of the agent's calls, `llm` reads the transcript and writes a
+/// summary — and, with `schema`, fills it (structured extraction). Stored with the call
+/// (`summary` in `GET /v1/calls/{id}`) and sent in `call.ended`, which waits for it (at most
+/// `timeout_s`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SummaryConfig {
+    /// The `[llm.NAME]` that writes it.
+    pub llm: String,
+    /// What to write (the instructions before the transcript).
+    #[serde(default = "default_summary_prompt")]
+    pub prompt: String,
+    /// A JSON Schema (an object schema) the extracted `data` must match; none: a summary only.
+    #[serde(default)]
+    pub schema: Option<Value>,
+    /// How long the brain gets; after it, `call.ended` goes without a summary.
+    #[serde(default = "default_summary_timeout")]
+    pub timeout_s: u64,
+}
+
+fn default_summary_prompt() -> String {
+    "Summarise this phone call in two or three sentences for the records: who called, what \
+     they wanted and what was agreed or left open."
+        .into()
+}
+
+fn default_summary_timeout() -> u64 {
+    60
 }

@@ -1,7 +1,8 @@
-//! The checks of `[[webhooks]]` and `[webhook_delivery]`: a URL the SSRF guard lets through
-//! (loopback and private ones only with `allow_loopback`), each URL once, at least one event, a
-//! signing secret the Standard Webhooks libraries can use, agents that exist, and a retry
-//! schedule that makes sense.
+//! The checks of `[[webhooks]]`, `[webhook_delivery]` and `[agents.X.summary]`: a URL the SSRF
+//! guard lets through (loopback and private ones only with `allow_loopback`), each URL once, at
+//! least one event, a signing secret the Standard Webhooks libraries can use, agents that
+//! exist, a retry schedule that makes sense; a summary's brain that exists and a schema that
+//! compiles.
 
 use std::collections::HashMap;
 
@@ -56,6 +57,24 @@ pub(super) fn check(c: &mut Check, config: &Config) {
                 &config.agents,
             );
         }
+    }
+    for (name, agent) in &config.agents {
+        let Some(sm) = &agent.summary else { continue };
+        c.reference(
+            &["agents", name, "summary", "llm"],
+            "llm",
+            &sm.llm,
+            &config.llm,
+        );
+        if let Some(schema) = &sm.schema
+            && let Err(e) = crate::config::tools::compile_schema(schema)
+        {
+            c.fail(
+                &["agents", name, "summary", "schema"],
+                format!("[agents.{name}.summary] schema: {e}"),
+            );
+        }
+        c.at_least_one(&["agents", name, "summary", "timeout_s"], sm.timeout_s);
     }
     let d = &config.webhook_delivery;
     c.at_least_one(&["webhook_delivery", "timeout_s"], d.timeout_s);

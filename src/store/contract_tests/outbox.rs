@@ -81,8 +81,14 @@ async fn call_ended_commits_with_the_end_and_reports_the_call_as_ended() {
         assert_eq!(ended.attempts, 0);
         let v: Value = serde_json::from_str(&ended.body).expect("json body");
         assert_eq!(v["type"], "call.ended", "{}", u.name);
-        assert_eq!(v["timestamp"], "2023-11-14T22:13:20.000Z");
         let call = &v["data"]["call"];
+        let ended_at = call["ended_at"].as_i64().expect("ended_at");
+        assert_eq!(
+            v["timestamp"],
+            crate::util::time::rfc3339_ms(ended_at),
+            "{}: the event happened when the call ended",
+            u.name
+        );
         assert_eq!(call["call_id"], "CA1");
         assert_eq!(call["status"], "completed", "{}: the end is in", u.name);
         assert_eq!(call["ended_reason"], "caller hung up");
@@ -264,4 +270,67 @@ async fn instances_never_claim_one_row_twice() {
         b.len(),
         c.len()
     );
+}
+
+/// A `call.ended` held for the call's summary is not delivered until the summary is stored;
+/// then it goes, made again with the summary in it. One whose summary never comes is released
+/// as it is.
+#[tokio::test]
+async fn a_held_call_ended_goes_once_the_summary_is_stored() {
+    for u in backends() {
+        let s = &u.store;
+        for id in ["CA5", "CA6"] {
+            s.tx.send(new_call(id, "inbound", "+15550001111"));
+            s.tx.answered(id);
+            let mut ended = event(id, WebhookEvent::CallEnded, OutboxBody::CallEnded);
+            ended.held = true;
+            s.tx.ended_with(id, &EndReason::CallerHungUp, vec![ended]);
+        }
+        s.tx.flush().await.expect("flush");
+        assert!(
+            s.outbox_claim("a", 5, 60_000)
+                .await
+                .expect("claim")
+                .is_empty(),
+            "{}",
+            u.name
+        );
+        assert_eq!(
+            s.outbox_counts().await.expect("counts").held,
+            2,
+            "{}",
+            u.name
+        );
+
+        s.tx.summary(
+            "CA5",
+            serde_json::json!({"text": "A short call.", "error": null}),
+        );
+        s.tx.flush().await.expect("flush");
+        let rows = s.outbox_claim("a", 5, 60_000).await.expect("claim");
+        assert_eq!(rows.len(), 1, "{}", u.name);
+        let v: Value = serde_json::from_str(&rows[0].body).expect("json");
+        assert_eq!(
+            v["data"]["call"]["summary"]["text"], "A short call.",
+            "{}",
+            u.name
+        );
+        let call = s.call("CA5").await.expect("read").expect("row");
+        assert_eq!(
+            call.summary,
+            Some(serde_json::json!({"text": "A short call.", "error": null}))
+        );
+
+        // CA6's summary never comes: released without it.
+        assert_eq!(
+            s.outbox_release_stale(-60_000).await.expect("release"),
+            1,
+            "{}",
+            u.name
+        );
+        let rows = s.outbox_claim("a", 5, 60_000).await.expect("claim");
+        assert_eq!(rows.len(), 1, "{}", u.name);
+        assert_eq!(rows[0].call_id, "CA6");
+        assert_eq!(s.outbox_counts().await.expect("counts").held, 0);
+    }
 }

@@ -257,7 +257,7 @@ impl Reads {
 const CALL_COLUMNS: &str = "c.call_id, c.carrier, c.carrier_account, c.direction, c.from_number,
     c.to_number, c.agent, c.status, c.outcome, c.answered_by, c.ended_reason, c.created_at,
     c.answered_at, c.ended_at, c.duration_ms, c.carrier_duration_s, c.cost_usd,
-    (SELECT COUNT(*) FROM turns t WHERE t.call_id = c.call_id), c.cost_detail";
+    (SELECT COUNT(*) FROM turns t WHERE t.call_id = c.call_id), c.cost_detail, c.summary";
 
 fn call_row(r: &PgRow) -> Result<CallRow, sqlx_core::Error> {
     Ok(CallRow {
@@ -282,6 +282,9 @@ fn call_row(r: &PgRow) -> Result<CallRow, sqlx_core::Error> {
         // A detail this version cannot read is left out rather than failing the listing.
         cost: r
             .try_get::<Option<String>, _>(18)?
+            .and_then(|t| serde_json::from_str(&t).ok()),
+        summary: r
+            .try_get::<Option<String>, _>(19)?
             .and_then(|t| serde_json::from_str(&t).ok()),
     })
 }

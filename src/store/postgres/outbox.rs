@@ -54,6 +54,43 @@ pub(super) async fn insert(
     Ok(())
 }
 
+/// The summary of `call_id` was stored (in `conn`'s transaction): its held deliveries are due
+/// now, each `call.ended` made again from the call as it now stands.
+pub(super) async fn release_held(
+    conn: &mut PgConnection,
+    call_id: &str,
+) -> Result<(), sqlx_core::Error> {
+    let held = query::<Postgres>(
+        "SELECT id, event FROM webhook_outbox WHERE call_id = $1 AND state = 'held'",
+    )
+    .bind(call_id.to_string())
+    .fetch_all(&mut *conn)
+    .await?;
+    if held.is_empty() {
+        return Ok(());
+    }
+    let call = call_on(&mut *conn, call_id).await?;
+    let turns = turns_on(&mut *conn, call_id).await?;
+    for r in &held {
+        let (id, event): (String, String) = (r.try_get(0)?, r.try_get(1)?);
+        let body = match &call {
+            Some(call) if event == crate::config::WebhookEvent::CallEnded.as_str() => {
+                Some(call_ended_body(crate::store::now_ms(), call, &turns))
+            }
+            _ => None,
+        };
+        query::<Postgres>(AssertSqlSafe(format!(
+            "UPDATE webhook_outbox SET state = 'pending', next_at = {DB_NOW_MS},
+               body = COALESCE($2, body) WHERE id = $1 AND state = 'held'"
+        )))
+        .bind(id)
+        .bind(body)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
 /// Deletes delivered and dead rows created before `cutoff_ms` (the writer's retention).
 pub(super) async fn prune(conn: &mut PgConnection, cutoff_ms: i64) -> Result<(), sqlx_core::Error> {
     query::<Postgres>(
@@ -194,6 +231,18 @@ impl Reads {
         .await
         .map_err(failed)?;
         row.as_ref().map(delivery_row).transpose().map_err(failed)
+    }
+
+    pub(crate) async fn outbox_release_stale(&self, older_than_ms: i64) -> Result<u64, StoreError> {
+        let r = query::<Postgres>(AssertSqlSafe(format!(
+            "UPDATE webhook_outbox SET state = 'pending', next_at = {DB_NOW_MS}
+             WHERE state = 'held' AND created_at < {DB_NOW_MS} - $1"
+        )))
+        .bind(older_than_ms)
+        .execute(self.pool())
+        .await
+        .map_err(failed)?;
+        Ok(r.rows_affected())
     }
 
     pub(crate) async fn outbox_retry(&self, id: &str) -> Result<bool, StoreError> {

@@ -264,16 +264,25 @@ async fn apply(conn: &mut PgConnection, owner: &str, c: &Columns) -> Result<(), 
         .execute(&mut *tx)
         .await?;
     }
+    for w in c.singles.iter().filter(|w| {
+        !matches!(
+            w,
+            Write::Status { .. } | Write::ReplyLatency { .. } | Write::Summary { .. }
+        )
+    }) {
+        single(&mut tx, w).await?;
+    }
+    // Then: a `call.ended` body reports the call with its end, cost and turns.
+    if !c.outbox.is_empty() {
+        super::outbox::insert(&mut tx, &c.outbox).await?;
+    }
+    // Last: a summary releases its call's held rows, even those of this very batch.
     for w in c
         .singles
         .iter()
-        .filter(|w| !matches!(w, Write::Status { .. } | Write::ReplyLatency { .. }))
+        .filter(|w| matches!(w, Write::Summary { .. }))
     {
         single(&mut tx, w).await?;
-    }
-    // Last: a `call.ended` body reports the call with its end, cost and turns.
-    if !c.outbox.is_empty() {
-        super::outbox::insert(&mut tx, &c.outbox).await?;
     }
     tx.commit().await
 }
@@ -365,6 +374,14 @@ async fn single(
                 .bind(leg_id)
                 .execute(&mut **tx)
                 .await?;
+        }
+        Write::Summary { call_id, summary } => {
+            query::<Postgres>("UPDATE calls SET summary = $2 WHERE call_id = $1")
+                .bind(call_id)
+                .bind(summary.to_string())
+                .execute(&mut **tx)
+                .await?;
+            super::outbox::release_held(tx, call_id).await?;
         }
         Write::Setting { key, value } => {
             query::<Postgres>(
