@@ -100,6 +100,9 @@ pub enum TurnEnd {
     /// The end-of-turn model said the turn is complete and the speech-to-text's end signal
     /// did not come within the grace ([`super::eot`]).
     TurnModel,
+    /// The caller's real words had stopped the agent and more were still coming when
+    /// `hold_max_ms` ran out: the turn is taken rather than leave the agent silent.
+    HoldMax,
 }
 
 impl TurnEnd {
@@ -114,6 +117,7 @@ impl TurnEnd {
             TurnEnd::SttEndOfTurn => "end_of_turn",
             TurnEnd::Dtmf => "dtmf",
             TurnEnd::TurnModel => "turn_model",
+            TurnEnd::HoldMax => "hold_max",
         }
     }
 }
@@ -461,6 +465,16 @@ impl Endpointer {
         }
         self.finalize_sent = true;
         true
+    }
+
+    /// Commits the turn now whatever the silence (`reason` says why); words still only an
+    /// interim are owed to it, as at any commit.
+    pub(crate) fn commit_forced(&mut self, reason: TurnEnd, now: Instant) -> Decision {
+        let silence = match (self.speaking, self.quiet_since) {
+            (false, Some(q)) => now.saturating_duration_since(q),
+            _ => Duration::ZERO,
+        };
+        self.commit(reason, silence, now)
     }
 
     /// Commits the turn now: the model judged it complete. The reason is the speech-to-text's

@@ -440,6 +440,10 @@ pub struct AgentConfig {
     /// How long after stopping the agent we wait for words before resuming it.
     #[serde(default = "default_barge_in_confirm_ms")]
     pub barge_in_confirm_ms: u64,
+    /// Longest the agent's audio is held back (the barge-in hold, a stop no turn has
+    /// followed) before the agent resumes or the caller's turn is taken.
+    #[serde(default = "default_hold_max_ms")]
+    pub(crate) hold_max_ms: u64,
     /// Non-backchannel words that make an interruption real.
     #[serde(default = "default_barge_in_min_words")]
     pub barge_in_min_words: u64,
@@ -630,6 +634,9 @@ fn default_barge_in_min_speech_ms() -> u64 {
 }
 fn default_barge_in_hold_ms() -> u64 {
     100
+}
+fn default_hold_max_ms() -> u64 {
+    1200
 }
 fn default_barge_in_confirm_ms() -> u64 {
     1000

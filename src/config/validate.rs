@@ -480,6 +480,7 @@ fn agent_turn_taking(c: &mut Check, name: &str, agent: &AgentConfig) {
             100,
             10_000,
         ),
+        ("hold_max_ms", agent.hold_max_ms, 200, 10_000),
         ("barge_in_min_words", agent.barge_in_min_words, 1, 20),
         ("idle_max_nudges", agent.idle_max_nudges, 0, 20),
         (
