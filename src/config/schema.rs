@@ -412,6 +412,14 @@ pub struct AgentConfig {
     /// Silence after a phrase that looks unfinished ("I need to…") before the turn may end.
     #[serde(default = "default_unfinished_hold_ms")]
     pub unfinished_hold_ms: u64,
+    /// The country whose phone numbers callers read to this agent (ISO 3166 alpha-2; none:
+    /// NANP): a number read in groups short of one holds the turn.
+    #[serde(default)]
+    pub(crate) phone_country: Option<String>,
+    /// Lengths (digits) of the order, account or booking numbers callers read to this agent,
+    /// besides those its system prompt names ("a 6-digit reference").
+    #[serde(default)]
+    pub(crate) expected_number_lengths: Vec<u64>,
     /// How long our detector may keep saying "speech" after the speech-to-text's end of
     /// utterance (with no new words) before that end commits the turn; 0: no bound.
     #[serde(default = "default_stt_eou_override_ms")]
