@@ -614,7 +614,9 @@ fn digits_open(w: &[String], shapes: &NumberShapes) -> Option<Ending> {
         Some(Cue::Security) => [3, 4].into(),
         Some(Cue::Ssn) => [9].into(),
         Some(Cue::Order) if !shapes.order.is_empty() => shapes.order.clone(),
-        Some(Cue::Order) | None => {
+        // An order number of a length nobody named: any length may be whole.
+        Some(Cue::Order) => return None,
+        None => {
             let mut s = shapes.phone(&leading);
             s.extend([5, 9, 15, 16]);
             s.extend(shapes.order.iter().copied());

@@ -211,6 +211,8 @@ fn order_numbers_take_the_agents_lengths() {
     );
     let shapes = NumberShapes::new(None, &[], "Ask for the seven digit account number.");
     assert_eq!(shapes.order, [7].into());
+    // With no length named, an order number may have any: not held.
+    assert_eq!(judge("the order number is four seven"), Ending::Complete);
 }
 
 #[test]
