@@ -599,6 +599,12 @@ impl Mouth {
         self.held
     }
 
+    /// True while paused by [`Mouth::pause`] (until [`Mouth::resume`] or [`Mouth::clear`]).
+    #[cfg(test)]
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused
+    }
+
     /// True while agent audio may be playing at the carrier (sent and not confirmed played,
     /// or still being sent).
     pub(crate) fn is_playing(&self, now: Instant) -> bool {

@@ -44,7 +44,7 @@ use super::event::{EventDetail, EventKind};
 use super::heard;
 use super::mouth::{Mouth, UttKind};
 use super::transcript::{Speaker, TranscriptEntry};
-use super::turn::{Decision, Endpointer, TurnEnd, Words};
+use super::turn::{Decision, Endpointer, NumberShapes, TurnEnd, Words};
 use crate::audio::vad::VadEvent;
 use crate::carrier::ActionResult;
 use crate::config::AgentConfig;
@@ -60,6 +60,7 @@ mod keypad;
 mod retry;
 mod speaking;
 mod speculate;
+mod stt_turns;
 #[cfg(test)]
 mod tests;
 pub(crate) mod voicemail;
@@ -90,6 +91,9 @@ pub enum Phase {
         at: Instant,
         /// Resume unless confirmed by then.
         deadline: Instant,
+        /// `hold_max_ms` after the agent's audio was first held back (the hold, or this stop):
+        /// by then it has resumed or the caller's turn has been taken, whatever else waits.
+        bound: Instant,
     },
     /// The idle goodbye is playing; the call is hung up when it is done or at `until`.
     Goodbye { until: Instant },
@@ -182,6 +186,8 @@ pub(crate) struct Policy {
     stt_turns: bool,
     /// A brain request started on an eager end of turn, whose reply is held back.
     speculation: Option<Speculation>,
+    /// The speech-to-text's end of turn on words that cannot end there, waiting for the rest.
+    stt_held: Option<stt_turns::SttHeld>,
     /// The end-of-turn model's judgement of the current pause (none without a model).
     gate: eot::TurnGate,
     /// The caller's current voiced run over agent audio, for the barge-in hold.
@@ -227,7 +233,12 @@ impl Policy {
             endpointer: Endpointer::new(agent.min_endpointing_ms, agent.max_endpointing_ms)
                 .with_stt_endpointing(stt_endpointing_ms)
                 .with_stt_eou_override(agent.stt_eou_override_ms)
-                .with_unfinished_hold(agent.unfinished_hold_ms),
+                .with_unfinished_hold(agent.unfinished_hold_ms)
+                .with_number_shapes(NumberShapes::new(
+                    agent.phone_country.as_deref(),
+                    &agent.expected_number_lengths,
+                    &agent.system_prompt,
+                )),
             words: Words::new(&agent.backchannel_words),
             agent,
             brain_keeps_history,
@@ -252,6 +263,7 @@ impl Policy {
             dtmf_pending: None,
             stt_turns: false,
             speculation: None,
+            stt_held: None,
             gate: eot::TurnGate::new(None),
             burst: hold::Burst::default(),
             barge_words: String::new(),
@@ -400,17 +412,7 @@ impl Policy {
             }
             Input::EagerEndOfTurn(text) => self.speculate(text, mouth),
             Input::TurnResumed => self.cancel_speculation("turn_resumed"),
-            Input::EndOfTurn(text) => {
-                self.endpointer.reset();
-                self.eot_at = None;
-                let text = text.trim().to_string();
-                if !text.is_empty() {
-                    self.event(EventKind::TurnEnd, TurnEnd::SttEndOfTurn.as_str());
-                    self.caller_turn(text, TurnEnd::SttEndOfTurn, now, mouth);
-                }
-                // A turn that was not taken (a backchannel, held) leaves no speculation.
-                self.cancel_speculation("text_changed");
-            }
+            Input::EndOfTurn(text) => self.on_stt_end_of_turn(text, now, mouth),
             Input::Llm(ev) => match self.speculation.as_mut() {
                 Some(spec) => {
                     if matches!(
@@ -436,7 +438,14 @@ impl Policy {
             }
             Input::Timer => self.on_timer(now, mouth),
             Input::Synthesis { id, event } => self.on_synthesis(id, event, mouth),
-            Input::SttChanged { ends_turns } => self.stt_turns = ends_turns,
+            Input::SttChanged { ends_turns } => {
+                self.stt_turns = ends_turns;
+                if !ends_turns && let Some(held) = self.stt_held.take() {
+                    // The new speech-to-text knows nothing of the held words: they are a turn.
+                    self.event(EventKind::TurnEnd, TurnEnd::SttEndOfTurn.as_str());
+                    self.caller_turn(held.text, TurnEnd::SttEndOfTurn, now, mouth);
+                }
+            }
             Input::TurnModel(answer) => self.on_turn_model(answer, now, mouth),
         }
     }
@@ -485,6 +494,10 @@ impl Policy {
             Phase::Goodbye { until } => Some(until),
             _ => None,
         };
+        let hold_at = mouth
+            .is_held()
+            .then(|| self.burst.release_at(self.hold_limit()))
+            .flatten();
         [
             self.settle_due(mouth).then_some(self.last_now),
             self.filler_deadline(mouth),
@@ -492,6 +505,7 @@ impl Policy {
             self.eot_at,
             self.keypad.deadline(),
             phase_at,
+            hold_at,
             self.idle_deadline(mouth),
             self.voicemail_deadline(),
         ]
@@ -547,7 +561,8 @@ impl Policy {
 
     fn check_end_of_turn(&mut self, now: Instant, mouth: &mut Mouth) {
         if self.stt_turns {
-            // The speech-to-text's EndOfTurn decides.
+            // The speech-to-text's EndOfTurn decides (unless our rules held its words).
+            self.stt_hold_due(now, mouth);
             return;
         }
         match self.decide_turn(now) {
@@ -587,26 +602,43 @@ impl Policy {
         }
         self.keypad_timer(now, mouth);
         self.voicemail_timer(now, mouth);
-        if let Phase::BargeIn { at, deadline } = self.phase
+        if let Phase::BargeIn {
+            at,
+            deadline,
+            bound,
+        } = self.phase
             && deadline <= now
         {
             // Held words of an interruption whose rest is being said (the caller spoke again
             // since, or the speech-to-text has new words): wait for it, once, up to twice the
-            // window.
-            let longest = at + Duration::from_millis(2 * self.agent.barge_in_confirm_ms);
-            if !self.barge_words.is_empty()
+            // window but never past the bound.
+            let longest =
+                (at + Duration::from_millis(2 * self.agent.barge_in_confirm_ms)).min(bound);
+            let more_coming = !self.barge_words.is_empty()
                 && (self.caller_speaking
                     || self.endpointer.has_text()
-                    || self.endpointer.started().is_some())
-                && deadline < longest
-            {
+                    || self.endpointer.started().is_some());
+            if more_coming && deadline < longest {
                 self.phase = Phase::BargeIn {
                     at,
                     deadline: longest,
+                    bound,
                 };
+            } else if more_coming {
+                // The bound: a real word stopped the agent and the caller is still going.
+                self.take_barge_turn(now, mouth);
             } else {
                 self.resume("no_words", now, mouth);
             }
+        }
+        // The hold's own limit, when no caller audio came to judge it (the media stalled).
+        if mouth.is_held()
+            && self
+                .burst
+                .release_at(self.hold_limit())
+                .is_some_and(|t| t <= now)
+        {
+            self.release_hold("too_long", now, mouth);
         }
         self.refresh(mouth);
         if self.idle_deadline(mouth).is_some_and(|t| t <= now) {

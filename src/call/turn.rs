@@ -59,23 +59,10 @@ impl Words {
     }
 }
 
-/// Words after which a sentence is rarely over (articles, conjunctions, subordinators that
-/// open a clause, prepositions that need an object, possessives, a dangling verb,
-/// hesitations): a pause there waits longer (`unfinished_hold_ms`). Words that often end a
-/// sentence too ("that", "on", "in", "at", "so", "it", "since", "her": "can you repeat that",
-/// "turn it on", "I think so", "tell her") are not in the list.
-const UNFINISHED: &[&str] = &[
-    "and", "or", "but", "because", "nor", "if", "whether", "unless", "the", "a", "an", "to", "of",
-    "for", "with", "from", "into", "about", "than", "my", "your", "our", "their", "his", "its",
-    "is", "are", "was", "were", "um", "uh", "er",
-];
-
-/// True when `text` ends on a word that usually continues ("I need to…").
-pub(crate) fn looks_unfinished(text: &str) -> bool {
-    words(text)
-        .last()
-        .is_some_and(|w| UNFINISHED.contains(&w.as_str()))
-}
+mod ending;
+#[cfg(test)]
+pub(crate) use ending::looks_unfinished;
+pub(crate) use ending::{Ending, NumberShapes, known_country};
 
 /// How we knew the caller's turn was over. Its name is the first word of a `turn_end` event's
 /// detail (`"speech_final silence_ms=300"`); `Dtmf` turns have no `turn_end` event.
@@ -100,6 +87,9 @@ pub enum TurnEnd {
     /// The end-of-turn model said the turn is complete and the speech-to-text's end signal
     /// did not come within the grace ([`super::eot`]).
     TurnModel,
+    /// The caller's real words had stopped the agent and more were still coming when
+    /// `hold_max_ms` ran out: the turn is taken rather than leave the agent silent.
+    HoldMax,
 }
 
 impl TurnEnd {
@@ -114,6 +104,7 @@ impl TurnEnd {
             TurnEnd::SttEndOfTurn => "end_of_turn",
             TurnEnd::Dtmf => "dtmf",
             TurnEnd::TurnModel => "turn_model",
+            TurnEnd::HoldMax => "hold_max",
         }
     }
 }
@@ -153,6 +144,8 @@ pub(crate) struct Endpointer {
     max: Duration,
     /// Silence after a phrase that looks unfinished before the turn may end (min..=max).
     unfinished_hold: Duration,
+    /// The whole numbers a number read in groups may make (its shapes: [`ending::ending`]).
+    shapes: NumberShapes,
     /// Our detector's speech this long after the speech-to-text's end of utterance (with no
     /// new words since) does not keep the turn open; `None`: no bound.
     stt_eou_override: Option<Duration>,
@@ -183,6 +176,7 @@ impl Endpointer {
             min: Duration::from_millis(min_ms),
             max: Duration::from_millis(max_ms.max(min_ms)),
             unfinished_hold: Duration::from_millis(max_ms.max(min_ms)),
+            shapes: NumberShapes::default(),
             stt_eou_override: None,
             stt_endpointing: Duration::ZERO,
             finals: String::new(),
@@ -216,6 +210,33 @@ impl Endpointer {
     pub(crate) fn with_unfinished_hold(mut self, ms: u64) -> Self {
         self.unfinished_hold = Duration::from_millis(ms).clamp(self.min, self.max);
         self
+    }
+
+    /// The whole numbers a number read to the agent may make (a number short of them holds
+    /// the turn up to the maximum).
+    pub(crate) fn with_number_shapes(mut self, shapes: NumberShapes) -> Self {
+        self.shapes = shapes;
+        self
+    }
+
+    /// How the caller's words so far end ([`ending::ending`]).
+    pub(crate) fn ending(&self) -> Ending {
+        ending::ending(&self.text(), &self.shapes)
+    }
+
+    /// How `text` ends, by this endpointer's number shapes.
+    pub(crate) fn ending_of(&self, text: &str) -> Ending {
+        ending::ending(text, &self.shapes)
+    }
+
+    /// The silence a pause ending so must last before the turn may end: the minimum, the
+    /// unfinished-word hold, or (a number or an address under way) the maximum.
+    pub(crate) fn hold_for(&self, ending: Ending) -> Duration {
+        match ending {
+            Ending::Complete => self.min,
+            Ending::Unfinished => self.unfinished_hold,
+            Ending::Digits | Ending::Address => self.max,
+        }
     }
 
     /// Forgets the speech-to-text's end of utterance: the caller went on after it.
@@ -412,12 +433,9 @@ impl Endpointer {
         if silence >= self.max {
             return self.commit(TurnEnd::MaxEndpointing, silence, now);
         }
-        // A phrase that looks unfinished needs a longer pause to end the turn.
-        let min = if looks_unfinished(&self.text()) {
-            self.unfinished_hold
-        } else {
-            self.min
-        };
+        // A phrase that cannot end here needs a longer pause to end the turn: the
+        // unfinished-word hold, or the maximum for a number or an address under way.
+        let min = self.hold_for(self.ending());
         if let Some(reason) = self.stt_done
             && silence >= min
         {
@@ -461,6 +479,16 @@ impl Endpointer {
         }
         self.finalize_sent = true;
         true
+    }
+
+    /// Commits the turn now whatever the silence (`reason` says why); words still only an
+    /// interim are owed to it, as at any commit.
+    pub(crate) fn commit_forced(&mut self, reason: TurnEnd, now: Instant) -> Decision {
+        let silence = match (self.speaking, self.quiet_since) {
+            (false, Some(q)) => now.saturating_duration_since(q),
+            _ => Duration::ZERO,
+        };
+        self.commit(reason, silence, now)
     }
 
     /// Commits the turn now: the model judged it complete. The reason is the speech-to-text's

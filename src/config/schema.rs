@@ -470,6 +470,14 @@ pub struct AgentConfig {
     /// Silence after a phrase that looks unfinished ("I need to…") before the turn may end.
     #[serde(default = "default_unfinished_hold_ms")]
     pub unfinished_hold_ms: u64,
+    /// The country whose phone numbers callers read to this agent (ISO 3166 alpha-2; none:
+    /// NANP): a number read in groups short of one holds the turn.
+    #[serde(default)]
+    pub(crate) phone_country: Option<String>,
+    /// Lengths (digits) of the order, account or booking numbers callers read to this agent,
+    /// besides those its system prompt names ("a 6-digit reference").
+    #[serde(default)]
+    pub(crate) expected_number_lengths: Vec<u64>,
     /// How long our detector may keep saying "speech" after the speech-to-text's end of
     /// utterance (with no new words) before that end commits the turn; 0: no bound.
     #[serde(default = "default_stt_eou_override_ms")]
@@ -498,6 +506,10 @@ pub struct AgentConfig {
     /// How long after stopping the agent we wait for words before resuming it.
     #[serde(default = "default_barge_in_confirm_ms")]
     pub barge_in_confirm_ms: u64,
+    /// Longest the agent's audio is held back (the barge-in hold, a stop no turn has
+    /// followed) before the agent resumes or the caller's turn is taken.
+    #[serde(default = "default_hold_max_ms")]
+    pub(crate) hold_max_ms: u64,
     /// Non-backchannel words that make an interruption real.
     #[serde(default = "default_barge_in_min_words")]
     pub barge_in_min_words: u64,
@@ -691,6 +703,9 @@ fn default_barge_in_min_speech_ms() -> u64 {
 }
 fn default_barge_in_hold_ms() -> u64 {
     100
+}
+fn default_hold_max_ms() -> u64 {
+    1200
 }
 fn default_barge_in_confirm_ms() -> u64 {
     1000

@@ -507,6 +507,30 @@ fn agent_turn_taking(c: &mut Check, name: &str, agent: &AgentConfig) {
             format!("[agents.{name}] vad_threshold = {vad} must be between 0 and 1, e.g. 0.5"),
         );
     }
+    if let Some(country) = &agent.phone_country
+        && !crate::call::turn::known_country(country)
+    {
+        c.fail(
+            &["agents", name, "phone_country"],
+            format!(
+                "[agents.{name}] phone_country = \"{country}\" is not one patterd knows the \
+                 phone numbers of; use one of US, CA, GB, IE, AU, NZ, DE, FR, ES, IT, NL, IN, or \
+                 leave it out (NANP)"
+            ),
+        );
+    }
+    if let Some(n) = agent
+        .expected_number_lengths
+        .iter()
+        .find(|n| !(1..=32).contains(*n))
+    {
+        c.fail(
+            &["agents", name, "expected_number_lengths"],
+            format!(
+                "[agents.{name}] expected_number_lengths has {n}: each length must be 1-32 digits"
+            ),
+        );
+    }
     let (min, max) = (agent.min_endpointing_ms, agent.max_endpointing_ms);
     if max < min || max > 30_000 {
         c.fail(
@@ -535,6 +559,7 @@ fn agent_turn_taking(c: &mut Check, name: &str, agent: &AgentConfig) {
             100,
             10_000,
         ),
+        ("hold_max_ms", agent.hold_max_ms, 200, 10_000),
         ("barge_in_min_words", agent.barge_in_min_words, 1, 20),
         ("idle_max_nudges", agent.idle_max_nudges, 0, 20),
         (

@@ -8,7 +8,8 @@
 //! barge-in hint, and the `Turn` with `end_of_turn` (the formatted one when `format_turns`,
 //! i.e. `smart_format`, is on) becomes [`SttEvent::EndOfTurn`]; `eot_threshold` and
 //! `eot_timeout_ms` are sent as `end_of_turn_confidence_threshold` and `max_turn_silence`.
-//! Our endpointer only listens ([`SttProvider::ends_turns`]). An `Error` message or a close
+//! Our endpointer only listens ([`SttProvider::ends_turns`]); our `Finalize` (the policy
+//! ending a turn whose end it vetoed) is `ForceEndpoint`, after the buffered audio. An `Error` message or a close
 //! other than the answer to our `Terminate` is a fatal error naming AssemblyAI's code and
 //! what to do about it.
 
@@ -121,7 +122,21 @@ impl SttWire for Wire {
                     out.push(Step::Send(Frame::Binary(chunk)));
                 }
             }
-            SttInput::Audio(_) | SttInput::Finalize => {}
+            SttInput::Audio(_) => {}
+            SttInput::Finalize => {
+                // The policy ends the turn itself (a vetoed end whose hold ran out): what is
+                // buffered goes first, then `ForceEndpoint`.
+                if !self.pending.is_empty() {
+                    if self.pending.len() < MIN_CHUNK_BYTES {
+                        self.pending.resize(MIN_CHUNK_BYTES, MULAW_SILENCE);
+                    }
+                    let chunk: Bytes = self.pending.split().freeze();
+                    out.push(Step::Send(Frame::Binary(chunk)));
+                }
+                out.push(Step::Send(Frame::Text(
+                    r#"{"type":"ForceEndpoint"}"#.into(),
+                )));
+            }
             SttInput::Close => {
                 out.push(Step::Close { drain: true });
                 if !self.pending.is_empty() {
@@ -368,7 +383,15 @@ mod tests {
             vec![Step::Send(Frame::Binary(Bytes::from(vec![1u8; 800])))]
         );
         out.clear();
+        // Our `Finalize` (a vetoed end of turn whose hold ran out) ends AssemblyAI's turn.
         w.input(SttInput::Finalize, &mut out);
+        assert_eq!(
+            out,
+            vec![Step::Send(Frame::Text(
+                r#"{"type":"ForceEndpoint"}"#.into()
+            ))]
+        );
+        out.clear();
         w.input(SttInput::Audio(Bytes::from(vec![2u8; 160])), &mut out);
         assert!(out.is_empty());
         w.input(SttInput::Close, &mut out);

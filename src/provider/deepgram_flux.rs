@@ -5,9 +5,12 @@
 //! words), `EagerEndOfTurn` → [`SttEvent::EagerEndOfTurn`] (the policy starts the brain
 //! speculatively; only sent when `eager_eot_threshold` is set), `TurnResumed` →
 //! [`SttEvent::TurnResumed`] (the speculation is dropped unheard), `EndOfTurn` →
-//! [`SttEvent::EndOfTurn`]. Our endpointer only listens ([`SttProvider::ends_turns`]). Flux has
-//! no `Finalize`, so ours is not sent. An `Error` message or a close other than the answer to
-//! our `CloseStream` is a fatal error naming the code, the description and the request id.
+//! [`SttEvent::EndOfTurn`]. Our endpointer only listens ([`SttProvider::ends_turns`]), except
+//! that the policy may veto an `EndOfTurn` on words that cannot end a sentence and, when its
+//! hold runs out while the caller talks, end Flux's turn itself: our `Finalize` is Flux's
+//! `ForceEndTurn` (Flux then sends `EndOfTurn` on what it has). Flux has no message that keeps
+//! a turn open. An `Error` message or a close other than the answer to our `CloseStream` is a
+//! fatal error naming the code, the description and the request id.
 
 use serde_json::Value;
 
@@ -69,8 +72,8 @@ impl SttProvider for DeepgramFluxStt {
     }
 }
 
-/// Flux's framing: audio as binary frames, no `Finalize`, `CloseStream` (drained); `TurnInfo`
-/// through [`map_message`].
+/// Flux's framing: audio as binary frames, `Finalize` as `ForceEndTurn`, `CloseStream`
+/// (drained); `TurnInfo` through [`map_message`].
 struct Wire {
     url: String,
     auth: String,
@@ -95,7 +98,10 @@ impl SttWire for Wire {
     fn input(&mut self, input: SttInput, out: &mut Vec<Step>) {
         match input {
             SttInput::Audio(b) if !b.is_empty() => out.push(Step::Send(Frame::Binary(b))),
-            SttInput::Audio(_) | SttInput::Finalize => {}
+            SttInput::Audio(_) => {}
+            SttInput::Finalize => {
+                out.push(Step::Send(Frame::Text(r#"{"type":"ForceEndTurn"}"#.into())));
+            }
             SttInput::Close => {
                 out.push(Step::Close { drain: true });
                 out.push(Step::Send(Frame::Text(r#"{"type":"CloseStream"}"#.into())));
@@ -187,6 +193,21 @@ mod tests {
         assert!(
             u.ends_with("&eot_threshold=0.7&eager_eot_threshold=0.4&eot_timeout_ms=3000"),
             "{u}"
+        );
+    }
+
+    #[test]
+    fn finalize_is_force_end_turn() {
+        let mut w = Wire {
+            url: String::new(),
+            auth: String::new(),
+            request_id: "-".into(),
+        };
+        let mut out = Vec::new();
+        w.input(SttInput::Finalize, &mut out);
+        assert_eq!(
+            out,
+            vec![Step::Send(Frame::Text(r#"{"type":"ForceEndTurn"}"#.into()))]
         );
     }
 

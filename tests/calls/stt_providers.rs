@@ -242,6 +242,118 @@ async fn flux_turn_resumed_after_eager_end_of_turn_never_plays_the_speculation()
     assert_eq!(details("turn_end"), ["end_of_turn"]);
 }
 
+/// Flux ends its turn at the caller's pause after "I want to": our rules veto that end (the
+/// head cannot end there), the rest comes as Flux's next turn, and the brain gets one turn.
+#[tokio::test]
+async fn flux_end_of_turn_on_an_unfinished_head_is_joined_with_the_rest() {
+    let flux = FakeFlux::start_with(FakeFluxConfig {
+        api_key: DG_KEY.into(),
+        bursts: vec!["I want to".into(), "cancel the premium plan".into()],
+        eot_ms: 500,
+        ..Default::default()
+    })
+    .await
+    .expect("fake flux");
+    let stack = flux_stack(&flux, false).await;
+    stack
+        .hermes
+        .push(HermesReply::text("Done, it is cancelled."));
+    let (sid, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting");
+    speak(&sim, 500);
+    sim.push_silence(900);
+    speak(&sim, 700);
+    sim.wait_for("reply heard", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .expect("reply plays");
+    sim.hang_up().await;
+    let rec = stack.finished(&sid).await;
+    let c = flux.record().connections[0].clone();
+    assert_eq!(c.events("EndOfTurn").len(), 2, "{:#?}", c.sent);
+    assert_eq!(c.force_end_turns, 0);
+    let h = stack.hermes.record();
+    assert_eq!(h.requests.len(), 1, "one turn");
+    let last_user = h.requests[0]
+        .messages()
+        .into_iter()
+        .rev()
+        .find(|(r, _)| r == "user")
+        .map(|(_, t)| t);
+    assert_eq!(
+        last_user.as_deref(),
+        Some("I want to cancel the premium plan")
+    );
+    let held: Vec<_> = rec
+        .events_of("turn_held")
+        .map(|e| e.detail.clone())
+        .collect();
+    assert_eq!(held, ["end_of_turn unfinished"]);
+}
+
+/// The hold after a vetoed end runs out while the caller is still talking: patterd sends
+/// Flux `ForceEndTurn`, and Flux's `EndOfTurn` on what it has is the rest of the turn.
+#[tokio::test]
+async fn flux_is_asked_to_end_its_turn_when_the_hold_runs_out_mid_speech() {
+    let flux = FakeFlux::start_with(FakeFluxConfig {
+        api_key: DG_KEY.into(),
+        bursts: vec!["I need to".into(), "move my appointment".into()],
+        // The speech after the forced end opens a turn of its own, with no words.
+        default_words: String::new(),
+        eot_ms: 500,
+        ..Default::default()
+    })
+    .await
+    .expect("fake flux");
+    let stack = Stack::start(Opts {
+        stt: "flux".into(),
+        llm: "compat".into(),
+        agent_extra: "unfinished_hold_ms = 800".into(),
+        extra_sections: format!(
+            "[stt.flux]\nkind = \"deepgram_flux\"\nbase_url = \"{}\"\napi_key = \"{DG_KEY}\"\n",
+            flux.base_url()
+        ),
+        ..Default::default()
+    })
+    .await;
+    stack.hermes.push(HermesReply::text("Sure, to when?"));
+    let (sid, sim) = stack.call().await;
+    sim.wait_for("greeting mark", WAIT, |s| !s.marks_echoed.is_empty())
+        .await
+        .expect("greeting");
+    speak(&sim, 500);
+    sim.push_silence(600);
+    // Still talking 800 ms after Flux's end of "I need to".
+    speak(&sim, 2500);
+    sim.wait_for("reply heard", WAIT, |s| s.marks_echoed.len() >= 2)
+        .await
+        .expect("reply plays");
+    sim.hang_up().await;
+    let rec = stack.finished(&sid).await;
+    let c = flux.record().connections[0].clone();
+    assert_eq!(c.force_end_turns, 1, "{:#?}", c.received);
+    assert!(
+        c.received.iter().any(|t| t.contains("ForceEndTurn")),
+        "{:?}",
+        c.received
+    );
+    let h = stack.hermes.record();
+    assert_eq!(h.requests.len(), 1, "one turn");
+    let last_user = h.requests[0]
+        .messages()
+        .into_iter()
+        .rev()
+        .find(|(r, _)| r == "user")
+        .map(|(_, t)| t);
+    assert_eq!(last_user.as_deref(), Some("I need to move my appointment"));
+    let sent: Vec<_> = rec
+        .events_of("finalize_sent")
+        .map(|e| e.detail.clone())
+        .collect();
+    assert_eq!(sent, ["end_of_turn"]);
+}
+
 #[tokio::test]
 async fn flux_refused_and_failing_streams_are_clear_errors() {
     let flux = FakeFlux::start_with(FakeFluxConfig {

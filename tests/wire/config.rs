@@ -806,6 +806,17 @@ fn conversation_keys_out_of_range_name_the_key_and_line() {
             "barge_in_min_words",
             "between 1 and 20",
         ),
+        ("hold_max_ms = 50", "hold_max_ms", "between 200 and 10000"),
+        (
+            "phone_country = \"XX\"",
+            "phone_country",
+            "not one patterd knows",
+        ),
+        (
+            "expected_number_lengths = [8, 0]",
+            "expected_number_lengths",
+            "1-32 digits",
+        ),
         (
             "idle_nudge_after_s = -1.0",
             "idle_nudge_after_s",

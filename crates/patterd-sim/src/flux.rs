@@ -10,6 +10,7 @@
 //! After `eager_ms` of silence (only with `eager_eot_threshold`) it sends `EagerEndOfTurn`,
 //! speech before `eot_ms` of silence sends `TurnResumed`, and `eot_ms` of silence sends
 //! `EndOfTurn`. Every message carries `request_id` and an increasing `sequence_id`.
+//! `ForceEndTurn` ends the turn in progress at once (`EndOfTurn`; ignored with no turn open).
 //! `CloseStream` closes 1000; an empty binary frame is an error (close 1002 after an `Error`
 //! message); failure modes refuse the handshake or send an `Error` (`INTERNAL_SERVER_ERROR`)
 //! and close 1011 after some audio. Everything is recorded, with when each event left.
@@ -72,6 +73,8 @@ pub struct FluxConnection {
     pub headers: Vec<(String, String)>,
     pub audio_bytes: usize,
     pub close_streams: usize,
+    /// `ForceEndTurn` messages received.
+    pub force_end_turns: usize,
     /// Every text frame received.
     pub received: Vec<String>,
     /// Every text frame sent, with when it left.
@@ -414,6 +417,19 @@ async fn session(
                     }
                     Some("Configure") => {
                         send!(json!({"type": "ConfigureSuccess", "thresholds": v["thresholds"]}));
+                    }
+                    Some("ForceEndTurn") => {
+                        // Ends the turn in progress now, as if detected; ignored without one.
+                        rec(&mut |c| c.force_end_turns += 1);
+                        if turn.open {
+                            if !turn_info!("EndOfTurn", 1.0) {
+                                break (1006, String::new(), true);
+                            }
+                            turn = Turn {
+                                index: turn.index + 1,
+                                ..Default::default()
+                            };
+                        }
                     }
                     _ => {
                         send!(

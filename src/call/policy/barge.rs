@@ -27,7 +27,8 @@ impl Policy {
                 self.release_hold("agent_done", now, mouth);
             }
             if run_ms == 0 {
-                self.burst.judge(hold::Run::default(), now, 0, 0);
+                self.burst
+                    .judge(hold::Run::default(), now, (0, 0), hold::HOLD_MAX);
             }
             return;
         }
@@ -35,7 +36,10 @@ impl Policy {
             self.agent.barge_in_hold_ms,
             self.agent.barge_in_min_speech_ms,
         );
-        match self.burst.judge(run, now, hold_ms, stop_ms) {
+        match self
+            .burst
+            .judge(run, now, (hold_ms, stop_ms), self.hold_limit())
+        {
             hold::Verdict::Nothing | hold::Verdict::Keep => {}
             hold::Verdict::Hold => {
                 mouth.hold();
@@ -110,6 +114,12 @@ impl Policy {
             && mouth.current_kind() != Some(UttKind::Dtmf)
     }
 
+    /// The longest the barge-in hold lasts without a stop: 600 ms, or less under a shorter
+    /// `hold_max_ms`.
+    pub(super) fn hold_limit(&self) -> Duration {
+        hold::HOLD_MAX.min(Duration::from_millis(self.agent.hold_max_ms))
+    }
+
     /// Ends a barge-in hold without a stop: the mouth sends on (pump).
     pub(super) fn release_hold(&mut self, why: &str, now: Instant, mouth: &mut Mouth) {
         let at = self.burst.held_at().unwrap_or(now);
@@ -127,9 +137,16 @@ impl Policy {
     /// decide (stage two).
     /// `why` is the event's detail (`speech_ms=…`, or the words that stopped it).
     pub(super) fn stop_agent(&mut self, why: String, now: Instant, mouth: &mut Mouth) {
+        // The agent's audio has been held back since the hold began (or from now).
+        let held_from = self
+            .burst
+            .held_at()
+            .filter(|_| mouth.is_held())
+            .unwrap_or(now);
         self.burst.end_hold(false);
         let agent = &self.agent;
         let confirm = Duration::from_millis(agent.barge_in_confirm_ms);
+        let bound = held_from + Duration::from_millis(agent.hold_max_ms);
         // What was heard is what had played when the `clear` goes out (the carrier drops the
         // rest then): the caller hears the agent until playback stops, not until they start.
         self.heard_cut = Some(heard::cut(&mouth.played_at(now)));
@@ -142,7 +159,8 @@ impl Policy {
         }
         self.phase = Phase::BargeIn {
             at: now,
-            deadline: now + confirm,
+            deadline: (now + confirm).min(bound),
+            bound,
         };
         self.event(EventKind::BargeInStop, why);
         // Words may already be in (the STT can be faster than our detector).
@@ -213,10 +231,37 @@ impl Policy {
             mouth.resume();
             self.phase = Phase::Idle;
             self.refresh(mouth);
+            // The run that stopped the agent has been judged: its duration does not stop it
+            // again (only a real word in it would).
+            self.burst.spend_run();
             let ms = now.saturating_duration_since(at).as_millis();
             self.event(EventKind::BargeInResume, format!("{why} after_ms={ms}"));
             self.out.push(Action::Resume);
         }
+    }
+
+    /// `hold_max_ms` ran out while the caller's real words ("wait,") had the agent stopped
+    /// and more were coming: the agent's turn ends and the caller's is taken with the words
+    /// there are (the rest, if any, makes the next turn).
+    pub(super) fn take_barge_turn(&mut self, now: Instant, mouth: &mut Mouth) {
+        let Decision::Commit {
+            text, silence_ms, ..
+        } = self.endpointer.commit_forced(TurnEnd::HoldMax, now)
+        else {
+            return;
+        };
+        self.eot_at = None;
+        let ms = match self.phase {
+            Phase::BargeIn { at, .. } => now.saturating_duration_since(at).as_millis(),
+            _ => 0,
+        };
+        self.event(EventKind::BargeInCommit, format!("hold_max after_ms={ms}"));
+        self.interrupt(now, mouth);
+        self.event(
+            EventKind::TurnEnd,
+            format!("{} silence_ms={silence_ms}", TurnEnd::HoldMax),
+        );
+        self.caller_turn(text, TurnEnd::HoldMax, now, mouth);
     }
 
     /// Stops the agent for good: clear the carrier's queue, cancel the brain and the

@@ -22,7 +22,6 @@ use super::{Action, Decision, Policy};
 use crate::call::eot::{TurnModelAnswer, Verdict};
 use crate::call::event::EventKind;
 use crate::call::mouth::Mouth;
-use crate::call::turn::looks_unfinished;
 
 /// How long the policy waits on the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +131,7 @@ impl Policy {
             }
             // Words that usually continue outrank the audio: the silence rules (with their
             // unfinished-word hold) decide.
-            State::Complete if looks_unfinished(&e.text()) => e.decide(now),
+            State::Complete if e.ending().holds() => e.decide(now),
             State::Complete => {
                 if now < min_at {
                     return Decision::Wait(Some(min_at));

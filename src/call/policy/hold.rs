@@ -21,7 +21,8 @@ use tokio::time::Instant;
 
 use crate::call::turn::{Words, words};
 
-/// Longest hold without a stop before sending goes on (the carrier's buffer is about a second).
+/// Longest hold without a stop before sending goes on (the carrier's buffer is about a second;
+/// `hold_max_ms` may make it shorter).
 pub(crate) const HOLD_MAX: Duration = Duration::from_millis(600);
 
 /// Share of the run's audio time (percent) that must be voiced for the stop: a laugh or a
@@ -162,9 +163,30 @@ impl Burst {
         self.spent |= spent;
     }
 
+    /// The agent resumed after a stop this run caused: its duration has been judged, so it
+    /// does not hold or stop the agent again (a detector that never turns off would stop it
+    /// every `barge_in_confirm_ms`); a real word in it still does. Nothing when no run is
+    /// going on.
+    pub(crate) fn spend_run(&mut self) {
+        if self.run_start.is_some() {
+            self.spent = true;
+        }
+    }
+
+    /// When the hold in progress must be released at the latest.
+    pub(crate) fn release_at(&self, limit: Duration) -> Option<Instant> {
+        self.held_at.map(|at| at + limit)
+    }
+
     /// Judges the speech run `run` at `now`; `hold_ms` starts the hold (0: no hold, the
-    /// duration alone stops), `stop_ms` stops the agent.
-    pub(super) fn judge(&mut self, run: Run, now: Instant, hold_ms: u64, stop_ms: u64) -> Verdict {
+    /// duration alone stops), `stop_ms` stops the agent, `limit` is the longest hold.
+    pub(super) fn judge(
+        &mut self,
+        run: Run,
+        now: Instant,
+        (hold_ms, stop_ms): (u64, u64),
+        limit: Duration,
+    ) -> Verdict {
         let run_ms = run.voiced_ms;
         if run_ms == 0 {
             if self.run_start.take().is_some() {
@@ -207,13 +229,11 @@ impl Burst {
             Heard::Backchannel | Heard::Echo => false,
         };
         if stop {
-            self.held_at = None;
+            // The stop ends the hold (`end_hold`), knowing when it began.
             return Verdict::Stop;
         }
         match self.held_at {
-            Some(at) if now.saturating_duration_since(at) >= HOLD_MAX => {
-                Verdict::Release("too_long")
-            }
+            Some(at) if now.saturating_duration_since(at) >= limit => Verdict::Release("too_long"),
             Some(_) => Verdict::Keep,
             None if own_ms >= hold_ms => {
                 self.held_at = Some(now);

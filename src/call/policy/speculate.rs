@@ -9,7 +9,8 @@ impl Policy {
     /// the agent is free and the brain does not keep its own history (a cancelled request
     /// would leave a turn the caller never finished in a Hermes session).
     pub(super) fn speculate(&mut self, text: String, mouth: &Mouth) {
-        let text = text.trim().to_string();
+        // The rest of a turn whose head our rules held: the reply is to the whole of it.
+        let text = self.with_held_words(text.trim());
         if text.is_empty()
             || self.brain_keeps_history
             || self.voicemail.is_some()

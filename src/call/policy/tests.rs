@@ -788,3 +788,5 @@ mod hold_words;
 mod keypad;
 /// The brain's outages: retries, the budget, the polite hang-up.
 mod retry;
+/// No silent stop: whatever holds the agent's audio ends in a resume or a turn.
+mod silence;

@@ -337,3 +337,68 @@ fn the_stts_end_wins_after_the_override_bound() {
     e.on_final("what time do you open", true, false, ms(1000));
     assert_eq!(e.decide(ms(9000)), Decision::Wait(None));
 }
+
+#[test]
+fn a_number_read_in_groups_is_one_turn_and_a_whole_one_ends_at_the_minimum() {
+    let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
+    let mut e = Endpointer::new(300, 3000).with_unfinished_hold(2000);
+    spoke(&mut e, t0, 1000, "my number is four one five", true, 1100);
+    // Three digits of a ten-digit number: the pause may last up to the maximum.
+    assert_eq!(e.decide(ms(1100)), Decision::Wait(Some(ms(4000))));
+    assert_eq!(e.decide(ms(2400)), Decision::Wait(Some(ms(4000))));
+    // The next group after a 1.4 s pause, then the last one after 1.2 s.
+    spoke(&mut e, ms(2400), 600, "five five five", true, 700);
+    assert_eq!(e.decide(ms(3100)), Decision::Wait(Some(ms(6000))));
+    spoke(&mut e, ms(4200), 900, "zero one zero zero", true, 1000);
+    // Whole: the normal silence ends it (300 ms after the speech ended at 5100).
+    match e.decide(ms(5400)) {
+        Decision::Commit { text, reason, .. } => {
+            assert_eq!(
+                text,
+                "my number is four one five five five five zero one zero zero"
+            );
+            assert_eq!(reason, TurnEnd::SpeechFinal);
+        }
+        d => panic!("{d:?}"),
+    }
+    // A group nobody finishes is committed at the maximum, with what there is.
+    let mut e = Endpointer::new(300, 3000);
+    spoke(&mut e, t0, 1000, "my card number is 4111 1111", true, 1100);
+    assert!(matches!(
+        e.decide(ms(4000)),
+        Decision::Commit {
+            reason: TurnEnd::MaxEndpointing,
+            ..
+        }
+    ));
+    // A complete sentence still ends at the minimum.
+    let mut e = Endpointer::new(300, 3000);
+    spoke(
+        &mut e,
+        t0,
+        1000,
+        "I would like a table for two at seven.",
+        true,
+        1100,
+    );
+    assert!(matches!(e.decide(ms(1300)), Decision::Commit { .. }));
+}
+
+#[test]
+fn a_spelled_address_waits_for_its_domain() {
+    let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
+    let mut e = Endpointer::new(300, 3000);
+    spoke(
+        &mut e,
+        t0,
+        1500,
+        "my email is j o h n at example",
+        true,
+        1600,
+    );
+    assert_eq!(e.decide(ms(1800)), Decision::Wait(Some(ms(4500))));
+    spoke(&mut e, ms(2500), 500, "dot com", true, 600);
+    assert!(matches!(e.decide(ms(3300)), Decision::Commit { .. }));
+}

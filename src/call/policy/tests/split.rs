@@ -91,19 +91,25 @@ fn the_rest_still_being_said_at_the_deadline_is_waited_for_once() {
     assert_eq!(c.asked().last().map(String::as_str), Some("wait, stop"));
 }
 
+/// Before issue 34 the agent waited up to twice the window (2 s) in silence; now
+/// `hold_max_ms` (1.2 s from the stop) bounds it, and the caller's real word is their turn.
 #[test]
-fn held_words_with_a_caller_who_never_stops_resume_after_twice_the_window() {
+fn held_words_with_a_caller_who_never_stops_take_the_turn_at_hold_max() {
     let mut c = Call::replying("");
     stop_then_turn(&mut c, "wait,");
     c.speech_start();
     c.voiced(100);
-    c.run(1639);
-    assert_eq!(c.count(EventKind::BargeInResume), 0, "{:?}", c.events());
+    c.run(839);
+    assert_eq!(c.count(EventKind::BargeInCommit), 0, "{:?}", c.events());
+    assert!(matches!(c.policy.phase(), Phase::BargeIn { .. }));
     c.run(1);
     assert_eq!(
-        c.details(EventKind::BargeInResume),
-        vec!["no_words after_ms=2000"]
+        c.details(EventKind::BargeInCommit),
+        vec!["hold_max after_ms=1200"]
     );
+    assert_eq!(c.count(EventKind::BargeInResume), 0);
+    assert_eq!(c.asked().last().map(String::as_str), Some("wait,"));
+    assert_eq!(c.policy.phase(), Phase::Thinking);
 }
 
 #[test]

@@ -163,3 +163,95 @@ fn the_stts_end_commits_when_our_detector_says_speech_for_too_long() {
     c.run(5000);
     assert!(c.asked().is_empty());
 }
+
+/// A speech-to-text that ends turns itself (Deepgram Flux, AssemblyAI): its end on a head
+/// that cannot end there is vetoed; the rest, in its next turn, makes one turn with it.
+fn stt_ends_turns(extra: &str) -> Call {
+    let mut c = Call::answered(extra);
+    c.step(Input::SttChanged { ends_turns: true });
+    c
+}
+
+#[test]
+fn the_stts_end_of_turn_on_an_unfinished_head_waits_for_the_rest() {
+    let mut c = stt_ends_turns("");
+    c.step(Input::Interim("I want to".into()));
+    c.step(Input::EndOfTurn("I want to".into()));
+    assert_eq!(
+        c.details(EventKind::TurnHeld),
+        vec!["end_of_turn unfinished"]
+    );
+    assert!(c.asked().is_empty(), "not sent to the brain");
+    c.run(900);
+    c.step(Input::Interim("cancel the premium plan".into()));
+    c.step(Input::EndOfTurn("cancel the premium plan".into()));
+    assert_eq!(c.asked(), vec!["I want to cancel the premium plan"]);
+    assert_eq!(c.details(EventKind::TurnEnd), vec!["end_of_turn"]);
+}
+
+#[test]
+fn a_vetoed_head_with_nothing_after_it_is_the_turn_when_the_hold_ends() {
+    let mut c = stt_ends_turns("unfinished_hold_ms = 1500");
+    c.step(Input::EndOfTurn("I was wondering if you could".into()));
+    c.run(1499);
+    assert!(c.asked().is_empty());
+    c.run(1);
+    assert_eq!(c.asked(), vec!["I was wondering if you could"]);
+    assert_eq!(c.details(EventKind::TurnEnd), vec!["end_of_turn held"]);
+    assert!(!c.did(&Action::Finalize), "the caller was silent");
+}
+
+#[test]
+fn a_number_in_groups_holds_the_stts_end_up_to_the_maximum() {
+    let mut c = stt_ends_turns("");
+    c.step(Input::EndOfTurn("my number is four one five".into()));
+    assert_eq!(c.details(EventKind::TurnHeld), vec!["end_of_turn digits"]);
+    c.run(2000);
+    c.step(Input::EndOfTurn("five five five".into()));
+    c.run(2000);
+    assert!(c.asked().is_empty(), "{:?}", c.events());
+    c.step(Input::EndOfTurn("zero one zero zero".into()));
+    assert_eq!(
+        c.asked(),
+        vec!["my number is four one five five five five zero one zero zero"]
+    );
+}
+
+#[test]
+fn a_hold_that_ends_while_the_caller_talks_asks_the_stt_to_end_its_turn() {
+    let mut c = stt_ends_turns("unfinished_hold_ms = 800");
+    c.step(Input::EndOfTurn("I need to".into()));
+    c.run(300);
+    // The caller goes on, and is still talking when the hold ends.
+    c.speech_start();
+    c.step(Input::Interim("change the booking for".into()));
+    c.run(500);
+    assert!(c.did(&Action::Finalize), "ForceEndTurn / ForceEndpoint");
+    assert_eq!(c.details(EventKind::FinalizeSent), vec!["end_of_turn"]);
+    assert!(c.asked().is_empty());
+    // What the speech-to-text ends on is taken whole, even though it ends on "for".
+    c.step(Input::EndOfTurn("change the booking for".into()));
+    assert_eq!(c.asked(), vec!["I need to change the booking for"]);
+}
+
+#[test]
+fn a_speculation_on_the_rest_of_a_held_head_answers_the_whole_turn() {
+    let mut c = Call::answered("");
+    c.policy = std::mem::replace(&mut c.policy, Policy::new(agent(""), 0, false, c.now))
+        .with_stt_turns(true);
+    c.step(Input::EagerEndOfTurn("I want to".into()));
+    c.step(Input::EndOfTurn("I want to".into()));
+    assert_eq!(
+        c.details(EventKind::SpeculationCancelled),
+        vec!["turn_held"]
+    );
+    c.step(Input::EagerEndOfTurn("cancel my plan".into()));
+    assert_eq!(
+        c.brain_starts()
+            .last()
+            .and_then(|h| h.last().map(|m| m.content.clone())),
+        Some("I want to cancel my plan".into())
+    );
+    c.step(Input::EndOfTurn("cancel my plan".into()));
+    assert_eq!(c.count(EventKind::SpeculationUsed), 1);
+}
