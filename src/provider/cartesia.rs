@@ -274,12 +274,12 @@ impl super::kinds::TtsKindImpl for CartesiaTts {
         cfg: &TtsConfig,
         client: &reqwest::Client,
     ) -> Option<reqwest::RequestBuilder> {
-        Some({
-            let base = super::kinds::http_base(&cfg.base_url);
+        let base = super::kinds::http_base(&cfg.base_url);
+        Some(
             client
                 .get(format!("{base}/voices"))
                 .header("X-API-Key", cfg.api_key.expose())
-                .header("Cartesia-Version", CARTESIA_VERSION)
-        })
+                .header("Cartesia-Version", CARTESIA_VERSION),
+        )
     }
 }

@@ -323,12 +323,12 @@ impl super::kinds::TtsKindImpl for ElevenLabsTts {
         cfg: &TtsConfig,
         client: &reqwest::Client,
     ) -> Option<reqwest::RequestBuilder> {
-        Some({
-            let base = super::kinds::http_base(&cfg.base_url);
+        let base = super::kinds::http_base(&cfg.base_url);
+        Some(
             client
                 .get(format!("{base}/v1/user"))
-                .header("xi-api-key", cfg.api_key.expose())
-        })
+                .header("xi-api-key", cfg.api_key.expose()),
+        )
     }
 }
 

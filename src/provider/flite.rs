@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use super::error::{SetupError, TtsError};
 use super::local_tts::{UlawOut, letter_weight, pieces, spread, voiced_span};
-use super::{TtsEvent, TtsProvider, TtsStream};
+use super::{TtsEvent, TtsProvider, TtsStream, WordTiming};
 use crate::audio::wav::read_pcm16;
 use crate::config::schema::TtsConfig;
 
@@ -104,11 +104,8 @@ fn failed(message: impl std::fmt::Display) -> TtsError {
     }
 }
 
-/// One flite run: its WAV's rate and samples.
-async fn run_one(
-    mut cmd: tokio::process::Command,
-    timeout: Duration,
-) -> Result<(u32, Vec<i16>), TtsError> {
+/// One flite run: the WAV it wrote.
+async fn run_one(mut cmd: tokio::process::Command, timeout: Duration) -> Result<Vec<u8>, TtsError> {
     let mut child = cmd
         .spawn()
         .map_err(|e| failed(format!("cannot start: {e}")))?;
@@ -133,12 +130,51 @@ async fn run_one(
         if !status.success() {
             return Err(failed(format!("it exited with {status}")));
         }
-        read_pcm16(&wav).map_err(|e| failed(format!("its output: {e}")))
+        Ok(wav)
     };
-    // On a timeout the child is dropped with the future's borrow: `kill_on_drop` ends it.
+    // On a timeout the child is dropped with the future: `kill_on_drop` ends it.
     tokio::time::timeout(timeout, work)
         .await
         .map_err(|_| failed(format!("no audio within {timeout:?}")))?
+}
+
+/// A piece's WAV made ready for the carrier (on the blocking pool): its μ-law (the resampler's
+/// tail too when it is the last), its word timings and its length. The resampler is made for
+/// the first piece's rate (one per flite voice).
+fn make(
+    wav: &[u8],
+    words: &[(String, f32)],
+    out: &mut Option<(u32, UlawOut)>,
+    offset_ms: f64,
+    last: bool,
+) -> Result<(Vec<u8>, Vec<WordTiming>, f64), TtsError> {
+    let (rate, samples) = read_pcm16(wav).map_err(|e| failed(format!("its output: {e}")))?;
+    if out.is_none() {
+        *out = Some((rate, UlawOut::new(rate).map_err(failed)?));
+    }
+    let Some((first_rate, resampler)) = out.as_mut() else {
+        return Err(failed("no resampler"));
+    };
+    if *first_rate != rate {
+        return Err(failed(format!(
+            "its audio changed from {first_rate} Hz to {rate} Hz within a sentence"
+        )));
+    }
+    let mut ulaw = resampler.push_i16(&samples);
+    if last {
+        ulaw.extend(resampler.finish());
+    }
+    let timings = if samples.is_empty() {
+        Vec::new()
+    } else {
+        let floats: Vec<f32> = samples.iter().map(|&s| f32::from(s) / 32768.0).collect();
+        spread(words, voiced_span(&floats, rate), offset_ms)
+    };
+    Ok((
+        ulaw,
+        timings,
+        samples.len() as f64 * 1000.0 / f64::from(rate),
+    ))
 }
 
 async fn run(
@@ -150,47 +186,32 @@ async fn run(
 ) -> Result<(), TtsError> {
     let mut out: Option<(u32, UlawOut)> = None;
     let mut offset_ms = 0.0f64;
-    for (cmd, words) in jobs {
+    let count = jobs.len();
+    for (i, (cmd, words)) in jobs.into_iter().enumerate() {
         let permit = permits
             .clone()
             .acquire_owned()
             .await
             .map_err(|_| TtsError::Abandoned)?;
-        let (rate, samples) = run_one(cmd, timeout).await?;
+        let wav = run_one(cmd, timeout).await?;
         drop(permit);
-        if samples.is_empty() {
-            continue;
-        }
-        if out.is_none() {
-            out = Some((rate, UlawOut::new(rate).map_err(failed)?));
-        }
-        let Some((first_rate, resampler)) = out.as_mut() else {
-            continue;
-        };
-        if *first_rate != rate {
-            return Err(failed(format!(
-                "its audio changed from {first_rate} Hz to {rate} Hz within a sentence"
-            )));
-        }
-        let ulaw = resampler.push_i16(&samples);
+        let last = i + 1 == count;
+        let (ready, back) = tokio::task::spawn_blocking(move || {
+            let r = make(&wav, &words, &mut out, offset_ms, last);
+            (r, out)
+        })
+        .await
+        .map_err(|e| failed(format!("the worker failed: {e}")))?;
+        out = back;
+        let (ulaw, timings, ms) = ready?;
+        offset_ms += ms;
         if !ulaw.is_empty() {
             tx.send(TtsEvent::Audio(ulaw.into()))
                 .await
                 .map_err(|_| TtsError::Abandoned)?;
         }
-        if timestamps {
-            let floats: Vec<f32> = samples.iter().map(|&s| f32::from(s) / 32768.0).collect();
-            let span = voiced_span(&floats, rate);
-            tx.send(TtsEvent::Words(spread(&words, span, offset_ms)))
-                .await
-                .map_err(|_| TtsError::Abandoned)?;
-        }
-        offset_ms += samples.len() as f64 * 1000.0 / f64::from(rate);
-    }
-    if let Some((_, mut o)) = out {
-        let tail = o.finish();
-        if !tail.is_empty() {
-            tx.send(TtsEvent::Audio(tail.into()))
+        if timestamps && !timings.is_empty() {
+            tx.send(TtsEvent::Words(timings))
                 .await
                 .map_err(|_| TtsError::Abandoned)?;
         }

@@ -207,6 +207,10 @@ impl super::kinds::TtsKindImpl for OpenAiSpeech {
         cfg: &TtsConfig,
         client: &reqwest::Client,
     ) -> Option<reqwest::RequestBuilder> {
-        Some({ super::kinds::models_check(&cfg.base_url, &cfg.api_key, client) })
+        Some(super::kinds::models_check(
+            &cfg.base_url,
+            &cfg.api_key,
+            client,
+        ))
     }
 }

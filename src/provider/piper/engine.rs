@@ -15,7 +15,7 @@ use ort::value::TensorRef;
 
 use super::espeak::{Espeak, EspeakError};
 use super::voice::{Voice, clause_phonemes, word_weights};
-use crate::provider::local_tts::Piece;
+use crate::provider::local_tts::{Piece, pieces};
 
 /// Longest wait for espeak-ng's answer about one clause.
 const ESPEAK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -66,11 +66,26 @@ impl Engine {
             .map_err(err)?;
         let espeak = Espeak::start(program, &voice.espeak_voice, ESPEAK_TIMEOUT)
             .map_err(|e| e.to_string())?;
-        Ok(Self {
+        let mut engine = Self {
             session,
             espeak,
             voice,
-        })
+        };
+        // The first run of a session is several times slower (allocations, kernel choice):
+        // spend it here, where it also proves the model, rather than on a caller's greeting.
+        let length_scale = engine.voice.length_scale;
+        for piece in pieces("Hello there.") {
+            let audio = engine
+                .synthesize(&piece, length_scale)
+                .map_err(|e| format!("the voice {} failed its first run: {e}", model.display()))?;
+            if audio.samples.is_empty() {
+                return Err(format!(
+                    "the voice {} said nothing on its first run",
+                    model.display()
+                ));
+            }
+        }
+        Ok(engine)
     }
 
     /// The audio of `piece` (empty when it holds nothing to say), at `length_scale`.

@@ -92,9 +92,9 @@ mod on {
     use super::engine::{Engine, PieceAudio};
     use super::voice::Voice;
     use crate::config::schema::{TtsConfig, piper_voice_json};
-    use crate::provider::TtsEvent;
     use crate::provider::error::{SetupError, TtsError};
     use crate::provider::local_tts::{Piece, UlawOut, pieces, spread, voiced_span};
+    use crate::provider::{TtsEvent, WordTiming};
 
     const VENDOR: &str = "Piper";
 
@@ -255,17 +255,58 @@ mod on {
         }
     }
 
-    /// One text's synthesis: its pieces in order, each on the blocking pool, audio and word
-    /// timings sent as each piece is done.
+    /// One piece made ready for the carrier: its μ-law (the resampler's tail too when it is
+    /// the last), its word timings and its length at the voice's rate.
+    struct Ready {
+        ulaw: Vec<u8>,
+        words: Vec<WordTiming>,
+        ms: f64,
+    }
+
+    /// Everything a piece costs, on the blocking pool: phonemes, inference, loudness,
+    /// resampling and μ-law (none of it on the runtime's threads).
+    fn make(
+        pool: &Pool,
+        piece: &Piece,
+        length_scale: f32,
+        out: &mut UlawOut,
+        offset_ms: f64,
+        last: bool,
+    ) -> Result<Ready, TtsError> {
+        let rate = pool.voice.sample_rate;
+        let audio = pool.run_piece(piece, length_scale)?;
+        let mut ulaw = if audio.samples.is_empty() {
+            Vec::new()
+        } else {
+            out.push_f32(&audio.samples, gain(&audio.samples))
+        };
+        if last {
+            ulaw.extend(out.finish());
+        }
+        let words = if audio.samples.is_empty() {
+            Vec::new()
+        } else {
+            spread(&audio.words, voiced_span(&audio.samples, rate), offset_ms)
+        };
+        Ok(Ready {
+            ulaw,
+            words,
+            ms: audio.samples.len() as f64 * 1000.0 / f64::from(rate),
+        })
+    }
+
+    /// One text's synthesis: its pieces in order, each made on the blocking pool, its audio
+    /// and word timings sent as soon as it is ready.
     pub(super) async fn run(
         shared: Arc<Shared>,
         text: String,
         tx: &mpsc::Sender<TtsEvent>,
     ) -> Result<(), TtsError> {
-        let rate = shared.pool.voice.sample_rate;
-        let mut out = UlawOut::new(rate).map_err(failed)?;
+        let mut out = UlawOut::new(shared.pool.voice.sample_rate).map_err(failed)?;
         let mut offset_ms = 0.0f64;
-        for piece in pieces(&text) {
+        let pieces = pieces(&text);
+        let count = pieces.len();
+        for (i, piece) in pieces.into_iter().enumerate() {
             // Waiting for a permit ends with the stream; a piece started runs to its end on
             // the blocking pool (well under a second) even if the caller barged in.
             let permit = shared
@@ -277,34 +318,33 @@ mod on {
                 .map_err(|_| TtsError::Abandoned)?;
             let pool = shared.pool.clone();
             let length_scale = shared.length_scale;
-            let audio = tokio::task::spawn_blocking(move || {
+            let (ready, back) = tokio::task::spawn_blocking(move || {
                 let _permit = permit;
-                pool.run_piece(&piece, length_scale)
+                let r = make(
+                    &pool,
+                    &piece,
+                    length_scale,
+                    &mut out,
+                    offset_ms,
+                    i + 1 == count,
+                );
+                (r, out)
             })
             .await
-            .map_err(|e| failed(format!("the worker failed: {e}")))??;
-            if audio.samples.is_empty() {
-                continue;
-            }
-            let ulaw = out.push_f32(&audio.samples, gain(&audio.samples));
-            if !ulaw.is_empty() {
-                tx.send(TtsEvent::Audio(ulaw.into()))
+            .map_err(|e| failed(format!("the worker failed: {e}")))?;
+            out = back;
+            let ready = ready?;
+            offset_ms += ready.ms;
+            if !ready.ulaw.is_empty() {
+                tx.send(TtsEvent::Audio(ready.ulaw.into()))
                     .await
                     .map_err(|_| TtsError::Abandoned)?;
             }
-            if shared.word_timestamps {
-                let span = voiced_span(&audio.samples, rate);
-                tx.send(TtsEvent::Words(spread(&audio.words, span, offset_ms)))
+            if shared.word_timestamps && !ready.words.is_empty() {
+                tx.send(TtsEvent::Words(ready.words))
                     .await
                     .map_err(|_| TtsError::Abandoned)?;
             }
-            offset_ms += audio.samples.len() as f64 * 1000.0 / f64::from(rate);
-        }
-        let tail = out.finish();
-        if !tail.is_empty() {
-            tx.send(TtsEvent::Audio(tail.into()))
-                .await
-                .map_err(|_| TtsError::Abandoned)?;
         }
         Ok(())
     }
