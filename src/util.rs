@@ -2,8 +2,11 @@
 //! task when dropped (how provider streams are cancelled), and the process-wide TLS setup;
 //! phone-number helpers in [`phone`], the never-printed [`secret::Secret`] and systemd's
 //! notifications ([`sd_notify`]); [`create_private_dir`] for the directories that hold call
-//! data; RFC 3339 timestamps in [`time`]; the W3C `traceparent` header in [`traceparent`].
+//! data; RFC 3339 timestamps in [`time`]; the W3C `traceparent` header in [`traceparent`]; the
+//! one onnxruntime library of the process (`onnxruntime`, features `smart_turn` and `piper`).
 
+#[cfg(any(feature = "smart_turn", feature = "piper"))]
+pub mod onnxruntime;
 pub mod phone;
 pub(crate) mod sd_notify;
 pub mod secret;
@@ -77,4 +80,16 @@ pub(crate) fn instance_id() -> &'static str {
         }
         hex::encode(b)
     })
+}
+
+/// The program `name` names: a path with a `/` as it is (when it is a file), a bare name
+/// through `PATH`; `None` when there is no such file.
+pub fn find_program(name: &str) -> Option<std::path::PathBuf> {
+    if name.contains('/') {
+        let p = std::path::PathBuf::from(name);
+        return p.is_file().then_some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
 }

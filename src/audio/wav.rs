@@ -1,5 +1,6 @@
 //! WAV files for `patterd try`: the agent's μ-law audio written as 16-bit PCM at 8 kHz, and a
-//! caller's recording read as μ-law 8 kHz. Only 8 kHz mono input (16-bit PCM or μ-law) is
+//! caller's recording read as μ-law 8 kHz; and mono 16-bit PCM at any rate read for the
+//! `flite` TTS ([`read_pcm16`]). Only 8 kHz mono input (16-bit PCM or μ-law) is
 //! accepted: the call runs at 8 kHz and this module does not resample (the error says how to
 //! convert a file).
 
@@ -54,8 +55,8 @@ fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
 
-/// The audio of an 8 kHz mono WAV (16-bit PCM or μ-law) as μ-law.
-pub fn read_ulaw_8k(bytes: &[u8]) -> Result<Vec<u8>, WavError> {
+/// The format (`format`, `channels`, `rate`, `bits`) and the data of a WAV file.
+fn data_chunk(bytes: &[u8]) -> Result<((u16, u16, u32, u16), &[u8]), WavError> {
     if bytes.len() < 12 || &bytes[..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
         return Err(WavError::NotWav);
     }
@@ -74,18 +75,8 @@ pub fn read_ulaw_8k(bytes: &[u8]) -> Result<Vec<u8>, WavError> {
                 u16_at(bytes, body + 14),
             ));
         } else if id == b"data" {
-            let (format, channels, rate, bits) = fmt.ok_or(WavError::MissingChunk("fmt "))?;
-            let data = &bytes[body..end];
-            return match (format, channels, rate, bits) {
-                (1, 1, 8000, 16) => Ok(data
-                    .chunks_exact(2)
-                    .map(|c| g711::linear_to_ulaw(i16::from_le_bytes([c[0], c[1]])))
-                    .collect()),
-                (7, 1, 8000, 8) => Ok(data.to_vec()),
-                _ => Err(WavError::Unsupported(format!(
-                    "format {format}, {channels} channel(s), {rate} Hz, {bits} bits"
-                ))),
-            };
+            let fmt = fmt.ok_or(WavError::MissingChunk("fmt "))?;
+            return Ok((fmt, &bytes[body..end]));
         }
         i = body.saturating_add(len + (len & 1));
     }
@@ -94,6 +85,37 @@ pub fn read_ulaw_8k(bytes: &[u8]) -> Result<Vec<u8>, WavError> {
     } else {
         "fmt "
     }))
+}
+
+/// The audio of an 8 kHz mono WAV (16-bit PCM or μ-law) as μ-law.
+pub fn read_ulaw_8k(bytes: &[u8]) -> Result<Vec<u8>, WavError> {
+    let ((format, channels, rate, bits), data) = data_chunk(bytes)?;
+    match (format, channels, rate, bits) {
+        (1, 1, 8000, 16) => Ok(data
+            .chunks_exact(2)
+            .map(|c| g711::linear_to_ulaw(i16::from_le_bytes([c[0], c[1]])))
+            .collect()),
+        (7, 1, 8000, 8) => Ok(data.to_vec()),
+        _ => Err(WavError::Unsupported(format!(
+            "format {format}, {channels} channel(s), {rate} Hz, {bits} bits"
+        ))),
+    }
+}
+
+/// The rate and samples of a mono 16-bit PCM WAV at any rate (what `flite` writes).
+pub(crate) fn read_pcm16(bytes: &[u8]) -> Result<(u32, Vec<i16>), WavError> {
+    let ((format, channels, rate, bits), data) = data_chunk(bytes)?;
+    if (format, channels, bits) != (1, 1, 16) || rate == 0 {
+        return Err(WavError::Unsupported(format!(
+            "format {format}, {channels} channel(s), {rate} Hz, {bits} bits; expected mono 16-bit PCM"
+        )));
+    }
+    Ok((
+        rate,
+        data.chunks_exact(2)
+            .map(|c| i16::from_le_bytes([c[0], c[1]]))
+            .collect(),
+    ))
 }
 
 #[cfg(test)]
@@ -113,5 +135,13 @@ mod tests {
             read_ulaw_8k(&wav[..40]),
             Err(WavError::MissingChunk("data"))
         );
+        assert_eq!(read_pcm16(&wide), Ok((16_000, vec![0; 160])));
+        assert!(matches!(
+            read_pcm16(&wav[..20]),
+            Err(WavError::MissingChunk(_))
+        ));
+        let mut stereo = write_pcm16(&[0; 160], 16_000);
+        stereo[22] = 2;
+        assert!(matches!(read_pcm16(&stereo), Err(WavError::Unsupported(_))));
     }
 }

@@ -12,6 +12,7 @@ use super::source::Locator;
 use crate::util::phone::{is_e164, is_e164_prefix};
 
 mod cluster;
+mod local_tts;
 mod providers;
 mod turn_model;
 mod webhooks;

@@ -270,11 +270,16 @@ impl super::kinds::TtsKindImpl for CartesiaTts {
         Ok(Self::new(cfg))
     }
     /// `GET /voices` with `X-API-Key` and the API version.
-    fn credential_check(cfg: &TtsConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+    fn credential_check(
+        cfg: &TtsConfig,
+        client: &reqwest::Client,
+    ) -> Option<reqwest::RequestBuilder> {
         let base = super::kinds::http_base(&cfg.base_url);
-        client
-            .get(format!("{base}/voices"))
-            .header("X-API-Key", cfg.api_key.expose())
-            .header("Cartesia-Version", CARTESIA_VERSION)
+        Some(
+            client
+                .get(format!("{base}/voices"))
+                .header("X-API-Key", cfg.api_key.expose())
+                .header("Cartesia-Version", CARTESIA_VERSION),
+        )
     }
 }

@@ -319,11 +319,16 @@ impl super::kinds::TtsKindImpl for ElevenLabsTts {
         Self::new(cfg)
     }
     /// `GET /v1/user` with `xi-api-key`.
-    fn credential_check(cfg: &TtsConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
+    fn credential_check(
+        cfg: &TtsConfig,
+        client: &reqwest::Client,
+    ) -> Option<reqwest::RequestBuilder> {
         let base = super::kinds::http_base(&cfg.base_url);
-        client
-            .get(format!("{base}/v1/user"))
-            .header("xi-api-key", cfg.api_key.expose())
+        Some(
+            client
+                .get(format!("{base}/v1/user"))
+                .header("xi-api-key", cfg.api_key.expose()),
+        )
     }
 }
 
@@ -373,6 +378,11 @@ mod tests {
             sample_rate: None,
             transport: Default::default(),
             word_timestamps: true,
+            voice_path: None,
+            library: None,
+            program: None,
+            threads: None,
+            workers: None,
         };
         let tts = ElevenLabsTts::new(&cfg).expect("tts");
         let mut s = tts.synthesize("Hello.");

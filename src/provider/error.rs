@@ -18,6 +18,10 @@ pub enum SetupError {
     SttBaseUrl(String),
     #[error("{0}")]
     Resampler(#[from] crate::audio::resample::ResampleError),
+    /// An engine that runs on this machine (`piper`, `flite`) cannot start; the text says
+    /// what to install or fix.
+    #[error("{0}")]
+    Engine(String),
     /// Names the `[section.name]` table the error came from.
     #[error("[{section}.{name}]: {source}")]
     In {
@@ -168,6 +172,13 @@ pub enum TtsError {
         /// The vendor's status (HTTP-style) when it sent one.
         status: Option<u16>,
     },
+    /// An engine that runs on this machine failed on this piece of text (its program died
+    /// or hung, the model failed); another TTS in a chain may speak it.
+    #[error("{vendor} failed: {message}")]
+    Engine {
+        vendor: &'static str,
+        message: String,
+    },
     #[error("synthesis abandoned")]
     Abandoned,
 }
@@ -178,7 +189,7 @@ impl TtsError {
     /// request it will refuse wherever it is sent).
     pub fn switchable(&self) -> bool {
         match self {
-            TtsError::NoAnswer { .. } | TtsError::Connect { .. } => true,
+            TtsError::NoAnswer { .. } | TtsError::Connect { .. } | TtsError::Engine { .. } => true,
             // No response at all: refused, reset, TLS or timeout (a request we built badly
             // would fail the same way anywhere).
             TtsError::Request { source, .. } => !source.is_builder(),

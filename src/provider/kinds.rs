@@ -25,8 +25,12 @@ pub(crate) trait SttKindImpl: SttProvider + Sized + 'static {
 pub(crate) trait TtsKindImpl: TtsProvider + Sized + 'static {
     /// The provider for one `[tts.NAME]` table (its kind's defaults filled in).
     fn build(cfg: &TtsConfig) -> Result<Self, SetupError>;
-    /// `patterd doctor`'s request for the table's `api_key` (401/403: rejected).
-    fn credential_check(cfg: &TtsConfig, client: &reqwest::Client) -> reqwest::RequestBuilder;
+    /// `patterd doctor`'s request for the table's `api_key` (401/403: rejected); `None` for an
+    /// engine that runs on this machine and has no account.
+    fn credential_check(
+        cfg: &TtsConfig,
+        client: &reqwest::Client,
+    ) -> Option<reqwest::RequestBuilder>;
 }
 
 /// A brain kind's provider type. The doctor's brain checks (`/models` with the key, and
@@ -66,11 +70,12 @@ macro_rules! tts_dispatch {
             })
         }
 
-        /// `patterd doctor`'s credential request for one `[tts.NAME]` table, by its kind.
+        /// `patterd doctor`'s credential request for one `[tts.NAME]` table, by its kind (`None`:
+        /// a local engine, nothing to check).
         pub(crate) fn tts_credential_check(
             cfg: &TtsConfig,
             client: &reqwest::Client,
-        ) -> reqwest::RequestBuilder {
+        ) -> Option<reqwest::RequestBuilder> {
             match cfg.kind {
                 $(TtsKind::$variant => <super::$($imp)::+ as TtsKindImpl>::credential_check(cfg, client)),+
             }
@@ -140,8 +145,13 @@ mod tests {
             let mut c: TtsConfig =
                 toml::from_str(&format!("kind = \"{}\"", kind.as_str())).expect("config");
             c.fill_kind_defaults();
-            let u = url(tts_credential_check(&c, &client));
-            assert!(u.starts_with("http"), "{kind:?}: {u}");
+            match tts_credential_check(&c, &client) {
+                Some(r) => {
+                    let u = url(r);
+                    assert!(u.starts_with("http"), "{kind:?}: {u}");
+                }
+                None => assert!(kind.is_local() && !kind.needs_key(), "{kind:?}"),
+            }
         }
         let mut c: SttConfig = toml::from_str("kind = \"assemblyai\"").expect("config");
         assert_eq!(

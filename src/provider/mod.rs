@@ -17,14 +17,17 @@ pub mod error;
 pub mod fallback;
 pub(crate) mod fallback_llm;
 pub mod fallback_stt;
+pub mod flite;
 pub mod history;
 pub(crate) mod kinds;
+pub(crate) mod local_tts;
 #[cfg(test)]
 pub(crate) mod memory;
 pub mod openai;
 pub mod openai_realtime;
 pub mod openai_speech;
 pub mod openai_stt;
+pub mod piper;
 pub mod sse;
 pub(crate) mod stt_session;
 pub mod tools;

@@ -203,7 +203,14 @@ impl super::kinds::TtsKindImpl for OpenAiSpeech {
     fn build(cfg: &TtsConfig) -> Result<Self, SetupError> {
         Self::new(cfg)
     }
-    fn credential_check(cfg: &TtsConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
-        super::kinds::models_check(&cfg.base_url, &cfg.api_key, client)
+    fn credential_check(
+        cfg: &TtsConfig,
+        client: &reqwest::Client,
+    ) -> Option<reqwest::RequestBuilder> {
+        Some(super::kinds::models_check(
+            &cfg.base_url,
+            &cfg.api_key,
+            client,
+        ))
     }
 }

@@ -19,6 +19,7 @@ mod conversation;
 mod faults;
 mod flood;
 mod heard;
+mod local_tts;
 mod media_flood;
 mod ops;
 mod plivo_l16;

@@ -1578,6 +1578,69 @@ fn a_summary_needs_a_known_brain_and_an_object_schema() {
             err.lines()
                 .any(|l| l.contains(needle) && l.starts_with(&format!("patter.toml:{line}:"))),
             "{needle:?} on line {line}:\n{err}"
+/// The base with a `[tts.local]` table of `lines`.
+fn with_local_tts(lines: &str) -> String {
+    BASE.replace(
+        "[carriers.twilio]",
+        &format!("[tts.local]\n{lines}\n\n[carriers.twilio]"),
+    )
+}
+
+#[test]
+fn kind_piper_names_the_feature_and_the_files_it_needs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let missing = dir.path().join("none.onnx");
+    let text = with_local_tts(&format!(
+        "kind = \"piper\"\nvoice_path = \"{}\"\nlibrary = \"{}\"",
+        missing.display(),
+        dir.path().join("libonnxruntime.so").display()
+    ));
+    let e = load_err(&text);
+    if cfg!(feature = "piper") {
+        assert!(
+            e.contains("voice_path") && e.contains("scripts/setup/piper.sh"),
+            "{e}"
+        );
+        assert!(e.contains("library") && e.contains("onnxruntime"), "{e}");
+        // The voice without its settings file beside it.
+        std::fs::write(&missing, b"onnx").expect("write");
+        let e = load_err(&text);
+        assert!(e.contains("none.onnx.json"), "{e}");
+    } else {
+        assert!(
+            e.contains("kind = \"piper\"") && e.contains("--features piper"),
+            "{e}"
+        );
+    }
+    // Piper's and flite's keys on a vendor's kind are refused, as is a URL for a local one.
+    let e = load_err(&BASE.replace(
+        "kind = \"elevenlabs\"\napi_key = \"k\"",
+        "kind = \"elevenlabs\"\napi_key = \"k\"\nvoice_path = \"/v.onnx\"\nworkers = 2",
+    ));
+    assert!(e.contains("voice_path is for kind = \"piper\""), "{e}");
+    assert!(e.contains("workers is for kind"), "{e}");
+}
+
+#[test]
+fn kind_flite_takes_a_built_in_voice_and_never_a_url() {
+    let e = load_err(&with_local_tts(
+        "kind = \"flite\"\nvoice_id = \"http://example.com/evil.flitevox\"",
+    ));
+    assert!(e.contains("voice_id") && e.contains("rms"), "{e}");
+    let e = load_err(&with_local_tts(
+        "kind = \"flite\"\nprogram = \"/nonexistent/flite\"\nspeed = 9.0\nbase_url = \"http://x\"",
+    ));
+    assert!(e.contains("apt-get install flite"), "{e}");
+    assert!(e.contains("speed = 9 must be 0.5–2.0"), "{e}");
+    assert!(e.contains("has no base_url"), "{e}");
+    if patterd::util::find_program("flite").is_some() {
+        let loaded = load(&with_local_tts("kind = \"flite\"\nvoice_id = \"slt\"")).expect("loads");
+        let t = &loaded.config.tts["local"];
+        assert_eq!((t.voice_id.as_str(), t.base_url.as_str()), ("slt", ""));
+        assert!(
+            loaded.warnings.is_empty(),
+            "no key needed: {:?}",
+            loaded.warnings
         );
     }
 }

@@ -6,7 +6,6 @@
 //! the turn is complete. One session, one intra-op thread, owned by the worker thread.
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use ort::environment::Environment;
 use ort::session::Session;
@@ -34,30 +33,14 @@ pub enum SmartTurnError {
     Model { path: String, message: String },
 }
 
-/// The library loaded into this process and its environment (onnxruntime is loaded once).
-static LOADED: OnceLock<Result<(String, Environment), String>> = OnceLock::new();
-
 fn load_library(path: &Path) -> Result<&'static Environment, SmartTurnError> {
-    let shown = path.display().to_string();
-    let loaded = LOADED.get_or_init(|| {
-        let env = ort::init_from(path)
-            .map_err(|e| e.to_string())?
-            .with_name("patterd")
-            .build()
-            .map_err(|e| e.to_string())?;
-        Ok((shown.clone(), env))
-    });
-    match loaded {
-        Ok((p, env)) if *p == shown => Ok(env),
-        Ok((p, _)) => Err(SmartTurnError::OtherLibrary {
-            path: shown,
-            loaded: p.clone(),
-        }),
-        Err(message) => Err(SmartTurnError::Library {
-            path: shown,
-            message: message.clone(),
-        }),
-    }
+    use crate::util::onnxruntime::{OnnxRuntimeError, environment};
+    environment(path).map_err(|e| match e {
+        OnnxRuntimeError::Load { path, message } => SmartTurnError::Library { path, message },
+        OnnxRuntimeError::OtherLibrary { path, loaded } => {
+            SmartTurnError::OtherLibrary { path, loaded }
+        }
+    })
 }
 
 /// The model with its session and feature extractor.

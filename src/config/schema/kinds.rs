@@ -36,6 +36,7 @@ pub(crate) use stt_kinds;
 
 /// Text-to-speech kinds: `Variant = "kind" { voice, model, url: the defaults of `voice_id`,
 /// `model`, `base_url`; key: required | optional } => provider type`. The first is the default.
+/// `url: ""` marks an engine that runs on this machine (no service, no key, no URL).
 macro_rules! tts_kinds {
     ($then:ident) => {
         $then! {
@@ -46,6 +47,11 @@ macro_rules! tts_kinds {
             OpenaiCompatible = "openai_compatible" { voice: "af_heart", model: "kokoro", url: "http://127.0.0.1:8880/v1", key: optional } => openai_speech::OpenAiSpeech,
             /// Cartesia Sonic over its WebSocket, μ-law 8 kHz.
             Cartesia = "cartesia" { voice: "a0e99841-438c-4a64-b679-ae501e7d6091", model: "sonic-3", url: "wss://api.cartesia.ai", key: required } => cartesia::CartesiaTts,
+            /// A Piper voice run here (cargo feature `piper`): phonemes from the `espeak-ng`
+            /// program, the voice on onnxruntime, 22.05 kHz resampled to μ-law 8 kHz.
+            Piper = "piper" { voice: "", model: "", url: "", key: optional } => piper::PiperTts,
+            /// CMU flite run here (the `flite` program), 16 kHz resampled to μ-law 8 kHz.
+            Flite = "flite" { voice: "rms", model: "", url: "", key: optional } => flite::FliteTts,
         }
     };
 }
@@ -161,6 +167,10 @@ macro_rules! tts_kind_enum {
                 match self {
                     $(TtsKind::$variant => key_is!($key, required)),+
                 }
+            }
+            /// Whether the engine runs on this machine rather than behind a URL (`url: ""`).
+            pub fn is_local(self) -> bool {
+                self.default_base_url().is_empty()
             }
         }
     };

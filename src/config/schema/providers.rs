@@ -2,6 +2,8 @@
 //! and `[tts.NAME]` (kinds with their per-kind defaults), and an agent's TTS chain. Re-exported
 //! by [`super`] (`config::schema`), whose names the rest of the daemon uses.
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 
 pub use super::kinds::{LlmKind, SttKind, TtsKind};
@@ -242,6 +244,52 @@ pub struct TtsConfig {
     /// plain audio, and history keeps whole sentences (docs/conversation.md).
     #[serde(default = "default_true")]
     pub word_timestamps: bool,
+    /// `piper`: the voice, an `.onnx` file with its `.onnx.json` beside it. Unset: the voice
+    /// scripts/setup/piper.sh installs ([`TtsConfig::piper_voice`]).
+    #[serde(default)]
+    pub voice_path: Option<PathBuf>,
+    /// `piper`: onnxruntime's library (`libonnxruntime.so.1.32.0`, shared with Smart Turn).
+    /// Unset: [`TtsConfig::onnxruntime_library`].
+    #[serde(default)]
+    pub library: Option<PathBuf>,
+    /// The program a local kind runs: `piper` its phonemizer (default `espeak-ng`), `flite` the
+    /// synthesiser (default `flite`); a bare name is looked up on `PATH`.
+    #[serde(default)]
+    pub program: Option<String>,
+    /// `piper`: onnxruntime threads per synthesis (default 1).
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// `piper` and `flite`: sentence pieces synthesised at once over every call (default 1
+    /// for `piper`, one voice loaded per worker; 2 for `flite`); more wait their turn.
+    #[serde(default)]
+    pub workers: Option<u32>,
+}
+
+/// Where scripts/setup/piper.sh and tests/models/setup.sh put their files:
+/// `$PATTERD_MODELS_DIR`, else `~/.cache/patterd-models`.
+pub fn models_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("PATTERD_MODELS_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    home.join(".cache/patterd-models")
+}
+
+/// The settings file of a Piper voice: `<voice>.json` beside `<voice>` (`x.onnx.json`).
+pub fn piper_voice_json(voice: &std::path::Path) -> PathBuf {
+    let mut name = voice.as_os_str().to_os_string();
+    name.push(".json");
+    PathBuf::from(name)
+}
+
+/// A path from the environment variable `var` when set, else `name` in [`models_dir`].
+fn installed(var: &str, name: &str) -> PathBuf {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| models_dir().join(name))
 }
 
 /// How an `elevenlabs` TTS reaches the vendor.
@@ -256,6 +304,30 @@ pub enum TtsTransport {
 }
 
 impl TtsConfig {
+    /// `piper`'s voice: `voice_path`, else `$PATTERD_PIPER_VOICE`, else
+    /// `en_US-joe-medium.onnx` in [`models_dir`] (what scripts/setup/piper.sh installs).
+    pub fn piper_voice(&self) -> PathBuf {
+        self.voice_path
+            .clone()
+            .unwrap_or_else(|| installed("PATTERD_PIPER_VOICE", "en_US-joe-medium.onnx"))
+    }
+
+    /// onnxruntime's library: `library`, else `$PATTERD_ORT_LIBRARY`, else
+    /// `libonnxruntime.so.1.32.0` in [`models_dir`] (what tests/models/setup.sh installs).
+    pub fn onnxruntime_library(&self) -> PathBuf {
+        self.library
+            .clone()
+            .unwrap_or_else(|| installed("PATTERD_ORT_LIBRARY", "libonnxruntime.so.1.32.0"))
+    }
+
+    /// The program a local kind runs: `program`, else `default`.
+    pub fn program_or(&self, default: &str) -> String {
+        self.program
+            .clone()
+            .filter(|p| !p.trim().is_empty())
+            .unwrap_or_else(|| default.to_string())
+    }
+
     /// Fills `voice_id`, `model` and `base_url` left empty with the kind's defaults.
     pub fn fill_kind_defaults(&mut self) {
         if self.voice_id.is_empty() {

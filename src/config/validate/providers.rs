@@ -123,12 +123,15 @@ pub(super) fn stts(c: &mut Check, config: &Config) {
 /// `[tts.NAME]`: text-to-speech.
 pub(super) fn ttss(c: &mut Check, config: &Config) {
     for (name, tts) in &config.tts {
-        c.url(
-            &["tts", name, "base_url"],
-            &tts.base_url,
-            &["http", "https", "ws", "wss"],
-            tts.kind.default_base_url(),
-        );
+        super::local_tts::check(c, name, tts);
+        if !tts.kind.is_local() {
+            c.url(
+                &["tts", name, "base_url"],
+                &tts.base_url,
+                &["http", "https", "ws", "wss"],
+                tts.kind.default_base_url(),
+            );
+        }
         if let Some(l) = tts.optimize_streaming_latency
             && l > 4
         {

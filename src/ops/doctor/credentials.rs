@@ -46,8 +46,9 @@ pub(super) fn checks(config: &Config, client: &reqwest::Client) -> Vec<BoxFuture
         if tts.api_key.is_empty() {
             continue;
         }
-        let req = kinds::tts_credential_check(tts, client);
-        out.push(provider(format!("[tts.{name}]"), req));
+        if let Some(req) = kinds::tts_credential_check(tts, client) {
+            out.push(provider(format!("[tts.{name}]"), req));
+        }
     }
     out
 }
