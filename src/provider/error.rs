@@ -18,6 +18,9 @@ pub enum SetupError {
     SttBaseUrl(String),
     #[error("{0}")]
     Resampler(#[from] crate::audio::resample::ResampleError),
+    /// A local engine could not start (its model file, its build); the text says what to do.
+    #[error("{0}")]
+    Engine(String),
     /// Names the `[section.name]` table the error came from.
     #[error("[{section}.{name}]: {source}")]
     In {
