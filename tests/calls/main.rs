@@ -33,3 +33,5 @@ mod tools;
 mod tts;
 mod twilio;
 mod web;
+#[cfg(feature = "whisper")]
+mod whisper;

@@ -457,4 +457,28 @@ fn without_the_feature_the_build_says_how_to_get_it() {
 }
 
 #[cfg(feature = "whisper")]
+#[test]
+fn a_missing_or_foreign_model_file_says_what_to_run() {
+    let key = |model: &str| PoolKey {
+        model: model.into(),
+        language: "en".into(),
+        threads: 1,
+        queue: 1,
+    };
+    let e = engine::open(&key("/nonexistent/ggml-tiny.en.bin"))
+        .err()
+        .expect("refused");
+    assert!(
+        e.to_string().contains("run scripts/setup/whisper.sh"),
+        "{e}"
+    );
+    let foreign = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let e = engine::open(&key(foreign)).err().expect("refused");
+    assert!(
+        e.to_string().contains("is not a whisper.cpp (ggml) model"),
+        "{e}"
+    );
+}
+
+#[cfg(feature = "whisper")]
 mod model;
