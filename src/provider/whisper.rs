@@ -12,14 +12,16 @@
 //! engine (and a session is refused at once if the queue is full when it opens); alone, a
 //! non-fatal error on the call's timeline and an empty final, so the turn still ends.
 //!
-//! Decoding is greedy at temperature 0 in one segment without timestamps; whisper.cpp gives an
-//! English-only (`.en`) model the prompt it was trained with (`<|startoftranscript|>
-//! <|notimestamps|>`, no language or task token) and a multilingual one `language` and
-//! `transcribe`. Guards against Whisper's failure modes on phone audio: utterances the
-//! detector heard less than `openai_stt::MIN_SPEECH_MS` of speech in are never decoded;
-//! non-speech tokens are suppressed and whatever still reads as an annotation (`[BLANK_AUDIO]`,
-//! `(coughing)`, `♪`) is removed; a decode whose no-speech probability is over
-//! [`NO_SPEECH_DROP`] is dropped; the token budget is proportional to the audio
+//! Decoding is greedy at temperature 0 (no fallback to higher temperatures) in one segment
+//! with timestamp tokens; whisper.cpp gives an English-only (`.en`) model the prompt it was
+//! trained with (`<|startoftranscript|>` alone: no language or task token) and a multilingual
+//! one `language` and `transcribe`. Guards against Whisper's failure modes on phone audio:
+//! utterances the detector heard less than `openai_stt::MIN_SPEECH_MS` of speech in are never
+//! decoded; whisper.cpp drops a segment whose no-speech probability (read right after
+//! `<|startoftranscript|>`, which is why timestamps stay on) is over 0.6 with an average log
+//! probability under −1 (OpenAI's rule), and we drop any over [`NO_SPEECH_DROP`]; non-speech
+//! tokens are suppressed and whatever still reads as an annotation (`[BLANK_AUDIO]`,
+//! `(coughing)`, `♪`) is removed; the token budget is proportional to the audio
 //! ([`token_cap`]), and a phrase repeated three times or more in a row ([`truncate_loop`]) is
 //! cut back to its first occurrence.
 
@@ -553,7 +555,10 @@ mod engine {
             p.set_language(Some(&self.language));
             p.set_translate(false);
             p.set_no_context(true);
-            p.set_no_timestamps(true);
+            // With timestamps the prompt is `<|startoftranscript|>` alone, and whisper.cpp reads
+            // the no-speech probability right after it, where the model was trained to put
+            // it; after `<|notimestamps|>` it is near zero even for silence.
+            p.set_no_timestamps(false);
             p.set_single_segment(true);
             p.set_max_tokens(max_tokens as i32);
             p.set_temperature(0.0);
