@@ -281,10 +281,15 @@ impl super::kinds::SttKindImpl for AssemblyAiStt {
     }
     /// The streaming host has no key-check endpoint; AssemblyAI's REST API lists transcripts
     /// for a valid key (401 otherwise).
-    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
-        client
-            .get(rest_key_check_url(cfg.effective_base_url()))
-            .header("Authorization", cfg.api_key.expose())
+    fn credential_check(
+        cfg: &SttConfig,
+        client: &reqwest::Client,
+    ) -> Option<reqwest::RequestBuilder> {
+        Some(
+            client
+                .get(rest_key_check_url(cfg.effective_base_url()))
+                .header("Authorization", cfg.api_key.expose()),
+        )
     }
 }
 

@@ -249,8 +249,11 @@ impl super::kinds::SttKindImpl for DeepgramStt {
     fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
         Self::new(cfg)
     }
-    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
-        credential_check(cfg, client)
+    fn credential_check(
+        cfg: &SttConfig,
+        client: &reqwest::Client,
+    ) -> Option<reqwest::RequestBuilder> {
+        Some(credential_check(cfg, client))
     }
 }
 

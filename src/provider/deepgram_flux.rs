@@ -170,8 +170,11 @@ impl super::kinds::SttKindImpl for DeepgramFluxStt {
     fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
         Self::new(cfg)
     }
-    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
-        super::deepgram::credential_check(cfg, client)
+    fn credential_check(
+        cfg: &SttConfig,
+        client: &reqwest::Client,
+    ) -> Option<reqwest::RequestBuilder> {
+        Some(super::deepgram::credential_check(cfg, client))
     }
 }
 

@@ -18,8 +18,8 @@ pub enum SetupError {
     SttBaseUrl(String),
     #[error("{0}")]
     Resampler(#[from] crate::audio::resample::ResampleError),
-    /// An engine that runs on this machine (`piper`, `flite`) cannot start; the text says
-    /// what to install or fix.
+    /// An engine that runs on this machine (`piper`, `flite`, `whisper`) cannot start (its
+    /// model file, its program, its build); the text says what to install or fix.
     #[error("{0}")]
     Engine(String),
     /// Names the `[section.name]` table the error came from.

@@ -137,7 +137,11 @@ impl Run {
         let mut buffered: VecDeque<SttInput> = VecDeque::new();
         for (k, m) in self.members.iter().enumerate() {
             let next = self.members.get(k + 1);
-            let mut stream = m.provider.open(&self.ctx);
+            let ctx = SttContext {
+                fallback: next.is_some(),
+                ..self.ctx.clone()
+            };
+            let mut stream = m.provider.open(&ctx);
             match self
                 .connect(&mut stream, &mut input, &mut buffered, next.is_some(), ev)
                 .await

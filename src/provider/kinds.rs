@@ -17,8 +17,12 @@ use crate::config::schema::{llm_kinds, stt_kinds, tts_kinds};
 pub(crate) trait SttKindImpl: SttProvider + Sized + 'static {
     /// The provider for one `[stt.NAME]` table.
     fn build(cfg: &SttConfig) -> Result<Self, SetupError>;
-    /// `patterd doctor`'s request for the table's `api_key` (401/403: rejected).
-    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder;
+    /// `patterd doctor`'s request for the table's `api_key` (401/403: rejected); `None` for a
+    /// kind without credentials (the in-process `whisper`).
+    fn credential_check(
+        cfg: &SttConfig,
+        client: &reqwest::Client,
+    ) -> Option<reqwest::RequestBuilder>;
 }
 
 /// A text-to-speech kind's provider type.
@@ -49,11 +53,12 @@ macro_rules! stt_dispatch {
             })
         }
 
-        /// `patterd doctor`'s credential request for one `[stt.NAME]` table, by its kind.
+        /// `patterd doctor`'s credential request for one `[stt.NAME]` table, by its kind
+        /// (`None`: the kind has no credentials to check).
         pub(crate) fn stt_credential_check(
             cfg: &SttConfig,
             client: &reqwest::Client,
-        ) -> reqwest::RequestBuilder {
+        ) -> Option<reqwest::RequestBuilder> {
             match cfg.kind {
                 $(SttKind::$variant => <super::$($imp)::+ as SttKindImpl>::credential_check(cfg, client)),+
             }
@@ -138,7 +143,15 @@ mod tests {
             let mut c: SttConfig =
                 toml::from_str(&format!("kind = \"{}\"", kind.as_str())).expect("config");
             c.api_key = crate::util::secret::Secret::new("k");
-            let u = url(stt_credential_check(&c, &client));
+            let Some(req) = stt_credential_check(&c, &client) else {
+                assert_eq!(
+                    kind,
+                    SttKind::Whisper,
+                    "only the in-process kind has no check"
+                );
+                continue;
+            };
+            let u = url(req);
             assert!(u.starts_with("http"), "{kind:?}: {u}");
         }
         for &kind in TtsKind::ALL {
@@ -155,17 +168,17 @@ mod tests {
         }
         let mut c: SttConfig = toml::from_str("kind = \"assemblyai\"").expect("config");
         assert_eq!(
-            url(stt_credential_check(&c, &client)),
+            url(stt_credential_check(&c, &client).expect("a check")),
             "https://api.assemblyai.com/v2/transcript?limit=1"
         );
         c.base_url = "wss://streaming.eu.assemblyai.com".into();
         assert_eq!(
-            url(stt_credential_check(&c, &client)),
+            url(stt_credential_check(&c, &client).expect("a check")),
             "https://api.eu.assemblyai.com/v2/transcript?limit=1"
         );
         let c: SttConfig = toml::from_str("kind = \"deepgram_flux\"").expect("config");
         assert_eq!(
-            url(stt_credential_check(&c, &client)),
+            url(stt_credential_check(&c, &client).expect("a check")),
             "https://api.deepgram.com/v1/projects"
         );
     }

@@ -31,6 +31,7 @@ pub mod piper;
 pub mod sse;
 pub(crate) mod stt_session;
 pub mod tools;
+pub(crate) mod whisper;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -110,6 +111,10 @@ pub struct SttStream {
 #[derive(Debug, Clone, Default)]
 pub struct SttContext {
     pub call_id: String,
+    /// Set by a fallback chain ([`fallback_stt`]) when a next STT would take over if this one
+    /// failed: a provider that cannot serve now (a full local decoder pool) then fails fast
+    /// with a fatal error instead of degrading the call.
+    pub fallback: bool,
 }
 
 pub trait SttProvider: Send + Sync {

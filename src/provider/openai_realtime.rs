@@ -348,8 +348,15 @@ impl super::kinds::SttKindImpl for OpenAiRealtimeStt {
         Self::new(cfg)
     }
     /// OpenAI's REST root is the Realtime base (`…/v1`) over HTTPS.
-    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
-        super::kinds::models_check(cfg.effective_base_url(), &cfg.api_key, client)
+    fn credential_check(
+        cfg: &SttConfig,
+        client: &reqwest::Client,
+    ) -> Option<reqwest::RequestBuilder> {
+        Some(super::kinds::models_check(
+            cfg.effective_base_url(),
+            &cfg.api_key,
+            client,
+        ))
     }
 }
 

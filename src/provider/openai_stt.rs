@@ -103,13 +103,15 @@ impl SttProvider for OpenAiFileStt {
 
 // ---------------------------------------------------------------- cutting utterances
 
-/// An utterance ready to upload.
+/// An utterance ready to transcribe.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Utterance {
     /// μ-law 8 kHz.
     pub ulaw: Vec<u8>,
     /// Cut by our `Finalize` rather than by silence.
     pub from_finalize: bool,
+    /// How much of it the voice-activity detector heard as speech (ms).
+    pub voiced_ms: u64,
 }
 
 /// Cuts caller audio into utterances with the voice-activity detector. Pure (no I/O), so it
@@ -210,6 +212,7 @@ impl Cutter {
         (voiced >= MIN_SPEECH_MS && !ulaw.is_empty()).then_some(Utterance {
             ulaw,
             from_finalize,
+            voiced_ms: voiced,
         })
     }
 
@@ -271,6 +274,34 @@ impl TranscribeError {
     }
 }
 
+/// What turns one cut utterance into text for [`run`]: the upload here, the in-process
+/// decoder pool of `provider::whisper`.
+pub(crate) trait Transcriber: Send + Sync + 'static {
+    type Error: std::fmt::Display + Send + 'static;
+    /// The utterance's text (empty: nothing worth keeping was said).
+    fn transcribe(
+        &self,
+        u: &Utterance,
+    ) -> impl std::future::Future<Output = Result<String, Self::Error>> + Send;
+    /// Whether this failure ends the session (a chain then moves to its next STT).
+    fn fatal(e: &Self::Error) -> bool;
+    /// The call, for logs.
+    fn call_id(&self) -> &str;
+}
+
+impl Transcriber for Uploader {
+    type Error = TranscribeError;
+    async fn transcribe(&self, u: &Utterance) -> Result<String, TranscribeError> {
+        self.upload(&u.ulaw).await
+    }
+    fn fatal(e: &TranscribeError) -> bool {
+        e.fatal()
+    }
+    fn call_id(&self) -> &str {
+        &self.call_id
+    }
+}
+
 fn http_hint(status: u16) -> &'static str {
     match status {
         401 | 403 => " (check [stt] api_key)",
@@ -292,7 +323,7 @@ struct Uploader {
 }
 
 impl Uploader {
-    async fn transcribe(&self, ulaw: &[u8]) -> Result<String, TranscribeError> {
+    async fn upload(&self, ulaw: &[u8]) -> Result<String, TranscribeError> {
         let mut nonce = [0u8; 16];
         let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce);
         let boundary = format!("patterd-{}", hex::encode(nonce));
@@ -367,26 +398,28 @@ pub fn multipart(boundary: &str, fields: &[(&str, &str)], filename: &str, file: 
 
 // ---------------------------------------------------------------- the session
 
-/// One upload's outcome, with whether our `Finalize` cut it.
-type Outcome = (Result<String, TranscribeError>, bool);
+/// One transcription's outcome, with whether our `Finalize` cut it.
+type Outcome<E> = (Result<String, E>, bool);
 
-async fn run(
+/// The session of a per-utterance STT: `cutter` cuts the caller's audio, `transcriber` turns
+/// each utterance into a final, one at a time and in order (see the module's notes).
+pub(crate) async fn run<T: Transcriber>(
     mut input: mpsc::Receiver<SttInput>,
     ev: &mpsc::Sender<SttEvent>,
     mut cutter: Cutter,
-    uploader: Uploader,
+    transcriber: T,
 ) {
     if ev.send(SttEvent::Connected).await.is_err() {
         return;
     }
-    // Uploads run one at a time, in order, on their own task.
+    // Transcriptions run one at a time, in order, on their own task.
     let (job_tx, mut job_rx) = mpsc::channel::<Utterance>(16);
-    let (done_tx, mut done_rx) = mpsc::channel::<Outcome>(16);
+    let (done_tx, mut done_rx) = mpsc::channel::<Outcome<T::Error>>(16);
     let worker = TaskGuard::new(tokio::spawn(async move {
         while let Some(u) = job_rx.recv().await {
-            let r = uploader.transcribe(&u.ulaw).await;
+            let r = transcriber.transcribe(&u).await;
             if let Err(e) = &r {
-                tracing::info!(call = %uploader.call_id, error = %e, "transcription failed");
+                tracing::info!(call = %transcriber.call_id(), error = %e, "transcription failed");
             }
             if done_tx.send((r, u.from_finalize)).await.is_err() {
                 return;
@@ -442,7 +475,7 @@ async fn run(
                 let event = match result {
                     Ok(text) => SttEvent::Final { text, speech_final: last && !from_finalize, from_finalize },
                     Err(e) => {
-                        let fatal = e.fatal();
+                        let fatal = T::fatal(&e);
                         if ev.send(SttEvent::Error { message: e.to_string(), fatal }).await.is_err() || fatal {
                             return;
                         }
@@ -467,8 +500,15 @@ impl super::kinds::SttKindImpl for OpenAiFileStt {
     fn build(cfg: &SttConfig) -> Result<Self, SetupError> {
         Self::new(cfg)
     }
-    fn credential_check(cfg: &SttConfig, client: &reqwest::Client) -> reqwest::RequestBuilder {
-        super::kinds::models_check(cfg.effective_base_url(), &cfg.api_key, client)
+    fn credential_check(
+        cfg: &SttConfig,
+        client: &reqwest::Client,
+    ) -> Option<reqwest::RequestBuilder> {
+        Some(super::kinds::models_check(
+            cfg.effective_base_url(),
+            &cfg.api_key,
+            client,
+        ))
     }
 }
 

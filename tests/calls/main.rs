@@ -38,3 +38,5 @@ mod tts;
 mod twilio;
 mod web;
 mod webhooks;
+#[cfg(feature = "whisper")]
+mod whisper;

@@ -1251,6 +1251,57 @@ fn vad_engine_loads_earshot_and_names_the_feature_silero_needs() {
 }
 
 #[test]
+fn a_whisper_stt_needs_the_feature_and_a_model_file_and_takes_no_url_or_key() {
+    let table = |lines: &str| {
+        BASE.replace("stt = \"deepgram\"", "stt = \"local\"")
+            + &format!("\n[stt.local]\nkind = \"whisper\"\n{lines}")
+    };
+    let ok = table("model_path = \"/models/ggml-tiny.en.bin\"\nthreads = 2\nqueue = 0\n");
+    if cfg!(feature = "whisper") {
+        let c = load(&ok)
+            .expect("whisper loads in a build with the feature")
+            .config;
+        assert_eq!(c.stt["local"].kind, config::SttKind::Whisper);
+        assert_eq!(c.stt["local"].threads, Some(2));
+        assert_eq!(c.stt["local"].queue, Some(0));
+        // No key: no "unconfigured" warning.
+        assert!(load(&ok).expect("loads").warnings.is_empty());
+    } else {
+        let e = load_err(&ok);
+        assert!(
+            e.contains("[stt.local] kind = \"whisper\"") && e.contains("--features whisper"),
+            "{e}"
+        );
+    }
+    let e = load_err(&table(""));
+    assert!(
+        e.contains("needs model_path") && e.contains("scripts/setup/whisper.sh"),
+        "{e}"
+    );
+    for (lines, says) in [
+        (
+            "model_path = \"/m.bin\"\nthreads = 0\n",
+            "threads = 0 is out of range 1 to 64",
+        ),
+        (
+            "model_path = \"/m.bin\"\nqueue = 5000\n",
+            "queue = 5000 is out of range 0 to 1000",
+        ),
+        (
+            "model_path = \"/m.bin\"\napi_key = \"k\"\n",
+            "takes no api_key",
+        ),
+        (
+            "model_path = \"/m.bin\"\nbase_url = \"http://127.0.0.1:1\"\n",
+            "takes no base_url",
+        ),
+    ] {
+        let e = load_err(&table(lines));
+        assert!(e.contains(says), "{lines}: {e}");
+    }
+}
+
+#[test]
 fn a_postgres_store_needs_a_postgres_url() {
     let err = load_err(&format!("{BASE}\n[store]\nbackend = \"postgres\"\n"));
     assert!(

@@ -96,6 +96,7 @@ async fn deepgram_audio_in_transcripts_out() {
     let stt = DeepgramStt::new(&cfg).expect("stt");
     let mut s = stt.open(&SttContext {
         call_id: "CA1".into(),
+        ..Default::default()
     });
     // Audio queued before the handshake completes.
     send_audio(&s, &mulaw_tone(700)).await;

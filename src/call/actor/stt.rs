@@ -101,6 +101,9 @@ impl Actor {
 
     pub(super) fn open_stt(&self) -> SttStream {
         let call_id = self.setup.call_id.clone();
-        self.setup.providers.stt.open(&SttContext { call_id })
+        self.setup.providers.stt.open(&SttContext {
+            call_id,
+            fallback: false,
+        })
     }
 }

@@ -29,6 +29,9 @@ macro_rules! stt_kinds {
             /// OpenAI Realtime transcription (`/v1/realtime?intent=transcription`): μ-law in, the
             /// server's VAD (or our `Finalize` as a commit) segments, each item's final transcript.
             OpenaiRealtime = "openai_realtime" { url: "wss://api.openai.com/v1", model: "gpt-4o-transcribe", key: required } => openai_realtime::OpenAiRealtimeStt,
+            /// Whisper in-process (whisper.cpp, cargo feature `whisper`): our VAD cuts each
+            /// utterance, a bounded pool of decoder threads transcribes it (`model_path`).
+            Whisper = "whisper" { url: "", model: "tiny.en", key: optional } => whisper::WhisperStt,
         }
     };
 }

@@ -167,6 +167,18 @@ pub struct SttConfig {
     /// Deepgram's default 5000 when unset).
     #[serde(default)]
     pub eot_timeout_ms: Option<u32>,
+    /// `whisper`: the whisper.cpp (ggml) model file, e.g. the `PATTERD_WHISPER_MODEL` path
+    /// scripts/setup/whisper.sh prints.
+    #[serde(default)]
+    pub model_path: String,
+    /// `whisper`: decoder threads, each decoding one utterance at a time (1–64; unset: one
+    /// per core).
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// `whisper`: utterances that may wait for a busy decoder before one is refused (0–1000;
+    /// unset: twice `threads`).
+    #[serde(default)]
+    pub queue: Option<u32>,
 }
 
 fn default_keepalive_ms() -> u64 {

@@ -2,6 +2,7 @@
 //! URLs, keys and limits, as the daemon will use them.
 
 use super::*;
+use crate::config::schema::{SttConfig, SttKind};
 
 /// `[llm.NAME]`: the brains.
 pub(super) fn llms(c: &mut Check, config: &Config) {
@@ -60,6 +61,10 @@ pub(super) fn llms(c: &mut Check, config: &Config) {
 /// `[stt.NAME]`: speech-to-text.
 pub(super) fn stts(c: &mut Check, config: &Config) {
     for (name, stt) in &config.stt {
+        if stt.kind == SttKind::Whisper {
+            whisper(c, name, stt);
+            continue;
+        }
         c.url(
             &["stt", name, "base_url"],
             stt.effective_base_url(),
@@ -117,6 +122,57 @@ pub(super) fn stts(c: &mut Check, config: &Config) {
                 ),
             );
         }
+    }
+}
+
+/// `[stt.NAME] kind = "whisper"`: in-process, so no URL, key or server model; a model file
+/// and the decoder pool's bounds instead.
+fn whisper(c: &mut Check, name: &str, stt: &SttConfig) {
+    if !cfg!(feature = "whisper") {
+        c.fail(
+            &["stt", name, "kind"],
+            format!(
+                "[stt.{name}] kind = \"whisper\" needs a patterd built with the cargo feature \
+                 `whisper` (cargo build --release --features whisper); use another kind or \
+                 rebuild"
+            ),
+        );
+    }
+    if stt.model_path.trim().is_empty() {
+        c.fail(
+            &["stt", name, "model_path"],
+            format!(
+                "[stt.{name}] kind = \"whisper\" needs model_path: the ggml model file that \
+                 scripts/setup/whisper.sh prints as PATTERD_WHISPER_MODEL"
+            ),
+        );
+    }
+    for (key, set) in [
+        ("api_key", !stt.api_key.is_empty()),
+        ("base_url", !stt.base_url.trim().is_empty()),
+    ] {
+        if set {
+            c.fail(
+                &["stt", name, key],
+                format!("[stt.{name}] kind = \"whisper\" runs in-process and takes no {key}"),
+            );
+        }
+    }
+    if let Some(t) = stt.threads
+        && !(1..=64).contains(&t)
+    {
+        c.fail(
+            &["stt", name, "threads"],
+            format!("[stt.{name}] threads = {t} is out of range 1 to 64 (unset: one per core)"),
+        );
+    }
+    if let Some(q) = stt.queue
+        && q > 1000
+    {
+        c.fail(
+            &["stt", name, "queue"],
+            format!("[stt.{name}] queue = {q} is out of range 0 to 1000"),
+        );
     }
 }
 

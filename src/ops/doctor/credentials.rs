@@ -39,7 +39,9 @@ pub(super) fn checks(config: &Config, client: &reqwest::Client) -> Vec<BoxFuture
         if stt.api_key.is_empty() {
             continue;
         }
-        let req = kinds::stt_credential_check(stt, client);
+        let Some(req) = kinds::stt_credential_check(stt, client) else {
+            continue;
+        };
         out.push(provider(format!("[stt.{name}]"), req));
     }
     for (name, tts) in &config.tts {
