@@ -1552,6 +1552,40 @@ concurrency = 0
         err.contains("call.ended"),
         "the known events are listed:\n{err}"
     );
+}
+
+/// `[agents.X.summary]`: its brain must exist and its schema must be an object schema.
+#[test]
+fn a_summary_needs_a_known_brain_and_an_object_schema() {
+    let ok = BASE.replace(
+        "tts = \"elevenlabs\"\n",
+        "tts = \"elevenlabs\"\nsummary = { llm = \"hermes\", schema = { type = \"object\" } }\n",
+    );
+    let loaded = load(&ok).expect("loads");
+    let s = loaded.config.agents["front-desk"]
+        .summary
+        .as_ref()
+        .expect("summary");
+    assert_eq!((s.llm.as_str(), s.timeout_s), ("hermes", 60));
+    let bad = BASE.replace(
+        "tts = \"elevenlabs\"\n",
+        "tts = \"elevenlabs\"\n\n[agents.front-desk.summary]\nllm = \"hermez\"\nschema = { type = \"string\" }\ntimeout_s = 0\n",
+    );
+    let err = load_err(&bad);
+    for (needle, on) in [
+        ("did you mean `hermes`?", "llm = \"hermez\""),
+        ("type = \"object\"", "schema = { type = \"string\" }"),
+        ("at least 1", "timeout_s = 0"),
+    ] {
+        let line = line_of(&bad, on);
+        assert!(
+            err.lines()
+                .any(|l| l.contains(needle) && l.starts_with(&format!("patter.toml:{line}:"))),
+            "{needle:?} on line {line}:\n{err}"
+        );
+    }
+}
+
 #[test]
 fn telemetry_is_off_by_default_and_its_keys_are_checked_when_on() {
     let loaded = load(BASE).expect("loads");
@@ -1601,34 +1635,6 @@ fn telemetry_is_off_by_default_and_its_keys_are_checked_when_on() {
     }
 }
 
-/// `[agents.X.summary]`: its brain must exist and its schema must be an object schema.
-#[test]
-fn a_summary_needs_a_known_brain_and_an_object_schema() {
-    let ok = BASE.replace(
-        "tts = \"elevenlabs\"\n",
-        "tts = \"elevenlabs\"\nsummary = { llm = \"hermes\", schema = { type = \"object\" } }\n",
-    );
-    let loaded = load(&ok).expect("loads");
-    let s = loaded.config.agents["front-desk"]
-        .summary
-        .as_ref()
-        .expect("summary");
-    assert_eq!((s.llm.as_str(), s.timeout_s), ("hermes", 60));
-    let bad = BASE.replace(
-        "tts = \"elevenlabs\"\n",
-        "tts = \"elevenlabs\"\n\n[agents.front-desk.summary]\nllm = \"hermez\"\nschema = { type = \"string\" }\ntimeout_s = 0\n",
-    );
-    let err = load_err(&bad);
-    for (needle, on) in [
-        ("did you mean `hermes`?", "llm = \"hermez\""),
-        ("type = \"object\"", "schema = { type = \"string\" }"),
-        ("at least 1", "timeout_s = 0"),
-    ] {
-        let line = line_of(&bad, on);
-        assert!(
-            err.lines()
-                .any(|l| l.contains(needle) && l.starts_with(&format!("patter.toml:{line}:"))),
-            "{needle:?} on line {line}:\n{err}"
 /// The base with a `[tts.local]` table of `lines`.
 fn with_local_tts(lines: &str) -> String {
     BASE.replace(
