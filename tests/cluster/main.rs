@@ -15,3 +15,4 @@ mod mcp;
 mod migrate;
 mod roster;
 mod shared_state;
+mod webhooks;
