@@ -4,6 +4,7 @@
 //! `allowed_destinations` admit it and counts the message toward `[outbound]
 //! max_sms_per_day`; the model is told what happened.
 
+use crate::util::traceparent::TraceParent;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -46,7 +47,11 @@ impl Tool for SendSms {
         }
     }
 
-    fn run(&self, ctx: Arc<CallCtx>, args: Value) -> ToolFuture {
+    fn kind(&self) -> &'static str {
+        "builtin"
+    }
+
+    fn run(&self, ctx: Arc<CallCtx>, args: Value, _trace: Option<TraceParent>) -> ToolFuture {
         let body = args
             .get("body")
             .and_then(Value::as_str)

@@ -187,6 +187,7 @@ async fn answer(app: &Arc<App>, turn: Turn) {
         history_limits: crate::provider::history::HistoryLimits::of(&agent),
         tools: None,
         call_token: None,
+        trace: None,
     };
     let mut stream = providers.llm.stream(chat);
     let collect = async {

@@ -119,6 +119,7 @@ impl SummaryJob {
             history_limits: Default::default(),
             tools: None,
             call_token: None,
+            trace: None,
         };
         let limit = Duration::from_secs(self.cfg.timeout_s.max(1));
         let reply = match tokio::time::timeout(limit, ask(self.llm.as_ref(), turn)).await {
