@@ -669,9 +669,12 @@ mod tests {
                 "deepgram_flux",
                 "assemblyai",
                 "openai_realtime",
+                "whisper",
                 "elevenlabs",
                 "openai",
                 "cartesia",
+                "piper",
+                "flite",
                 "hermes",
                 "openai_compatible",
                 "openclaw"

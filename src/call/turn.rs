@@ -62,7 +62,7 @@ impl Words {
 mod ending;
 #[cfg(test)]
 pub(crate) use ending::looks_unfinished;
-pub(crate) use ending::{Ending, NumberShapes, known_country};
+pub(crate) use ending::{Ending, NumberShapes};
 
 /// How we knew the caller's turn was over. Its name is the first word of a `turn_end` event's
 /// detail (`"speech_final silence_ms=300"`); `Dtmf` turns have no `turn_end` event.

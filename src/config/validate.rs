@@ -509,7 +509,7 @@ fn agent_turn_taking(c: &mut Check, name: &str, agent: &AgentConfig) {
         );
     }
     if let Some(country) = &agent.phone_country
-        && !crate::call::turn::known_country(country)
+        && !crate::util::phone::known_country(country)
     {
         c.fail(
             &["agents", name, "phone_country"],

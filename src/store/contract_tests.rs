@@ -460,7 +460,7 @@ async fn three_instances_starting_together_migrate_once() {
     assert_eq!(db.query("SELECT COUNT(*) FROM calls"), "0");
 }
 
-const MIGRATION_COUNT: usize = 4;
+const MIGRATION_COUNT: usize = 5;
 
 /// A database migrated by a newer patterd is refused with a message that says what to do.
 #[tokio::test]

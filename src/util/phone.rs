@@ -69,6 +69,31 @@ pub fn for_prompt(raw: &str) -> String {
     known_number(raw).unwrap_or_else(|| "unknown".to_string())
 }
 
+/// Phone numbering by country (ISO 3166 alpha-2): calling code, national significant number
+/// lengths, whether national numbers are dialled with a trunk "0". A country not listed reads
+/// as NANP.
+pub(crate) const COUNTRIES: &[(&str, &str, &[usize], bool)] = &[
+    ("US", "1", &[10], false),
+    ("CA", "1", &[10], false),
+    ("GB", "44", &[10], true),
+    ("IE", "353", &[9], true),
+    ("AU", "61", &[9], true),
+    ("NZ", "64", &[8, 9], true),
+    ("DE", "49", &[10, 11], true),
+    ("FR", "33", &[9], true),
+    ("ES", "34", &[9], false),
+    ("IT", "39", &[9, 10], false),
+    ("NL", "31", &[9], true),
+    ("IN", "91", &[10], true),
+];
+
+/// Whether `country` is one the turn's number shapes knows the numbers of (config validation; `call::turn`'s number shapes).
+pub(crate) fn known_country(country: &str) -> bool {
+    COUNTRIES
+        .iter()
+        .any(|(c, ..)| c.eq_ignore_ascii_case(country))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

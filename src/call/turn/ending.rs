@@ -66,40 +66,15 @@ impl Default for NumberShapes {
     }
 }
 
-/// Phone numbering by country (ISO 3166 alpha-2): calling code, national significant number
-/// lengths, whether national numbers are dialled with a trunk "0". A country not listed reads
-/// as NANP.
-const COUNTRIES: &[(&str, &str, &[usize], bool)] = &[
-    ("US", "1", &[10], false),
-    ("CA", "1", &[10], false),
-    ("GB", "44", &[10], true),
-    ("IE", "353", &[9], true),
-    ("AU", "61", &[9], true),
-    ("NZ", "64", &[8, 9], true),
-    ("DE", "49", &[10, 11], true),
-    ("FR", "33", &[9], true),
-    ("ES", "34", &[9], false),
-    ("IT", "39", &[9, 10], false),
-    ("NL", "31", &[9], true),
-    ("IN", "91", &[10], true),
-];
-
-/// Whether `country` is one [`NumberShapes`] knows (config validation).
-pub(crate) fn known_country(country: &str) -> bool {
-    COUNTRIES
-        .iter()
-        .any(|(c, ..)| c.eq_ignore_ascii_case(country))
-}
-
 impl NumberShapes {
     /// The shapes of an agent in `country` (none: NANP) that names `order_lengths`, plus the
     /// lengths its system prompt names ("a 6-digit booking reference", "8 digits").
     pub(crate) fn new(country: Option<&str>, order_lengths: &[u64], prompt: &str) -> Self {
-        let (_, calling_code, national, trunk) = COUNTRIES
+        let (_, calling_code, national, trunk) = crate::util::phone::COUNTRIES
             .iter()
             .find(|(c, ..)| country.is_some_and(|x| c.eq_ignore_ascii_case(x)))
             .copied()
-            .unwrap_or(COUNTRIES[0]);
+            .unwrap_or(crate::util::phone::COUNTRIES[0]);
         let mut order: BTreeSet<usize> = order_lengths
             .iter()
             .filter_map(|n| usize::try_from(*n).ok())
