@@ -206,6 +206,8 @@ fn main() {
     }
     let writers = env_or("WRITERS", 3).max(1);
     if let Some(db) = &db {
+        // The PostgreSQL store opens its pool on the runtime it will run on.
+        let _runtime = rt.enter();
         let stores: Vec<Store> = (0..writers)
             .map(|w| {
                 let path = dir.path().join(format!("pg-writer-{w}"));
