@@ -55,8 +55,11 @@ fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
 
-/// The format (`format`, `channels`, `rate`, `bits`) and the data of a WAV file.
-fn data_chunk(bytes: &[u8]) -> Result<((u16, u16, u32, u16), &[u8]), WavError> {
+/// A WAV file's `fmt ` fields: format tag, channels, sample rate, bits per sample.
+type WavFormat = (u16, u16, u32, u16);
+
+/// The format and the data of a WAV file.
+fn data_chunk(bytes: &[u8]) -> Result<(WavFormat, &[u8]), WavError> {
     if bytes.len() < 12 || &bytes[..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
         return Err(WavError::NotWav);
     }

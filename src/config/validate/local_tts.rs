@@ -152,9 +152,9 @@ fn flite(c: &mut Check<'_>, name: &str, tts: &TtsConfig) {
         );
     }
     let voice = tts.voice_id.as_str();
-    if !FLITE_VOICES.contains(&voice)
-        && !(voice.ends_with(".flitevox") && Path::new(voice).is_file())
-    {
+    let built_in = FLITE_VOICES.contains(&voice);
+    let voice_file = voice.ends_with(".flitevox") && Path::new(voice).is_file();
+    if !(built_in || voice_file) {
         c.fail(
             &["tts", name, "voice_id"],
             format!(
