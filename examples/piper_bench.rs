@@ -25,7 +25,7 @@ const LINES: &[&str] = &[
     "Is there anything else I can do for you today?",
 ];
 
-/// The process's resident set (kB) and CPU time so far, from /proc.
+/// The process's resident set (kB), from /proc.
 fn rss_kb() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
@@ -35,16 +35,16 @@ fn rss_kb() -> u64 {
         .unwrap_or(0)
 }
 
+/// The process's CPU time so far (every thread: the blocking pool's too).
 fn cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<u64> = after
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // utime and stime are fields 14 and 15 (11 and 12 after the state field).
-    let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
-    Duration::from_millis(ticks * 10)
+    // SAFETY: getrusage fills the struct it is given; an all-zero rusage is a valid value.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) } != 0 {
+        return Duration::ZERO;
+    }
+    let t = |v: libc::timeval| Duration::new(v.tv_sec as u64, v.tv_usec as u32 * 1000);
+    t(r.ru_utime) + t(r.ru_stime)
 }
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
