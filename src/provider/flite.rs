@@ -230,3 +230,88 @@ impl super::kinds::TtsKindImpl for FliteTts {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(program: &str) -> TtsConfig {
+        let mut c: TtsConfig =
+            toml::from_str(&format!("kind = \"flite\"\nprogram = \"{program}\"")).expect("config");
+        c.fill_kind_defaults();
+        c
+    }
+
+    async fn events(tts: &FliteTts, text: &str) -> Vec<TtsEvent> {
+        let mut s = tts.synthesize(text);
+        let mut out = Vec::new();
+        while let Some(e) = s.events.recv().await {
+            out.push(e);
+        }
+        out
+    }
+
+    #[test]
+    fn a_missing_program_is_refused_at_build() {
+        let e = FliteTts::new(&cfg("/nonexistent/flite"))
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("apt-get install flite"), "{e}");
+    }
+
+    /// A program that fails, or writes something that is not a WAV, fails the sentence in a way
+    /// a chain hands to its next TTS.
+    #[tokio::test]
+    async fn a_failing_or_babbling_program_makes_the_sentence_unavailable() {
+        for (program, why) in [("/bin/false", "exited"), ("/bin/echo", "not a WAV")] {
+            let tts = FliteTts::new(&cfg(program)).expect("tts");
+            let evs = events(&tts, "Hello there, how are you?").await;
+            match evs.as_slice() {
+                [TtsEvent::Unavailable(m)] => assert!(m.contains(why), "{program}: {m}"),
+                other => panic!("{program}: {other:?}"),
+            }
+        }
+    }
+
+    /// The real flite, when installed: μ-law 8 kHz of about the sentence's length, and word
+    /// timings for every word, in order, within the audio.
+    #[tokio::test]
+    async fn flite_speaks_with_estimated_word_timings() {
+        if crate::util::find_program("flite").is_none() {
+            assert!(
+                std::env::var("PATTERD_REQUIRE_LOCAL_SPEECH").as_deref() != Ok("1"),
+                "PATTERD_REQUIRE_LOCAL_SPEECH=1 but flite is not installed"
+            );
+            eprintln!("SKIPPED: flite is not installed (apt-get install flite)");
+            return;
+        }
+        let tts = FliteTts::new(&cfg("flite")).expect("tts");
+        let text = "Sure, your order ships today, and it arrives on Friday.";
+        let evs = events(&tts, text).await;
+        assert_eq!(evs.last(), Some(&TtsEvent::Done), "{evs:?}");
+        let bytes: usize = evs
+            .iter()
+            .map(|e| match e {
+                TtsEvent::Audio(a) => a.len(),
+                _ => 0,
+            })
+            .sum();
+        let words: Vec<WordTiming> = evs
+            .iter()
+            .filter_map(|e| match e {
+                TtsEvent::Words(w) => Some(w.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let ms = (bytes / 8) as u32;
+        assert!((1500..6000).contains(&ms), "{ms} ms for 10 words");
+        let said: Vec<&str> = words.iter().map(|w| w.word.as_str()).collect();
+        assert_eq!(said, text.split_whitespace().collect::<Vec<_>>());
+        assert!(words.windows(2).all(|p| p[0].end_ms <= p[1].start_ms + 1));
+        assert!(words.last().is_some_and(|w| w.end_ms <= ms), "{words:?}");
+        // The second piece starts after the first one's audio.
+        let second = words.iter().find(|w| w.word == "and").expect("and");
+        assert!(second.start_ms > 1000, "{second:?}");
+    }
+}

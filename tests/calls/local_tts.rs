@@ -226,4 +226,47 @@ mod piper {
         let ev: serde_json::Value = serde_json::from_str(&ev.detail).expect("JSON");
         assert_eq!(ev["precision"], "word", "{ev}");
     }
+
+    /// Every event of one synthesis.
+    async fn drain(mut s: patterd::provider::TtsStream) -> Vec<TtsEvent> {
+        let mut out = Vec::new();
+        while let Some(e) = s.events.recv().await {
+            out.push(e);
+        }
+        out
+    }
+
+    /// Syntheses beyond the one worker wait their turn, and streams dropped while waiting or
+    /// after their first audio free it: the last one still speaks, and so does the next.
+    #[tokio::test]
+    async fn dropped_syntheses_free_the_worker() {
+        let Some(keys) = keys() else { return };
+        let mut cfg: TtsConfig = toml::from_str(&keys).expect("config");
+        cfg.fill_kind_defaults();
+        let tts = patterd::provider::piper::PiperTts::new(&cfg).expect("voice");
+        let text = "One, two, three, four, five, six, seven, eight, nine, ten.";
+        let mut first = tts.synthesize(text);
+        let waiting: Vec<_> = (0..3).map(|_| tts.synthesize(text)).collect();
+        let last = tts.synthesize("That is all.");
+        loop {
+            match first.events.recv().await {
+                Some(TtsEvent::Audio(_)) => break,
+                Some(_) => {}
+                None => panic!("the first synthesis ended without audio"),
+            }
+        }
+        drop(first);
+        drop(waiting);
+        for s in [last, tts.synthesize("Goodbye.")] {
+            // A permit kept by a dropped stream would leave these waiting for ever.
+            let evs = tokio::time::timeout(std::time::Duration::from_secs(60), drain(s))
+                .await
+                .expect("the worker was freed");
+            assert_eq!(evs.last(), Some(&TtsEvent::Done), "{evs:?}");
+            assert!(
+                evs.iter()
+                    .any(|e| matches!(e, TtsEvent::Audio(a) if !a.is_empty()))
+            );
+        }
+    }
 }
