@@ -608,7 +608,14 @@ mod engine {
         text: *const std::ffi::c_char,
         _user: *mut std::ffi::c_void,
     ) {
-        if text.is_null() {
+        use whisper_rs::whisper_rs_sys::{
+            ggml_log_level_GGML_LOG_LEVEL_ERROR as ERROR,
+            ggml_log_level_GGML_LOG_LEVEL_WARN as WARN,
+        };
+        let warn = level == WARN || level == ERROR;
+        if text.is_null()
+            || !(warn || tracing::enabled!(target: "patterd::whisper_cpp", tracing::Level::DEBUG))
+        {
             return;
         }
         // SAFETY: whisper.cpp passes a valid NUL-terminated string for the call's duration.
@@ -617,11 +624,7 @@ mod engine {
         if text.is_empty() {
             return;
         }
-        use whisper_rs::whisper_rs_sys::{
-            ggml_log_level_GGML_LOG_LEVEL_ERROR as ERROR,
-            ggml_log_level_GGML_LOG_LEVEL_WARN as WARN,
-        };
-        if level == WARN || level == ERROR {
+        if warn {
             tracing::warn!(target: "patterd::whisper_cpp", "{text}");
         } else {
             tracing::debug!(target: "patterd::whisper_cpp", "{text}");
