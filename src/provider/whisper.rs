@@ -191,6 +191,9 @@ impl Transcriber for Local {
         e.fatal()
     }
 
+    /// A decode takes seconds: the halves of a sentence cut at a pause become one final.
+    const SETTLE: bool = true;
+
     fn call_id(&self) -> &str {
         &self.call_id
     }
