@@ -248,14 +248,14 @@ fn number_words(n: u32) -> Vec<String> {
         0..=19 => vec![ONES[n as usize].into()],
         20..=99 => {
             let mut v = vec![TENS[(n / 10) as usize].to_string()];
-            if n % 10 != 0 {
+            if !n.is_multiple_of(10) {
                 v.push(ONES[(n % 10) as usize].into());
             }
             v
         }
         100..=999 => {
             let mut v = vec![ONES[(n / 100) as usize].to_string(), "hundred".into()];
-            if n % 100 != 0 {
+            if !n.is_multiple_of(100) {
                 v.extend(number_words(n % 100));
             }
             v
