@@ -3,7 +3,9 @@
 //! account. Nothing streams, exactly as for `openai_compatible`: the same voice-activity cutter
 //! (`openai_stt::Cutter`) ends each utterance after `endpointing_ms` of silence, the shared
 //! per-utterance session (`openai_stt::run`) hands it here, and its text becomes a final;
-//! interim words are not promised. The utterance (μ-law 8 kHz) is decoded to PCM, brought to
+//! interim words are not promised. The texts of a sentence cut at a pause are held until the
+//! session settles and sent as one final (`Transcriber::SETTLE`: a decode takes seconds, and
+//! an early half would let `max_endpointing_ms` end the turn). The utterance (μ-law 8 kHz) is decoded to PCM, brought to
 //! 16 kHz with the band-limited [`Resampler`], and queued for a bounded pool of decoder
 //! threads ([`Pool`]: `threads`, default one per core, each with its own whisper.cpp state over
 //! one shared model, at nice [`DECODER_NICE`] so the calls' media keeps its cores; `queue`

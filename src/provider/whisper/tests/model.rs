@@ -372,6 +372,7 @@ fn figures() {
         .into_iter()
         .flat_map(|h| h.join().expect("thread"))
         .collect();
+    let after_two = rss_kb();
     let cpu: f64 = costs.iter().map(|c| c.cpu.as_secs_f64()).sum();
     println!(
         "WER {:.1} % ({errs} errors in {total} words, {} utterances, {audio_s:.1} s of audio, phone path)",
@@ -385,10 +386,11 @@ fn figures() {
     );
     println!("decode, 2 at once: {}", summary(&costs2));
     println!(
-        "memory: model + 1 decoder {} MB (after decoding {} MB), model + 2 decoders {} MB (RSS above the test's {} MB)",
+        "memory: model + 1 decoder {} MB (after decoding {} MB), model + 2 decoders {} MB (after decoding {} MB) (RSS above the test's {} MB)",
         (loaded - before) / 1024,
         (after_one - before) / 1024,
         (with_two - before) / 1024,
+        (after_two - before) / 1024,
         before / 1024
     );
 }
