@@ -808,6 +808,16 @@ pub(crate) fn warnings(config: &Config) -> Vec<String> {
                 "stt.{name} is unconfigured (api_key empty): calls to agents using it fail until configured"
             ));
         }
+        let model = stt.model_path.trim();
+        if stt.kind == crate::config::schema::SttKind::Whisper
+            && !model.is_empty()
+            && !std::path::Path::new(model).is_file()
+        {
+            out.push(format!(
+                "stt.{name} model_path = {model:?} is not a file here: patterd will not start \
+                 until it is (scripts/setup/whisper.sh makes it)"
+            ));
+        }
     }
     for (name, tts) in &config.tts {
         if tts.api_key.is_empty() && tts.kind.needs_key() {

@@ -285,6 +285,11 @@ pub(crate) trait Transcriber: Send + Sync + 'static {
     ) -> impl std::future::Future<Output = Result<String, Self::Error>> + Send;
     /// Whether this failure ends the session (a chain then moves to its next STT).
     fn fatal(e: &Self::Error) -> bool;
+    /// Hold each utterance's text until the session settles (nothing left to transcribe, the
+    /// caller quiet) and send it as one final. For a transcriber slow enough that the call's
+    /// `max_endpointing_ms` can pass while the second half of a sentence (cut at a pause) is
+    /// still being transcribed: an early final with the first half would end the turn there.
+    const SETTLE: bool = false;
     /// The call, for logs.
     fn call_id(&self) -> &str;
 }
@@ -427,6 +432,9 @@ pub(crate) async fn run<T: Transcriber>(
         }
     }));
     let mut pending = 0usize;
+    // `SETTLE`: the texts transcribed since the last final, and whether one answered our
+    // `Finalize`.
+    let mut held: Option<(Vec<String>, bool)> = None;
     let mut closing: Option<tokio::time::Instant> = None;
     let mut job_tx = Some(job_tx);
     let enqueue = |u: Utterance, pending: &mut usize, job_tx: &Option<mpsc::Sender<_>>| {
@@ -437,6 +445,21 @@ pub(crate) async fn run<T: Transcriber>(
         }
     };
     loop {
+        // `SETTLE`: the held texts go out once nothing is left to transcribe and the caller
+        // is quiet (or the session is closing).
+        if pending == 0
+            && (closing.is_some() || !cutter.speaking())
+            && let Some((texts, from_finalize)) = held.take()
+        {
+            let done = SttEvent::Final {
+                text: texts.join(" "),
+                speech_final: !from_finalize,
+                from_finalize,
+            };
+            if ev.send(done).await.is_err() {
+                return;
+            }
+        }
         if closing.is_some() && pending == 0 {
             break;
         }
@@ -450,6 +473,12 @@ pub(crate) async fn run<T: Transcriber>(
                 }
                 Some(SttInput::Finalize) => match cutter.finalize() {
                     Some(u) => enqueue(u, &mut pending, &job_tx),
+                    // The held texts answer the flush (sent at the top of the loop).
+                    None if pending == 0 && held.is_some() => {
+                        if let Some((_, from_finalize)) = held.as_mut() {
+                            *from_finalize = true;
+                        }
+                    }
                     None if pending == 0 => {
                         // Nothing to transcribe: answer the flush at once, as Deepgram does.
                         let done = SttEvent::Final { text: String::new(), speech_final: false, from_finalize: true };
@@ -470,6 +499,21 @@ pub(crate) async fn run<T: Transcriber>(
             done = done_rx.recv() => {
                 let Some((result, from_finalize)) = done else { break };
                 pending = pending.saturating_sub(1);
+                if T::SETTLE {
+                    let (texts, ff) = held.get_or_insert_with(Default::default);
+                    *ff |= from_finalize;
+                    match result {
+                        Ok(text) if !text.is_empty() => texts.push(text),
+                        Ok(_) => {}
+                        Err(e) => {
+                            let fatal = T::fatal(&e);
+                            if ev.send(SttEvent::Error { message: e.to_string(), fatal }).await.is_err() || fatal {
+                                return;
+                            }
+                        }
+                    }
+                    continue;
+                }
                 // The turn may end here only if the caller is quiet and nothing else is coming.
                 let last = pending == 0 && !cutter.speaking();
                 let event = match result {

@@ -3,7 +3,9 @@
 //! account. Nothing streams, exactly as for `openai_compatible`: the same voice-activity cutter
 //! (`openai_stt::Cutter`) ends each utterance after `endpointing_ms` of silence, the shared
 //! per-utterance session (`openai_stt::run`) hands it here, and its text becomes a final;
-//! interim words are not promised. The utterance (μ-law 8 kHz) is decoded to PCM, brought to
+//! interim words are not promised. The texts of a sentence cut at a pause are held until the
+//! session settles and sent as one final (`Transcriber::SETTLE`: a decode takes seconds, and
+//! an early half would let `max_endpointing_ms` end the turn). The utterance (μ-law 8 kHz) is decoded to PCM, brought to
 //! 16 kHz with the band-limited [`Resampler`], and queued for a bounded pool of decoder
 //! threads ([`Pool`]: `threads`, default one per core, each with its own whisper.cpp state over
 //! one shared model, at nice [`DECODER_NICE`] so the calls' media keeps its cores; `queue`
@@ -190,6 +192,9 @@ impl Transcriber for Local {
     fn fatal(e: &DecodeError) -> bool {
         e.fatal()
     }
+
+    /// A decode takes seconds: the halves of a sentence cut at a pause become one final.
+    const SETTLE: bool = true;
 
     fn call_id(&self) -> &str {
         &self.call_id
@@ -608,7 +613,14 @@ mod engine {
         text: *const std::ffi::c_char,
         _user: *mut std::ffi::c_void,
     ) {
-        if text.is_null() {
+        use whisper_rs::whisper_rs_sys::{
+            ggml_log_level_GGML_LOG_LEVEL_ERROR as ERROR,
+            ggml_log_level_GGML_LOG_LEVEL_WARN as WARN,
+        };
+        let warn = level == WARN || level == ERROR;
+        if text.is_null()
+            || !(warn || tracing::enabled!(target: "patterd::whisper_cpp", tracing::Level::DEBUG))
+        {
             return;
         }
         // SAFETY: whisper.cpp passes a valid NUL-terminated string for the call's duration.
@@ -617,11 +629,7 @@ mod engine {
         if text.is_empty() {
             return;
         }
-        use whisper_rs::whisper_rs_sys::{
-            ggml_log_level_GGML_LOG_LEVEL_ERROR as ERROR,
-            ggml_log_level_GGML_LOG_LEVEL_WARN as WARN,
-        };
-        if level == WARN || level == ERROR {
+        if warn {
             tracing::warn!(target: "patterd::whisper_cpp", "{text}");
         } else {
             tracing::debug!(target: "patterd::whisper_cpp", "{text}");

@@ -40,3 +40,14 @@ mod web;
 mod webhooks;
 #[cfg(feature = "whisper")]
 mod whisper;
+
+/// The local speech-to-text tests live behind the feature; asked for without it, say so.
+#[cfg(not(feature = "whisper"))]
+#[test]
+fn local_speech_tests_need_the_whisper_feature_when_required() {
+    assert!(
+        std::env::var("PATTERD_REQUIRE_LOCAL_SPEECH").as_deref() != Ok("1"),
+        "PATTERD_REQUIRE_LOCAL_SPEECH=1, but this binary was built without --features whisper: \
+         the local STT tests did not run"
+    );
+}

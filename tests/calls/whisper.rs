@@ -176,14 +176,19 @@ async fn whisper_hears_real_speech_on_a_phone_call_and_ignores_noise() {
         ),
     ];
     for (k, (name, _)) in turns.iter().enumerate() {
+        let marks = sim.state().marks_echoed.len();
         sim.push_audio(&phone_clip(name));
         sim.push_silence(1500);
-        // The agent's reply to this turn has played (greeting + one per turn).
-        sim.wait_for("the reply to the turn", DECODE_WAIT, |s| {
-            s.marks_echoed.len() >= 2 + k
-        })
-        .await
-        .expect("the turn reached the brain and its reply played");
+        stack
+            .hermes
+            .wait_until_within("the turn reaches the brain", DECODE_WAIT, |r| {
+                r.requests.len() > k
+            })
+            .await;
+        // Its reply plays out before the caller speaks again.
+        sim.wait_for("the reply is heard", WAIT, |s| s.marks_echoed.len() > marks)
+            .await
+            .expect("the reply plays");
     }
     let heard = user_turns(&stack);
     assert_eq!(heard.len(), 2, "exactly the two sentences: {heard:?}");

@@ -1258,14 +1258,24 @@ fn a_whisper_stt_needs_the_feature_and_a_model_file_and_takes_no_url_or_key() {
     };
     let ok = table("model_path = \"/models/ggml-tiny.en.bin\"\nthreads = 2\nqueue = 0\n");
     if cfg!(feature = "whisper") {
-        let c = load(&ok)
-            .expect("whisper loads in a build with the feature")
-            .config;
+        let loaded = load(&ok).expect("whisper loads in a build with the feature");
+        let c = &loaded.config;
         assert_eq!(c.stt["local"].kind, config::SttKind::Whisper);
         assert_eq!(c.stt["local"].threads, Some(2));
         assert_eq!(c.stt["local"].queue, Some(0));
-        // No key: no "unconfigured" warning.
-        assert!(load(&ok).expect("loads").warnings.is_empty());
+        // No key is no "unconfigured" warning; a model file not there (yet) is one.
+        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+        assert!(
+            loaded.warnings[0].contains("model_path = \"/models/ggml-tiny.en.bin\" is not a file")
+                && loaded.warnings[0].contains("scripts/setup/whisper.sh"),
+            "{:?}",
+            loaded.warnings
+        );
+        let here = table(&format!(
+            "model_path = \"{}/Cargo.toml\"\n",
+            env!("CARGO_MANIFEST_DIR")
+        ));
+        assert!(load(&here).expect("loads").warnings.is_empty());
     } else {
         let e = load_err(&ok);
         assert!(

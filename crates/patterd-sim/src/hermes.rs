@@ -278,6 +278,20 @@ impl FakeHermes {
     ) -> HermesRecord {
         self.0.shared.record.wait_until(what, pred).await
     }
+
+    /// [`FakeHermes::wait_until`] up to `limit`.
+    pub async fn wait_until_within(
+        &self,
+        what: &str,
+        limit: std::time::Duration,
+        pred: impl FnMut(&HermesRecord) -> bool,
+    ) -> HermesRecord {
+        self.0
+            .shared
+            .record
+            .wait_until_within(what, limit, pred)
+            .await
+    }
 }
 
 fn error_body(message: &str, kind: &str, code: &str) -> Value {

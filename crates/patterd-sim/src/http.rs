@@ -289,12 +289,23 @@ impl<T: Clone + std::fmt::Debug> Recorder<T> {
 
     /// Waits until `pred` holds and returns that state. Test helper: panics (with the current
     /// state) after [`WAIT_LIMIT`].
-    pub async fn wait_until(&self, what: &str, mut pred: impl FnMut(&T) -> bool) -> T {
+    pub async fn wait_until(&self, what: &str, pred: impl FnMut(&T) -> bool) -> T {
+        self.wait_until_within(what, WAIT_LIMIT, pred).await
+    }
+
+    /// [`Recorder::wait_until`] with its own limit (for work that is slow by nature, such as
+    /// a local speech decode on a loaded machine).
+    pub async fn wait_until_within(
+        &self,
+        what: &str,
+        limit: std::time::Duration,
+        mut pred: impl FnMut(&T) -> bool,
+    ) -> T {
         let mut rx = self.0.subscribe();
-        match tokio::time::timeout(WAIT_LIMIT, rx.wait_for(|t| pred(t))).await {
+        match tokio::time::timeout(limit, rx.wait_for(|t| pred(t))).await {
             Ok(Ok(r)) => r.clone(),
             _ => panic!(
-                "timed out after {WAIT_LIMIT:?} waiting until {what}; state: {:#?}",
+                "timed out after {limit:?} waiting until {what}; state: {:#?}",
                 self.snapshot()
             ),
         }

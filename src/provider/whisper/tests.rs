@@ -266,6 +266,43 @@ async fn silence_is_never_decoded_and_no_speech_gives_an_empty_final() {
     assert!(f.seen.try_recv().is_ok());
 }
 
+#[tokio::test]
+async fn a_sentence_cut_at_a_pause_is_one_final_however_slow_the_decodes() {
+    let f = fake(1, 4, " Half.", 0.0, true);
+    let mut s = provider(&f.pool).open(&ctx(false));
+    assert_eq!(next_event(&mut s).await, SttEvent::Connected);
+    // Two utterances (the cutter ends one at the pause), both cut before the first decode
+    // ends: the session has read every frame.
+    let clip = speech();
+    say(&s, &clip).await;
+    say(&s, &clip).await;
+    while s.input.capacity() < s.input.max_capacity() {
+        tokio::task::yield_now().await;
+    }
+    // The first decode has started (its thread reports it without the runtime).
+    while f.seen.try_recv().is_err() {
+        tokio::task::yield_now().await;
+    }
+    for go in &f.go {
+        go.send(()).expect("go");
+        go.send(()).expect("go");
+    }
+    // One final with both halves: an early one with the first half would let the call's
+    // max_endpointing_ms end the turn while the second half is still being decoded.
+    match next_event(&mut s).await {
+        SttEvent::Final {
+            text,
+            speech_final,
+            from_finalize,
+        } => {
+            assert_eq!(text, "Half. Half.");
+            assert!(speech_final && !from_finalize);
+        }
+        e => panic!("{e:?}"),
+    }
+    assert!(f.seen.try_recv().is_ok(), "the second half was decoded");
+}
+
 /// Fills a one-thread pool with a queue of one: a decode running, one waiting.
 async fn saturate(f: &Fake) -> (SttStream, SttStream) {
     let clip = speech();
