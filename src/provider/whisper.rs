@@ -545,6 +545,25 @@ mod engine {
         Ok(out)
     }
 
+    /// Encoder positions beyond the utterance's end (20 ms each).
+    const AUDIO_CTX_MARGIN: usize = 64;
+    /// The fewest encoder positions a decode gets.
+    const AUDIO_CTX_MIN: usize = 256;
+
+    /// The encoder positions a decode of `samples` (16 kHz) needs: one per 20 ms of audio, plus
+    /// [`AUDIO_CTX_MARGIN`], at least [`AUDIO_CTX_MIN`], at most the model's 1,500 (30 s).
+    fn audio_ctx(samples: usize) -> i32 {
+        (samples.div_ceil(320) + AUDIO_CTX_MARGIN).clamp(AUDIO_CTX_MIN, 1500) as i32
+    }
+
+    #[test]
+    fn the_encoder_window_follows_the_utterance() {
+        // 1 s: the floor; 8 s: 400 positions + the margin; 40 s: the model's whole window.
+        assert_eq!(audio_ctx(16_000), AUDIO_CTX_MIN as i32);
+        assert_eq!(audio_ctx(8 * 16_000), 400 + AUDIO_CTX_MARGIN as i32);
+        assert_eq!(audio_ctx(40 * 16_000), 1500);
+    }
+
     struct Decoder {
         /// Keeps the model alive as long as its states.
         _ctx: Arc<WhisperContext>,
@@ -574,7 +593,11 @@ mod engine {
             p.set_print_realtime(false);
             p.set_print_special(false);
             p.set_print_timestamps(false);
-            // At least 1 s: whisper.cpp refuses under 100 ms; the window is 30 s anyway.
+            // The encoder reads only as much of its 30 s window as the utterance fills (plus a
+            // margin): its cost is proportional to `audio_ctx`, and a phone turn is 1–8 s of a
+            // 30 s window, so the full window spends most of a decode on padding.
+            p.set_audio_ctx(audio_ctx(pcm.len()));
+            // At least 1 s: whisper.cpp refuses under 100 ms.
             let mut padded;
             let pcm = if pcm.len() < 16_000 {
                 padded = pcm.to_vec();

@@ -345,34 +345,32 @@ fn figures() {
     }
     let after_one = rss_kb();
     drop(one);
-    // Two decodes at once: two decoder threads over one model, each through the whole set.
-    let two = decoders(&m, 2);
-    let with_two = rss_kb();
+    // 2 and 4 decodes at once: that many decoder threads over one model, each through the
+    // whole set, each starting at a different clip so that they decode different ones.
     let set = std::sync::Arc::new(set);
-    let handles: Vec<_> = two
-        .into_iter()
-        .enumerate()
-        .map(|(k, mut d)| {
-            let set = set.clone();
-            std::thread::spawn(move || {
-                // The second thread runs the set backwards, so the two decode different clips.
-                let order: Vec<usize> = if k == 0 {
-                    (0..set.len()).collect()
-                } else {
-                    (0..set.len()).rev().collect()
-                };
-                order
-                    .into_iter()
-                    .map(|i| hear(&mut d, &set[i].0).1)
-                    .collect::<Vec<_>>()
+    let mut at_once = Vec::new();
+    for n in [2usize, 4] {
+        let ds = decoders(&m, n);
+        let with_n = rss_kb();
+        let handles: Vec<_> = ds
+            .into_iter()
+            .enumerate()
+            .map(|(k, mut d)| {
+                let set = set.clone();
+                std::thread::spawn(move || {
+                    let len = set.len();
+                    (0..len)
+                        .map(|i| hear(&mut d, &set[(i + k * len / n) % len].0).1)
+                        .collect::<Vec<_>>()
+                })
             })
-        })
-        .collect();
-    let costs2: Vec<Cost> = handles
-        .into_iter()
-        .flat_map(|h| h.join().expect("thread"))
-        .collect();
-    let after_two = rss_kb();
+            .collect();
+        let costs_n: Vec<Cost> = handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("thread"))
+            .collect();
+        at_once.push((n, costs_n, with_n, rss_kb()));
+    }
     let cpu: f64 = costs.iter().map(|c| c.cpu.as_secs_f64()).sum();
     println!(
         "WER {:.1} % ({errs} errors in {total} words, {} utterances, {audio_s:.1} s of audio, phone path)",
@@ -384,13 +382,20 @@ fn figures() {
         summary(&costs),
         cpu / audio_s
     );
-    println!("decode, 2 at once: {}", summary(&costs2));
+    for (n, costs_n, _, _) in &at_once {
+        println!("decode, {n} at once: {}", summary(costs_n));
+    }
     println!(
-        "memory: model + 1 decoder {} MB (after decoding {} MB), model + 2 decoders {} MB (after decoding {} MB) (RSS above the test's {} MB)",
+        "memory: model + 1 decoder {} MB (after decoding {} MB) (RSS above the test's {} MB)",
         (loaded - before) / 1024,
         (after_one - before) / 1024,
-        (with_two - before) / 1024,
-        (after_two - before) / 1024,
         before / 1024
     );
+    for (n, _, with_n, after_n) in &at_once {
+        println!(
+            "memory: model + {n} decoders {} MB (after decoding {} MB)",
+            with_n.saturating_sub(before) / 1024,
+            after_n.saturating_sub(before) / 1024
+        );
+    }
 }
